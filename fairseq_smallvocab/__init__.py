@@ -1,0 +1,30 @@
+"""fairseq-smallvocab: fast reinforcement learning for sentence generation by
+vocabulary prediction (Hashimoto & Tsuruoka, NAACL 2019), as a fairseq plugin.
+
+Load it with ``--user-dir path/to/fairseq_smallvocab`` on any fairseq command
+line, or ``import fairseq_smallvocab`` from Python.  Importing the package
+
+* allow-lists the exact types that fairseq checkpoints pickle, so that
+  ``torch.load`` (``weights_only=True`` by default since torch 2.6) can read
+  checkpoints written by ``fairseq-train``, and
+* registers the plugin's tasks, models and criteria with fairseq's registries.
+"""
+
+__version__ = "0.1.0"
+
+try:
+    import fairseq  # noqa: F401
+except ModuleNotFoundError as exc:  # pragma: no cover - exercised only without fairseq
+    if exc.name != "fairseq":
+        raise
+    raise ImportError(
+        "fairseq_smallvocab needs fairseq 0.12 (on Python >= 3.11 install the "
+        "PyPI package 'fairseq-fixed==0.12.3.1', which imports as 'fairseq'); "
+        "see README.md, 'Installing into an existing fairseq environment'"
+    ) from exc
+
+from fairseq_smallvocab import checkpoint_compat  # noqa: E402
+
+checkpoint_compat.allow_fairseq_checkpoint_globals()
+
+from fairseq_smallvocab import criterions, models, tasks  # noqa: E402,F401

@@ -1,0 +1,285 @@
+"""Data preparation helpers shared by the scripts in ``scripts/``: reading and
+checking parallel text, writing output folders atomically, sentencepiece
+subwords, and fairseq-preprocess."""
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+
+class DataError(ValueError):
+    """Bad input data; the message names the file (and line) and the fix."""
+
+
+@contextlib.contextmanager
+def atomic_output_dir(final, overwrite=False):
+    """Yield a temporary folder beside ``final``; rename it to ``final`` only
+    when the block succeeds, so that a failed or interrupted run never leaves a
+    folder that looks complete.  An existing ``final`` is an error unless
+    ``overwrite`` (then it is replaced only after the new one is complete)."""
+    final = Path(final)
+    if final.exists() and not overwrite:
+        raise DataError(f"{final} already exists; remove it or pass --force to replace it")
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if final.exists():
+        old = final.with_name(f".{final.name}.old-{os.getpid()}")
+        final.rename(old)
+        tmp.rename(final)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        tmp.rename(final)
+
+
+def read_lines(path) -> List[str]:
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"missing input file: {path}")
+    try:
+        with open(path, encoding="utf-8", newline="\n") as f:
+            return [line.rstrip("\r\n") for line in f]
+    except UnicodeDecodeError as err:
+        raise DataError(f"{path}: not UTF-8 text ({err})") from err
+
+
+def read_parallel(src_path, tgt_path, empty="fail") -> Tuple[List[str], List[str], int]:
+    """Read a sentence-aligned pair of files.
+
+    Returns (source lines, target lines, number of pairs dropped).  Line counts
+    must match.  A pair where either side is empty (or only whitespace) is
+    dropped with ``empty="drop"``; with ``empty="fail"`` it is an error naming
+    the file and the 1-based line numbers."""
+    if empty not in ("fail", "drop"):
+        raise ValueError(f"empty must be 'fail' or 'drop', not {empty!r}")
+    src, tgt = read_lines(src_path), read_lines(tgt_path)
+    if len(src) != len(tgt):
+        raise DataError(
+            f"line counts differ: {src_path} has {len(src)} lines, {tgt_path} has {len(tgt)}; "
+            "the files must be sentence-aligned, one sentence per line")
+    bad = [i for i, (s, t) in enumerate(zip(src, tgt)) if not s.strip() or not t.strip()]
+    if bad and empty == "fail":
+        where = []
+        for i in bad[:10]:
+            sides = [str(p) for p, lines in ((src_path, src), (tgt_path, tgt)) if not lines[i].strip()]
+            where.append(f"line {i + 1} ({', '.join(sides)})")
+        more = f" and {len(bad) - 10} more" if len(bad) > 10 else ""
+        raise DataError(
+            f"{len(bad)} empty line(s): {'; '.join(where)}{more}; fix the data or pass "
+            "--empty-lines drop to drop those sentence pairs")
+    if bad:
+        drop = set(bad)
+        src = [s for i, s in enumerate(src) if i not in drop]
+        tgt = [t for i, t in enumerate(tgt) if i not in drop]
+    return src, tgt, len(bad)
+
+
+def write_lines(path, lines: Iterable[str]):
+    with open(path, "w", encoding="utf-8") as f:
+        for line in lines:
+            f.write(line + "\n")
+
+
+def train_sentencepiece(lines: Sequence[str], model_prefix, vocab_size, model_type="unigram"):
+    """Train a sentencepiece model on ``lines``; returns the .model path."""
+    import sentencepiece as spm
+
+    with tempfile.NamedTemporaryFile("w", encoding="utf-8", suffix=".txt", delete=False) as f:
+        for line in lines:
+            f.write(line + "\n")
+        text = f.name
+    try:
+        spm.SentencePieceTrainer.train(
+            input=text, model_prefix=str(model_prefix), vocab_size=vocab_size,
+            model_type=model_type, character_coverage=1.0, bos_id=-1, eos_id=-1,
+            unk_id=0, pad_id=-1, hard_vocab_limit=False, minloglevel=2,
+            num_threads=os.cpu_count() or 1)
+    finally:
+        os.unlink(text)
+    return Path(f"{model_prefix}.model")
+
+
+def encode_sentencepiece(model_path, lines: Sequence[str]) -> List[str]:
+    import sentencepiece as spm
+
+    sp = spm.SentencePieceProcessor(model_file=str(model_path))
+    return [" ".join(pieces) for pieces in sp.encode(list(lines), out_type=str)]
+
+
+def fairseq_preprocess(raw_dir, dest_dir, src, tgt, splits: Dict[str, str], min_count=2,
+                       workers=1, joined_dictionary=False, extra_args: Sequence[str] = ()):
+    """Binarize ``raw_dir/{split}.{src,tgt}`` with fairseq-preprocess.
+
+    ``splits`` maps fairseq's roles (train/valid/test) to file prefixes.
+    ``min_count``: keep words seen at least this many times in training (1 keeps
+    every word); the rest become <unk>."""
+    cmd = [sys.executable, "-m", "fairseq_cli.preprocess", "--source-lang", src, "--target-lang", tgt,
+           "--destdir", str(dest_dir), "--workers", str(workers),
+           "--thresholdsrc", str(min_count), "--thresholdtgt", str(min_count)]
+    for role in ("train", "valid", "test"):
+        if role in splits:
+            cmd += [f"--{role}pref", str(Path(raw_dir) / splits[role])]
+    if joined_dictionary:
+        cmd.append("--joined-dictionary")
+    cmd += list(extra_args)
+    result = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise DataError(f"fairseq-preprocess failed ({' '.join(cmd)}):\n{result.stderr[-4000:]}")
+    return result
+
+
+def dictionary_size(path) -> int:
+    """Number of real words in a fairseq dict.txt (no specials, no padding)."""
+    n = 0
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if not line.startswith("madeupword"):
+                n += 1
+    return n
+
+
+def tail_stats(counts: Iterable[int]) -> Dict:
+    """How heavy the rare-word tail of a word-count distribution is: the share
+    of types seen once and at most three times, the share of tokens covered by
+    the 10% most frequent types, and the Zipf slope."""
+    from fairseq_smallvocab.synthetic import zipf_slope
+
+    freqs = sorted(counts, reverse=True)
+    n = max(1, len(freqs))
+    return {"singleton_share": round(sum(1 for c in freqs if c == 1) / n, 4),
+            "at_most_3_share": round(sum(1 for c in freqs if c <= 3) / n, 4),
+            "top10pct_token_share": round(sum(freqs[: len(freqs) // 10]) / max(1, sum(freqs)), 4),
+            "zipf_slope": round(zipf_slope(freqs), 3)}
+
+
+def corpus_stats(raw_dir, src, tgt, splits: Dict[str, str], dict_dir: Optional[Path] = None) -> Dict:
+    """Sentence, token, type and length statistics of raw text splits, and the
+    out-of-vocabulary rate against fairseq dictionaries when ``dict_dir`` is
+    given."""
+    dicts = {}
+    if dict_dir is not None:
+        for lang in (src, tgt):
+            with open(Path(dict_dir) / f"dict.{lang}.txt", encoding="utf-8") as f:
+                dicts[lang] = {line.split(" ", 1)[0] for line in f}
+    stats = {"languages": [src, tgt], "splits": {}}
+    for role, prefix in splits.items():
+        entry = {}
+        for lang in (src, tgt):
+            lines = read_lines(Path(raw_dir) / f"{prefix}.{lang}")
+            counts = Counter(w for line in lines for w in line.split())
+            lengths = [len(line.split()) for line in lines]
+            tokens = sum(lengths)
+            side = {"sentences": len(lines), "tokens": tokens, "types": len(counts),
+                    "mean_len": round(tokens / max(1, len(lines)), 2),
+                    "min_len": min(lengths, default=0), "max_len": max(lengths, default=0)}
+            if role == "train" and len(counts) > 10:
+                side.update(tail_stats(counts.values()))
+            if lang in dicts:
+                oov = sum(c for w, c in counts.items() if w not in dicts[lang])
+                side["oov_rate"] = round(oov / max(1, tokens), 5)
+            entry[lang] = side
+        stats["splits"][role] = entry
+    if dict_dir is not None:
+        stats["dictionary_words"] = {
+            lang: dictionary_size(Path(dict_dir) / f"dict.{lang}.txt") for lang in (src, tgt)}
+    return stats
+
+
+def format_stats(stats: Dict) -> str:
+    src, tgt = stats["languages"]
+    rows = [f"{'split':<8}{'lang':<6}{'sents':>8}{'tokens':>11}{'types':>9}{'len mean/min/max':>19}"
+            f"{'oov':>9}"]
+    for role, entry in stats["splits"].items():
+        for lang in (src, tgt):
+            s = entry[lang]
+            oov = f"{100 * s['oov_rate']:.2f}%" if "oov_rate" in s else "-"
+            rows.append(f"{role:<8}{lang:<6}{s['sentences']:>8}{s['tokens']:>11}{s['types']:>9}"
+                        f"{s['mean_len']:>10}/{s['min_len']}/{s['max_len']:<5}{oov:>9}")
+    if "dictionary_words" in stats:
+        dw = stats["dictionary_words"]
+        rows.append("dictionary (words, without specials): " + ", ".join(f"{k}={v}" for k, v in dw.items()))
+    train = stats["splits"].get("train", {})
+    slopes = [f"{lang}={train[lang]['zipf_slope']}" for lang in (src, tgt) if "zipf_slope" in train.get(lang, {})]
+    if slopes:
+        rows.append("Zipf slope of train (log freq vs log rank): " + ", ".join(slopes))
+    return "\n".join(rows)
+
+
+def write_json(path, obj):
+    Path(path).write_text(json.dumps(obj, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+
+
+def add_prepare_args(parser):
+    """The options of prepare(), for the data-preparation scripts."""
+    parser.add_argument("--min-count", type=int, default=None,
+                        help="keep tokens seen at least this often in train, map the rest to <unk> "
+                             "(default: 2 for words, the paper's setting; 1 for subwords)")
+    parser.add_argument("--subword", choices=["none", "sentencepiece"], default="none",
+                        help="'sentencepiece': train one model per language on train and encode "
+                             "every split before binarizing (the paper's SW setting)")
+    parser.add_argument("--sp-vocab-size", type=int, default=8000)
+    parser.add_argument("--sp-model-type", choices=["unigram", "bpe"], default="unigram")
+    parser.add_argument("--empty-lines", choices=["fail", "drop"], default="fail",
+                        help="a sentence pair with an empty side: fail naming the line, or drop "
+                             "it and report the count")
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--force", action="store_true", help="replace an existing output folder")
+
+
+def prepare(raw_dir, dest, src, tgt, splits, min_count=None, subword="none", sp_vocab_size=8000,
+            sp_model_type="unigram", empty_lines="fail", workers=1, force=False, log=print):
+    """The work behind the CLI; ``splits`` maps train/valid/test to file
+    prefixes in ``raw_dir``.  Returns the statistics dict."""
+    if src == tgt:
+        raise DataError(f"source and target languages must differ (both {src!r})")
+    if "train" not in splits:
+        raise DataError("a train split is required (it defines the dictionaries)")
+    if min_count is None:
+        min_count = 1 if subword == "sentencepiece" else 2
+    if min_count < 1:
+        raise DataError(f"--min-count must be >= 1, got {min_count}")
+    raw_dir, dest = Path(raw_dir), Path(dest)
+    texts, dropped = {}, {}
+    for role, prefix in splits.items():  # read and check everything before writing
+        s, t, n_drop = read_parallel(raw_dir / f"{prefix}.{src}", raw_dir / f"{prefix}.{tgt}",
+                                          empty=empty_lines)
+        if not s:
+            raise DataError(f"{raw_dir / prefix}.{{{src},{tgt}}} holds no sentence pair")
+        texts[role] = {src: s, tgt: t}
+        dropped[role] = n_drop
+        if n_drop:
+            log(f"{role}: dropped {n_drop} sentence pair(s) with an empty side")
+    with atomic_output_dir(dest, overwrite=force) as tmp:
+        (tmp / "raw").mkdir()
+        for role, sides in texts.items():
+            for lang, lines in sides.items():
+                write_lines(tmp / "raw" / f"{role}.{lang}", lines)
+        text_dir = tmp / "raw"
+        if subword == "sentencepiece":
+            text_dir = tmp / "subword"
+            text_dir.mkdir()
+            for lang in (src, tgt):
+                model = train_sentencepiece(texts["train"][lang], tmp / f"spm.{lang}",
+                                                 sp_vocab_size, sp_model_type)
+                for role, sides in texts.items():
+                    write_lines(text_dir / f"{role}.{lang}", encode_sentencepiece(model, sides[lang]))
+            log(f"sentencepiece ({sp_model_type}, {sp_vocab_size}) models: spm.{src}.model, spm.{tgt}.model")
+        roles = {role: role for role in texts}
+        fairseq_preprocess(text_dir, tmp, src, tgt, roles, min_count=min_count, workers=workers)
+        stats = corpus_stats(text_dir, src, tgt, roles, dict_dir=tmp)
+        stats.update(min_count=min_count, subword=subword, dropped_pairs=dropped, source=str(raw_dir))
+        if subword == "sentencepiece":
+            stats.update(sp_vocab_size=sp_vocab_size, sp_model_type=sp_model_type)
+        write_json(tmp / "stats.json", stats)
+    return stats

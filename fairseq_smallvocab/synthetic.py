@@ -1,0 +1,387 @@
+"""A synthetic parallel corpus with realistic statistics, generated from a seed.
+
+The "languages" are made of pronounceable pseudo-words (shorter words are more
+frequent, as in natural language).  Sentences come from a small grammar:
+
+    sentence := clause ((CONJ | ",") clause)* "."
+    clause   := NP VERB [ADV] [NP] (PREP NP)*
+    NP       := [DET] ADJ* NOUN
+
+Within each open word class (nouns, verbs, adjectives, adverbs) words are drawn
+from a Zipf distribution, so the corpus has a long tail of rare words.
+
+The translation of a sentence is a deterministic function of the sentence, so
+the target vocabulary is predictable from the source and translation is
+learnable:
+
+* lexical mapping: every source content word has one target word; about 10% of
+  the target words have a second, rarer source synonym (many-to-one); 5% of the
+  nouns translate into a compound of two target words and 15% of the verbs into
+  an auxiliary plus the verb (one-to-many);
+* agreement: the target determiner depends on the determiner's type and on the
+  gender of the target noun it introduces (one source word, several target
+  words, chosen by context); one determiner type has no translation;
+* local reordering: adjectives follow their noun in the target, and an adverb
+  moves in front of its verb (after the auxiliary).
+
+Every target word of the lexicon occurs in the training split: words the Zipf
+draw missed are placed into extra training sentences (coverage), so the target
+dictionary that ``fairseq-preprocess`` builds has exactly ``tgt_vocab_size``
+words (plus fairseq's special symbols).
+"""
+
+import json
+from dataclasses import asdict, dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+OPEN_CLASSES = ("NOUN", "VERB", "ADJ", "ADV")
+OPEN_SHARE = {"NOUN": 0.55, "VERB": 0.20, "ADJ": 0.17, "ADV": 0.08}
+N_GENDERS = 3
+N_DET_TYPES = 4  # types 0..2 are translated (x gender); type 3 is dropped
+SRC_DETS_PER_TYPE = 2
+N_AUX = 6
+N_PARTICLES = 20
+N_TGT_PREP = 40
+N_SRC_PREP = 48  # 8 prepositions share a translation with another (many-to-one)
+N_CONJ = 6
+PUNCT = (",", ".")
+COMMA = -1  # joins two clauses with "," instead of a conjunction
+N_TGT_CLOSED = (N_DET_TYPES - 1) * N_GENDERS + N_AUX + N_PARTICLES + N_TGT_PREP + N_CONJ + 2
+MIN_TGT_VOCAB = 200
+
+SRC_SYLLABLES = [c + v for c in "bdfgklmnprstvz" for v in "aeiou"]
+TGT_SYLLABLES = [c + v for c in ("b", "ch", "d", "g", "h", "k", "l", "m", "n", "r", "sch", "t", "w")
+                 for v in ("a", "e", "i", "o", "u", "ei", "au")]
+
+
+@dataclass
+class SyntheticConfig:
+    tgt_vocab_size: int = 24000
+    train_size: int = 50000
+    valid_size: int = 1000
+    test_size: int = 1000
+    min_len: int = 5
+    max_len: int = 50
+    zipf_exponent: float = 1.3  # tail calibrated on Multi30k German (see docs/RESULTS.md)
+    synonym_rate: float = 0.10
+    compound_rate: float = 0.05
+    aux_rate: float = 0.15
+    seed: int = 1
+
+    def validate(self):
+        if self.tgt_vocab_size < MIN_TGT_VOCAB:
+            raise ValueError(f"tgt_vocab_size must be at least {MIN_TGT_VOCAB}, got {self.tgt_vocab_size}")
+        if not 1 <= self.min_len <= self.max_len:
+            raise ValueError(f"need 1 <= min_len <= max_len, got {self.min_len}, {self.max_len}")
+        if self.max_len < 10:
+            raise ValueError(f"max_len must be at least 10, got {self.max_len}")
+        for name in ("train_size", "valid_size", "test_size"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0")
+        if self.train_size == 0:
+            raise ValueError("train_size must be positive")
+        if self.zipf_exponent <= 0:
+            raise ValueError("zipf_exponent must be positive")
+        for name in ("synonym_rate", "compound_rate", "aux_rate"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ValueError(f"{name} must be in [0, 1]")
+
+
+def _make_words(rng, syllables, n, taken):
+    """n distinct pseudo-words not in ``taken``, shortest first."""
+    words = []
+    seen = set(taken)
+    while len(words) < n:
+        n_syl = int(rng.choice([1, 2, 3, 4], p=[0.1, 0.4, 0.35, 0.15]))
+        word = "".join(syllables[i] for i in rng.integers(len(syllables), size=n_syl))
+        if word not in seen:
+            seen.add(word)
+            words.append(word)
+    words.sort(key=len)  # stable: frequent (low-rank) words are the short ones
+    return words
+
+
+class Lexicon:
+    """The two vocabularies and the deterministic translation rules."""
+
+    def __init__(self, cfg: SyntheticConfig, rng: np.random.Generator):
+        open_total = cfg.tgt_vocab_size - N_TGT_CLOSED
+        sizes = {c: int(open_total * OPEN_SHARE[c]) for c in OPEN_CLASSES}
+        sizes["NOUN"] += open_total - sum(sizes.values())
+        src_taken, tgt_taken = set(PUNCT), set(PUNCT)
+
+        def words(syllables, taken, n):
+            w = _make_words(rng, syllables, n, taken)
+            taken.update(w)
+            return w
+
+        # closed classes
+        self.src = {"DET": words(SRC_SYLLABLES, src_taken, N_DET_TYPES * SRC_DETS_PER_TYPE),
+                    "PREP": words(SRC_SYLLABLES, src_taken, N_SRC_PREP),
+                    "CONJ": words(SRC_SYLLABLES, src_taken, N_CONJ)}
+        self.det_type = [i // SRC_DETS_PER_TYPE for i in range(N_DET_TYPES * SRC_DETS_PER_TYPE)]
+        self.tgt_det = np.array(words(TGT_SYLLABLES, tgt_taken, (N_DET_TYPES - 1) * N_GENDERS),
+                                dtype=object).reshape(N_DET_TYPES - 1, N_GENDERS)
+        aux = words(TGT_SYLLABLES, tgt_taken, N_AUX)
+        particles = words(TGT_SYLLABLES, tgt_taken, N_PARTICLES)
+        tgt_prep = words(TGT_SYLLABLES, tgt_taken, N_TGT_PREP)
+        # the last source prepositions share a translation with a frequent one
+        self.prep_map = tgt_prep + [tgt_prep[int(i)] for i in rng.integers(10, size=N_SRC_PREP - N_TGT_PREP)]
+        self.conj_map = words(TGT_SYLLABLES, tgt_taken, N_CONJ)
+
+        # open classes: the first n_tgt source words (by rank) translate to
+        # target words 0..n_tgt-1; the extra source words are rarer synonyms
+        # of frequent target words, interleaved at random in the lower half.
+        self.open_map: Dict[str, List[List[str]]] = {}
+        self.gender: Dict[str, int] = {}
+        for c in OPEN_CLASSES:
+            n_tgt = sizes[c]
+            n_syn = int(round(cfg.synonym_rate * n_tgt))
+            tgt = words(TGT_SYLLABLES, tgt_taken, n_tgt)
+            self.src[c] = words(SRC_SYLLABLES, src_taken, n_tgt + n_syn)
+            target_of = np.concatenate([np.arange(n_tgt), rng.integers(max(1, n_tgt // 3), size=n_syn)])
+            lower = target_of[n_tgt // 2:]
+            rng.shuffle(lower)  # in place: a view of target_of
+            mapping = [[tgt[j]] for j in target_of]
+            if c == "NOUN":
+                genders = rng.permutation(n_tgt) % N_GENDERS  # every gender is used
+                self.gender = {w: int(g) for w, g in zip(tgt, genders)}
+                for k, i in enumerate(self._pick(rng, len(mapping), cfg.compound_rate, N_PARTICLES)):
+                    mapping[i] = mapping[i] + [particles[k % N_PARTICLES]]
+            elif c == "VERB":
+                for k, i in enumerate(self._pick(rng, len(mapping), cfg.aux_rate, N_AUX)):
+                    mapping[i] = [aux[k % N_AUX]] + mapping[i]
+            self.open_map[c] = mapping
+
+        self.tgt_vocab = sorted(
+            set(self.tgt_det.ravel()) | set(aux) | set(particles) | set(tgt_prep) | set(self.conj_map)
+            | set(PUNCT) | {w for c in OPEN_CLASSES for out in self.open_map[c] for w in out})
+        assert len(self.tgt_vocab) == cfg.tgt_vocab_size, (len(self.tgt_vocab), cfg.tgt_vocab_size)
+
+        # One way to produce each target word, as a forced sampler item, for
+        # the coverage pass: (kind, value) with kind an open class, "PREP",
+        # "CONJ", "PUNCT" or "DET" (value: (source det, noun of the gender)).
+        self.producer: Dict[str, Tuple[str, object]] = {}
+        for c in OPEN_CLASSES:
+            for i, out in enumerate(self.open_map[c]):
+                for w in out:
+                    self.producer.setdefault(w, (c, i))
+        for i, w in enumerate(self.prep_map):
+            self.producer.setdefault(w, ("PREP", i))
+        for i, w in enumerate(self.conj_map):
+            self.producer.setdefault(w, ("CONJ", i))
+        self.producer[","] = ("CONJ", COMMA)  # "." ends every sentence
+        noun_of_gender = {}
+        for i, out in enumerate(self.open_map["NOUN"]):
+            noun_of_gender.setdefault(self.gender[out[0]], i)
+        for t in range(N_DET_TYPES - 1):
+            for g in range(N_GENDERS):
+                self.producer[self.tgt_det[t, g]] = ("DET", (t * SRC_DETS_PER_TYPE, noun_of_gender[g]))
+
+    @staticmethod
+    def _pick(rng, n, rate, at_least):
+        """Indices of a random subset of range(n) of size about rate*n, at least
+        ``at_least`` (so that every particle / auxiliary is used)."""
+        k = min(n, max(at_least, int(round(rate * n))))
+        return rng.choice(n, size=k, replace=False)
+
+    def lexicon_rows(self):
+        """(class, source word, target words) for every content word."""
+        for c in OPEN_CLASSES:
+            for s, t in zip(self.src[c], self.open_map[c]):
+                yield c, s, " ".join(t)
+
+
+class _Sampler:
+    """Seeded draws: Zipfian words per open class from pre-drawn pools, and
+    forced items (the coverage pass), at most ``budget`` per sentence."""
+
+    POOL = 1 << 16
+
+    def __init__(self, lex: Lexicon, cfg: SyntheticConfig, rng: np.random.Generator):
+        self.rng = rng
+        self.probs = {}
+        for c in OPEN_CLASSES:
+            ranks = np.arange(1, len(lex.src[c]) + 1, dtype=np.float64)
+            p = 1.0 / (ranks + 2.7) ** cfg.zipf_exponent
+            self.probs[c] = p / p.sum()
+        self.pools = {c: [] for c in OPEN_CLASSES}
+        self.forced: Dict[str, List[object]] = {}
+        self.budget = 0
+
+    def take(self, kind):
+        """A forced item of this kind, or None."""
+        queue = self.forced.get(kind)
+        if queue and self.budget > 0:
+            self.budget -= 1
+            return queue.pop()
+        return None
+
+    def word(self, c):
+        forced = self.take(c)
+        if forced is not None:
+            return forced
+        if not self.pools[c]:
+            self.pools[c] = self.rng.choice(len(self.probs[c]), size=self.POOL, p=self.probs[c]).tolist()
+        return self.pools[c].pop()
+
+
+def _noun_phrase(lex, s, rng, src, tgt):
+    forced = s.take("DET")
+    det = int(rng.integers(len(lex.src["DET"]))) if rng.random() < 0.8 else None
+    n_adj = int(rng.choice(3, p=[0.6, 0.3, 0.1]))
+    adjs = [s.word("ADJ") for _ in range(n_adj)]
+    if forced is not None:
+        det, noun = forced
+    else:
+        noun = s.word("NOUN")
+    noun_t = lex.open_map["NOUN"][noun]
+    if det is not None:
+        src.append(lex.src["DET"][det])
+        dtype = lex.det_type[det]
+        if dtype < N_DET_TYPES - 1:
+            tgt.append(lex.tgt_det[dtype, lex.gender[noun_t[0]]])
+    src.extend(lex.src["ADJ"][a] for a in adjs)
+    src.append(lex.src["NOUN"][noun])
+    tgt.extend(noun_t)  # adjectives follow the noun in the target
+    for a in adjs:
+        tgt.extend(lex.open_map["ADJ"][a])
+
+
+def _clause(lex, s, rng, src, tgt):
+    _noun_phrase(lex, s, rng, src, tgt)
+    verb = s.word("VERB")
+    verb_t = lex.open_map["VERB"][verb]
+    src.append(lex.src["VERB"][verb])
+    if rng.random() < 0.25:
+        adv = s.word("ADV")
+        src.append(lex.src["ADV"][adv])
+        # the adverb moves in front of the verb, after an auxiliary if any
+        tgt.extend(verb_t[:-1] + lex.open_map["ADV"][adv] + verb_t[-1:])
+    else:
+        tgt.extend(verb_t)
+    if rng.random() < 0.7:
+        _noun_phrase(lex, s, rng, src, tgt)
+    n_pp = int(rng.choice(3, p=[0.5, 0.35, 0.15]))
+    forced = s.take("PREP")
+    for k in range(max(n_pp, forced is not None)):
+        p = forced if (k == 0 and forced is not None) else int(rng.integers(N_SRC_PREP))
+        src.append(lex.src["PREP"][p])
+        tgt.append(lex.prep_map[p])
+        _noun_phrase(lex, s, rng, src, tgt)
+
+
+def _sentence(lex, s, rng):
+    src: List[str] = []
+    tgt: List[str] = []
+    n_clauses = int(rng.geometric(0.55))
+    forced = s.take("CONJ")
+    if forced is not None:
+        n_clauses = max(n_clauses, 2)
+    for i in range(n_clauses):
+        if i:
+            if i == 1 and forced is not None:
+                j = forced
+            else:
+                j = COMMA if rng.random() < 0.5 else int(rng.integers(N_CONJ))
+            src.append("," if j == COMMA else lex.src["CONJ"][j])
+            tgt.append("," if j == COMMA else lex.conj_map[j])
+        _clause(lex, s, rng, src, tgt)
+    src.append(".")
+    tgt.append(".")
+    return src, tgt
+
+
+def _fits(cfg, pair):
+    return all(cfg.min_len <= len(side) <= cfg.max_len for side in pair)
+
+
+def _split(lex, cfg, rng, n, cover=False):
+    s = _Sampler(lex, cfg, rng)
+    pairs = []
+    drawn = 0
+    while len(pairs) < n:
+        pair = _sentence(lex, s, rng)
+        drawn += 1
+        if _fits(cfg, pair):
+            pairs.append(pair)
+        elif drawn > 100 * (len(pairs) + 100):
+            raise RuntimeError(f"almost no sentence fits lengths {cfg.min_len}..{cfg.max_len}; widen them")
+    n_cover = 0
+    if cover:
+        seen = {w for _, tgt in pairs for w in tgt}
+        for w in lex.tgt_vocab:
+            if w not in seen:
+                kind, value = lex.producer[w]
+                s.forced.setdefault(kind, []).append(value)
+        # forced words go into extra sentences, at most two per sentence; the
+        # items of a sentence that does not fit the length limits are put back
+        rejected = 0
+        while any(s.forced.values()):
+            before = {k: list(v) for k, v in s.forced.items()}
+            s.budget = 2
+            pair = _sentence(lex, s, rng)
+            if _fits(cfg, pair):
+                pairs.append(pair)
+                n_cover += 1
+                rejected = 0
+            else:
+                s.forced = before
+                rejected += 1
+                if rejected > 10000:
+                    raise RuntimeError("cannot fit the coverage sentences into the length limits; "
+                                       "raise max_len")
+        s.budget = 0
+        order = rng.permutation(len(pairs))
+        pairs = [pairs[i] for i in order]
+    return pairs, n_cover
+
+
+def generate(cfg: SyntheticConfig):
+    """Returns (lexicon, {split: [(src_tokens, tgt_tokens)]}, info dict)."""
+    cfg.validate()
+    lex_seed, train_seed, valid_seed, test_seed = np.random.SeedSequence(cfg.seed).spawn(4)
+    lex = Lexicon(cfg, np.random.default_rng(lex_seed))
+    splits = {}
+    train, n_cover = _split(lex, cfg, np.random.default_rng(train_seed), cfg.train_size, cover=True)
+    splits["train"] = train
+    splits["valid"], _ = _split(lex, cfg, np.random.default_rng(valid_seed), cfg.valid_size)
+    splits["test"], _ = _split(lex, cfg, np.random.default_rng(test_seed), cfg.test_size)
+    info = {"config": asdict(cfg), "coverage_sentences": n_cover,
+            "src_vocab_size": len({w for c in lex.src for w in lex.src[c]} | set(PUNCT)),
+            "tgt_vocab_size": len(lex.tgt_vocab)}
+    return lex, splits, info
+
+
+def write_corpus(out_dir, cfg: SyntheticConfig, src_lang="src", tgt_lang="tgt", overwrite=False):
+    """Generate the corpus into ``out_dir`` (a new folder: written to a
+    temporary sibling and renamed at the end, so it is never half-written).
+    Writes {train,valid,test}.{src_lang,tgt_lang}, lexicon.tsv and corpus.json."""
+    from fairseq_smallvocab.prep import atomic_output_dir
+
+    if src_lang == tgt_lang:
+        raise ValueError(f"source and target language names must differ, both are {src_lang!r}")
+    with atomic_output_dir(out_dir, overwrite=overwrite) as tmp:
+        lex, splits, info = generate(cfg)
+        for name, pairs in splits.items():
+            for lang, side in ((src_lang, 0), (tgt_lang, 1)):
+                with open(tmp / f"{name}.{lang}", "w", encoding="utf-8") as f:
+                    for pair in pairs:
+                        f.write(" ".join(pair[side]) + "\n")
+        with open(tmp / "lexicon.tsv", "w", encoding="utf-8") as f:
+            for row in lex.lexicon_rows():
+                f.write("\t".join(row) + "\n")
+        info.update(src_lang=src_lang, tgt_lang=tgt_lang,
+                    sentences={k: len(v) for k, v in splits.items()})
+        (tmp / "corpus.json").write_text(json.dumps(info, indent=2) + "\n")
+    return info
+
+
+def zipf_slope(counts: Sequence[int], top: Optional[int] = None):
+    """Least-squares slope of log(frequency) against log(rank)."""
+    freq = np.sort(np.asarray(counts, dtype=np.float64))[::-1]
+    freq = freq[freq > 0][:top]
+    ranks = np.arange(1, len(freq) + 1)
+    return float(np.polyfit(np.log(ranks), np.log(freq), 1)[0])

@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""Binarize Multi30k task 1 (tokenized, lowercased) for fairseq.
+
+Reads train / val / test2016 .{en,de,fr} from a local folder (default:
+../shared/data/multi30k beside the project, when it exists), or, with
+--download, fetches the official tokenized task-1 files
+(data/task1/tok/{train,val,test_2016_flickr}.lc.norm.tok.LANG) from the
+dataset's public repository.  For each language pair it writes
+OUT_DIR/multi30k.SRC-TGT (word level; words seen at least twice by default,
+the paper's setting) or OUT_DIR/multi30k.SRC-TGT.spmN (--subword
+sentencepiece), through scripts/prepare_data.py's pipeline: checked,
+written atomically, with stats.json.
+
+    python scripts/prepare_multi30k.py --out-dir data-bin --pairs en-de en-fr
+    python scripts/prepare_multi30k.py --download --out-dir data-bin
+"""
+
+import argparse
+import shutil
+import sys
+import tempfile
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from fairseq_smallvocab import prep
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_SOURCE = REPO.parent / "shared" / "data" / "multi30k"
+OFFICIAL_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/tok"
+# our file prefix -> the official file's prefix
+OFFICIAL_NAMES = {"train": "train.lc.norm.tok", "val": "val.lc.norm.tok",
+                  "test2016": "test_2016_flickr.lc.norm.tok"}
+SPLITS = {"train": "train", "valid": "val", "test": "test2016"}
+
+
+def download(url, langs, dest: Path, log=print):
+    """Fetch the official files for ``langs`` into ``dest`` under our names."""
+    for ours, theirs in OFFICIAL_NAMES.items():
+        for lang in langs:
+            src = f"{url.rstrip('/')}/{theirs}.{lang}"
+            target = dest / f"{ours}.{lang}"
+            log(f"downloading {src}")
+            try:
+                with urllib.request.urlopen(src, timeout=60) as response, open(target, "wb") as f:
+                    shutil.copyfileobj(response, f)
+            except (urllib.error.URLError, OSError) as err:
+                raise prep.DataError(f"cannot download {src}: {err}; pass --source DIR with the "
+                                     "files train/val/test2016.LANG instead") from err
+
+
+def parse_pair(text):
+    parts = text.split("-")
+    if len(parts) != 2 or not all(parts):
+        raise argparse.ArgumentTypeError(f"a pair looks like en-de, not {text!r}")
+    return parts[0], parts[1]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--source", type=Path, default=None,
+                       help=f"folder with train/val/test2016.LANG (default: {DEFAULT_SOURCE})")
+    where.add_argument("--download", action="store_true", help="fetch the official files instead")
+    parser.add_argument("--download-url", default=OFFICIAL_URL, help=argparse.SUPPRESS)
+    parser.add_argument("--out-dir", type=Path, default=REPO / "data-bin")
+    parser.add_argument("--pairs", nargs="+", type=parse_pair, default=[("en", "de")],
+                        help="language pairs, e.g. en-de en-fr (default: en-de)")
+    prep.add_prepare_args(parser)
+    args = parser.parse_args(argv)
+
+    def log(message):
+        print(message, file=sys.stderr)
+
+    langs = sorted({lang for pair in args.pairs for lang in pair})
+    tmp = None
+    try:
+        if args.download:
+            tmp = Path(tempfile.mkdtemp(prefix="multi30k-"))
+            download(args.download_url, langs, tmp, log)
+            source = tmp
+        else:
+            source = args.source or DEFAULT_SOURCE
+            if not source.is_dir():
+                raise prep.DataError(f"no Multi30k folder at {source}; pass --source DIR or --download")
+        for src, tgt in args.pairs:
+            name = f"multi30k.{src}-{tgt}"
+            if args.subword == "sentencepiece":
+                name += f".spm{args.sp_vocab_size}"
+            dest = args.out_dir / name
+            stats = prep.prepare(source, dest, src, tgt, SPLITS, args.min_count, args.subword,
+                                 args.sp_vocab_size, args.sp_model_type, args.empty_lines,
+                                 args.workers, args.force, log=log)
+            print(f"binarized {src}-{tgt} into {dest}")
+            print(prep.format_stats(stats))
+    except prep.DataError as err:
+        parser.exit(2, f"error: {err}\n")
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,47 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+USER_DIR = REPO / "fairseq_smallvocab"
+MULTI30K = REPO.parent / "shared" / "data" / "multi30k"
+
+
+def run(args, cwd=None, check=True, stdin=None, env=None):
+    """Run a command with this interpreter's environment; returns the
+    CompletedProcess (stdout/stderr as text).  ``args[0]`` may be a fairseq
+    console script name or a path to one of the project's scripts."""
+    full_env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
+    full_env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{full_env.get('PATH', '')}"
+    if str(args[0]).endswith(".py"):
+        args = [sys.executable, *map(str, args)]
+    result = subprocess.run([str(a) for a in args], cwd=cwd, capture_output=True, text=True,
+                            input=stdin, env=full_env, check=False)
+    if check and result.returncode != 0:
+        raise AssertionError(f"{args} exited {result.returncode}\nstdout:\n{result.stdout[-3000:]}"
+                             f"\nstderr:\n{result.stderr[-5000:]}")
+    return result
+
+
+@pytest.fixture(scope="session")
+def tiny_raw(tmp_path_factory):
+    """A small synthetic corpus (raw text), shared by the tests that only read it."""
+    from fairseq_smallvocab.synthetic import SyntheticConfig, write_corpus
+
+    out = tmp_path_factory.mktemp("corpus") / "raw"
+    write_corpus(out, SyntheticConfig(tgt_vocab_size=300, train_size=400, valid_size=40, test_size=30))
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_bin(tiny_raw, tmp_path_factory):
+    """``tiny_raw`` binarized with every word kept."""
+    from fairseq_smallvocab.prep import prepare
+
+    dest = tmp_path_factory.mktemp("bin") / "data-bin"
+    splits = {"train": "train", "valid": "valid", "test": "test"}
+    prepare(tiny_raw, dest, "src", "tgt", splits, min_count=1, log=lambda m: None)
+    return dest

@@ -1,0 +1,137 @@
+"""fairseq checkpoints load under torch's weights_only=True through the
+plugin's allow-list, end to end through fairseq's own CLIs."""
+
+import argparse
+import io
+import os
+import pickle
+import sys
+
+import numpy as np
+import pytest
+import torch
+from conftest import USER_DIR, run
+from omegaconf import OmegaConf
+
+import fairseq_smallvocab  # noqa: F401  (registers the allow-list)
+from fairseq_smallvocab import checkpoint_compat
+
+TORCH_WEIGHTS_ONLY_DEFAULT = tuple(int(x) for x in torch.__version__.split(".")[:2]) >= (2, 6)
+TINY_LSTM = ["--arch", "lstm", "--encoder-embed-dim", "16", "--decoder-embed-dim", "16",
+             "--encoder-hidden-size", "16", "--decoder-hidden-size", "16",
+             "--decoder-out-embed-dim", "16"]
+TRAIN = ["--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "4000", "--cpu", "--seed", "3",
+         "--no-progress-bar", "--log-format", "simple", "--num-workers", "0"]
+
+# The architectures whose fairseq-train checkpoints must load; the plugin's own
+# arch joins this list when it is added.
+ARCHS = {"lstm": TINY_LSTM}
+
+
+@pytest.fixture(scope="module", params=sorted(ARCHS))
+def checkpoint(request, tiny_bin, tmp_path_factory):
+    """A checkpoint written by fairseq-train: 2 epochs, with --eval-bleu so
+    that the metrics state holds numpy arrays, as real runs' do."""
+    save_dir = tmp_path_factory.mktemp(f"ckpt-{request.param}")
+    run(["fairseq-train", tiny_bin, "--user-dir", USER_DIR, *ARCHS[request.param], *TRAIN,
+         "--max-epoch", "2", "--save-dir", save_dir, "--eval-bleu",
+         "--eval-bleu-args", '{"beam": 1, "max_len_b": 5}', "--best-checkpoint-metric", "bleu",
+         "--maximize-best-checkpoint-metric"])
+    return save_dir / "checkpoint_last.pt"
+
+
+def _allowed_names():
+    names = set()
+    for entry in checkpoint_compat.fairseq_checkpoint_globals():
+        if isinstance(entry, tuple):
+            names.add(entry[1])
+        else:
+            names.add(f"{entry.__module__}.{entry.__qualname__}")
+    return names
+
+
+def test_every_global_in_a_real_checkpoint_is_allow_listed(checkpoint):
+    # asked in a fresh interpreter: in this one the allow-list is registered,
+    # and torch does not report globals that are already allowed
+    code = ("import sys, torch; print('\\n'.join("
+            "torch.serialization.get_unsafe_globals_in_checkpoint(sys.argv[1])))")
+    found = set(run([sys.executable, "-c", code, checkpoint]).stdout.split())
+    assert "argparse.Namespace" in found  # the reason the fix exists
+    assert found <= _allowed_names(), found - _allowed_names()
+
+
+def test_torch_load_default_reads_checkpoint(checkpoint):
+    state = torch.load(checkpoint, map_location="cpu")  # weights_only default
+    assert isinstance(state["cfg"]["model"], argparse.Namespace)
+    assert state["model"]
+
+
+@pytest.mark.skipif(not TORCH_WEIGHTS_ONLY_DEFAULT, reason="torch < 2.6 loads with weights_only=False")
+def test_stock_fairseq_generate_fails_without_plugin(checkpoint, tiny_bin):
+    result = run(["fairseq-generate", tiny_bin, "--path", checkpoint, "--cpu", "--beam", "1",
+                  "--batch-size", "16"], check=False)
+    assert result.returncode != 0
+    assert "weights_only" in result.stderr or "Weights only" in result.stderr
+
+
+def test_fairseq_generate_with_user_dir(checkpoint, tiny_bin):
+    result = run(["fairseq-generate", tiny_bin, "--user-dir", USER_DIR, "--path", checkpoint,
+                  "--cpu", "--beam", "2", "--batch-size", "16", "--max-len-b", "10",
+                  "--required-batch-size-multiple", "1"])
+    hypotheses = [line for line in result.stdout.splitlines() if line.startswith("H-")]
+    assert len(hypotheses) == 30  # every test sentence
+    assert "BLEU" in result.stdout
+
+
+def test_fairseq_interactive_with_user_dir(checkpoint, tiny_bin, tiny_raw):
+    lines = (tiny_raw / "test.src").read_text().splitlines()[:3]
+    result = run(["fairseq-interactive", tiny_bin, "--user-dir", USER_DIR, "--path", checkpoint,
+                  "--cpu", "--beam", "1", "--max-len-b", "10", "--source-lang", "src",
+                  "--target-lang", "tgt"], stdin="\n".join(lines) + "\n")
+    assert len([line for line in result.stdout.splitlines() if line.startswith("H-")]) == 3
+
+
+def test_fairseq_train_resumes_from_checkpoint(checkpoint, tiny_bin, tmp_path):
+    resumed = run(["fairseq-train", tiny_bin, "--user-dir", USER_DIR, *TINY_LSTM, *TRAIN,
+                   "--max-epoch", "3", "--save-dir", tmp_path, "--restore-file", checkpoint,
+                   "--no-save"])
+    assert "Loaded checkpoint" in resumed.stdout + resumed.stderr
+    assert "epoch 003" in resumed.stdout + resumed.stderr
+
+
+def test_legacy_dictconfig_checkpoint_loads(tmp_path):
+    # fairseq versions before 0.12 pickled the OmegaConf config object itself
+    cfg = OmegaConf.create({"model": argparse.Namespace(arch="lstm", dropout=0.1),
+                            "optimization": {"lr": [0.25], "max_epoch": 3}},
+                           flags={"allow_objects": True})
+    path = tmp_path / "legacy.pt"
+    torch.save({"cfg": cfg, "model": {"w": torch.ones(2)},
+                "extra_state": {"metrics": {"bleu": np.float64(3.5), "counts": np.arange(4)}}}, path)
+    state = torch.load(path)
+    assert state["cfg"].optimization.lr == [0.25]
+    assert state["cfg"].model.arch == "lstm"
+    assert state["extra_state"]["metrics"]["bleu"] == 3.5
+    assert state["extra_state"]["metrics"]["counts"].tolist() == [0, 1, 2, 3]
+
+
+class _Exploit:
+    def __reduce__(self):
+        return (os.system, ("echo should-not-run",))
+
+
+def test_code_execution_is_still_refused():
+    buf = io.BytesIO()
+    torch.save({"cfg": {}, "payload": _Exploit()}, buf)
+    buf.seek(0)
+    with pytest.raises(pickle.UnpicklingError):
+        torch.load(buf)
+
+
+def test_allow_list_holds_only_classes_and_numpy_reconstructors():
+    for entry in checkpoint_compat.fairseq_checkpoint_globals():
+        obj, name = entry if isinstance(entry, tuple) else (entry, None)
+        if name is not None:  # numpy's pickle reconstructors, under their pickle names
+            assert name.rsplit(".", 1)[-1] in ("_reconstruct", "scalar")
+            assert name.startswith(("numpy.core.multiarray.", "numpy._core.multiarray."))
+        else:
+            assert isinstance(obj, type) or obj is __import__("typing").Any, obj

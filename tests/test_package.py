@@ -1,0 +1,54 @@
+"""The package loads both ways fairseq users load plugins."""
+
+import argparse
+import importlib.util
+import sys
+
+import torch
+from conftest import REPO, USER_DIR, run
+
+
+def test_import_registers_checkpoint_allow_list():
+    import fairseq_smallvocab
+
+    assert fairseq_smallvocab.__version__
+    safe = torch.serialization.get_safe_globals()
+    assert argparse.Namespace in safe
+
+
+def test_installed_package_is_this_checkout():
+    spec = importlib.util.find_spec("fairseq_smallvocab")
+    assert spec is not None and spec.origin is not None
+    assert spec.origin.startswith(str(USER_DIR))
+
+
+def test_user_dir_import_by_path_in_fresh_interpreter():
+    # fairseq's own mechanism: import_user_module(--user-dir PATH)
+    code = (
+        "import argparse, sys, torch\n"
+        "from fairseq import utils\n"
+        f"utils.import_user_module(argparse.Namespace(user_dir={str(USER_DIR)!r}))\n"
+        "m = sys.modules['fairseq_smallvocab']\n"
+        "print(m.__file__)\n"
+        "print(argparse.Namespace in torch.serialization.get_safe_globals())\n"
+    )
+    out = run([sys.executable, "-c", code], cwd="/").stdout.split()
+    assert out[-2].startswith(str(USER_DIR))
+    assert out[-1] == "True"
+
+
+def test_user_dir_after_import_of_installed_package():
+    # `import fairseq_smallvocab` first, then --user-dir to the same folder:
+    # fairseq must accept it as already imported, not raise "not globally unique".
+    code = (
+        "import argparse, fairseq_smallvocab\n"
+        "from fairseq import utils\n"
+        f"utils.import_user_module(argparse.Namespace(user_dir={str(USER_DIR)!r}))\n"
+        "print('ok')\n"
+    )
+    assert run([sys.executable, "-c", code], cwd=REPO).stdout.strip().endswith("ok")
+
+
+def test_fairseq_cli_sees_user_dir():
+    result = run(["fairseq-train", "--user-dir", USER_DIR, "--help"])
+    assert "--user-dir" in result.stdout
