@@ -48,8 +48,11 @@ def read_lines(path) -> List[str]:
     if not path.is_file():
         raise DataError(f"missing input file: {path}")
     try:
+        # fairseq-preprocess reads with universal newlines, where a lone "\r"
+        # also ends a line: inside a line it becomes a space, so both programs
+        # see the same sentence pairs
         with open(path, encoding="utf-8", newline="\n") as f:
-            return [line.rstrip("\r\n") for line in f]
+            return [line.rstrip("\r\n").replace("\r", " ") for line in f]
     except UnicodeDecodeError as err:
         raise DataError(f"{path}: not UTF-8 text ({err})") from err
 

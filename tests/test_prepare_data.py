@@ -200,3 +200,18 @@ def test_real_multi30k_en_de_word_level(tmp_path):
     assert stats["splits"]["test"]["de"]["sentences"] == 1000
     assert 0 < stats["splits"]["test"]["de"]["oov_rate"] < 0.05
     assert "binarized en-de" in result.stdout
+
+
+def test_carriage_return_inside_a_line_keeps_pairs_aligned(tiny_raw, tmp_path):
+    from fairseq.data import Dictionary, data_utils
+
+    raw = _copy_raw(tiny_raw, tmp_path / "raw")
+    lines = (raw / "valid.src").read_text().splitlines()
+    words = lines[2].split()
+    lines[2] = " ".join(words[:2]) + "\r" + " ".join(words[2:])
+    (raw / "valid.src").write_bytes(("\n".join(lines) + "\r\n").encode())  # CRLF at the end, too
+    prep.prepare(raw, tmp_path / "bin", "src", "tgt", SPLITS, min_count=1, log=lambda m: None)
+    src_dict = Dictionary.load(str(tmp_path / "bin" / "dict.src.txt"))
+    ds = data_utils.load_indexed_dataset(str(tmp_path / "bin" / "valid.src-tgt.src"), src_dict)
+    assert len(ds) == len(lines)
+    assert src_dict.string(ds[2]) == " ".join(words)
