@@ -1,0 +1,96 @@
+"""Criterion ``vocab_prediction_bce``: multi-label binary cross-entropy for the
+vocabulary predictor, with label smoothing toward the unigram prior.
+
+    t_i  <- (1 - eps) t_i + eps p(i)
+    loss  = sum over words i of BCE(o_i, t_i), summed over the batch
+
+where t is the example's gold word indicator and p(i) the fraction of training
+examples whose target contains word i (the model's ``prior`` buffer).  On
+validation it also counts recall@K for each K of ``--recall-at``: the share of
+target tokens (repeats counted, eos included) that fall in the example's K
+most probable words.  ``recall@K`` can serve as ``--best-checkpoint-metric``
+(with ``--maximize-best-checkpoint-metric``).
+"""
+
+import math
+from dataclasses import dataclass, field
+
+import torch.nn.functional as F
+from fairseq import metrics
+from fairseq.criterions import FairseqCriterion, register_criterion
+from fairseq.dataclass import FairseqDataclass
+
+from fairseq_smallvocab.vocab import check_k, multi_hot, recall_hits
+
+
+@dataclass
+class VocabPredictionBCEConfig(FairseqDataclass):
+    label_smoothing: float = field(default=0.1, metadata={"help": "eps: smooth the labels toward the prior"})
+    recall_at: str = field(default="500,1000,2000",
+                           metadata={"help": "comma-separated K values of the recall@K logged on validation"})
+
+
+def parse_ks(text):
+    try:
+        ks = sorted({int(k) for k in str(text).split(",") if k.strip()})
+    except ValueError as err:
+        raise ValueError(f"--recall-at takes comma-separated integers, got {text!r}") from err
+    if not ks:
+        raise ValueError("--recall-at needs at least one K")
+    return ks
+
+
+@register_criterion("vocab_prediction_bce", dataclass=VocabPredictionBCEConfig)
+class VocabPredictionBCECriterion(FairseqCriterion):
+    def __init__(self, task, label_smoothing, recall_at):
+        super().__init__(task)
+        if not 0.0 <= label_smoothing < 1.0:
+            raise ValueError(f"--label-smoothing must be in [0, 1), got {label_smoothing}")
+        self.eps = label_smoothing
+        vocab = len(task.target_dictionary)
+        self.ks = parse_ks(recall_at)
+        for k in self.ks:
+            check_k(k, vocab, "a --recall-at value")
+
+    def smoothed_labels(self, target, prior):
+        d = self.task.target_dictionary
+        labels = multi_hot(target, prior.numel(), ignore=(d.pad(), d.bos()))
+        return (1.0 - self.eps) * labels + self.eps * prior.unsqueeze(0)
+
+    def forward(self, model, sample, reduce=True):
+        logits = model(**sample["net_input"]).float()
+        target = sample["target"]
+        labels = self.smoothed_labels(target, model.prior.float())
+        loss = F.binary_cross_entropy_with_logits(logits, labels, reduction="sum" if reduce else "none")
+        nsentences = target.size(0)
+        logging_output = {"loss": loss.data, "nsentences": nsentences, "ntokens": sample["ntokens"],
+                          "sample_size": nsentences}
+        if not model.training:
+            hits, tokens = recall_hits(logits.detach(), target, self.ks, self.padding_idx)
+            logging_output["recall_tokens"] = tokens
+            for k, h in zip(self.ks, hits):
+                logging_output[f"recall_hits_{k}"] = h
+        return loss, nsentences, logging_output
+
+    @staticmethod
+    def reduce_metrics(logging_outputs) -> None:
+        def total(key):
+            return sum(log.get(key, 0) for log in logging_outputs)
+
+        nsentences = total("nsentences")
+        metrics.log_scalar("loss", total("loss") / max(nsentences, 1), nsentences, round=3)
+        tokens = total("recall_tokens")
+        if tokens > 0:
+            metrics.log_scalar_sum("_recall_tokens", tokens)
+            keys = sorted({key for log in logging_outputs for key in log if key.startswith("recall_hits_")},
+                          key=lambda key: int(key.rsplit("_", 1)[1]))
+            for key in keys:
+                k = key.rsplit("_", 1)[1]
+                metrics.log_scalar_sum(f"_recall_hits_{k}", total(key))
+                metrics.log_derived(f"recall@{k}", lambda meters, k=k: round(
+                    100.0 * meters[f"_recall_hits_{k}"].sum / meters["_recall_tokens"].sum, 2)
+                    if meters["_recall_tokens"].sum > 0 else math.nan)
+
+    @staticmethod
+    def logging_outputs_can_be_summed() -> bool:
+        return True

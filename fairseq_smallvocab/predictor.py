@@ -1,0 +1,137 @@
+"""Using a trained vocabulary predictor: loading it with checks, predicting
+candidate lists and measuring recall@K over a data split."""
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Dict, Optional, Sequence
+
+import numpy as np
+import torch
+
+from fairseq_smallvocab.vocab import check_k, multi_hot, recall_hits, select_candidates
+
+
+class PredictorError(ValueError):
+    """A predictor checkpoint that cannot be used, with the reason and the fix."""
+
+
+def file_sha256(path, chunk=1 << 22) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(chunk), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def load_predictor(path, data: Optional[str] = None, **task_overrides):
+    """(model in eval mode, task) from a ``vocab_predictor`` checkpoint.
+
+    ``data`` replaces the data folder the predictor was trained on (the
+    target dictionaries must be the same); ``task_overrides`` set other task
+    options (e.g. ``source_features``)."""
+    from fairseq import checkpoint_utils, tasks
+
+    from fairseq_smallvocab.models.vocab_predictor import dictionary_fingerprint
+
+    path = Path(path)
+    if not path.is_file():
+        raise PredictorError(f"vocabulary predictor checkpoint not found: {path}")
+    try:
+        state = checkpoint_utils.load_checkpoint_to_cpu(str(path))
+    except Exception as err:  # a truncated or foreign file: torch/pickle/zip errors
+        raise PredictorError(f"cannot read {path} as a fairseq checkpoint ({type(err).__name__}: {err}); "
+                             "the file may be incomplete or corrupt: retrain or copy it again") from err
+    cfg = state.get("cfg")
+    arch = getattr(getattr(cfg, "model", None), "_name", None)
+    if arch != "vocab_predictor":
+        raise PredictorError(f"{path} is a checkpoint of '{arch}', not of a vocabulary predictor "
+                             "(fairseq-train --task vocab_prediction --arch vocab_predictor)")
+    trained_on = cfg.task.data
+    if data is not None:
+        cfg.task.data = str(data)
+    for key, value in task_overrides.items():
+        setattr(cfg.task, key, value)
+    task = tasks.setup_task(cfg.task)
+    saved_hash = int(state["model"]["target_dict_hash"].item())
+    saved_size = state["model"]["prior"].numel()
+    if saved_hash != dictionary_fingerprint(task.target_dictionary):
+        tgt = task.cfg.target_lang  # inferred from the data folder when not given
+        raise PredictorError(
+            f"target dictionaries differ: the predictor {path} was trained with "
+            f"{os.path.join(str(trained_on), f'dict.{tgt}.txt')} ({saved_size} entries), the data uses "
+            f"{os.path.join(str(cfg.task.data), f'dict.{tgt}.txt')} ({len(task.target_dictionary)} entries). "
+            "Use a predictor trained on this data, or binarize the data with "
+            "fairseq-preprocess --tgtdict pointing to the predictor's dictionary.")
+    model = task.build_model(cfg.model, from_checkpoint=True)
+    model.load_state_dict(state["model"], strict=True)
+    model.eval()
+    return model, task
+
+
+def _batches(task, split, batch_size):
+    """The split's batches in dataset order, none filtered out or dropped."""
+    if split not in task.datasets:
+        task.load_dataset(split)
+    dataset = task.dataset(split)
+    itr = task.get_batch_iterator(dataset=dataset, max_sentences=batch_size, max_positions=None,
+                                  required_batch_size_multiple=1, seed=1, num_workers=0)
+    return len(dataset), itr.next_epoch_itr(shuffle=False)
+
+
+@torch.no_grad()
+def predict_candidates(model, task, split, k, include_gold=False, batch_size=256,
+                       always: Optional[Sequence[int]] = None) -> np.ndarray:
+    """Each example's K candidate target ids (best first) as an (N, K) array.
+
+    With ``include_gold`` every word of the gold target is forced in (the
+    training split: 100% recall).  ``always`` (default: unk) are forced in
+    for every example."""
+    d = task.target_dictionary
+    vocab = len(d)
+    check_k(k, vocab)
+    always = (d.unk(),) if always is None else tuple(always)
+    n, batches = _batches(task, split, batch_size)
+    out = np.empty((n, k), dtype=np.uint16 if vocab <= np.iinfo(np.uint16).max else np.int32)
+    filled = np.zeros(n, dtype=bool)
+    for sample in batches:
+        probs = model.predict(**sample["net_input"])
+        gold = multi_hot(sample["target"], vocab, ignore=(d.pad(), d.bos())) if include_gold else None
+        ids = sample["id"].numpy()
+        out[ids] = select_candidates(probs, k, gold=gold, always=always).numpy()
+        filled[ids] = True
+    if not filled.all():
+        raise RuntimeError(f"{int((~filled).sum())} examples of {split} got no prediction")
+    return out
+
+
+@torch.no_grad()
+def recall_at(model, task, split, ks: Sequence[int], batch_size=256, scores: Optional[torch.Tensor] = None
+              ) -> Dict[int, float]:
+    """Token-level recall@K (percent) of the predictor on a split, for each K;
+    with ``scores`` (one score per target word) a fixed ranking is measured
+    instead, e.g. the frequency baseline."""
+    for k in ks:
+        check_k(k, len(task.target_dictionary))
+    hits, tokens = np.zeros(len(ks), dtype=np.int64), 0
+    _, batches = _batches(task, split, batch_size)
+    for sample in batches:
+        target = sample["target"]
+        if scores is None:
+            batch_scores = model.predict(**sample["net_input"])
+        else:
+            batch_scores = scores.unsqueeze(0).expand(target.size(0), -1)
+        h, t = recall_hits(batch_scores, target, ks, task.target_dictionary.pad())
+        hits += h
+        tokens += t
+    return {k: 100.0 * h / max(tokens, 1) for k, h in zip(ks, hits)}
+
+
+def frequency_scores(task) -> torch.Tensor:
+    """The frequency baseline's ranking: each target word's token count in the
+    training split (eos included), no model."""
+    from fairseq_smallvocab.tasks.vocab_prediction import token_stream
+
+    targets = task._load_targets(task._data_path(task.cfg.train_subset), task.cfg.train_subset)
+    counts = np.bincount(token_stream(targets).astype(np.int64), minlength=len(task.target_dictionary))
+    return torch.from_numpy(counts.astype(np.float64))

@@ -1,0 +1,155 @@
+"""Task ``vocab_prediction``: learn which target words an input's output uses.
+
+Reads the binarized data of fairseq's ``translation`` task (fairseq-preprocess
+output).  The input is the bag of source words, or with ``--source-features
+DIR`` an image feature vector (``DIR/{split}.npy``: float32, one row per
+example); the label is the set of words in the gold target (eos included, pad
+and bos never).  Train with the ``vocab_predictor`` arch and the
+``vocab_prediction_bce`` criterion, which logs recall@K on validation.
+"""
+
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+from fairseq import utils
+from fairseq.data import data_utils, indexed_dataset
+from fairseq.dataclass import ChoiceEnum, FairseqDataclass
+from fairseq.tasks import FairseqTask, register_task
+from fairseq.tasks.translation import load_langpair_dataset
+from omegaconf import II
+
+from fairseq_smallvocab.data import FeatureTargetDataset, KeepLastBatchDataset, load_features
+from fairseq_smallvocab.vocab import document_frequency
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class VocabPredictionConfig(FairseqDataclass):
+    data: Optional[str] = field(default=None, metadata={"help": "fairseq-preprocess output folder"})
+    source_lang: Optional[str] = field(default=None, metadata={"help": "source language",
+                                                               "argparse_alias": "-s"})
+    target_lang: Optional[str] = field(default=None, metadata={"help": "target language",
+                                                               "argparse_alias": "-t"})
+    source_features: Optional[str] = field(
+        default=None, metadata={"help": "folder of {split}.npy image-feature matrices (float32, one row per "
+                                        "example) to read instead of source sentences"})
+    feature_dim: int = field(default=4096, metadata={"help": "d_f, the image feature dimension"})
+    max_source_positions: int = field(default=1024, metadata={"help": "longest source kept"})
+    max_target_positions: int = field(default=1024, metadata={"help": "longest target kept"})
+    train_subset: str = II("dataset.train_subset")
+    dataset_impl: Optional[ChoiceEnum(indexed_dataset.get_available_dataset_impl())] = II(
+        "dataset.dataset_impl")
+
+
+def token_stream(dataset):
+    """All items of a fairseq indexed dataset concatenated, as numpy."""
+    if isinstance(dataset, indexed_dataset.MMapIndexedDataset):
+        return np.frombuffer(dataset._bin_buffer, dtype=dataset._index.dtype)
+    return np.concatenate([dataset[i].numpy() for i in range(len(dataset))])
+
+
+@register_task("vocab_prediction", dataclass=VocabPredictionConfig)
+class VocabPredictionTask(FairseqTask):
+    cfg: VocabPredictionConfig
+
+    def __init__(self, cfg: VocabPredictionConfig, src_dict, tgt_dict):
+        super().__init__(cfg)
+        self.src_dict = src_dict
+        self.tgt_dict = tgt_dict
+
+    @classmethod
+    def setup_task(cls, cfg: VocabPredictionConfig, **kwargs):
+        if not cfg.data:
+            raise ValueError("give the data folder (fairseq-preprocess output) as the first argument")
+        path = utils.split_paths(cfg.data)[0]
+        if cfg.source_lang is None or cfg.target_lang is None:
+            src, tgt = data_utils.infer_language_pair(path)
+            cfg.source_lang = cfg.source_lang or src
+            cfg.target_lang = cfg.target_lang or tgt
+        if cfg.target_lang is None:
+            raise ValueError(f"cannot infer the target language in {path}; pass --target-lang")
+        tgt_dict = cls.load_dictionary(os.path.join(path, f"dict.{cfg.target_lang}.txt"))
+        src_dict = None
+        if cfg.source_features is None:
+            if cfg.source_lang is None:
+                raise ValueError(f"cannot infer the source language in {path}; pass --source-lang")
+            src_dict = cls.load_dictionary(os.path.join(path, f"dict.{cfg.source_lang}.txt"))
+        return cls(cfg, src_dict, tgt_dict)
+
+    @property
+    def uses_features(self):
+        return self.cfg.source_features is not None
+
+    @property
+    def feature_dim(self):
+        return self.cfg.feature_dim
+
+    def _data_path(self, split, epoch=1):
+        paths = utils.split_paths(self.cfg.data)
+        if split != self.cfg.train_subset:
+            paths = paths[:1]
+        return paths[(epoch - 1) % len(paths)]
+
+    def _load_targets(self, data_path, split):
+        src, tgt = self.cfg.source_lang, self.cfg.target_lang
+        for prefix in (f"{split}.{src}-{tgt}.{tgt}", f"{split}.{tgt}-None.{tgt}"):
+            ds = data_utils.load_indexed_dataset(os.path.join(data_path, prefix), self.tgt_dict,
+                                                 self.cfg.dataset_impl)
+            if ds is not None:
+                return ds
+        raise FileNotFoundError(f"no binarized '{split}' target data ({tgt}) in {data_path}")
+
+    def load_dataset(self, split, epoch=1, combine=False, **kwargs):
+        data_path = self._data_path(split, epoch)
+        if self.uses_features:
+            tgt = self._load_targets(data_path, split)
+            feats = load_features(os.path.join(self.cfg.source_features, f"{split}.npy"),
+                                  dim=self.cfg.feature_dim)
+            if len(feats) != len(tgt):
+                raise ValueError(f"{self.cfg.source_features}/{split}.npy has {len(feats)} rows but the "
+                                 f"{split} split has {len(tgt)} examples: one row per example is needed")
+            dataset = FeatureTargetDataset(feats, tgt, tgt.sizes, self.tgt_dict, shuffle=split != "test")
+        else:
+            dataset = load_langpair_dataset(
+                data_path, split, self.cfg.source_lang, self.src_dict, self.cfg.target_lang, self.tgt_dict,
+                combine=combine, dataset_impl=self.cfg.dataset_impl, upsample_primary=1,
+                left_pad_source=True, left_pad_target=False,
+                max_source_positions=self.cfg.max_source_positions,
+                max_target_positions=self.cfg.max_target_positions, shuffle=split != "test")
+        self.datasets[split] = KeepLastBatchDataset(dataset)
+
+    def build_dataset_for_inference(self, src_tokens, src_lengths, constraints=None):
+        from fairseq.data import LanguagePairDataset
+
+        return LanguagePairDataset(src_tokens, src_lengths, self.source_dictionary, tgt_dict=self.tgt_dict)
+
+    def compute_prior(self):
+        """p(i) over the training split's targets (see vocab.document_frequency)."""
+        targets = self._load_targets(self._data_path(self.cfg.train_subset), self.cfg.train_subset)
+        d = self.tgt_dict
+        return document_frequency(token_stream(targets), targets.sizes, len(d), ignore=(d.pad(), d.bos()))
+
+    def build_model(self, cfg, from_checkpoint=False):
+        model = super().build_model(cfg, from_checkpoint)
+        # The prior is part of the model: a new model gets it from the
+        # training data; a loaded one has it in its checkpoint.
+        if not from_checkpoint:
+            model.set_prior(self.compute_prior())
+        return model
+
+    def max_positions(self):
+        if self.uses_features:
+            return self.cfg.max_target_positions
+        return (self.cfg.max_source_positions, self.cfg.max_target_positions)
+
+    @property
+    def source_dictionary(self):
+        return self.src_dict
+
+    @property
+    def target_dictionary(self):
+        return self.tgt_dict

@@ -1,0 +1,62 @@
+#!/usr/bin/env python3
+"""Write each example's top-K predicted target words for one or more splits.
+
+For the training split the gold target words are always included (the top K
+of o + the gold indicator: the paper's 100% training recall); for the other
+splits the list is the predictor's top K.  The unknown word is always
+included.  Output per split: OUT/SPLIT.kK.npy (N x K ids, best first,
+memory-mappable) and OUT/SPLIT.kK.json (how it was made); see
+fairseq_smallvocab/candidates.py.
+
+    python scripts/export_candidates.py --predictor ckpt/vp/checkpoint_best.pt \\
+        --data data-bin/multi30k.en-de --splits train valid test --k 500 --out-dir cands/
+"""
+
+import argparse
+import logging
+import sys
+import time
+
+from fairseq_smallvocab.candidates import candidate_file, write_candidates
+from fairseq_smallvocab.models.vocab_predictor import dictionary_fingerprint
+from fairseq_smallvocab.predictor import PredictorError, file_sha256, load_predictor, predict_candidates
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--predictor", required=True, help="vocab_predictor checkpoint")
+    parser.add_argument("--data", default=None, help="data folder (default: the one the predictor was trained on)")
+    parser.add_argument("--source-features", default=None, help="image-feature folder, for feature predictors")
+    parser.add_argument("--splits", nargs="+", default=["train", "valid", "test"])
+    parser.add_argument("--k", type=int, required=True, help="candidates per example (1..|V|)")
+    parser.add_argument("--out-dir", required=True)
+    parser.add_argument("--gold", choices=["train", "always", "never"], default="train",
+                        help="force the gold words in: for the training split only (default), every split, "
+                             "or none")
+    parser.add_argument("--batch-size", type=int, default=256)
+    args = parser.parse_args(argv)
+    logging.getLogger().setLevel(logging.WARNING)
+    try:
+        overrides = {"source_features": args.source_features} if args.source_features else {}
+        model, task = load_predictor(args.predictor, args.data, **overrides)
+        digest = file_sha256(args.predictor)
+        for split in args.splits:
+            gold = args.gold == "always" or (args.gold == "train" and split == task.cfg.train_subset)
+            start = time.perf_counter()
+            ids = predict_candidates(model, task, split, args.k, include_gold=gold, batch_size=args.batch_size)
+            seconds = time.perf_counter() - start
+            meta = {"split": split, "vocab_size": len(task.target_dictionary),
+                    "target_dict_hash": dictionary_fingerprint(task.target_dictionary),
+                    "predictor": str(args.predictor), "predictor_sha256": digest, "gold_included": gold,
+                    "always_included": [task.target_dictionary.unk()], "data": str(task.cfg.data)}
+            path = write_candidates(candidate_file(args.out_dir, split, args.k), ids, meta)
+            print(f"{split}: {ids.shape[0]} examples x K={args.k} -> {path} "
+                  f"({seconds:.2f} s, {1000 * seconds / max(1, ids.shape[0]):.2f} ms per example"
+                  f"{', gold words included' if gold else ''})")
+    except (PredictorError, ValueError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()
