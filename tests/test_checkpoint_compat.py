@@ -6,6 +6,7 @@ import io
 import os
 import pickle
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -23,9 +24,9 @@ TINY_LSTM = ["--arch", "lstm", "--encoder-embed-dim", "16", "--decoder-embed-dim
 TRAIN = ["--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "4000", "--cpu", "--seed", "3",
          "--no-progress-bar", "--log-format", "simple", "--num-workers", "0"]
 
-# The architectures whose fairseq-train checkpoints must load; the plugin's own
-# arch joins this list when it is added.
-ARCHS = {"lstm": TINY_LSTM}
+# The architectures whose fairseq-train checkpoints must load: fairseq's own and
+# the plugin's (with fairseq's stock translation task: full softmax).
+ARCHS = {"lstm": TINY_LSTM, "lstm_smallvocab": ["--arch", "lstm_smallvocab", "--embed-dim", "16"]}
 
 
 @pytest.fixture(scope="module", params=sorted(ARCHS))
@@ -37,7 +38,7 @@ def checkpoint(request, tiny_bin, tmp_path_factory):
          "--max-epoch", "2", "--save-dir", save_dir, "--eval-bleu",
          "--eval-bleu-args", '{"beam": 1, "max_len_b": 5}', "--best-checkpoint-metric", "bleu",
          "--maximize-best-checkpoint-metric"])
-    return save_dir / "checkpoint_last.pt"
+    return SimpleNamespace(arch=request.param, path=save_dir / "checkpoint_last.pt")
 
 
 def _allowed_names():
@@ -55,27 +56,31 @@ def test_every_global_in_a_real_checkpoint_is_allow_listed(checkpoint):
     # and torch does not report globals that are already allowed
     code = ("import sys, torch; print('\\n'.join("
             "torch.serialization.get_unsafe_globals_in_checkpoint(sys.argv[1])))")
-    found = set(run([sys.executable, "-c", code, checkpoint]).stdout.split())
-    assert "argparse.Namespace" in found  # the reason the fix exists
+    found = set(run([sys.executable, "-c", code, checkpoint.path]).stdout.split())
+    if checkpoint.arch == "lstm":  # archs configured through argparse pickle their Namespace
+        assert "argparse.Namespace" in found  # the reason the fix exists
     assert found <= _allowed_names(), found - _allowed_names()
 
 
 def test_torch_load_default_reads_checkpoint(checkpoint):
-    state = torch.load(checkpoint, map_location="cpu")  # weights_only default
-    assert isinstance(state["cfg"]["model"], argparse.Namespace)
+    state = torch.load(checkpoint.path, map_location="cpu")  # weights_only default
+    if checkpoint.arch == "lstm":
+        assert isinstance(state["cfg"]["model"], argparse.Namespace)
+    else:  # a dataclass-configured model: a plain dict
+        assert state["cfg"]["model"]["_name"] == checkpoint.arch
     assert state["model"]
 
 
 @pytest.mark.skipif(not TORCH_WEIGHTS_ONLY_DEFAULT, reason="torch < 2.6 loads with weights_only=False")
 def test_stock_fairseq_generate_fails_without_plugin(checkpoint, tiny_bin):
-    result = run(["fairseq-generate", tiny_bin, "--path", checkpoint, "--cpu", "--beam", "1",
+    result = run(["fairseq-generate", tiny_bin, "--path", checkpoint.path, "--cpu", "--beam", "1",
                   "--batch-size", "16"], check=False)
     assert result.returncode != 0
     assert "weights_only" in result.stderr or "Weights only" in result.stderr
 
 
 def test_fairseq_generate_with_user_dir(checkpoint, tiny_bin):
-    result = run(["fairseq-generate", tiny_bin, "--user-dir", USER_DIR, "--path", checkpoint,
+    result = run(["fairseq-generate", tiny_bin, "--user-dir", USER_DIR, "--path", checkpoint.path,
                   "--cpu", "--beam", "2", "--batch-size", "16", "--max-len-b", "10",
                   "--required-batch-size-multiple", "1"])
     hypotheses = [line for line in result.stdout.splitlines() if line.startswith("H-")]
@@ -85,15 +90,15 @@ def test_fairseq_generate_with_user_dir(checkpoint, tiny_bin):
 
 def test_fairseq_interactive_with_user_dir(checkpoint, tiny_bin, tiny_raw):
     lines = (tiny_raw / "test.src").read_text().splitlines()[:3]
-    result = run(["fairseq-interactive", tiny_bin, "--user-dir", USER_DIR, "--path", checkpoint,
+    result = run(["fairseq-interactive", tiny_bin, "--user-dir", USER_DIR, "--path", checkpoint.path,
                   "--cpu", "--beam", "1", "--max-len-b", "10", "--source-lang", "src",
                   "--target-lang", "tgt"], stdin="\n".join(lines) + "\n")
     assert len([line for line in result.stdout.splitlines() if line.startswith("H-")]) == 3
 
 
 def test_fairseq_train_resumes_from_checkpoint(checkpoint, tiny_bin, tmp_path):
-    resumed = run(["fairseq-train", tiny_bin, "--user-dir", USER_DIR, *TINY_LSTM, *TRAIN,
-                   "--max-epoch", "3", "--save-dir", tmp_path, "--restore-file", checkpoint,
+    resumed = run(["fairseq-train", tiny_bin, "--user-dir", USER_DIR, *ARCHS[checkpoint.arch], *TRAIN,
+                   "--max-epoch", "3", "--save-dir", tmp_path, "--restore-file", checkpoint.path,
                    "--no-save"])
     assert "Loaded checkpoint" in resumed.stdout + resumed.stderr
     assert "epoch 003" in resumed.stdout + resumed.stderr

@@ -1,0 +1,232 @@
+"""``lstm_smallvocab``: the paper's attentional LSTM encoder-decoder whose output
+layer can be restricted, per example, to a small candidate vocabulary.
+
+Encoder: embeddings, a bidirectional LSTM (d units per direction).  Decoder
+(Luong et al. 2015, global "general" attention, input feeding):
+
+    h_t = LSTM([emb(y_{t-1}); s_{t-1}], h_{t-1}),   h_0 = forward last + backward first state
+    a_t = softmax_j(h_t . W_a e_j),  c_t = sum_j a_tj e_j
+    s_t = tanh(W_s [h_t; c_t] + b_s)
+    logits_t = W_p' s_t + b_p'
+
+W_p is tied to the target embedding.  With ``candidates`` (B x K target ids),
+W_p' and b_p' are the example's K rows of W_p and b_p (a gather and a batched
+matrix product) and the model scores only those K words; without, the same
+code scores the whole vocabulary.  One model, one code path, so small and full
+softmax compare fairly.
+
+Candidate rows follow one convention: position i holds fairseq's special
+symbol i for the dictionary's special symbols (bos, pad, eos, unk = 0..3), so
+a candidate-space id of a special symbol equals its dictionary id and fairseq's
+search code (pad/unk/eos handling) works unchanged.  ``get_targets`` maps gold
+target ids to their positions in the example's candidates.
+
+Initialization as the paper's code: weights uniform in [-0.1, 0.1], biases 0,
+LSTM forget-gate biases 1, the attention matrix 0.
+"""
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from fairseq import utils
+from fairseq.dataclass import FairseqDataclass
+from fairseq.models import (
+    FairseqEncoder,
+    FairseqEncoderDecoderModel,
+    FairseqIncrementalDecoder,
+    register_model,
+    register_model_architecture,
+)
+from torch import Tensor
+
+INIT_SCALE = 0.1
+
+
+@dataclass
+class LSTMSmallVocabConfig(FairseqDataclass):
+    embed_dim: int = field(default=256, metadata={"help": "d: embeddings, LSTM units (per direction), s_t"})
+    layers: int = field(default=1, metadata={"help": "LSTM layers in the encoder and in the decoder"})
+    dropout: float = field(default=0.2, metadata={"help": "dropout on embeddings, [h_t; c_t] and s_t"})
+    max_source_positions: int = field(default=1024, metadata={"help": "longest source"})
+    max_target_positions: int = field(default=1024, metadata={"help": "longest target"})
+
+
+def _init_lstm(weights: Dict[str, Tensor], hidden: int):
+    for name, param in weights.items():
+        if "weight" in name:
+            nn.init.uniform_(param, -INIT_SCALE, INIT_SCALE)
+        else:
+            nn.init.zeros_(param)
+            if name.startswith("bias_hh"):
+                param.data[hidden:2 * hidden].fill_(1.0)  # forget gate (PyTorch order i, f, g, o)
+
+
+class SmallVocabEncoder(FairseqEncoder):
+    def __init__(self, dictionary, embed_dim, layers, dropout, max_positions):
+        super().__init__(dictionary)
+        self.padding_idx = dictionary.pad()
+        self.embed_tokens = nn.Embedding(len(dictionary), embed_dim, padding_idx=self.padding_idx)
+        nn.init.uniform_(self.embed_tokens.weight, -INIT_SCALE, INIT_SCALE)
+        self.lstm = nn.LSTM(embed_dim, embed_dim, num_layers=layers, bidirectional=True,
+                            dropout=dropout if layers > 1 else 0.0)
+        _init_lstm(dict(self.lstm.named_parameters()), embed_dim)
+        self.dropout = nn.Dropout(dropout)
+        self.layers = layers
+        self.max_positions_ = max_positions
+
+    def forward(self, src_tokens, src_lengths, candidates: Optional[Tensor] = None, **unused):
+        # fairseq pads sources on the left by default; the LSTM wants them on the right
+        src_tokens = utils.convert_padding_direction(src_tokens, self.padding_idx, left_to_right=True)
+        bsz, seqlen = src_tokens.size()
+        x = self.dropout(self.embed_tokens(src_tokens)).transpose(0, 1)  # T x B x d
+        packed = nn.utils.rnn.pack_padded_sequence(x, src_lengths.cpu(), enforce_sorted=False)
+        out, (h, c) = self.lstm(packed)
+        out, _ = nn.utils.rnn.pad_packed_sequence(out, padding_value=0.0, total_length=seqlen)
+        # decoder h_0 per layer: forward direction's last state + backward's first
+        h = h.view(self.layers, 2, bsz, -1).sum(1)
+        c = c.view(self.layers, 2, bsz, -1).sum(1)
+        return {"encoder_out": [out],  # T x B x 2d
+                "encoder_padding_mask": [src_tokens.eq(self.padding_idx)],  # B x T
+                "final_hidden": [h], "final_cell": [c],  # layers x B x d
+                "candidates": [] if candidates is None else [candidates]}  # B x K
+
+    def reorder_encoder_out(self, encoder_out: Dict[str, List[Tensor]], new_order):
+        return {"encoder_out": [encoder_out["encoder_out"][0].index_select(1, new_order)],
+                "encoder_padding_mask": [encoder_out["encoder_padding_mask"][0].index_select(0, new_order)],
+                "final_hidden": [encoder_out["final_hidden"][0].index_select(1, new_order)],
+                "final_cell": [encoder_out["final_cell"][0].index_select(1, new_order)],
+                "candidates": [c.index_select(0, new_order) for c in encoder_out["candidates"]]}
+
+    def max_positions(self):
+        return self.max_positions_
+
+
+class SmallVocabDecoder(FairseqIncrementalDecoder):
+    def __init__(self, dictionary, embed_dim, layers, dropout, max_positions):
+        super().__init__(dictionary)
+        d = embed_dim
+        self.embed_tokens = nn.Embedding(len(dictionary), d, padding_idx=dictionary.pad())
+        nn.init.uniform_(self.embed_tokens.weight, -INIT_SCALE, INIT_SCALE)
+        self.cells = nn.ModuleList([nn.LSTMCell(2 * d if i == 0 else d, d) for i in range(layers)])
+        for cell in self.cells:
+            _init_lstm(dict(cell.named_parameters()), d)
+        self.attention = nn.Linear(2 * d, d, bias=False)  # W_a, applied to the encoder states
+        nn.init.zeros_(self.attention.weight)
+        self.combine = nn.Linear(3 * d, d)  # W_s, b_s
+        nn.init.uniform_(self.combine.weight, -INIT_SCALE, INIT_SCALE)
+        nn.init.zeros_(self.combine.bias)
+        self.output_bias = nn.Parameter(torch.zeros(len(dictionary)))  # b_p; W_p is embed_tokens.weight
+        self.dropout = nn.Dropout(dropout)
+        self.max_positions_ = max_positions
+
+    def forward(self, prev_output_tokens, encoder_out, incremental_state=None, features_only=False, **unused):
+        s, attn = self.extract_features(prev_output_tokens, encoder_out, incremental_state)
+        candidates = encoder_out["candidates"][0] if encoder_out["candidates"] else None
+        out = s if features_only else self.output_layer(s, candidates)
+        return out, {"attn": [attn], "candidates": [] if candidates is None else [candidates]}
+
+    def extract_features(self, prev_output_tokens, encoder_out, incremental_state=None):
+        """s_t for every step: B x T x d (and the attention, B x T x T_src)."""
+        enc = encoder_out["encoder_out"][0]  # T_src x B x 2d
+        mask = encoder_out["encoder_padding_mask"][0]  # B x T_src
+        if incremental_state is not None:
+            prev_output_tokens = prev_output_tokens[:, -1:]
+        bsz, steps = prev_output_tokens.size()
+        cached = self.get_incremental_state(incremental_state, "state") if incremental_state is not None else None
+        if cached is not None:
+            hs, cs, feed = list(cached["h"].unbind(0)), list(cached["c"].unbind(0)), cached["feed"]
+        else:
+            hs = list(encoder_out["final_hidden"][0].unbind(0))
+            cs = list(encoder_out["final_cell"][0].unbind(0))
+            feed = enc.new_zeros(bsz, self.combine.out_features)
+        keys = self.attention(enc).permute(1, 2, 0)  # B x d x T_src: W_a e_j
+        values = enc.transpose(0, 1)  # B x T_src x 2d
+        x = self.dropout(self.embed_tokens(prev_output_tokens))  # B x T x d
+        outs, attns = [], []
+        for t in range(steps):
+            inp = torch.cat([x[:, t], feed], dim=1)
+            for i, cell in enumerate(self.cells):
+                hs[i], cs[i] = cell(inp, (hs[i], cs[i]))
+                inp = self.dropout(hs[i]) if i + 1 < len(self.cells) else hs[i]
+            h = hs[-1]
+            scores = torch.bmm(h.unsqueeze(1), keys).squeeze(1).masked_fill(mask, float("-inf"))
+            a = F.softmax(scores.float(), dim=-1).type_as(scores)  # B x T_src
+            ctx = torch.bmm(a.unsqueeze(1), values).squeeze(1)  # B x 2d
+            feed = self.dropout(torch.tanh(self.combine(self.dropout(torch.cat([h, ctx], dim=1)))))
+            outs.append(feed)
+            attns.append(a)
+        if incremental_state is not None:
+            self.set_incremental_state(incremental_state, "state",
+                                       {"h": torch.stack(hs), "c": torch.stack(cs), "feed": feed})
+        return torch.stack(outs, dim=1), torch.stack(attns, dim=1)
+
+    def output_layer(self, features, candidates: Optional[Tensor] = None):
+        """Logits over the whole vocabulary (B x T x V), or with ``candidates``
+        (B x K ids) over each example's K candidates (B x T x K)."""
+        weight, bias = self.embed_tokens.weight, self.output_bias
+        if candidates is None:
+            return F.linear(features, weight, bias)
+        w = weight[candidates]  # B x K x d
+        b = bias[candidates].unsqueeze(1)  # B x 1 x K
+        return torch.baddbmm(b, features, w.transpose(1, 2))
+
+    def reorder_incremental_state(self, incremental_state, new_order):
+        cached = self.get_incremental_state(incremental_state, "state")
+        if cached is None:
+            return
+        self.set_incremental_state(incremental_state, "state", {
+            "h": cached["h"].index_select(1, new_order), "c": cached["c"].index_select(1, new_order),
+            "feed": cached["feed"].index_select(0, new_order)})
+
+    def max_positions(self):
+        return self.max_positions_
+
+
+@register_model("lstm_smallvocab", dataclass=LSTMSmallVocabConfig)
+class LSTMSmallVocabModel(FairseqEncoderDecoderModel):
+    """The paper's 1-layer d = 256 model (arch ``lstm_smallvocab``; a model with a
+    dataclass config is also its own arch); ``lstm_smallvocab_big``: 2 layers,
+    d = 512."""
+
+    @classmethod
+    def build_model(cls, cfg, task):
+        encoder = SmallVocabEncoder(task.source_dictionary, cfg.embed_dim, cfg.layers, cfg.dropout,
+                                    cfg.max_source_positions)
+        decoder = SmallVocabDecoder(task.target_dictionary, cfg.embed_dim, cfg.layers, cfg.dropout,
+                                    cfg.max_target_positions)
+        return cls(encoder, decoder)
+
+    def forward(self, src_tokens, src_lengths, prev_output_tokens, candidates=None, **kwargs):
+        encoder_out = self.encoder(src_tokens, src_lengths, candidates=candidates)
+        return self.decoder(prev_output_tokens, encoder_out)
+
+    def get_targets(self, sample, net_output):
+        """Gold ids as positions in the example's candidates (or unchanged for
+        the full softmax).  A gold word outside the candidates (possible on
+        validation, never in training, whose candidates include the gold
+        words) maps to the position of <unk>."""
+        target = sample["target"]
+        candidates = net_output[1]["candidates"]
+        if not candidates:
+            return target
+        return candidate_positions(candidates[0], target, len(self.decoder.dictionary),
+                                   self.decoder.dictionary.unk())
+
+
+def candidate_positions(candidates: Tensor, target: Tensor, vocab_size: int, unk: int) -> Tensor:
+    """Each target id's position in its example's candidate row (B x K);
+    ids that are not candidates get the position of ``unk`` (its own id, by
+    the special-symbols convention)."""
+    pos = torch.full((candidates.size(0), vocab_size), unk, dtype=torch.long, device=candidates.device)
+    ranks = torch.arange(candidates.size(1), device=candidates.device).expand_as(candidates)
+    pos.scatter_(1, candidates.long(), ranks)
+    return pos.gather(1, target)
+
+
+@register_model_architecture("lstm_smallvocab", "lstm_smallvocab_big")
+def lstm_smallvocab_big(cfg):
+    cfg.embed_dim = getattr(cfg, "embed_dim", 512)
+    cfg.layers = getattr(cfg, "layers", 2)

@@ -1,0 +1,153 @@
+"""lstm_smallvocab: the small-softmax output equals the full softmax masked to
+the same candidates (log-probabilities, loss, gradient), one code path."""
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.nn.functional as F
+from fairseq.data import Dictionary
+
+from fairseq_smallvocab.models.lstm_smallvocab import LSTMSmallVocabConfig, LSTMSmallVocabModel, candidate_positions
+
+V_SRC, V_TGT, B, T_SRC, T_TGT, K = 40, 60, 5, 7, 6, 16
+
+
+def _dict(n):
+    d = Dictionary()
+    for i in range(n - d.nspecial):
+        d.add_symbol(f"w{i}")
+    return d
+
+
+@pytest.fixture()
+def setup():
+    torch.manual_seed(0)
+    src_dict, tgt_dict = _dict(V_SRC), _dict(V_TGT)
+    task = SimpleNamespace(source_dictionary=src_dict, target_dictionary=tgt_dict)
+    model = LSTMSmallVocabModel.build_model(LSTMSmallVocabConfig(embed_dim=12, layers=2, dropout=0.0), task)
+    with torch.no_grad():  # away from the zero initialization, so that attention matters
+        model.decoder.attention.weight.normal_(0, 0.3)
+        model.decoder.output_bias.normal_()
+    model.eval()
+    pad, eos = tgt_dict.pad(), tgt_dict.eos()
+    lengths = torch.tensor([7, 5, 7, 3, 6])
+    src = torch.randint(4, V_SRC, (B, T_SRC))
+    for b, n in enumerate(lengths.tolist()):  # left padding, as fairseq's translation data
+        src[b, : T_SRC - n] = pad
+        src[b, -1] = eos
+    tgt = torch.randint(4, V_TGT, (B, T_TGT))
+    tgt[:, -1] = eos
+    tgt[3, 3:] = pad
+    tgt[3, 2] = eos
+    prev = torch.cat([torch.full((B, 1), eos), tgt[:, :-1]], dim=1).masked_fill(tgt.eq(pad), pad)
+    # candidates: the special symbols at their own ids, then the gold words, then others
+    cands = torch.zeros(B, K, dtype=torch.long)
+    for b in range(B):
+        gold = [t for t in dict.fromkeys(tgt[b].tolist()) if t >= tgt_dict.nspecial]
+        rest = [t for t in torch.randperm(V_TGT).tolist() if t >= tgt_dict.nspecial and t not in gold]
+        cands[b] = torch.tensor(list(range(tgt_dict.nspecial)) + (gold + rest)[: K - tgt_dict.nspecial])
+    return model, src, lengths, prev, tgt, cands, tgt_dict
+
+
+def _masked_full(model, src, lengths, prev, cands):
+    """The oracle: full-vocabulary logits restricted to the candidates."""
+    full, _ = model(src, lengths, prev)
+    return full.gather(2, cands.unsqueeze(1).expand(-1, full.size(1), -1))
+
+
+def test_small_logprobs_equal_masked_full_softmax(setup):
+    model, src, lengths, prev, _, cands, _ = setup
+    small, extra = model(src, lengths, prev, candidates=cands)
+    assert small.shape == (B, T_TGT, K)
+    oracle = F.log_softmax(_masked_full(model, src, lengths, prev, cands), dim=-1)
+    got = model.get_normalized_probs((small, extra), log_probs=True)
+    torch.testing.assert_close(got, oracle, atol=1e-5, rtol=0)
+
+
+def test_full_softmax_is_the_same_code_without_candidates(setup):
+    model, src, lengths, prev, _, cands, _ = setup
+    full, extra = model(src, lengths, prev)
+    assert full.shape == (B, T_TGT, V_TGT) and extra["candidates"] == []
+    all_ids = torch.arange(V_TGT).expand(B, -1)
+    everything, _ = model(src, lengths, prev, candidates=all_ids)
+    torch.testing.assert_close(everything, full, atol=1e-5, rtol=0)
+
+
+def test_targets_map_to_candidate_positions(setup):
+    model, src, lengths, prev, tgt, cands, d = setup
+    small = model(src, lengths, prev, candidates=cands)
+    mapped = model.get_targets({"target": tgt}, small)
+    assert torch.equal(cands.gather(1, mapped), tgt)  # every gold word is a candidate here
+    assert torch.equal(mapped.eq(d.pad()), tgt.eq(d.pad()))  # pad keeps its id: ignore_index works
+    assert torch.equal(model.get_targets({"target": tgt}, model(src, lengths, prev)), tgt)
+    outside = torch.tensor([[V_TGT - 1]])
+    row = torch.tensor([[0, 1, 2, 3, 10]])
+    assert candidate_positions(row, outside, V_TGT, d.unk()).item() == d.unk()
+
+
+def test_loss_and_output_gradient_equal_masked_full_softmax(setup):
+    model, src, lengths, prev, tgt, cands, d = setup
+    pad = d.pad()
+
+    def loss_and_grads(small):
+        model.zero_grad()
+        if small:
+            out = model(src, lengths, prev, candidates=cands)
+            lprobs = model.get_normalized_probs(out, log_probs=True)
+            target = model.get_targets({"target": tgt}, out)
+        else:
+            lprobs = F.log_softmax(_masked_full(model, src, lengths, prev, cands), dim=-1)
+            target = candidate_positions(cands, tgt, V_TGT, d.unk())
+        loss = F.nll_loss(lprobs.view(-1, lprobs.size(-1)), target.view(-1), ignore_index=pad, reduction="sum")
+        loss.backward()
+        return (loss.detach(), model.decoder.embed_tokens.weight.grad.clone(),
+                model.decoder.output_bias.grad.clone(), model.encoder.lstm.weight_hh_l0.grad.clone())
+
+    small, full = loss_and_grads(True), loss_and_grads(False)
+    torch.testing.assert_close(small[0], full[0], atol=1e-5, rtol=1e-6)
+    for a, b in zip(small[1:], full[1:]):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    # the output bias of a word that is nobody's candidate gets no gradient
+    never = sorted(set(range(V_TGT)) - set(cands.flatten().tolist()))
+    assert never and small[2][never].abs().max() == 0
+
+
+def test_incremental_decoding_matches_full_forward(setup):
+    model, src, lengths, prev, _, cands, _ = setup
+    full, _ = model(src, lengths, prev, candidates=cands)
+    encoder_out = model.encoder(src, lengths, candidates=cands)
+    state = {}
+    steps = [model.decoder(prev[:, : t + 1], encoder_out, incremental_state=state)[0] for t in range(T_TGT)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=0)
+
+
+def test_reordering_for_beam_search_keeps_candidates_with_their_example(setup):
+    model, src, lengths, _, _, cands, _ = setup
+    encoder_out = model.encoder(src, lengths, candidates=cands)
+    order = torch.tensor([4, 4, 0, 2])
+    reordered = model.encoder.reorder_encoder_out(encoder_out, order)
+    assert torch.equal(reordered["candidates"][0], cands[order])
+    assert torch.equal(reordered["final_hidden"][0], encoder_out["final_hidden"][0][:, order])
+
+
+def test_padding_does_not_change_the_output(setup):
+    model, src, lengths, prev, _, cands, d = setup
+    b = 3  # its source has 3 tokens and 4 of left padding
+    alone, _ = model(src[b:b + 1, -3:], lengths[b:b + 1], prev[b:b + 1], candidates=cands[b:b + 1])
+    batched, _ = model(src, lengths, prev, candidates=cands)
+    torch.testing.assert_close(alone[0], batched[b], atol=1e-5, rtol=0)
+
+
+def test_initialization_as_the_paper():
+    task = SimpleNamespace(source_dictionary=_dict(V_SRC), target_dictionary=_dict(V_TGT))
+    model = LSTMSmallVocabModel.build_model(LSTMSmallVocabConfig(embed_dim=8, layers=1), task)
+    lstm = model.encoder.lstm
+    assert lstm.weight_ih_l0.abs().max() <= 0.1 and lstm.weight_hh_l0_reverse.abs().max() <= 0.1
+    assert torch.equal(lstm.bias_hh_l0[8:16], torch.ones(8)) and lstm.bias_ih_l0.abs().sum() == 0
+    assert torch.equal(model.decoder.cells[0].bias_hh[8:16], torch.ones(8))
+    assert model.decoder.attention.weight.abs().sum() == 0
+    assert model.decoder.output_bias.abs().sum() == 0
+    # the output layer is the target embedding (tied)
+    s = torch.randn(1, 1, 8)
+    torch.testing.assert_close(model.decoder.output_layer(s)[0, 0], model.decoder.embed_tokens.weight @ s[0, 0])
