@@ -132,6 +132,6 @@ def frequency_scores(task) -> torch.Tensor:
     training split (eos included), no model."""
     from fairseq_smallvocab.tasks.vocab_prediction import token_stream
 
-    targets = task._load_targets(task._data_path(task.cfg.train_subset), task.cfg.train_subset)
-    counts = np.bincount(token_stream(targets).astype(np.int64), minlength=len(task.target_dictionary))
+    counts = np.bincount(token_stream(task.training_targets()).astype(np.int64),
+                         minlength=len(task.target_dictionary))
     return torch.from_numpy(counts.astype(np.float64))

@@ -338,3 +338,18 @@ def test_loss_is_finite_with_untrained_model(hand_bin):
     assert torch.allclose(torch.sigmoid(logits), torch.full_like(logits, 0.5))  # output layer starts at 0
     loss = F.binary_cross_entropy_with_logits(logits, torch.zeros_like(logits), reduction="sum")
     assert math.isfinite(loss.item())
+
+
+def test_frequency_scores_count_training_tokens_after_the_dataset_is_freed(tiny_bin):
+    # regression: the token stream was a view of the dataset's mmap, unmapped
+    # (segmentation fault) once the temporary dataset was freed
+    import gc
+
+    task = _task(tiny_bin)
+    scores = frequency_scores(task)
+    gc.collect()
+    targets = task.training_targets()
+    expected = np.bincount(np.concatenate([targets[i].numpy() for i in range(len(targets))]),
+                           minlength=len(task.target_dictionary))
+    np.testing.assert_array_equal(scores.numpy(), expected)
+    assert scores[task.target_dictionary.eos()] == len(targets)  # one eos per sentence

@@ -46,9 +46,10 @@ class VocabPredictionConfig(FairseqDataclass):
 
 
 def token_stream(dataset):
-    """All items of a fairseq indexed dataset concatenated, as numpy."""
+    """All items of a fairseq indexed dataset concatenated, as a numpy array of
+    its own: a copy, because the dataset unmaps its file when it is freed."""
     if isinstance(dataset, indexed_dataset.MMapIndexedDataset):
-        return np.frombuffer(dataset._bin_buffer, dtype=dataset._index.dtype)
+        return np.frombuffer(dataset._bin_buffer, dtype=dataset._index.dtype).copy()
     return np.concatenate([dataset[i].numpy() for i in range(len(dataset))])
 
 
@@ -127,9 +128,13 @@ class VocabPredictionTask(FairseqTask):
 
         return LanguagePairDataset(src_tokens, src_lengths, self.source_dictionary, tgt_dict=self.tgt_dict)
 
+    def training_targets(self):
+        """The training split's binarized target sentences."""
+        return self._load_targets(self._data_path(self.cfg.train_subset), self.cfg.train_subset)
+
     def compute_prior(self):
         """p(i) over the training split's targets (see vocab.document_frequency)."""
-        targets = self._load_targets(self._data_path(self.cfg.train_subset), self.cfg.train_subset)
+        targets = self.training_targets()
         d = self.tgt_dict
         return document_frequency(token_stream(targets), targets.sizes, len(d), ignore=(d.pad(), d.bos()))
 
