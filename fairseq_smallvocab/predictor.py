@@ -135,3 +135,22 @@ def frequency_scores(task) -> torch.Tensor:
     counts = np.bincount(token_stream(task.training_targets()).astype(np.int64),
                          minlength=len(task.target_dictionary))
     return torch.from_numpy(counts.astype(np.float64))
+
+
+def export_split(model, task, split, k, out_dir, predictor_path, digest=None, gold=False, batch_size=256):
+    """Predict a split's K-candidate lists and write them as a candidate file
+    (see candidates.py).  Returns (path, ids, seconds spent predicting)."""
+    import time
+
+    from fairseq_smallvocab.candidates import candidate_file, write_candidates
+    from fairseq_smallvocab.models.vocab_predictor import dictionary_fingerprint
+
+    start = time.perf_counter()
+    ids = predict_candidates(model, task, split, k, include_gold=gold, batch_size=batch_size)
+    seconds = time.perf_counter() - start
+    meta = {"split": split, "vocab_size": len(task.target_dictionary),
+            "target_dict_hash": dictionary_fingerprint(task.target_dictionary),
+            "predictor": str(predictor_path), "predictor_sha256": digest or file_sha256(predictor_path),
+            "gold_included": gold, "always_included": [task.target_dictionary.unk()], "data": str(task.cfg.data)}
+    return write_candidates(candidate_file(out_dir, split, k), ids, meta), ids, seconds
+

@@ -15,11 +15,8 @@ fairseq_smallvocab/candidates.py.
 import argparse
 import logging
 import sys
-import time
 
-from fairseq_smallvocab.candidates import candidate_file, write_candidates
-from fairseq_smallvocab.models.vocab_predictor import dictionary_fingerprint
-from fairseq_smallvocab.predictor import PredictorError, file_sha256, load_predictor, predict_candidates
+from fairseq_smallvocab.predictor import PredictorError, export_split, file_sha256, load_predictor
 
 
 def main(argv=None):
@@ -42,14 +39,8 @@ def main(argv=None):
         digest = file_sha256(args.predictor)
         for split in args.splits:
             gold = args.gold == "always" or (args.gold == "train" and split == task.cfg.train_subset)
-            start = time.perf_counter()
-            ids = predict_candidates(model, task, split, args.k, include_gold=gold, batch_size=args.batch_size)
-            seconds = time.perf_counter() - start
-            meta = {"split": split, "vocab_size": len(task.target_dictionary),
-                    "target_dict_hash": dictionary_fingerprint(task.target_dictionary),
-                    "predictor": str(args.predictor), "predictor_sha256": digest, "gold_included": gold,
-                    "always_included": [task.target_dictionary.unk()], "data": str(task.cfg.data)}
-            path = write_candidates(candidate_file(args.out_dir, split, args.k), ids, meta)
+            path, ids, seconds = export_split(model, task, split, args.k, args.out_dir, args.predictor, digest,
+                                              gold, args.batch_size)
             print(f"{split}: {ids.shape[0]} examples x K={args.k} -> {path} "
                   f"({seconds:.2f} s, {1000 * seconds / max(1, ids.shape[0]):.2f} ms per example"
                   f"{', gold words included' if gold else ''})")

@@ -1,0 +1,208 @@
+"""Task ``translation_smallvocab``: fairseq's ``translation`` with a small,
+input-specific target vocabulary in every batch.
+
+Each batch carries ``net_input["candidates"]``, a B x K matrix of target ids
+per example, built from the vocabulary predictor's lists: fairseq's special
+symbols first, at their own ids (positions 0..3 = bos, pad, eos, unk), then the
+example's predicted words.  Training lists hold every gold word (the
+predictor's top K plus the gold indicator); valid/test lists are the predicted
+top K.  ``lstm_smallvocab`` then scores only those K words, and fairseq's
+``cross_entropy`` / ``label_smoothed_cross_entropy`` work unchanged (the model
+maps gold ids into candidate space).
+
+Candidates come from ``--candidates-dir`` (lists exported by
+``scripts/export_candidates.py``) or ``--vocab-predictor`` (computed once per
+split and K and cached on disk in ``--candidates-dir``, by default the
+predictor's folder/candidates, keyed by the predictor's SHA-256).
+``--small-vocab-size 0`` (or K >= |V|) trains the same model with the full
+softmax.
+"""
+
+import logging
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import torch
+from fairseq import metrics
+from fairseq.tasks import register_task
+from fairseq.tasks.translation import TranslationConfig, TranslationTask
+
+from fairseq_smallvocab.data import KeepLastBatchDataset
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class TranslationSmallVocabConfig(TranslationConfig):
+    vocab_predictor: Optional[str] = field(
+        default=None, metadata={"help": "vocab_predictor checkpoint whose predictions give each example's "
+                                        "candidates (computed once per split and cached)"})
+    candidates_dir: Optional[str] = field(
+        default=None, metadata={"help": "folder of candidate lists ({split}.kK.npy from "
+                                        "scripts/export_candidates.py); with --vocab-predictor, the cache folder"})
+    small_vocab_size: Optional[int] = field(
+        default=None, metadata={"help": "K, candidates per example including the special symbols (default: "
+                                        "1000 when |V| > 10,000, else 500; 0: full softmax)"})
+
+
+def default_small_vocab_size(vocab_size: int) -> int:
+    """The paper's rule."""
+    return 1000 if vocab_size > 10000 else 500
+
+
+def candidate_rows(lists: np.ndarray, k: int, nspecial: int, where: str) -> np.ndarray:
+    """(N, K) rows: the special ids 0..nspecial-1, then each list's first
+    K - nspecial non-special ids, in the list's order (best first)."""
+    lists = np.asarray(lists).astype(np.int64)
+    keep = lists >= nspecial
+    need = k - nspecial
+    short = keep.sum(1) < need
+    if short.any():
+        row = int(np.flatnonzero(short)[0])
+        raise ValueError(f"{where}: example {row} has only {int(keep[row].sum())} non-special candidates, "
+                         f"{need} are needed for K = {k}; export the lists with a larger K")
+    order = np.argsort(~keep, axis=1, kind="stable")[:, :need]
+    words = np.take_along_axis(lists, order, axis=1)
+    specials = np.broadcast_to(np.arange(nspecial, dtype=np.int64), (len(lists), nspecial))
+    dtype = np.int32 if lists.max(initial=0) > np.iinfo(np.uint16).max else np.uint16
+    return np.concatenate([specials, words], axis=1).astype(dtype)
+
+
+class CandidateDataset(KeepLastBatchDataset):
+    """Adds ``net_input["candidates"]`` (B x K) to the wrapped dataset's batches."""
+
+    def __init__(self, dataset, rows: np.ndarray):
+        super().__init__(dataset)
+        if len(rows) != len(dataset):
+            raise ValueError(f"{len(rows)} candidate rows for {len(dataset)} examples")
+        self.rows = rows
+
+    def collater(self, samples):
+        batch = self.dataset.collater(samples)
+        if batch:  # the wrapped collater may reorder: index rows by the batch's ids
+            batch["net_input"]["candidates"] = torch.from_numpy(self.rows[batch["id"].numpy()].astype(np.int64))
+        return batch
+
+
+@register_task("translation_smallvocab", dataclass=TranslationSmallVocabConfig)
+class TranslationSmallVocabTask(TranslationTask):
+    cfg: TranslationSmallVocabConfig
+
+    def __init__(self, cfg, src_dict, tgt_dict):
+        super().__init__(cfg, src_dict, tgt_dict)
+        vocab = len(tgt_dict)
+        k = cfg.small_vocab_size if cfg.small_vocab_size is not None else default_small_vocab_size(vocab)
+        if k < 0:
+            raise ValueError(f"--small-vocab-size must be >= 0, got {k}")
+        if 0 < k <= tgt_dict.nspecial:
+            raise ValueError(f"--small-vocab-size {k} leaves no room for words beside the "
+                             f"{tgt_dict.nspecial} special symbols")
+        if k >= vocab:
+            logger.warning(f"--small-vocab-size {k} >= the target vocabulary ({vocab}): using the full softmax")
+            k = 0
+        self.k = k
+        if k and not (cfg.vocab_predictor or cfg.candidates_dir):
+            raise ValueError("a small vocabulary needs --vocab-predictor or --candidates-dir "
+                             "(or --small-vocab-size 0 for the full softmax)")
+        if k and cfg.eval_bleu:
+            raise ValueError("--eval-bleu decodes with fairseq's generator, which does not map candidate "
+                             "positions back to words; validate with the loss, or use --small-vocab-size 0")
+        self._predictor_sha256 = None  # of --vocab-predictor, computed once
+        self._predictor = None  # (model, task), loaded only when a split is not cached
+
+    @property
+    def small_vocab(self) -> bool:
+        return self.k > 0
+
+    def load_dataset(self, split, epoch=1, combine=False, **kwargs):
+        super().load_dataset(split, epoch, combine, **kwargs)
+        dataset = self.datasets[split]
+        if not self.small_vocab:
+            self.datasets[split] = KeepLastBatchDataset(dataset)
+            return
+        lists, where = self._candidate_lists(split, len(dataset))
+        rows = candidate_rows(lists, self.k, self.tgt_dict.nspecial, where)
+        self.datasets[split] = CandidateDataset(dataset, rows)
+
+    # -- where the lists come from -------------------------------------------------------------
+
+    def _candidate_lists(self, split, rows):
+        from fairseq_smallvocab.candidates import read_candidates
+        from fairseq_smallvocab.models.vocab_predictor import dictionary_fingerprint
+
+        dict_hash = dictionary_fingerprint(self.tgt_dict)
+        train = split == self.cfg.train_subset
+        if self.cfg.vocab_predictor:
+            return self._predicted_lists(split, rows, dict_hash, train)
+        path = self._exported_file(split)
+        ids, meta = read_candidates(path, dict_hash=dict_hash, rows=rows)
+        if train and not meta.get("gold_included"):
+            raise ValueError(f"{path} was exported without the gold words; the training split needs them "
+                             "(scripts/export_candidates.py includes them for train by default)")
+        return ids, str(path)
+
+    def _exported_file(self, split):
+        """The split's exported list with the smallest K' >= K."""
+        folder = Path(self.cfg.candidates_dir)
+        found = {}
+        for path in folder.glob(f"{split}.k*.npy"):
+            m = re.fullmatch(rf"{re.escape(split)}\.k(\d+)\.npy", path.name)
+            if m and int(m.group(1)) >= self.k:
+                found[int(m.group(1))] = path
+        if not found:
+            raise FileNotFoundError(f"no candidate list for '{split}' with K >= {self.k} in {folder}; write one "
+                                    f"with scripts/export_candidates.py --splits {split} --k {self.k}")
+        return found[min(found)]
+
+    def _predicted_lists(self, split, rows, dict_hash, train):
+        """Lists from --vocab-predictor, computed once per split and K and
+        cached on disk, keyed by the predictor's SHA-256."""
+        from fairseq_smallvocab.candidates import candidate_file, read_candidates
+        from fairseq_smallvocab.predictor import export_split, file_sha256, load_predictor
+
+        predictor = Path(self.cfg.vocab_predictor)
+        if not predictor.is_file():
+            raise FileNotFoundError(f"--vocab-predictor {predictor} not found")
+        cache = Path(self.cfg.candidates_dir or predictor.parent / "candidates")
+        if self._predictor_sha256 is None:
+            self._predictor_sha256 = file_sha256(predictor)
+        digest = self._predictor_sha256
+        path = candidate_file(cache, split, self.k)
+        if path.exists():
+            ids, meta = read_candidates(path, k=self.k, dict_hash=dict_hash, rows=rows)
+            if meta.get("predictor_sha256") == digest and meta.get("gold_included") == train:
+                logger.info(f"candidates for {split}: cached {path}")
+                return ids, str(path)
+        if self._predictor is None:
+            self._predictor = load_predictor(predictor, self.cfg.data.split(os.pathsep)[0])
+        model, ptask = self._predictor
+        path, ids, seconds = export_split(model, ptask, split, self.k, cache, predictor, digest, gold=train)
+        logger.info(f"candidates for {split}: predicted in {seconds:.1f} s, cached in {path}")
+        return ids, str(path)
+
+    # -- metrics ---------------------------------------------------------------------------------
+
+    def valid_step(self, sample, model, criterion):
+        loss, sample_size, logging_output = super().valid_step(sample, model, criterion)
+        candidates = sample["net_input"].get("candidates")
+        if candidates is not None:
+            target = sample["target"]
+            real = target.ne(self.tgt_dict.pad())
+            inside = (target.unsqueeze(-1) == candidates.unsqueeze(1)).any(-1)
+            logging_output["cand_tokens"] = int(real.sum())
+            logging_output["cand_outside"] = int((real & ~inside).sum())
+        return loss, sample_size, logging_output
+
+    def reduce_metrics(self, logging_outputs, criterion):
+        super().reduce_metrics(logging_outputs, criterion)
+        tokens = sum(log.get("cand_tokens", 0) for log in logging_outputs)
+        if tokens:
+            metrics.log_scalar_sum("_cand_tokens", tokens)
+            metrics.log_scalar_sum("_cand_outside", sum(log.get("cand_outside", 0) for log in logging_outputs))
+            # the share (%) of gold target tokens outside the example's candidates
+            metrics.log_derived("gold_outside_cands", lambda m: round(
+                100.0 * m["_cand_outside"].sum / m["_cand_tokens"].sum, 3))

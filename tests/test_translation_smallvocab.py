@@ -1,0 +1,118 @@
+"""translation_smallvocab: candidate rows in every batch, from exported lists or
+a predictor (cached), and the full-softmax fallbacks."""
+
+import logging
+
+import numpy as np
+import pytest
+from conftest import REPO, USER_DIR, run
+
+from fairseq_smallvocab.candidates import read_candidates
+from fairseq_smallvocab.tasks.translation_smallvocab import (
+    TranslationSmallVocabConfig,
+    TranslationSmallVocabTask,
+    candidate_rows,
+)
+
+VP_TRAIN = ["--user-dir", USER_DIR, "--task", "vocab_prediction", "--arch", "vocab_predictor", "--criterion",
+            "vocab_prediction_bce", "--recall-at", "50", "--optimizer", "adagrad", "--lr", "0.08",
+            "--batch-size", "64", "--max-epoch", "2", "--cpu", "--no-progress-bar", "--num-workers", "0",
+            "--no-epoch-checkpoints"]
+MT_TRAIN = ["--user-dir", USER_DIR, "--task", "translation_smallvocab", "--arch", "lstm_smallvocab",
+            "--embed-dim", "16", "--criterion", "cross_entropy", "--optimizer", "sgd", "--lr", "0.5",
+            "--clip-norm", "1.0", "--batch-size", "32", "--max-epoch", "1", "--cpu", "--no-progress-bar",
+            "--log-format", "simple", "--num-workers", "0", "--no-save"]
+
+
+@pytest.fixture(scope="module")
+def predictor(tiny_bin, tmp_path_factory):
+    save = tmp_path_factory.mktemp("vp")
+    run(["fairseq-train", tiny_bin, *VP_TRAIN, "--save-dir", save])
+    return save / "checkpoint_last.pt"
+
+
+def _task(data, **cfg):
+    config = TranslationSmallVocabConfig(data=str(data), **cfg)
+    config.train_subset, config.dataset_impl, config.required_seq_len_multiple = "train", None, 1
+    return TranslationSmallVocabTask.setup_task(config)
+
+
+def test_candidate_rows_put_specials_at_their_ids_then_words_in_order():
+    lists = np.array([[3, 9, 2, 7, 5, 8], [6, 1, 4, 10, 11, 12]])
+    rows = candidate_rows(lists, k=7, nspecial=4, where="x")
+    assert rows.tolist() == [[0, 1, 2, 3, 9, 7, 5], [0, 1, 2, 3, 6, 4, 10]]
+    with pytest.raises(ValueError, match="example 0 has only 4 non-special candidates, 5 are needed"):
+        candidate_rows(lists, k=9, nspecial=4, where="x")
+
+
+def test_batches_carry_candidates_with_every_gold_word_in_training(predictor, tiny_bin, tmp_path):
+    task = _task(tiny_bin, vocab_predictor=str(predictor), candidates_dir=str(tmp_path), small_vocab_size=60)
+    for split in ("train", "valid"):
+        task.load_dataset(split)
+        itr = task.get_batch_iterator(task.dataset(split), max_sentences=16, required_batch_size_multiple=8)
+        seen = 0
+        for batch in itr.next_epoch_itr(shuffle=False):
+            cands = batch["net_input"]["candidates"]
+            assert cands.shape == (len(batch["id"]), 60)
+            assert (cands[:, :4] == np.arange(4)).all()  # bos, pad, eos, unk at their own ids
+            if split == "train":
+                for row, target in zip(cands.tolist(), batch["target"].tolist()):
+                    assert set(target) <= set(row)
+            seen += len(batch["id"])
+        assert seen == len(task.dataset(split))  # no example dropped
+    ids, meta = read_candidates(tmp_path / "train.k60.npy")
+    assert meta["gold_included"] and meta["predictor"] == str(predictor)
+
+
+def test_predicted_candidates_are_cached_by_predictor_and_k(predictor, tiny_bin, tmp_path, caplog):
+    caplog.set_level(logging.INFO)
+    _task(tiny_bin, vocab_predictor=str(predictor), candidates_dir=str(tmp_path),
+          small_vocab_size=40).load_dataset("valid")
+    first = (tmp_path / "valid.k40.npy").stat().st_mtime_ns
+    again = _task(tiny_bin, vocab_predictor=str(predictor), candidates_dir=str(tmp_path), small_vocab_size=40)
+    again.load_dataset("valid")
+    assert (tmp_path / "valid.k40.npy").stat().st_mtime_ns == first
+    assert "cached" in caplog.text
+    assert again._predictor is None  # the predictor itself was not even loaded
+
+
+def test_exported_lists_are_used_and_checked(predictor, tiny_bin, tmp_path):
+    run([REPO / "scripts" / "export_candidates.py", "--predictor", predictor, "--splits", "train", "valid",
+         "--k", "50", "--out-dir", tmp_path])
+    task = _task(tiny_bin, candidates_dir=str(tmp_path), small_vocab_size=30)  # takes the K=50 lists
+    task.load_dataset("valid")
+    assert task.dataset("valid").rows.shape[1] == 30
+    with pytest.raises(FileNotFoundError, match="K >= 60 .*export_candidates.py --splits valid --k 60"):
+        _task(tiny_bin, candidates_dir=str(tmp_path), small_vocab_size=60).load_dataset("valid")
+    run([REPO / "scripts" / "export_candidates.py", "--predictor", predictor, "--splits", "train",
+         "--gold", "never", "--k", "70", "--out-dir", tmp_path / "nogold"])
+    with pytest.raises(ValueError, match="without the gold words"):
+        _task(tiny_bin, candidates_dir=str(tmp_path / "nogold"), small_vocab_size=30).load_dataset("train")
+
+
+def test_full_softmax_fallbacks(tiny_bin, caplog):
+    task = _task(tiny_bin, small_vocab_size=0)
+    assert not task.small_vocab
+    task.load_dataset("valid")
+    batch = next(iter(task.get_batch_iterator(task.dataset("valid"), max_sentences=8).next_epoch_itr()))
+    assert "candidates" not in batch["net_input"]
+    with caplog.at_level(logging.WARNING):
+        big = _task(tiny_bin, small_vocab_size=100000, candidates_dir="unused")
+    assert not big.small_vocab and "full softmax" in caplog.text
+
+
+def test_bad_settings_are_named(tiny_bin):
+    with pytest.raises(ValueError, match="needs --vocab-predictor or --candidates-dir"):
+        _task(tiny_bin, small_vocab_size=50)
+    with pytest.raises(ValueError, match="no room for words"):
+        _task(tiny_bin, small_vocab_size=3, candidates_dir="x")
+    with pytest.raises(ValueError, match="--eval-bleu"):
+        _task(tiny_bin, small_vocab_size=50, candidates_dir="x", eval_bleu=True)
+
+
+def test_fairseq_train_with_small_vocabulary(predictor, tiny_bin, tmp_path):
+    result = run(["fairseq-train", tiny_bin, *MT_TRAIN, "--vocab-predictor", predictor,
+                  "--candidates-dir", tmp_path, "--small-vocab-size", "60"])
+    log = result.stdout + result.stderr
+    assert "gold_outside_cands" in log and "valid on 'valid' subset" in log
+    assert (tmp_path / "train.k60.npy").exists() and (tmp_path / "valid.k60.npy").exists()
