@@ -112,7 +112,62 @@ def test_bad_settings_are_named(tiny_bin):
 
 def test_fairseq_train_with_small_vocabulary(predictor, tiny_bin, tmp_path):
     result = run(["fairseq-train", tiny_bin, *MT_TRAIN, "--vocab-predictor", predictor,
-                  "--candidates-dir", tmp_path, "--small-vocab-size", "60"])
+                  "--candidates-dir", tmp_path, "--small-vocab-size", "60", "--batch-splits", "2"])
     log = result.stdout + result.stderr
     assert "gold_outside_cands" in log and "valid on 'valid' subset" in log
     assert (tmp_path / "train.k60.npy").exists() and (tmp_path / "valid.k60.npy").exists()
+
+
+class _BackwardOnly:
+    """What FairseqTask.train_step needs of an optimizer."""
+
+    def backward(self, loss):
+        loss.backward()
+
+
+@pytest.mark.parametrize("small", [True, False])
+def test_batch_splits_give_the_unsplit_gradient(predictor, tiny_bin, tmp_path, small):
+    import torch
+    from fairseq.criterions.cross_entropy import CrossEntropyCriterion
+
+    from fairseq_smallvocab.models.lstm_smallvocab import LSTMSmallVocabConfig, LSTMSmallVocabModel
+
+    extra = dict(vocab_predictor=str(predictor), candidates_dir=str(tmp_path), small_vocab_size=50) if small \
+        else dict(small_vocab_size=0)
+    results = []
+    for splits in (1, 3):
+        task = _task(tiny_bin, batch_splits=splits, **extra)
+        task.load_dataset("train")
+        batch = next(iter(task.get_batch_iterator(task.dataset("train"), max_sentences=20,
+                                                  required_batch_size_multiple=1).next_epoch_itr(shuffle=False)))
+        torch.manual_seed(0)
+        model = LSTMSmallVocabModel.build_model(LSTMSmallVocabConfig(embed_dim=12, dropout=0.0), task)
+        criterion = CrossEntropyCriterion(task, sentence_avg=False)
+        loss, size, log = task.train_step(batch, model, criterion, _BackwardOnly(), update_num=0)
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        results.append((loss, size, log, grads))
+    (loss1, size1, log1, g1), (loss3, size3, log3, g3) = results
+    torch.testing.assert_close(loss3, loss1, rtol=1e-5, atol=1e-4)
+    assert size3 == size1 and log3["ntokens"] == log1["ntokens"] and log3["nsentences"] == log1["nsentences"]
+    assert g1.keys() == g3.keys() and len(g1) > 5
+    for name in g1:
+        torch.testing.assert_close(g3[name], g1[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_split_batch_trims_padding_and_keeps_every_example():
+    import torch
+
+    from fairseq_smallvocab.tasks.translation_smallvocab import split_batch
+
+    pad = 1
+    src = torch.tensor([[1, 1, 5, 2], [6, 7, 8, 2], [1, 1, 1, 2]])  # left padded
+    tgt = torch.tensor([[5, 2, 1, 1], [5, 6, 7, 2], [2, 1, 1, 1]])
+    sample = {"id": torch.tensor([10, 11, 12]), "target": tgt, "nsentences": 3, "ntokens": 7,
+              "net_input": {"src_tokens": src, "src_lengths": torch.tensor([2, 4, 1]),
+                            "prev_output_tokens": torch.roll(tgt, 1, 1), "candidates": torch.arange(15).view(3, 5)}}
+    chunks = list(split_batch(sample, 2, pad))
+    assert [c["id"].tolist() for c in chunks] == [[11, 10], [12]]  # longest targets first
+    assert chunks[1]["net_input"]["src_tokens"].tolist() == [[2]]  # only-padding columns dropped
+    assert chunks[1]["target"].tolist() == [[2]]
+    assert chunks[0]["net_input"]["candidates"].tolist() == [list(range(5, 10)), list(range(5))]
+    assert sum(c["ntokens"] for c in chunks) == int(tgt.ne(pad).sum())

@@ -47,6 +47,9 @@ class TranslationSmallVocabConfig(TranslationConfig):
     small_vocab_size: Optional[int] = field(
         default=None, metadata={"help": "K, candidates per example including the special symbols (default: "
                                         "1000 when |V| > 10,000, else 500; 0: full softmax)"})
+    batch_splits: int = field(
+        default=1, metadata={"help": "S: sort each training batch by length and run forward and backward on S "
+                                     "chunks, accumulating the gradients before one update (less memory)"})
 
 
 def default_small_vocab_size(vocab_size: int) -> int:
@@ -70,6 +73,27 @@ def candidate_rows(lists: np.ndarray, k: int, nspecial: int, where: str) -> np.n
     specials = np.broadcast_to(np.arange(nspecial, dtype=np.int64), (len(lists), nspecial))
     dtype = np.int32 if lists.max(initial=0) > np.iinfo(np.uint16).max else np.uint16
     return np.concatenate([specials, words], axis=1).astype(dtype)
+
+
+def split_batch(sample, splits: int, pad: int):
+    """Yield ``splits`` sub-batches of a collated translation batch: examples
+    sorted by target length, tensors indexed per example, and the columns that
+    hold only padding trimmed (source padding may be on either side)."""
+    target = sample["target"]
+    order = target.ne(pad).sum(1).argsort(descending=True, stable=True)
+    for idx in order.chunk(splits):
+        net = sample["net_input"]
+        part = {key: value[idx] if torch.is_tensor(value) and value.dim() and value.size(0) == len(order)
+                else value for key, value in net.items()}
+        src = part["src_tokens"]
+        part["src_tokens"] = src[:, src.ne(pad).any(0)]
+        tgt = target[idx]
+        cols = tgt.ne(pad).any(0)
+        if "prev_output_tokens" in part:
+            part["prev_output_tokens"] = part["prev_output_tokens"][:, cols]
+        tgt = tgt[:, cols]
+        yield {"id": sample["id"][idx], "nsentences": len(idx), "ntokens": int(tgt.ne(pad).sum()),
+               "net_input": part, "target": tgt}
 
 
 class CandidateDataset(KeepLastBatchDataset):
@@ -108,6 +132,8 @@ class TranslationSmallVocabTask(TranslationTask):
         if k and not (cfg.vocab_predictor or cfg.candidates_dir):
             raise ValueError("a small vocabulary needs --vocab-predictor or --candidates-dir "
                              "(or --small-vocab-size 0 for the full softmax)")
+        if cfg.batch_splits < 1:
+            raise ValueError(f"--batch-splits must be >= 1, got {cfg.batch_splits}")
         if k and cfg.eval_bleu:
             raise ValueError("--eval-bleu decodes with fairseq's generator, which does not map candidate "
                              "positions back to words; validate with the loss, or use --small-vocab-size 0")
@@ -183,6 +209,22 @@ class TranslationSmallVocabTask(TranslationTask):
         path, ids, seconds = export_split(model, ptask, split, self.k, cache, predictor, digest, gold=train)
         logger.info(f"candidates for {split}: predicted in {seconds:.1f} s, cached in {path}")
         return ids, str(path)
+
+    # -- training ----------------------------------------------------------------------------------
+
+    def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
+        """With --batch-splits S > 1: forward and backward on S length-sorted
+        chunks; fairseq's criteria return summed losses, so the accumulated
+        gradient equals the whole batch's (before the trainer normalizes it)."""
+        if self.cfg.batch_splits <= 1 or sample["target"].size(0) <= 1:
+            return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
+        total_loss, total_size, logs = 0.0, 0, []
+        for chunk in split_batch(sample, self.cfg.batch_splits, self.tgt_dict.pad()):
+            loss, size, log = super().train_step(chunk, model, criterion, optimizer, update_num, ignore_grad)
+            total_loss, total_size = total_loss + loss.detach(), total_size + size
+            logs.append(log)
+        merged = {key: sum(log[key] for log in logs) for key in logs[0]}
+        return total_loss, total_size, merged
 
     # -- metrics ---------------------------------------------------------------------------------
 
