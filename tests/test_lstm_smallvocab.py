@@ -26,9 +26,9 @@ def setup():
     src_dict, tgt_dict = _dict(V_SRC), _dict(V_TGT)
     task = SimpleNamespace(source_dictionary=src_dict, target_dictionary=tgt_dict)
     model = LSTMSmallVocabModel.build_model(LSTMSmallVocabConfig(embed_dim=12, layers=2, dropout=0.0), task)
-    with torch.no_grad():  # away from the zero initialization, so that attention matters
-        model.decoder.attention.weight.normal_(0, 0.3)
-        model.decoder.output_bias.normal_()
+    with torch.no_grad():  # far from the small initialization, so that attention is sharp and matters
+        for param in model.parameters():
+            param.normal_(0, 0.5)
     model.eval()
     pad, eos = tgt_dict.pad(), tgt_dict.eos()
     lengths = torch.tensor([7, 5, 7, 3, 6])
@@ -151,3 +151,19 @@ def test_initialization_as_the_paper():
     # the output layer is the target embedding (tied)
     s = torch.randn(1, 1, 8)
     torch.testing.assert_close(model.decoder.output_layer(s)[0, 0], model.decoder.embed_tokens.weight @ s[0, 0])
+
+
+def test_incremental_state_reordered_mid_decoding_matches_full_forward(setup):
+    model, src, lengths, prev, _, cands, _ = setup
+    order = torch.tensor([4, 4, 0, 2, 1])
+    expected, _ = model(src[order], lengths[order], prev[order], candidates=cands[order])
+    encoder_out = model.encoder(src, lengths, candidates=cands)
+    state, steps = {}, []
+    for t in range(T_TGT):
+        if t == 2:  # as beam search does between steps
+            encoder_out = model.encoder.reorder_encoder_out(encoder_out, order)
+            model.decoder.reorder_incremental_state(state, order)
+            steps = [s[order] for s in steps]
+        tokens = prev[order] if t >= 2 else prev
+        steps.append(model.decoder(tokens[:, : t + 1], encoder_out, incremental_state=state)[0])
+    torch.testing.assert_close(torch.cat(steps, dim=1), expected, atol=1e-5, rtol=0)

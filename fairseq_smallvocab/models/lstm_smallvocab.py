@@ -138,11 +138,12 @@ class SmallVocabDecoder(FairseqIncrementalDecoder):
         cached = self.get_incremental_state(incremental_state, "state") if incremental_state is not None else None
         if cached is not None:
             hs, cs, feed = list(cached["h"].unbind(0)), list(cached["c"].unbind(0)), cached["feed"]
+            keys = cached["keys"]  # computed at the first step, not again at every step
         else:
             hs = list(encoder_out["final_hidden"][0].unbind(0))
             cs = list(encoder_out["final_cell"][0].unbind(0))
             feed = enc.new_zeros(bsz, self.combine.out_features)
-        keys = self.attention(enc).permute(1, 2, 0)  # B x d x T_src: W_a e_j
+            keys = self.attention(enc).permute(1, 2, 0)  # B x d x T_src: W_a e_j
         values = enc.transpose(0, 1)  # B x T_src x 2d
         x = self.dropout(self.embed_tokens(prev_output_tokens))  # B x T x d
         outs, attns = [], []
@@ -160,7 +161,7 @@ class SmallVocabDecoder(FairseqIncrementalDecoder):
             attns.append(a)
         if incremental_state is not None:
             self.set_incremental_state(incremental_state, "state",
-                                       {"h": torch.stack(hs), "c": torch.stack(cs), "feed": feed})
+                                       {"h": torch.stack(hs), "c": torch.stack(cs), "feed": feed, "keys": keys})
         return torch.stack(outs, dim=1), torch.stack(attns, dim=1)
 
     def output_layer(self, features, candidates: Optional[Tensor] = None):
@@ -179,7 +180,7 @@ class SmallVocabDecoder(FairseqIncrementalDecoder):
             return
         self.set_incremental_state(incremental_state, "state", {
             "h": cached["h"].index_select(1, new_order), "c": cached["c"].index_select(1, new_order),
-            "feed": cached["feed"].index_select(0, new_order)})
+            "feed": cached["feed"].index_select(0, new_order), "keys": cached["keys"].index_select(0, new_order)})
 
     def max_positions(self):
         return self.max_positions_
