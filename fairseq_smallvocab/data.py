@@ -37,7 +37,7 @@ class KeepLastBatchDataset(BaseWrapperDataset):
         return getattr(self.dataset, name)
 
 
-def load_features(path, dim: Optional[int] = None, rows: Optional[int] = None) -> np.ndarray:
+def load_features(path, dim: Optional[int] = None) -> np.ndarray:
     """A float32 feature matrix (one row per image) from a .npy file,
     memory-mapped.  Checks the shape and that no row holds NaN or inf."""
     path = Path(path)
@@ -55,8 +55,6 @@ def load_features(path, dim: Optional[int] = None, rows: Optional[int] = None) -
     if dim is not None and feats.shape[1] != dim:
         raise ValueError(f"{path}: feature dimension {feats.shape[1]} differs from the expected {dim} "
                          "(--feature-dim, or the dimension the model was trained with)")
-    if rows is not None and feats.shape[0] < rows:
-        raise ValueError(f"{path} has {feats.shape[0]} rows but {rows} are needed")
     for start in range(0, feats.shape[0], 8192):
         bad = ~np.isfinite(feats[start:start + 8192]).all(axis=1)
         if bad.any():

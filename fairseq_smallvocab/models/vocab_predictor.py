@@ -127,7 +127,8 @@ class VocabPredictor(BaseFairseqModel):
 
     @torch.no_grad()
     def predict(self, src_tokens=None, src_lengths=None, features=None, **unused):
-        """Probabilities o (B x |V|) in evaluation mode."""
+        """Probabilities o (B x |V|), without gradients; call ``eval()`` first
+        for predictions (dropout and batch statistics off)."""
         return torch.sigmoid(self.forward(src_tokens, src_lengths, features))
 
     def set_prior(self, prior):
