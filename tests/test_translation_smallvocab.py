@@ -171,3 +171,17 @@ def test_split_batch_trims_padding_and_keeps_every_example():
     assert chunks[1]["target"].tolist() == [[2]]
     assert chunks[0]["net_input"]["candidates"].tolist() == [list(range(5, 10)), list(range(5))]
     assert sum(c["ntokens"] for c in chunks) == int(tgt.ne(pad).sum())
+
+
+def test_gold_outside_candidates_counts_reference_tokens_not_in_the_row():
+    import torch
+    from fairseq.data import Dictionary
+
+    from fairseq_smallvocab.tasks.translation_smallvocab import gold_outside_candidates
+
+    d = Dictionary()
+    for w in "abcdefgh":
+        d.add_symbol(w)
+    cands = torch.tensor([[0, 1, 2, 3, 4, 5], [0, 1, 2, 3, 6, 7]])
+    target = torch.tensor([[4, 9, 3, 2], [6, 8, 2, 1]])  # 9 and 8 are outside; <unk> (3) is inside
+    assert gold_outside_candidates(cands, target, d) == (7, 2)

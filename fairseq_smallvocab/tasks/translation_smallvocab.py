@@ -96,6 +96,16 @@ def split_batch(sample, splits: int, pad: int):
                "net_input": part, "target": tgt}
 
 
+def gold_outside_candidates(candidates, target, tgt_dict):
+    """(reference tokens, how many of them are not in their example's
+    candidates), judged by the same mapping the model's get_targets uses."""
+    from fairseq_smallvocab.models.lstm_smallvocab import candidate_positions
+
+    real = target.ne(tgt_dict.pad())
+    mapped = candidates.gather(1, candidate_positions(candidates, target, len(tgt_dict), tgt_dict.unk()))
+    return int(real.sum()), int((real & mapped.ne(target)).sum())
+
+
 class CandidateDataset(KeepLastBatchDataset):
     """Adds ``net_input["candidates"]`` (B x K) to the wrapped dataset's batches."""
 
@@ -232,11 +242,8 @@ class TranslationSmallVocabTask(TranslationTask):
         loss, sample_size, logging_output = super().valid_step(sample, model, criterion)
         candidates = sample["net_input"].get("candidates")
         if candidates is not None:
-            target = sample["target"]
-            real = target.ne(self.tgt_dict.pad())
-            inside = (target.unsqueeze(-1) == candidates.unsqueeze(1)).any(-1)
-            logging_output["cand_tokens"] = int(real.sum())
-            logging_output["cand_outside"] = int((real & ~inside).sum())
+            tokens, outside = gold_outside_candidates(candidates, sample["target"], self.tgt_dict)
+            logging_output["cand_tokens"], logging_output["cand_outside"] = tokens, outside
         return loss, sample_size, logging_output
 
     def reduce_metrics(self, logging_outputs, criterion):
