@@ -83,7 +83,10 @@ def test_targets_map_to_candidate_positions(setup):
     assert torch.equal(model.get_targets({"target": tgt}, model(src, lengths, prev)), tgt)
     outside = torch.tensor([[V_TGT - 1]])
     row = torch.tensor([[0, 1, 2, 3, 10]])
-    assert candidate_positions(row, outside, V_TGT, d.unk()).item() == d.unk()
+    assert candidate_positions(row, outside, d.unk()).item() == d.unk()
+    rows = torch.tensor([[0, 1, 2, 3, 10, 7], [0, 1, 2, 3, 5, 40]])  # unsorted rows; gaps, both ends
+    targets = torch.tensor([[7, 10, 5, 11, 2], [40, 5, 41, 6, 1]])
+    assert candidate_positions(rows, targets, d.unk()).tolist() == [[5, 4, 3, 3, 2], [5, 4, 3, 3, 1]]
 
 
 def test_loss_and_output_gradient_equal_masked_full_softmax(setup):
@@ -98,7 +101,7 @@ def test_loss_and_output_gradient_equal_masked_full_softmax(setup):
             target = model.get_targets({"target": tgt}, out)
         else:
             lprobs = F.log_softmax(_masked_full(model, src, lengths, prev, cands), dim=-1)
-            target = candidate_positions(cands, tgt, V_TGT, d.unk())
+            target = candidate_positions(cands, tgt, d.unk())
         loss = F.nll_loss(lprobs.view(-1, lprobs.size(-1)), target.view(-1), ignore_index=pad, reduction="sum")
         loss.backward()
         return (loss.detach(), model.decoder.embed_tokens.weight.grad.clone(),

@@ -2,9 +2,11 @@
 a predictor (cached), and the full-softmax fallbacks."""
 
 import logging
+import re
 
 import numpy as np
 import pytest
+import torch
 from conftest import REPO, USER_DIR, run
 
 from fairseq_smallvocab.candidates import read_candidates
@@ -106,8 +108,6 @@ def test_bad_settings_are_named(tiny_bin):
         _task(tiny_bin, small_vocab_size=50)
     with pytest.raises(ValueError, match="no room for words"):
         _task(tiny_bin, small_vocab_size=3, candidates_dir="x")
-    with pytest.raises(ValueError, match="--eval-bleu"):
-        _task(tiny_bin, small_vocab_size=50, candidates_dir="x", eval_bleu=True)
 
 
 def test_fairseq_train_with_small_vocabulary(predictor, tiny_bin, tmp_path):
@@ -116,6 +116,36 @@ def test_fairseq_train_with_small_vocabulary(predictor, tiny_bin, tmp_path):
     log = result.stdout + result.stderr
     assert "gold_outside_cands" in log and "valid on 'valid' subset" in log
     assert (tmp_path / "train.k60.npy").exists() and (tmp_path / "valid.k60.npy").exists()
+
+
+def test_validation_bleu_inside_the_small_vocabulary_selects_checkpoints(predictor, tiny_bin, tmp_path):
+    """--eval-bleu decodes greedily inside the candidates; BLEU drives the best
+    checkpoint; over-long sentences are skipped and counted in the log."""
+    cache, save = tmp_path / "cands", tmp_path / "ckpt"
+    args = [a for a in MT_TRAIN if a != "--no-save"]
+    args[args.index("--max-epoch") + 1] = "2"
+    result = run(["fairseq-train", tiny_bin, *args, "--vocab-predictor", predictor, "--candidates-dir", cache,
+                  "--small-vocab-size", "60", "--eval-bleu", "--eval-bleu-args", '{"beam": 1, "max_len_b": 30}',
+                  "--eval-bleu-remove-bpe", "--best-checkpoint-metric", "bleu", "--maximize-best-checkpoint-metric",
+                  "--max-source-positions", "20", "--skip-invalid-size-inputs-valid-test",
+                  "--save-dir", save, "--no-epoch-checkpoints"])
+    log = result.stdout + result.stderr
+    valid = [line for line in log.splitlines() if "valid on 'valid' subset" in line]
+    assert len(valid) == 2 and all(" bleu " in line for line in valid), valid
+    assert re.search(r"\d+ samples have invalid sizes and will be skipped", log)
+    assert "best_bleu" in valid[-1]
+    ckpt = torch.load(save / "checkpoint_best.pt", weights_only=False)
+    assert ckpt["extra_state"]["best"] == max(float(re.search(r" bleu ([\d.]+)", v).group(1)) for v in valid)
+
+    out = run(["fairseq-generate", tiny_bin, "--user-dir", USER_DIR, "--task", "translation_smallvocab",
+               "--path", save / "checkpoint_best.pt", "--vocab-predictor", predictor, "--candidates-dir", cache,
+               "--small-vocab-size", "60", "--gen-subset", "valid", "--beam", "2", "--batch-size", "16",
+               "--max-len-b", "30", "--cpu", "--skip-invalid-size-inputs-valid-test"])
+    skipped = int(re.search(r"(\d+) samples have invalid sizes", out.stderr + out.stdout).group(1))
+    words = set((tiny_bin / "dict.tgt.txt").read_text().split()[::2])
+    hyps = [line.split("\t")[2].split() for line in out.stdout.splitlines() if line.startswith("H-")]
+    assert 0 < skipped < 40 and len(hyps) == 40 - skipped  # the model's max source positions (20) hold
+    assert all(set(h) <= words | {"<unk>"} for h in hyps) and sum(map(len, hyps)) > 40
 
 
 class _BackwardOnly:

@@ -213,18 +213,18 @@ class LSTMSmallVocabModel(FairseqEncoderDecoderModel):
         candidates = net_output[1]["candidates"]
         if not candidates:
             return target
-        return candidate_positions(candidates[0], target, len(self.decoder.dictionary),
-                                   self.decoder.dictionary.unk())
+        return candidate_positions(candidates[0], target, self.decoder.dictionary.unk())
 
 
-def candidate_positions(candidates: Tensor, target: Tensor, vocab_size: int, unk: int) -> Tensor:
+def candidate_positions(candidates: Tensor, target: Tensor, unk: int) -> Tensor:
     """Each target id's position in its example's candidate row (B x K);
     ids that are not candidates get the position of ``unk`` (its own id, by
-    the special-symbols convention)."""
-    pos = torch.full((candidates.size(0), vocab_size), unk, dtype=torch.long, device=candidates.device)
-    ranks = torch.arange(candidates.size(1), device=candidates.device).expand_as(candidates)
-    pos.scatter_(1, candidates.long(), ranks)
-    return pos.gather(1, target)
+    the special-symbols convention).  A sort and a binary search per row:
+    memory B x K, not B x |V|."""
+    sorted_ids, order = candidates.long().sort(dim=1)
+    idx = torch.searchsorted(sorted_ids, target.contiguous()).clamp_(max=candidates.size(1) - 1)
+    found = sorted_ids.gather(1, idx).eq(target)
+    return torch.where(found, order.gather(1, idx), torch.full_like(idx, unk))
 
 
 @register_model_architecture("lstm_smallvocab", "lstm_smallvocab_big")

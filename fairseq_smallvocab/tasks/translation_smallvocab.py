@@ -102,7 +102,7 @@ def gold_outside_candidates(candidates, target, tgt_dict):
     from fairseq_smallvocab.models.lstm_smallvocab import candidate_positions
 
     real = target.ne(tgt_dict.pad())
-    mapped = candidates.gather(1, candidate_positions(candidates, target, len(tgt_dict), tgt_dict.unk()))
+    mapped = candidates.gather(1, candidate_positions(candidates, target, tgt_dict.unk()))
     return int(real.sum()), int((real & mapped.ne(target)).sum())
 
 
@@ -144,9 +144,6 @@ class TranslationSmallVocabTask(TranslationTask):
                              "(or --small-vocab-size 0 for the full softmax)")
         if cfg.batch_splits < 1:
             raise ValueError(f"--batch-splits must be >= 1, got {cfg.batch_splits}")
-        if k and cfg.eval_bleu:
-            raise ValueError("--eval-bleu decodes with fairseq's generator, which does not map candidate "
-                             "positions back to words; validate with the loss, or use --small-vocab-size 0")
         self._predictor_sha256 = None  # of --vocab-predictor, computed once
         self._predictor = None  # (model, task), loaded only when a split is not cached
 
@@ -219,6 +216,29 @@ class TranslationSmallVocabTask(TranslationTask):
         path, ids, seconds = export_split(model, ptask, split, self.k, cache, predictor, digest, gold=train)
         logger.info(f"candidates for {split}: predicted in {seconds:.1f} s, cached in {path}")
         return ids, str(path)
+
+    # -- decoding --------------------------------------------------------------------------------
+
+    def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None,
+                        prefix_allowed_tokens_fn=None):
+        """fairseq's generator, decoding inside each example's candidates
+        (used by fairseq-generate, fairseq-interactive and --eval-bleu)."""
+        if not self.small_vocab or seq_gen_cls is not None:
+            return super().build_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs,
+                                           prefix_allowed_tokens_fn)
+        from fairseq_smallvocab.generation import SmallVocabSequenceGenerator
+
+        unsupported = [flag for flag, used in [
+            ("--score-reference", getattr(args, "score_reference", False)),
+            ("--print-alignment", getattr(args, "print_alignment", False)),
+            ("--constraints", getattr(args, "constraints", False)),
+            ("prefix_allowed_tokens_fn", prefix_allowed_tokens_fn or getattr(args, "prefix_allowed_tokens_fn", None)),
+        ] if used]
+        if unsupported:
+            raise ValueError(f"{', '.join(unsupported)} not supported inside a small vocabulary; "
+                             "use --small-vocab-size 0 (full softmax)")
+        return super().build_generator(models, args, seq_gen_cls=SmallVocabSequenceGenerator,
+                                       extra_gen_cls_kwargs=extra_gen_cls_kwargs)
 
     # -- training ----------------------------------------------------------------------------------
 
