@@ -1,0 +1,246 @@
+#!/usr/bin/env python3
+"""Speed and peak memory of training steps, small vocabulary vs full softmax.
+
+Every configuration runs in a fresh process (so that peak memory is its own):
+the paper's model (``lstm_smallvocab``, d units) on random batches of B
+sentence pairs of exactly --max-len tokens, targets uniform over |V|; the
+small-vocabulary batches carry K candidates per example (the special symbols,
+every gold word, then random words, as the training lists).  A step is what
+fairseq-train does per update: forward, loss (fairseq's ``cross_entropy``
+criterion), backward, gradient clipping to 1.0, an SGD (momentum 0.75) update.
+After --warmup untimed steps, --steps steps are timed.
+
+Peak memory: CUDA, ``torch.cuda.max_memory_allocated``; CPU, the growth of the
+process's peak resident set (VmHWM, reset just before the first step) over the
+resident set before the first step.
+
+    python scripts/benchmark.py --vocab-sizes 24000 --k 1000 --json bench.json --markdown bench.md
+"""
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+MODES = ("ce",)
+
+
+def paper_k(vocab_size: int) -> int:
+    return 1000 if vocab_size > 10000 else 500
+
+
+# ------------------------------------------------------------------------------------------------ worker
+
+
+def _rss_mb(field: str) -> float:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024.0
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def _reset_peak_rss() -> bool:
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # resets VmHWM to the current RSS (Linux >= 4.0)
+        return True
+    except OSError:
+        return False
+
+
+def _dictionary(size: int):
+    from fairseq.data import Dictionary
+
+    d = Dictionary()
+    for i in range(size - d.nspecial):
+        d.add_symbol(f"w{i}")
+    return d
+
+
+def make_batch(vocab_size, k, batch, max_len, device, seed=0):
+    """Random sentence pairs of ``max_len`` tokens (eos included) and, with
+    K > 0, candidate rows: specials at their ids, the gold words, random fill."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    nspecial, eos = 4, 2
+    src = torch.randint(nspecial, vocab_size, (batch, max_len), generator=gen)
+    tgt = torch.randint(nspecial, vocab_size, (batch, max_len), generator=gen)
+    src[:, -1] = tgt[:, -1] = eos
+    prev = torch.cat([torch.full((batch, 1), eos), tgt[:, :-1]], dim=1)
+    net_input = {"src_tokens": src, "src_lengths": torch.full((batch,), max_len), "prev_output_tokens": prev}
+    if k:
+        score = torch.rand(batch, vocab_size, generator=gen)
+        score.scatter_(1, tgt, 2.0)  # gold words first
+        score[:, :nspecial] = -1.0
+        words = score.topk(k - nspecial, dim=1).indices
+        net_input["candidates"] = torch.cat([torch.arange(nspecial).expand(batch, -1), words], dim=1)
+    sample = {"id": torch.arange(batch), "net_input": net_input, "target": tgt,
+              "nsentences": batch, "ntokens": batch * max_len}
+    return _to(sample, device)
+
+
+def _to(sample, device):
+    import torch
+
+    if isinstance(sample, dict):
+        return {key: _to(value, device) for key, value in sample.items()}
+    return sample.to(device) if torch.is_tensor(sample) else sample
+
+
+def worker(cfg: dict) -> dict:
+    """Measure one configuration in this process; returns its record."""
+    import torch
+    from fairseq.criterions.cross_entropy import CrossEntropyCriterion
+
+    from fairseq_smallvocab.models.lstm_smallvocab import LSTMSmallVocabConfig, LSTMSmallVocabModel
+
+    device = torch.device(cfg["device"])
+    torch.set_num_threads(cfg["threads"])
+    torch.manual_seed(0)
+    tgt_dict = _dictionary(cfg["vocab_size"])
+
+    class _Task:
+        source_dictionary = _dictionary(cfg["src_vocab_size"])
+        target_dictionary = tgt_dict
+
+    model = LSTMSmallVocabModel.build_model(LSTMSmallVocabConfig(embed_dim=cfg["d"], dropout=0.2), _Task).to(device)
+    model.train()
+    criterion = CrossEntropyCriterion(_Task, sentence_avg=False)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0, momentum=0.75, weight_decay=1e-6)
+    sample = make_batch(cfg["vocab_size"], cfg["K"], cfg["batch"], cfg["max_len"], device)
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        loss, _, _ = criterion(model, sample)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(device)
+        base = torch.cuda.memory_allocated(device)
+    else:
+        base = _rss_mb("VmRSS")
+        reset = _reset_peak_rss()
+    for _ in range(cfg["warmup"]):
+        step()
+    start = time.perf_counter()
+    for _ in range(cfg["steps"]):
+        step()
+    sec_per_step = (time.perf_counter() - start) / cfg["steps"]
+    if cuda:
+        peak = (torch.cuda.max_memory_allocated(device) - base) / 2**20
+    else:
+        peak = (_rss_mb("VmHWM") if reset else _ru_maxrss_mb()) - base
+    batches = math.ceil(cfg["epoch_sentences"] / cfg["batch"])
+    return {**{key: cfg[key] for key in ("device", "mode", "softmax", "vocab_size", "K", "d", "batch", "max_len",
+                                         "steps", "warmup", "threads")},
+            "sec_per_step": round(sec_per_step, 4),
+            "tokens_per_sec": round(cfg["batch"] * cfg["max_len"] / sec_per_step, 1),
+            "sec_per_epoch": round(batches * sec_per_step, 1), "epoch_sentences": cfg["epoch_sentences"],
+            "peak_mem_mb": round(peak, 1), "torch": torch.__version__}
+
+
+def _ru_maxrss_mb() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+# ------------------------------------------------------------------------------------------------ driver
+
+
+def configurations(args):
+    for vocab_size in args.vocab_sizes:
+        ks = args.k or [paper_k(vocab_size)]
+        for mode in args.modes:
+            runs = [("small", k) for k in ks if k < vocab_size] + ([("full", 0)] if not args.no_full else [])
+            for softmax, k in runs:
+                yield {"device": args.device, "mode": mode, "softmax": softmax, "vocab_size": vocab_size,
+                       "src_vocab_size": args.src_vocab_size or vocab_size, "K": k, "d": args.embed_dim,
+                       "batch": args.batch, "max_len": args.max_len, "steps": args.steps, "warmup": args.warmup,
+                       "threads": args.threads, "epoch_sentences": args.epoch_sentences}
+
+
+def run_isolated(cfg: dict) -> dict:
+    """One configuration in a fresh interpreter."""
+    result = subprocess.run([sys.executable, __file__, "--worker", json.dumps(cfg)], capture_output=True, text=True,
+                            env=dict(os.environ, OMP_NUM_THREADS=str(cfg["threads"])), check=False)
+    if result.returncode != 0:
+        raise RuntimeError(f"configuration {cfg} failed (exit {result.returncode}):\n{result.stderr[-3000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def markdown(records) -> str:
+    head = ("| device | mode | V | softmax | K | d | batch | len | s/step | tokens/s | s/epoch | peak MB | "
+            "speedup | memory ratio |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    full = {(r["device"], r["mode"], r["vocab_size"]): r for r in records if r["softmax"] == "full"}
+    for r in records:
+        ref = full.get((r["device"], r["mode"], r["vocab_size"]))
+        speedup = f"{ref['sec_per_step'] / r['sec_per_step']:.2f}x" if ref and r["softmax"] == "small" else ""
+        memory = (f"{ref['peak_mem_mb'] / r['peak_mem_mb']:.2f}x less" if ref and r["softmax"] == "small"
+                  and r["peak_mem_mb"] > 0 else "")
+        lines.append(f"| {r['device']} | {r['mode']} | {r['vocab_size']:,} | {r['softmax']} | {r['K'] or '-'} | "
+                     f"{r['d']} | {r['batch']} | {r['max_len']} | {r['sec_per_step']:.3f} | "
+                     f"{r['tokens_per_sec']:,.0f} | {r['sec_per_epoch']:,.0f} | {r['peak_mem_mb']:,.0f} | "
+                     f"{speedup} | {memory} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    parser.add_argument("--vocab-sizes", nargs="+", type=int, default=[24000], help="target vocabulary sizes |V|")
+    parser.add_argument("--src-vocab-size", type=int, default=None, help="default: the target's")
+    parser.add_argument("--k", nargs="+", type=int, default=None,
+                        help="small vocabulary sizes (default: the paper's rule, 1000 if |V| > 10K else 500)")
+    parser.add_argument("--no-full", action="store_true", help="skip the full-softmax runs")
+    parser.add_argument("--embed-dim", type=int, default=256)
+    parser.add_argument("--batch", type=int, default=128)
+    parser.add_argument("--max-len", type=int, default=50)
+    parser.add_argument("--steps", type=int, default=5, help="timed steps")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed steps first")
+    parser.add_argument("--threads", type=int, default=min(os.cpu_count() or 1, 2),
+                        help="torch threads (default: 2, this project's reference machine)")
+    parser.add_argument("--epoch-sentences", type=int, default=50000,
+                        help="sentences per epoch, for s/epoch (the synthetic corpus: 50,000; Multi30k: 29,000)")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--json", type=Path, help="write the records here")
+    parser.add_argument("--markdown", type=Path, help="write the table here")
+    args = parser.parse_args(argv)
+    if args.worker:
+        print(json.dumps(worker(json.loads(args.worker))))
+        return 0
+    for k in args.k or []:
+        if k <= 4:
+            parser.error(f"--k {k}: K must exceed the 4 special symbols")
+    records = []
+    for cfg in configurations(args):
+        label = f"{cfg['mode']} |V|={cfg['vocab_size']} {cfg['softmax']}" + (f" K={cfg['K']}" if cfg["K"] else "")
+        print(f"running {label} ...", file=sys.stderr, flush=True)
+        record = run_isolated(cfg)
+        print(f"  {record['sec_per_step']:.3f} s/step, {record['tokens_per_sec']:,.0f} tokens/s, "
+              f"peak {record['peak_mem_mb']:,.0f} MB", file=sys.stderr, flush=True)
+        records.append(record)
+    table = markdown(records)
+    print(table)
+    if args.json:
+        args.json.write_text(json.dumps(records, indent=1) + "\n")
+    if args.markdown:
+        args.markdown.write_text(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
