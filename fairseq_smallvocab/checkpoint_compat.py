@@ -21,6 +21,13 @@ checkpoints written by ``fairseq-train`` (see tests/test_checkpoint_compat.py):
   classes, and the builtin types they record as type tags: checkpoints of
   fairseq versions that pickled the config object itself.
 
+fairseq's distributed training also goes through ``torch.load``: rank 0
+broadcasts the loaded checkpoint state to the other workers
+(``distributed_utils.broadcast_object``), pickled with its tensors replaced by
+``fairseq.distributed.utils._TensorPlaceholder`` (an index), which is on the
+list too; without it every multi-process run that resumes or fine-tunes from a
+checkpoint fails on the non-zero ranks.
+
 No function that executes code (``os.system``, ``eval``, ``getattr``...) is on
 the list; everything else is still refused.
 """
@@ -67,9 +74,16 @@ def _omegaconf_globals():
             dict, list, int, collections.defaultdict]
 
 
+def _fairseq_globals():
+    from fairseq.distributed.utils import _TensorPlaceholder
+
+    return [_TensorPlaceholder]
+
+
 def fairseq_checkpoint_globals():
-    """The allow-list: every global a fairseq 0.x checkpoint may reference."""
-    return [argparse.Namespace] + _numpy_globals() + _omegaconf_globals()
+    """The allow-list: every global a fairseq 0.x checkpoint (or fairseq's
+    broadcast of one) may reference."""
+    return [argparse.Namespace] + _numpy_globals() + _omegaconf_globals() + _fairseq_globals()
 
 
 def allow_fairseq_checkpoint_globals():

@@ -121,6 +121,7 @@ class SmallVocabDecoder(FairseqIncrementalDecoder):
         self.output_bias = nn.Parameter(torch.zeros(len(dictionary)))  # b_p; W_p is embed_tokens.weight
         self.dropout = nn.Dropout(dropout)
         self.max_positions_ = max_positions
+        self.state_dim = d  # size of s_t (what a learned REINFORCE baseline reads)
 
     def forward(self, prev_output_tokens, encoder_out, incremental_state=None, features_only=False, **unused):
         s, attn = self.extract_features(prev_output_tokens, encoder_out, incremental_state)
@@ -174,6 +175,44 @@ class SmallVocabDecoder(FairseqIncrementalDecoder):
         b = bias[candidates].unsqueeze(1)  # B x 1 x K
         return torch.baddbmm(b, features, w.transpose(1, 2))
 
+    def sample(self, encoder_out, max_lens: Tensor, greedy: bool = False) -> Dict[str, Tensor]:
+        """Decode a sequence per example from the model's own distribution
+        (multinomial, or argmax with ``greedy``), inside the example's candidates
+        when ``encoder_out`` has them; all examples advance together, with no
+        loop over examples.  Example b stops at its eos or after ``max_lens[b]``
+        tokens.  Returns, per step t (B x T tensors): ``tokens`` (target ids, pad
+        after the end), ``lprobs`` (log p(y_t), differentiable), ``mask`` (steps
+        that count, the eos included), ``features`` (s_t, detached: B x T x d)
+        and ``lengths`` (tokens before the eos)."""
+        candidates = encoder_out["candidates"][0] if encoder_out["candidates"] else None
+        eos, pad, bos = self.dictionary.eos(), self.dictionary.pad(), self.dictionary.bos()
+        bsz = max_lens.size(0)
+        tokens = max_lens.new_full((bsz, 1), eos)
+        alive = max_lens > 0
+        state: Dict[str, Dict[str, Optional[Tensor]]] = {}
+        lprobs, masks, feats = [], [], []
+        for t in range(int(max_lens.max()) if bsz else 0):
+            s, _ = self.extract_features(tokens, encoder_out, state)  # B x 1 x d
+            logits = self.output_layer(s, candidates)[:, 0].float()
+            logits[:, [pad, bos]] = float("-inf")  # special ids are candidate positions too
+            lp = F.log_softmax(logits, dim=-1)
+            with torch.no_grad():
+                choice = lp.argmax(-1, keepdim=True) if greedy else torch.multinomial(lp.exp(), 1)
+            lprobs.append(lp.gather(1, choice).squeeze(1))
+            feats.append(s[:, 0].detach())
+            masks.append(alive)
+            ids = candidates.gather(1, choice) if candidates is not None else choice
+            tokens = torch.cat([tokens, ids.masked_fill(~alive.unsqueeze(1), pad)], dim=1)
+            alive = alive & ids.squeeze(1).ne(eos) & (max_lens > t + 1)
+            if not alive.any():
+                break
+        mask = torch.stack(masks, 1) if masks else max_lens.new_zeros(bsz, 0, dtype=torch.bool)
+        out = tokens[:, 1:]
+        return {"tokens": out, "mask": mask,
+                "lprobs": torch.stack(lprobs, 1) if lprobs else mask.float(),
+                "features": torch.stack(feats, 1) if feats else mask.new_zeros(bsz, 0, self.combine.out_features),
+                "lengths": (mask & out.ne(eos)).sum(1)}
+
     def reorder_incremental_state(self, incremental_state, new_order):
         cached = self.get_incremental_state(incremental_state, "state")
         if cached is None:
@@ -200,9 +239,27 @@ class LSTMSmallVocabModel(FairseqEncoderDecoderModel):
                                     cfg.max_target_positions)
         return cls(encoder, decoder)
 
-    def forward(self, src_tokens, src_lengths, prev_output_tokens, candidates=None, **kwargs):
+    def forward(self, src_tokens, src_lengths, prev_output_tokens, candidates=None, sample_lens=None,
+                greedy_too: bool = False, **kwargs):
+        """Teacher-forced decoder output.  With ``sample_lens`` (B: the longest
+        sample per example), the same call also samples a sequence per example
+        from the model (``decoder.sample``) and returns it in the output's
+        extra dict as ``samples`` (and with ``greedy_too``, the greedy decode,
+        without gradient or dropout, as ``greedy``): one forward, so that
+        REINFORCE works through fairseq's distributed wrappers."""
         encoder_out = self.encoder(src_tokens, src_lengths, candidates=candidates)
-        return self.decoder(prev_output_tokens, encoder_out)
+        out = self.decoder(prev_output_tokens, encoder_out)
+        if sample_lens is not None:
+            out[1]["samples"] = self.decoder.sample(encoder_out, sample_lens)
+            if greedy_too:
+                dropout = self.decoder.dropout.training
+                self.decoder.dropout.eval()
+                try:
+                    with torch.no_grad():
+                        out[1]["greedy"] = self.decoder.sample(encoder_out, sample_lens, greedy=True)
+                finally:
+                    self.decoder.dropout.train(dropout)
+        return out
 
     def get_targets(self, sample, net_output):
         """Gold ids as positions in the example's candidates (or unchanged for

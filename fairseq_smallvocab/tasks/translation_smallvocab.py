@@ -217,6 +217,12 @@ class TranslationSmallVocabTask(TranslationTask):
         logger.info(f"candidates for {split}: predicted in {seconds:.1f} s, cached in {path}")
         return ids, str(path)
 
+    def build_model(self, cfg, from_checkpoint=False):
+        model = super().build_model(cfg, from_checkpoint)
+        # criteria built after the model (reinforce_gleu's learned baseline) read the decoder state size here
+        self.decoder_state_dim = getattr(model.decoder, "state_dim", None)
+        return model
+
     # -- decoding --------------------------------------------------------------------------------
 
     def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None,

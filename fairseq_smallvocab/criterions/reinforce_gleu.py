@@ -1,0 +1,256 @@
+"""Criterion ``reinforce_gleu``: REINFORCE with sentence GLEU rewards, mixed with
+cross-entropy (the paper's section 2.2 / 4.2).
+
+Per batch the model (one forward) computes the teacher-forced output for the
+CE term and samples one sequence Y per example from its own distribution,
+inside the example's candidates when the batch has them (full vocabulary
+otherwise), up to a length limit.  Then
+
+    R_t = GLEU(Y, Y_gold) - b_t
+    L_r = - sum_t R_t log p(y_t)          (steps after the sampled eos excluded)
+    L   = lambda L_c + (1 - lambda) L_r    (L_c: CE of the gold target)
+
+summed over the batch; the sample size is the number of sentences.
+
+Baselines (``--rl-baseline``):
+
+- ``learned`` (default): b_t = sigmoid(w . s_t + b) on the detached decoder
+  state s_t, fitted by MSE to the sentence's GLEU with its own Adam optimizer
+  (``--baseline-lr``, default 1e-3, the paper's).  w, b and the Adam state are
+  the criterion's state, saved in and restored from fairseq checkpoints.  They
+  are not trained by the main optimizer.  Under distributed training the
+  baseline's gradients are averaged over the workers, so every worker keeps
+  the same baseline (use ``--ddp-backend legacy_ddp`` or ``no_c10d``).
+- ``self-critical`` (Rennie et al. 2017): the reward of the model's greedy
+  decode of the same input.
+- ``none``.
+
+A batch whose reward or loss is not finite is skipped: its loss is replaced by
+an exact zero (so nothing reaches the optimizer) and ``nonfinite`` counts it.
+"""
+
+import copy
+import logging
+import math
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from fairseq import metrics
+from fairseq.criterions import FairseqCriterion, register_criterion
+from fairseq.dataclass import ChoiceEnum, FairseqDataclass
+from omegaconf import II
+from torch.nn.modules.module import _IncompatibleKeys
+
+from fairseq_smallvocab.rewards import gleu_batch
+
+logger = logging.getLogger(__name__)
+
+BASELINES = ChoiceEnum(["learned", "self-critical", "none"])
+
+
+@dataclass
+class ReinforceGleuConfig(FairseqDataclass):
+    rl_lambda: float = field(default=0.005, metadata={"help": "lambda: weight of the CE term, 1 - lambda: RL's"})
+    rl_baseline: BASELINES = field(default="learned", metadata={"help": "reward baseline"})
+    baseline_lr: float = field(default=1e-3, metadata={"help": "Adam learning rate of the learned baseline"})
+    max_sample_len: int = field(default=100, metadata={"help": "longest sampled sequence (tokens, eos included)"})
+    sample_len_ratio: float = field(
+        default=0.0, metadata={"help": "if > 0, also limit each sample to ceil(ratio * source length) + 5 tokens"})
+    gleu_max_order: int = field(default=4, metadata={"help": "GLEU's longest n-gram"})
+    gleu_detok: Optional[str] = field(
+        default=None, metadata={"help": "score GLEU on words after this post-processing of subword tokens "
+                                        "(e.g. sentencepiece, subword_nmt: as fairseq-generate's --post-process)"})
+    ddp_backend: str = II("distributed_training.ddp_backend")
+    distributed_world_size: int = II("distributed_training.distributed_world_size")
+
+
+@register_criterion("reinforce_gleu", dataclass=ReinforceGleuConfig)
+class ReinforceGleuCriterion(FairseqCriterion):
+    def __init__(self, task, rl_lambda=0.005, rl_baseline="learned", baseline_lr=1e-3, max_sample_len=100,
+                 sample_len_ratio=0.0, gleu_max_order=4, gleu_detok=None, ddp_backend="legacy_ddp",
+                 distributed_world_size=1):
+        super().__init__(task)
+        if not 0.0 <= rl_lambda <= 1.0:
+            raise ValueError(f"--rl-lambda must be in [0, 1], got {rl_lambda}")
+        if max_sample_len < 1:
+            raise ValueError(f"--max-sample-len must be >= 1, got {max_sample_len}")
+        if sample_len_ratio < 0:
+            raise ValueError(f"--sample-len-ratio must be >= 0, got {sample_len_ratio}")
+        if gleu_max_order < 1:
+            raise ValueError(f"--gleu-max-order must be >= 1, got {gleu_max_order}")
+        self.rl_lambda, self.baseline = rl_lambda, str(rl_baseline)
+        self.max_sample_len, self.sample_len_ratio = max_sample_len, sample_len_ratio
+        self.max_order, self.detok = gleu_max_order, gleu_detok
+        if self.baseline == "learned":
+            if (distributed_world_size or 1) > 1 and str(ddp_backend) in ("c10d", "pytorch_ddp"):
+                raise ValueError("--rl-baseline learned keeps its own parameters, which PyTorch's DDP wrapper "
+                                 f"(--ddp-backend {ddp_backend}) rejects: use --ddp-backend legacy_ddp "
+                                 "(or no_c10d), or --rl-baseline self-critical / none")
+            dim = task_decoder_dim(task)
+            # parameters of the criterion (saved with checkpoints), but never of the main optimizer
+            self.baseline_weight = torch.nn.Parameter(torch.zeros(dim), requires_grad=False)
+            self.baseline_bias = torch.nn.Parameter(torch.zeros(()), requires_grad=False)
+            self.baseline_lr = baseline_lr
+            self._adam = None
+
+    # -- the learned baseline -----------------------------------------------------------------------
+
+    def _optimizer(self):
+        if self._adam is None:
+            self._adam = torch.optim.Adam([self.baseline_weight, self.baseline_bias], lr=self.baseline_lr)
+        return self._adam
+
+    def get_extra_state(self):
+        """The baseline's Adam state, saved in checkpoints with the parameters."""
+        return {"adam": self._optimizer().state_dict()} if self.baseline == "learned" else {}
+
+    def set_extra_state(self, state):
+        if self.baseline == "learned" and state.get("adam"):
+            self._optimizer().load_state_dict(copy.deepcopy(state["adam"]))  # never share tensors with the source
+
+    def load_state_dict(self, state_dict, strict=True, *args, **kwargs):
+        if state_dict is None:  # a checkpoint of a criterion without state (CE pre-training): a fresh baseline
+            logger.info("reinforce_gleu: the checkpoint has no baseline; starting a fresh one")
+            return _IncompatibleKeys([], [])
+        return super().load_state_dict(state_dict, strict, *args, **kwargs)
+
+    def baseline_values(self, features):
+        return torch.sigmoid(features.float() @ self.baseline_weight + self.baseline_bias)
+
+    def update_baseline(self, features, mask, rewards):
+        """One Adam step on the MSE between b_t and the sentence's reward
+        (gradients averaged over distributed workers).  Returns the MSE."""
+        weight = self.baseline_weight.detach().requires_grad_()
+        bias = self.baseline_bias.detach().requires_grad_()
+        pred = torch.sigmoid(features.float() @ weight + bias)
+        err = ((pred - rewards.unsqueeze(1)) ** 2) * mask
+        mse = err.sum() / mask.sum().clamp(min=1)
+        grads = torch.autograd.grad(mse, [weight, bias])
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            world = torch.distributed.get_world_size()
+            for g in grads:
+                torch.distributed.all_reduce(g)
+                g.div_(world)
+        self.baseline_weight.grad, self.baseline_bias.grad = grads
+        self._optimizer().step()
+        self.baseline_weight.grad = self.baseline_bias.grad = None
+        return mse.detach()
+
+    # -- rewards ------------------------------------------------------------------------------------
+
+    def sample_limits(self, src_lengths):
+        limit = torch.full_like(src_lengths, self.max_sample_len)
+        if self.sample_len_ratio > 0:
+            limit = torch.minimum(limit, torch.ceil(src_lengths.float() * self.sample_len_ratio).long() + 5)
+        return limit
+
+    def rewards(self, tokens, lengths, target):
+        """GLEU of each sample against its gold target (eos and pad left out)."""
+        d = self.task.target_dictionary
+        ref_lens = (target.ne(d.pad()) & target.ne(d.eos())).sum(1)
+        if self.detok is None:
+            return gleu_batch(tokens, lengths, target, ref_lens, self.max_order)
+        return self._detok_rewards(tokens, lengths, target, ref_lens)
+
+    def _detok_rewards(self, tokens, lengths, target, ref_lens):
+        d = self.task.target_dictionary
+        vocab = {}
+
+        def words(row, n):
+            text = d.string(row[:n], self.detok)
+            return [vocab.setdefault(w, len(vocab)) for w in text.split()]
+
+        hyps = [words(row, int(n)) for row, n in zip(tokens.cpu(), lengths.cpu())]
+        refs = [words(row, int(n)) for row, n in zip(target.cpu(), ref_lens.cpu())]
+
+        def pack(seqs):
+            out = torch.zeros(len(seqs), max([len(s) for s in seqs] + [1]), dtype=torch.long)
+            for i, s in enumerate(seqs):
+                out[i, : len(s)] = torch.tensor(s, dtype=torch.long)
+            return out, torch.tensor([len(s) for s in seqs])
+
+        (h, hl), (r, rl) = pack(hyps), pack(refs)
+        return gleu_batch(h, hl, r, rl, self.max_order).to(tokens.device)
+
+    # -- the loss -----------------------------------------------------------------------------------
+
+    def forward(self, model, sample, reduce=True):
+        net_input = sample["net_input"]
+        limits = self.sample_limits(net_input["src_lengths"])
+        net_output = model(**net_input, sample_lens=limits, greedy_too=self.baseline == "self-critical")
+        samples = net_output[1]["samples"]
+        pad = self.padding_idx
+
+        lprobs = model.get_normalized_probs(net_output, log_probs=True)
+        target = model.get_targets(sample, net_output)
+        ce = F.nll_loss(lprobs.view(-1, lprobs.size(-1)), target.reshape(-1), ignore_index=pad, reduction="sum")
+
+        mask = samples["mask"].float()
+        with torch.no_grad():
+            reward = self.rewards(samples["tokens"], samples["lengths"], sample["target"])
+        logs = {}
+        if self.baseline == "learned":
+            base = self.baseline_values(samples["features"])
+        elif self.baseline == "self-critical":
+            greedy = net_output[1]["greedy"]
+            greedy_reward = self.rewards(greedy["tokens"], greedy["lengths"], sample["target"])
+            base = greedy_reward.unsqueeze(1).expand_as(mask)
+            logs["greedy_reward"] = greedy_reward.sum().item()
+        else:
+            base = torch.zeros_like(mask)
+        advantage = (reward.unsqueeze(1) - base) * mask
+        rl = -(advantage.detach() * samples["lprobs"] * mask).sum()
+        loss = self.rl_lambda * ce + (1.0 - self.rl_lambda) * rl
+
+        finite = bool(torch.isfinite(reward).all() and torch.isfinite(loss))
+        if not finite:  # an exact zero that still touches every parameter (distributed wrappers expect that)
+            loss = sum(p.reshape(-1)[:1].sum() * 0.0 for p in model.parameters() if p.requires_grad)
+        elif self.baseline == "learned" and model.training:
+            logs["baseline_mse"] = self.update_baseline(samples["features"], mask, reward).item() \
+                * sample["target"].size(0)
+
+        nsentences = sample["target"].size(0)
+        logging_output = {
+            "loss": loss.data if finite else 0.0, "ce": ce.data if finite else 0.0, "rl": rl.data if finite else 0.0,
+            "ntokens": sample["ntokens"], "nsentences": nsentences, "sample_size": nsentences,
+            "reward": reward.sum().item() if finite else 0.0,
+            "baseline": (base * mask).sum().item() if finite else 0.0, "steps": mask.sum().item(),
+            "sample_len": samples["lengths"].sum().item(), "nonfinite": 0 if finite else 1, **logs}
+        return loss, nsentences, logging_output
+
+    @staticmethod
+    def reduce_metrics(logging_outputs) -> None:
+        def total(key):
+            return sum(float(log.get(key, 0)) for log in logging_outputs)
+
+        nsentences = max(total("nsentences"), 1)
+        ok = nsentences
+        metrics.log_scalar("loss", total("loss") / nsentences, nsentences, round=3)
+        metrics.log_scalar("ce", total("ce") / max(total("ntokens"), 1) / math.log(2), total("ntokens"), round=3)
+        metrics.log_scalar("rl_loss", total("rl") / nsentences, nsentences, round=3)
+        metrics.log_scalar("reward", 100.0 * total("reward") / ok, nsentences, round=2)
+        metrics.log_scalar("baseline", 100.0 * total("baseline") / max(total("steps"), 1), total("steps"), round=2)
+        metrics.log_scalar("sample_len", total("sample_len") / ok, nsentences, round=2)
+        if any("baseline_mse" in log for log in logging_outputs):
+            metrics.log_scalar("baseline_mse", total("baseline_mse") / nsentences, nsentences, round=4)
+        if any("greedy_reward" in log for log in logging_outputs):
+            metrics.log_scalar("greedy_reward", 100.0 * total("greedy_reward") / ok, nsentences, round=2)
+        metrics.log_scalar_sum("nonfinite", total("nonfinite"))
+
+    @staticmethod
+    def logging_outputs_can_be_summed() -> bool:
+        return True
+
+
+
+def task_decoder_dim(task) -> int:
+    """d of the decoder state s_t.  fairseq builds the model before the
+    criterion; the plugin's tasks note the built model's ``decoder.state_dim``."""
+    dim = getattr(task, "decoder_state_dim", None)
+    if dim is None:
+        raise ValueError("--rl-baseline learned needs the decoder's state size: build the model with a "
+                         "fairseq_smallvocab task (translation_smallvocab) before the criterion, as "
+                         "fairseq-train does")
+    return int(dim)

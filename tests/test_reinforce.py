@@ -1,0 +1,332 @@
+"""reinforce_gleu: the policy gradient by hand, masking after eos, the learned
+baseline's optimizer state through checkpoints, bad input, and real runs."""
+
+import re
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import USER_DIR, run
+from fairseq.data import Dictionary
+
+from fairseq_smallvocab.criterions.reinforce_gleu import ReinforceGleuCriterion
+from fairseq_smallvocab.models.lstm_smallvocab import LSTMSmallVocabConfig, LSTMSmallVocabModel
+from fairseq_smallvocab.rewards import gleu
+
+V_SRC, V_TGT, B, T_SRC, T_TGT, K, D = 30, 50, 6, 6, 5, 14, 10
+
+
+def _dict(n):
+    d = Dictionary()
+    for i in range(n - d.nspecial):
+        d.add_symbol(f"w{i}")
+    return d
+
+
+def _setup(small=True, seed=0):
+    torch.manual_seed(seed)
+    src_dict, tgt_dict = _dict(V_SRC), _dict(V_TGT)
+    task = SimpleNamespace(source_dictionary=src_dict, target_dictionary=tgt_dict, decoder_state_dim=D)
+    model = LSTMSmallVocabModel.build_model(LSTMSmallVocabConfig(embed_dim=D, dropout=0.0), task)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.4)
+        model.decoder.output_bias[2] = 3.0  # eos likely enough that samples end at different steps
+    pad, eos = tgt_dict.pad(), tgt_dict.eos()
+    src = torch.randint(4, V_SRC, (B, T_SRC))
+    src[:, -1] = eos
+    tgt = torch.randint(4, 12, (B, T_TGT))  # a few words, so that samples share n-grams with the gold
+    tgt[:, -1] = eos
+    tgt[2, 3:] = torch.tensor([eos, pad])
+    prev = torch.cat([torch.full((B, 1), eos), tgt[:, :-1]], 1).masked_fill(tgt.eq(pad), pad)
+    net_input = {"src_tokens": src, "src_lengths": torch.full((B,), T_SRC), "prev_output_tokens": prev}
+    if small:
+        rows = []
+        for b in range(B):
+            gold = [t for t in dict.fromkeys(tgt[b].tolist()) if t >= 4]
+            rest = [t for t in range(4, V_TGT) if t not in gold]
+            rows.append(list(range(4)) + (gold + rest)[: K - 4])
+        net_input["candidates"] = torch.tensor(rows)
+    sample = {"id": torch.arange(B), "net_input": net_input, "target": tgt, "nsentences": B,
+              "ntokens": int(tgt.ne(pad).sum())}
+    return model, task, sample
+
+
+@pytest.mark.parametrize("small", [True, False])
+def test_policy_gradient_equals_hand_computation(small):
+    """d L_r / d b_p (the output bias) = -sum_b sum_t (R_b - b_t) (onehot(y_bt) - p_bt),
+    over the sampled steps up to and including eos, with p_bt from a separate
+    teacher-forced pass over the sampled sequence; the fresh learned baseline
+    is b_t = sigmoid(0) = 0.5, so every step counts, rewarded or not."""
+    model, task, sample = _setup(small)
+    crit = ReinforceGleuCriterion(task, rl_lambda=0.0, rl_baseline="learned", max_sample_len=7)
+    torch.manual_seed(5)
+    loss, size, log = crit(model, sample)
+    model.zero_grad()
+    loss.backward()
+    got = model.decoder.output_bias.grad.clone()
+
+    torch.manual_seed(5)  # the same samples again
+    with torch.no_grad():
+        samples = model(**sample["net_input"], sample_lens=torch.full((B,), 7))[1]["samples"]
+    tokens, mask = samples["tokens"], samples["mask"]
+    d = task.target_dictionary
+    eos, pad = d.eos(), d.pad()
+    assert mask.any(1).all() and (~mask).any()  # some samples ended early: steps after eos are masked
+    want = torch.zeros(V_TGT)
+    hand_rewards = []
+    for b in range(B):
+        steps = int(mask[b].sum())
+        ys = tokens[b, :steps].tolist()
+        assert all(t == pad for t in tokens[b, steps:].tolist())
+        assert eos not in ys[:-1]
+        words = [t for t in ys if t != eos]
+        ref = [t for t in sample["target"][b].tolist() if t not in (eos, pad)]
+        reward = gleu(words, ref)
+        hand_rewards.append(reward)
+        prev = torch.tensor([[eos] + ys[:-1]])
+        cands = sample["net_input"]["candidates"][b: b + 1] if small else None
+        with torch.no_grad():
+            enc = model.encoder(sample["net_input"]["src_tokens"][b: b + 1], sample["net_input"]["src_lengths"][b:
+                                b + 1], candidates=cands)
+            logits = model.decoder(prev, enc)[0][0]  # steps x K (or V)
+        logits[:, [pad, d.bos()]] = float("-inf")
+        p = F.softmax(logits, -1)
+        ids = cands[0] if small else torch.arange(V_TGT)
+        for t, y in enumerate(ys):
+            onehot = torch.zeros(V_TGT)
+            onehot[y] = 1.0
+            full_p = torch.zeros(V_TGT).index_add_(0, ids, p[t])
+            want += -(reward - 0.5) * (onehot - full_p)
+    assert log["reward"] == pytest.approx(sum(hand_rewards), abs=1e-5) and sum(hand_rewards) > 0
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
+def test_ce_term_and_mixing():
+    model, task, sample = _setup()
+    only_ce = ReinforceGleuCriterion(task, rl_lambda=1.0, rl_baseline="none")
+    loss, _, log = only_ce(model, sample)
+    lprobs = model.get_normalized_probs(model(**sample["net_input"]), log_probs=True)
+    target = model.get_targets(sample, model(**sample["net_input"]))
+    ce = F.nll_loss(lprobs.view(-1, K), target.view(-1), ignore_index=1, reduction="sum")
+    torch.testing.assert_close(loss, ce)
+    torch.manual_seed(3)
+    mixed, _, mlog = ReinforceGleuCriterion(task, rl_lambda=0.25, rl_baseline="none")(model, sample)
+    torch.testing.assert_close(mixed, 0.25 * mlog["ce"] + 0.75 * mlog["rl"])
+
+
+def test_empty_samples_get_zero_reward_without_crashing():
+    model, task, sample = _setup()
+    with torch.no_grad():
+        model.decoder.output_bias[task.target_dictionary.eos()] = 100.0  # eos first, every time
+    crit = ReinforceGleuCriterion(task, rl_baseline="learned")
+    loss, _, log = crit(model, sample)
+    assert log["reward"] == 0.0 and log["sample_len"] == 0 and log["steps"] == B and torch.isfinite(loss)
+    loss.backward()
+
+
+def test_nonfinite_batches_are_skipped_and_counted(monkeypatch):
+    model, task, sample = _setup()
+    crit = ReinforceGleuCriterion(task, rl_baseline="learned")
+    monkeypatch.setattr(crit, "rewards", lambda *a: torch.full((B,), float("nan")))
+    before = crit.baseline_weight.clone()
+    loss, _, log = crit(model, sample)
+    assert log["nonfinite"] == 1 and loss.item() == 0.0
+    model.zero_grad()
+    loss.backward()
+    assert all(p.grad is None or p.grad.abs().sum() == 0 for p in model.parameters())
+    assert torch.equal(crit.baseline_weight, before)  # the baseline did not learn from it either
+
+
+def test_bad_settings_are_named():
+    _, task, _ = _setup()
+    for value in (-0.1, 1.5):
+        with pytest.raises(ValueError, match=r"--rl-lambda must be in \[0, 1\]"):
+            ReinforceGleuCriterion(task, rl_lambda=value)
+    with pytest.raises(ValueError, match="--ddp-backend legacy_ddp"):
+        ReinforceGleuCriterion(task, ddp_backend="pytorch_ddp", distributed_world_size=2)
+    with pytest.raises(ValueError, match="decoder's state size"):
+        ReinforceGleuCriterion(SimpleNamespace(target_dictionary=task.target_dictionary))
+
+
+def test_learned_baseline_fits_rewards_and_its_adam_state_round_trips():
+    model, task, sample = _setup()
+    crit = ReinforceGleuCriterion(task, rl_baseline="learned", baseline_lr=0.05)
+    model.train()
+    first = last = None
+    for _ in range(30):
+        _, _, log = crit(model, sample)
+        first = log["baseline_mse"] if first is None else first
+        last = log["baseline_mse"]
+    assert last < first / 4
+    state = crit.state_dict()
+    assert {"baseline_weight", "baseline_bias", "_extra_state"} <= state.keys()
+    fresh = ReinforceGleuCriterion(task, rl_baseline="learned", baseline_lr=0.05)
+    fresh.load_state_dict(state)
+    torch.testing.assert_close(fresh.baseline_weight, crit.baseline_weight)
+    a, b = crit._optimizer().state_dict(), fresh._optimizer().state_dict()
+    assert a["state"][0]["step"] == b["state"][0]["step"] == 30
+    torch.testing.assert_close(a["state"][0]["exp_avg_sq"], b["state"][0]["exp_avg_sq"])
+    # the next steps are identical
+    torch.manual_seed(9)
+    crit(model, sample)
+    torch.manual_seed(9)
+    fresh(model, sample)
+    torch.testing.assert_close(fresh.baseline_weight, crit.baseline_weight)
+    assert not any(p.requires_grad for p in crit.parameters())  # never given to fairseq's main optimizer
+
+
+def test_self_critical_baseline_is_the_greedy_reward():
+    model, task, sample = _setup()
+    with torch.no_grad():
+        model.decoder.output_bias[2] = 0.0  # greedy decodes that do not stop at once
+    crit = ReinforceGleuCriterion(task, rl_baseline="self-critical", max_sample_len=8)
+    _, _, log = crit(model, sample)
+    with torch.no_grad():
+        greedy = model(**sample["net_input"], sample_lens=torch.full((B,), 8), greedy_too=True)[1]["greedy"]
+    d = task.target_dictionary
+    want = 0.0
+    for b in range(B):
+        ys = [t for t in greedy["tokens"][b][greedy["mask"][b]].tolist() if t != d.eos()]
+        ref = [t for t in sample["target"][b].tolist() if t not in (d.eos(), d.pad())]
+        want += gleu(ys, ref)
+    assert log["greedy_reward"] == pytest.approx(want, abs=1e-6) and want > 0
+
+
+MT = ["--user-dir", USER_DIR, "--task", "translation_smallvocab", "--arch", "lstm_smallvocab", "--embed-dim", "16",
+      "--batch-size", "32", "--cpu", "--no-progress-bar", "--log-format", "simple", "--num-workers", "0",
+      "--no-epoch-checkpoints", "--log-interval", "1"]
+
+
+def test_fairseq_train_fine_tunes_and_resumes_with_the_baseline_state(tiny_bin, tmp_path):
+    run(["fairseq-train", tiny_bin, *MT, "--small-vocab-size", "0", "--criterion", "cross_entropy",
+         "--optimizer", "adam", "--lr", "0.01", "--max-epoch", "3", "--save-dir", tmp_path / "ce"])
+    rl = [*MT, "--small-vocab-size", "0", "--criterion", "reinforce_gleu", "--optimizer", "sgd", "--lr", "0.01",
+          "--save-dir", tmp_path / "rl", "--max-sample-len", "30"]
+    run(["fairseq-train", tiny_bin, *rl, "--max-epoch", "1", "--finetune-from-model", tmp_path / "ce" /
+         "checkpoint_best.pt"])
+    state = torch.load(tmp_path / "rl" / "checkpoint_last.pt", weights_only=True)["criterion"]
+    steps = state["_extra_state"]["adam"]["state"][0]["step"]
+    assert steps > 0 and state["baseline_weight"].abs().sum() > 0
+    out = run(["fairseq-train", tiny_bin, *rl, "--max-epoch", "2", "--batch-splits", "2"])  # resumes
+    log = out.stdout + out.stderr
+    assert "Loaded checkpoint" in log and "reward" in log and "baseline_mse" in log
+    state2 = torch.load(tmp_path / "rl" / "checkpoint_last.pt", weights_only=True)["criterion"]
+    assert state2["_extra_state"]["adam"]["state"][0]["step"] > steps
+
+
+def test_reinforce_raises_the_reward_on_a_tiny_learnable_task():
+    """Copying 3-5 words: after a short CE warm-up, 200 REINFORCE steps (pure
+    RL, learned baseline) raise the mean sample GLEU on held-out batches."""
+    torch.manual_seed(0)
+    d = _dict(24)
+    task = SimpleNamespace(source_dictionary=d, target_dictionary=d, decoder_state_dim=32)
+    model = LSTMSmallVocabModel.build_model(LSTMSmallVocabConfig(embed_dim=32, dropout=0.0), task)
+
+    def batch(n=32):
+        length = int(torch.randint(3, 6, (1,)))
+        src = torch.cat([torch.randint(4, 24, (n, length)), torch.full((n, 1), d.eos())], 1)
+        prev = torch.cat([torch.full((n, 1), d.eos()), src[:, :-1]], 1)
+        return {"id": torch.arange(n), "target": src.clone(), "nsentences": n, "ntokens": n * (length + 1),
+                "net_input": {"src_tokens": src, "src_lengths": torch.full((n,), length + 1),
+                              "prev_output_tokens": prev}}
+
+    rl = ReinforceGleuCriterion(task, rl_lambda=0.0, rl_baseline="learned", baseline_lr=0.01, max_sample_len=8)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+
+    def train(criterion, steps):
+        for _ in range(steps):
+            loss, n, _ = criterion(model, batch())
+            optimizer.zero_grad()
+            (loss / n).backward()
+            optimizer.step()
+
+    def held_out_reward():
+        rng = torch.get_rng_state()
+        torch.manual_seed(7)
+        model.eval()
+        with torch.no_grad():
+            total = sum(log["reward"] / n for _, n, log in (rl(model, batch()) for _ in range(8)))
+        model.train()
+        torch.set_rng_state(rng)
+        return total / 8
+
+    train(ReinforceGleuCriterion(task, rl_lambda=1.0, rl_baseline="none"), 60)  # CE warm-up
+    before = held_out_reward()
+    train(rl, 200)
+    after = held_out_reward()
+    assert after > before + 0.03, (before, after)
+
+
+def _free_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _launch_two(tiny_bin, ce_ckpt, save, extra):
+    """Two fairseq-train workers (ranks 0 and 1) of one distributed run."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    port = _free_port()
+    exe = str(Path(sys.executable).parent / "fairseq-train")
+    procs = []
+    for rank in (0, 1):
+        args = [exe, str(tiny_bin), *map(str, MT), "--small-vocab-size", "0", "--criterion", "reinforce_gleu",
+                "--optimizer", "sgd", "--lr", "0.01", "--max-epoch", "1", "--batch-size", "16",
+                "--finetune-from-model", str(ce_ckpt), "--save-dir", str(save), "--max-sample-len", "30",
+                "--distributed-init-method", f"tcp://127.0.0.1:{port}", "--distributed-world-size", "2",
+                "--distributed-rank", str(rank), "--distributed-no-spawn", "--device-id", str(rank), *extra]
+        procs.append(subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                      env=dict(os.environ, OMP_NUM_THREADS="1")))
+    outs = [p.communicate(timeout=600)[0] for p in procs]
+    for p, out in zip(procs, outs):
+        assert p.returncode == 0, out[-4000:]
+    return outs
+
+
+@pytest.fixture(scope="module")
+def ce_checkpoint(tiny_bin, tmp_path_factory):
+    save = tmp_path_factory.mktemp("ce")
+    run(["fairseq-train", tiny_bin, *MT, "--small-vocab-size", "0", "--criterion", "cross_entropy",
+         "--optimizer", "adam", "--lr", "0.01", "--max-epoch", "2", "--save-dir", save])
+    return save / "checkpoint_best.pt"
+
+
+def test_distributed_data_parallel_on_cpu_with_gloo(tiny_bin, ce_checkpoint, tmp_path):
+    """fairseq's DDP with 2 CPU processes: gloo, --ddp-backend legacy_ddp (PyTorch's
+    DDP wrapper wants devices), fine-tuning from a checkpoint (rank 0 broadcasts
+    it through torch.load: the plugin's allow-list covers that too)."""
+    outs = _launch_two(tiny_bin, ce_checkpoint, tmp_path / "rl",
+                       ["--cpu", "--distributed-backend", "gloo", "--ddp-backend", "legacy_ddp"])
+    assert "initialized host" in outs[1] and "as rank 1" in outs[1]
+    assert re.search(r"train \| epoch 001 .*baseline_mse .*bsz 3\d", outs[0])  # 2 x 16 sentences per update
+    assert (tmp_path / "rl" / "checkpoint_last.pt").exists()
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs (PyTorch DDP, NCCL)")
+def test_distributed_data_parallel_on_gpus(tiny_bin, ce_checkpoint, tmp_path):
+    _launch_two(tiny_bin, ce_checkpoint, tmp_path / "rl", ["--rl-baseline", "self-critical"])
+
+
+def _baseline_worker(rank, port, out):
+    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    _, task, _ = _setup()
+    crit = ReinforceGleuCriterion(task, rl_baseline="learned", baseline_lr=0.1)
+    gen = torch.Generator().manual_seed(rank)  # each worker sees other states and rewards
+    for _ in range(3):
+        crit.update_baseline(torch.randn(4, 3, D, generator=gen), torch.ones(4, 3), torch.rand(4, generator=gen))
+    torch.save(crit.state_dict()["baseline_weight"], out / f"w{rank}.pt")
+    torch.distributed.destroy_process_group()
+
+
+def test_learned_baseline_stays_identical_across_workers(tmp_path):
+    torch.multiprocessing.spawn(_baseline_worker, args=(_free_port(), tmp_path), nprocs=2, join=True)
+    w0, w1 = torch.load(tmp_path / "w0.pt"), torch.load(tmp_path / "w1.pt")
+    assert w0.abs().sum() > 0 and torch.equal(w0, w1)
