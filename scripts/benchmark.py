@@ -6,8 +6,11 @@ the paper's model (``lstm_smallvocab``, d units) on random batches of B
 sentence pairs of exactly --max-len tokens, targets uniform over |V|; the
 small-vocabulary batches carry K candidates per example (the special symbols,
 every gold word, then random words, as the training lists).  A step is what
-fairseq-train does per update: forward, loss (fairseq's ``cross_entropy``
-criterion), backward, gradient clipping to 1.0, an SGD (momentum 0.75) update.
+fairseq-train does per update: forward, loss, backward, gradient clipping to
+1.0, an SGD (momentum 0.75) update.  The loss: ``ce``, fairseq's
+``cross_entropy``; ``reinforce``, the plugin's ``reinforce_gleu`` (the
+teacher-forced CE term plus one sampled sequence per example of up to
+--max-len tokens, GLEU rewards, the learned baseline and its Adam step).
 After --warmup untimed steps, --steps steps are timed.
 
 Peak memory: CUDA, ``torch.cuda.max_memory_allocated``; CPU, the growth of the
@@ -26,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-MODES = ("ce",)
+MODES = ("ce", "reinforce")
 
 
 def paper_k(vocab_size: int) -> int:
@@ -98,6 +101,7 @@ def worker(cfg: dict) -> dict:
     import torch
     from fairseq.criterions.cross_entropy import CrossEntropyCriterion
 
+    from fairseq_smallvocab.criterions.reinforce_gleu import ReinforceGleuCriterion
     from fairseq_smallvocab.models.lstm_smallvocab import LSTMSmallVocabConfig, LSTMSmallVocabModel
 
     device = torch.device(cfg["device"])
@@ -108,16 +112,22 @@ def worker(cfg: dict) -> dict:
     class _Task:
         source_dictionary = _dictionary(cfg["src_vocab_size"])
         target_dictionary = tgt_dict
+        decoder_state_dim = cfg["d"]
 
     model = LSTMSmallVocabModel.build_model(LSTMSmallVocabConfig(embed_dim=cfg["d"], dropout=0.2), _Task).to(device)
     model.train()
-    criterion = CrossEntropyCriterion(_Task, sentence_avg=False)
+    if cfg["mode"] == "ce":
+        criterion = CrossEntropyCriterion(_Task, sentence_avg=False)
+    else:
+        criterion = ReinforceGleuCriterion(_Task, max_sample_len=cfg["max_len"]).to(device)
+    sample_lens = []
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0, momentum=0.75, weight_decay=1e-6)
     sample = make_batch(cfg["vocab_size"], cfg["K"], cfg["batch"], cfg["max_len"], device)
 
     def step():
         optimizer.zero_grad(set_to_none=True)
-        loss, _, _ = criterion(model, sample)
+        loss, _, log = criterion(model, sample)
+        sample_lens.append(log.get("sample_len", 0) / cfg["batch"])
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
@@ -147,7 +157,8 @@ def worker(cfg: dict) -> dict:
             "sec_per_step": round(sec_per_step, 4),
             "tokens_per_sec": round(cfg["batch"] * cfg["max_len"] / sec_per_step, 1),
             "sec_per_epoch": round(batches * sec_per_step, 1), "epoch_sentences": cfg["epoch_sentences"],
-            "peak_mem_mb": round(peak, 1), "torch": torch.__version__}
+            "peak_mem_mb": round(peak, 1), "torch": torch.__version__,
+            **({"sample_len": round(sum(sample_lens) / len(sample_lens), 1)} if cfg["mode"] == "reinforce" else {})}
 
 
 def _ru_maxrss_mb() -> float:

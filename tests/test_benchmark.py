@@ -11,13 +11,15 @@ def test_benchmark_writes_records_and_table(tmp_path):
                "--max-len", "6", "--embed-dim", "8", "--steps", "1", "--warmup", "1", "--threads", "1",
                "--json", tmp_path / "b.json", "--markdown", tmp_path / "b.md"])
     records = json.loads((tmp_path / "b.json").read_text())
-    assert [(r["softmax"], r["K"]) for r in records] == [("small", 40), ("full", 0)]
+    assert [(r["mode"], r["softmax"], r["K"]) for r in records] == [
+        ("ce", "small", 40), ("ce", "full", 0), ("reinforce", "small", 40), ("reinforce", "full", 0)]
     for r in records:
         assert {"device", "mode", "softmax", "vocab_size", "K", "d", "batch", "max_len", "steps",
                 "tokens_per_sec", "sec_per_epoch", "peak_mem_mb"} <= r.keys()
-        assert r["device"] == "cpu" and r["mode"] == "ce" and r["vocab_size"] == 300 and r["tokens_per_sec"] > 0
+        assert r["device"] == "cpu" and r["vocab_size"] == 300 and r["tokens_per_sec"] > 0
+        assert (r["mode"] == "reinforce") == (0 < r.get("sample_len", 0) <= 6)
     table = (tmp_path / "b.md").read_text()
-    assert table in out.stdout and table.count("\n") == 4 and "x less" in table
+    assert table in out.stdout and table.count("\n") == 6 and table.count("x less") == 2
 
 
 def test_benchmark_batch_candidates_hold_the_gold_words():

@@ -123,10 +123,11 @@ class SmallVocabDecoder(FairseqIncrementalDecoder):
         self.max_positions_ = max_positions
         self.state_dim = d  # size of s_t (what a learned REINFORCE baseline reads)
 
-    def forward(self, prev_output_tokens, encoder_out, incremental_state=None, features_only=False, **unused):
+    def forward(self, prev_output_tokens, encoder_out, incremental_state=None, features_only=False,
+                candidate_weights=None, **unused):
         s, attn = self.extract_features(prev_output_tokens, encoder_out, incremental_state)
         candidates = encoder_out["candidates"][0] if encoder_out["candidates"] else None
-        out = s if features_only else self.output_layer(s, candidates)
+        out = s if features_only else self.output_layer(s, candidates, candidate_weights)
         return out, {"attn": [attn], "candidates": [] if candidates is None else [candidates]}
 
     def extract_features(self, prev_output_tokens, encoder_out, incremental_state=None):
@@ -165,17 +166,22 @@ class SmallVocabDecoder(FairseqIncrementalDecoder):
                                        {"h": torch.stack(hs), "c": torch.stack(cs), "feed": feed, "keys": keys})
         return torch.stack(outs, dim=1), torch.stack(attns, dim=1)
 
-    def output_layer(self, features, candidates: Optional[Tensor] = None):
+    def candidate_weights(self, candidates: Tensor):
+        """The examples' rows of W_p and b_p: (B x K x d, B x 1 x K)."""
+        return self.embed_tokens.weight[candidates], self.output_bias[candidates].unsqueeze(1)
+
+    def output_layer(self, features, candidates: Optional[Tensor] = None, candidate_weights=None):
         """Logits over the whole vocabulary (B x T x V), or with ``candidates``
-        (B x K ids) over each example's K candidates (B x T x K)."""
-        weight, bias = self.embed_tokens.weight, self.output_bias
-        if candidates is None:
-            return F.linear(features, weight, bias)
-        w = weight[candidates]  # B x K x d
-        b = bias[candidates].unsqueeze(1)  # B x 1 x K
+        (B x K ids) over each example's K candidates (B x T x K).  A caller
+        that scores several times with the same candidates passes their rows
+        (``candidate_weights``), gathered once."""
+        if candidates is None and candidate_weights is None:
+            return F.linear(features, self.embed_tokens.weight, self.output_bias)
+        w, b = candidate_weights if candidate_weights is not None else self.candidate_weights(candidates)
         return torch.baddbmm(b, features, w.transpose(1, 2))
 
-    def sample(self, encoder_out, max_lens: Tensor, greedy: bool = False) -> Dict[str, Tensor]:
+    def sample(self, encoder_out, max_lens: Tensor, greedy: bool = False, candidate_weights=None
+               ) -> Dict[str, Tensor]:
         """Decode a sequence per example from the model's own distribution
         (multinomial, or argmax with ``greedy``), inside the example's candidates
         when ``encoder_out`` has them; all examples advance together, with no
@@ -185,6 +191,8 @@ class SmallVocabDecoder(FairseqIncrementalDecoder):
         that count, the eos included), ``features`` (s_t, detached: B x T x d)
         and ``lengths`` (tokens before the eos)."""
         candidates = encoder_out["candidates"][0] if encoder_out["candidates"] else None
+        if candidates is not None and candidate_weights is None:
+            candidate_weights = self.candidate_weights(candidates)  # gathered once, not at every step
         eos, pad, bos = self.dictionary.eos(), self.dictionary.pad(), self.dictionary.bos()
         bsz = max_lens.size(0)
         tokens = max_lens.new_full((bsz, 1), eos)
@@ -193,7 +201,7 @@ class SmallVocabDecoder(FairseqIncrementalDecoder):
         lprobs, masks, feats = [], [], []
         for t in range(int(max_lens.max()) if bsz else 0):
             s, _ = self.extract_features(tokens, encoder_out, state)  # B x 1 x d
-            logits = self.output_layer(s, candidates)[:, 0].float()
+            logits = self.output_layer(s, candidates, candidate_weights)[:, 0].float()
             logits[:, [pad, bos]] = float("-inf")  # special ids are candidate positions too
             lp = F.log_softmax(logits, dim=-1)
             with torch.no_grad():
@@ -248,17 +256,20 @@ class LSTMSmallVocabModel(FairseqEncoderDecoderModel):
         without gradient or dropout, as ``greedy``): one forward, so that
         REINFORCE works through fairseq's distributed wrappers."""
         encoder_out = self.encoder(src_tokens, src_lengths, candidates=candidates)
-        out = self.decoder(prev_output_tokens, encoder_out)
-        if sample_lens is not None:
-            out[1]["samples"] = self.decoder.sample(encoder_out, sample_lens)
-            if greedy_too:
-                dropout = self.decoder.dropout.training
-                self.decoder.dropout.eval()
-                try:
-                    with torch.no_grad():
-                        out[1]["greedy"] = self.decoder.sample(encoder_out, sample_lens, greedy=True)
-                finally:
-                    self.decoder.dropout.train(dropout)
+        if sample_lens is None:
+            return self.decoder(prev_output_tokens, encoder_out)
+        weights = self.decoder.candidate_weights(candidates) if candidates is not None else None
+        out = self.decoder(prev_output_tokens, encoder_out, candidate_weights=weights)
+        out[1]["samples"] = self.decoder.sample(encoder_out, sample_lens, candidate_weights=weights)
+        if greedy_too:
+            dropout = self.decoder.dropout.training
+            self.decoder.dropout.eval()
+            try:
+                with torch.no_grad():
+                    out[1]["greedy"] = self.decoder.sample(encoder_out, sample_lens, greedy=True,
+                                                           candidate_weights=weights)
+            finally:
+                self.decoder.dropout.train(dropout)
         return out
 
     def get_targets(self, sample, net_output):
