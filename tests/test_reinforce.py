@@ -330,3 +330,19 @@ def test_learned_baseline_stays_identical_across_workers(tmp_path):
     torch.multiprocessing.spawn(_baseline_worker, args=(_free_port(), tmp_path), nprocs=2, join=True)
     w0, w1 = torch.load(tmp_path / "w0.pt"), torch.load(tmp_path / "w1.pt")
     assert w0.abs().sum() > 0 and torch.equal(w0, w1)
+
+
+def test_gleu_on_detokenized_words_for_subword_data():
+    """--gleu-detok sentencepiece scores words: differently split but equal
+    sentences get reward 1."""
+    d = Dictionary()
+    for piece in ["\u2581the", "\u2581th", "e", "\u2581cat", "\u2581sat"]:
+        d.add_symbol(piece)
+    ids = {d[i]: i for i in range(len(d))}
+    task = SimpleNamespace(target_dictionary=d, decoder_state_dim=4)
+    hyp = torch.tensor([[ids["\u2581the"], ids["\u2581cat"], ids["\u2581sat"]]])
+    ref = torch.tensor([[ids["\u2581th"], ids["e"], ids["\u2581cat"], ids["\u2581sat"], d.eos()]])
+    plain = ReinforceGleuCriterion(task, rl_baseline="none").rewards(hyp, torch.tensor([3]), ref)
+    words = ReinforceGleuCriterion(task, rl_baseline="none", gleu_detok="sentencepiece").rewards(
+        hyp, torch.tensor([3]), ref)
+    assert words.tolist() == [1.0] and plain.item() == pytest.approx(gleu([1, 2, 3], [4, 5, 2, 3]))

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# REINFORCE fine-tuning (GLEU reward, learned baseline, lambda = 0.005) of a
+# CE checkpoint from run_multi30k.sh, then greedy decoding of val and
+# test2016.  Run from the project root with the project's environment active:
+#   source .venv/bin/activate && bash examples/translation/run_reinforce_multi30k.sh
+# Settings: K (0 = full softmax; use the CE run's K), DATA, CANDS, CE (the CE
+# checkpoint), SAVE, EPOCHS, THREADS.
+set -euo pipefail
+K=${K:-500}
+DATA=${DATA:-data-bin/multi30k.en-de}
+CANDS=${CANDS:-checkpoints/vp-multi30k.en-de/candidates}
+CE=${CE:-checkpoints/mt-multi30k.en-de.k$K/checkpoint_best.pt}
+SAVE=${SAVE:-checkpoints/rl-multi30k.en-de.k$K}
+EPOCHS=${EPOCHS:-3}
+THREADS=${THREADS:-2}
+export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS
+
+mkdir -p "$SAVE"
+start=$(date +%s)
+fairseq-train "$DATA" --user-dir fairseq_smallvocab --task translation_smallvocab -s en -t de \
+  --candidates-dir "$CANDS" --small-vocab-size "$K" \
+  --arch lstm_smallvocab --criterion reinforce_gleu --rl-lambda 0.005 --rl-baseline learned \
+  --max-sample-len 100 --sample-len-ratio 1.5 --finetune-from-model "$CE" \
+  --optimizer sgd --lr 0.01 --clip-norm 1.0 --batch-size 128 \
+  --eval-bleu --eval-bleu-args '{"beam": 1, "max_len_a": 1.5, "max_len_b": 10}' \
+  --best-checkpoint-metric bleu --maximize-best-checkpoint-metric \
+  --max-epoch "$EPOCHS" --save-dir "$SAVE" --no-epoch-checkpoints \
+  --cpu --num-workers 0 --seed 1 --no-progress-bar --log-format simple --log-interval 50 \
+  2>&1 | tee "$SAVE/train.log" | grep -E "valid on|done training"
+echo "training wall time: $(( $(date +%s) - start )) s"
+
+for split in valid test; do
+  fairseq-generate "$DATA" --user-dir fairseq_smallvocab --task translation_smallvocab -s en -t de \
+    --candidates-dir "$CANDS" --small-vocab-size "$K" --path "$SAVE/checkpoint_best.pt" \
+    --gen-subset "$split" --beam 1 --max-len-a 1.5 --max-len-b 10 --batch-size 128 --cpu \
+    --scoring sacrebleu > "$SAVE/generate-$split.txt"
+  echo "$split: $(tail -1 "$SAVE/generate-$split.txt")"
+done
