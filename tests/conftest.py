@@ -45,3 +45,17 @@ def tiny_bin(tiny_raw, tmp_path_factory):
     splits = {"train": "train", "valid": "valid", "test": "test"}
     prepare(tiny_raw, dest, "src", "tgt", splits, min_count=1, log=lambda m: None)
     return dest
+
+
+VP_TRAIN = ["--user-dir", USER_DIR, "--task", "vocab_prediction", "--arch", "vocab_predictor", "--criterion",
+            "vocab_prediction_bce", "--recall-at", "50", "--optimizer", "adagrad", "--lr", "0.08",
+            "--batch-size", "64", "--max-epoch", "2", "--cpu", "--no-progress-bar", "--num-workers", "0",
+            "--no-epoch-checkpoints"]
+
+
+@pytest.fixture(scope="session")
+def predictor(tiny_bin, tmp_path_factory):
+    """A vocabulary predictor trained for 2 epochs on ``tiny_bin``."""
+    save = tmp_path_factory.mktemp("vp")
+    run(["fairseq-train", tiny_bin, *VP_TRAIN, "--save-dir", save])
+    return save / "checkpoint_last.pt"

@@ -16,21 +16,10 @@ from fairseq_smallvocab.tasks.translation_smallvocab import (
     candidate_rows,
 )
 
-VP_TRAIN = ["--user-dir", USER_DIR, "--task", "vocab_prediction", "--arch", "vocab_predictor", "--criterion",
-            "vocab_prediction_bce", "--recall-at", "50", "--optimizer", "adagrad", "--lr", "0.08",
-            "--batch-size", "64", "--max-epoch", "2", "--cpu", "--no-progress-bar", "--num-workers", "0",
-            "--no-epoch-checkpoints"]
 MT_TRAIN = ["--user-dir", USER_DIR, "--task", "translation_smallvocab", "--arch", "lstm_smallvocab",
             "--embed-dim", "16", "--criterion", "cross_entropy", "--optimizer", "sgd", "--lr", "0.5",
             "--clip-norm", "1.0", "--batch-size", "32", "--max-epoch", "1", "--cpu", "--no-progress-bar",
             "--log-format", "simple", "--num-workers", "0", "--no-save"]
-
-
-@pytest.fixture(scope="module")
-def predictor(tiny_bin, tmp_path_factory):
-    save = tmp_path_factory.mktemp("vp")
-    run(["fairseq-train", tiny_bin, *VP_TRAIN, "--save-dir", save])
-    return save / "checkpoint_last.pt"
 
 
 def _task(data, **cfg):

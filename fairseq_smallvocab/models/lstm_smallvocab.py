@@ -52,6 +52,9 @@ class LSTMSmallVocabConfig(FairseqDataclass):
     dropout: float = field(default=0.2, metadata={"help": "dropout on embeddings, [h_t; c_t] and s_t"})
     max_source_positions: int = field(default=1024, metadata={"help": "longest source"})
     max_target_positions: int = field(default=1024, metadata={"help": "longest target"})
+    vocab_predictor: Optional[str] = field(
+        default=None, metadata={"help": "set by translation_smallvocab when training: the vocabulary predictor "
+                                        "behind the training candidates (decoding uses it when none is given)"})
 
 
 def _init_lstm(weights: Dict[str, Tensor], hidden: int):

@@ -139,13 +139,22 @@ class TranslationSmallVocabTask(TranslationTask):
             logger.warning(f"--small-vocab-size {k} >= the target vocabulary ({vocab}): using the full softmax")
             k = 0
         self.k = k
-        if k and not (cfg.vocab_predictor or cfg.candidates_dir):
-            raise ValueError("a small vocabulary needs --vocab-predictor or --candidates-dir "
-                             "(or --small-vocab-size 0 for the full softmax)")
         if cfg.batch_splits < 1:
             raise ValueError(f"--batch-splits must be >= 1, got {cfg.batch_splits}")
         self._predictor_sha256 = None  # of --vocab-predictor, computed once
         self._predictor = None  # (model, task), loaded only when a split is not cached
+        self._lists_predictor = None  # the predictor named by exported lists' metadata
+        self._model_predictor = None  # the predictor recorded in a loaded model's config
+
+    def _predictor_path(self) -> Optional[str]:
+        """--vocab-predictor, else the one recorded in the model checkpoint."""
+        return self.cfg.vocab_predictor or (None if self.cfg.candidates_dir else self._model_predictor)
+
+    def _require_source(self):
+        if not (self._predictor_path() or self.cfg.candidates_dir):
+            raise ValueError("a small vocabulary needs --vocab-predictor or --candidates-dir (or "
+                             "--small-vocab-size 0 for the full softmax); decoding also finds the predictor "
+                             "recorded in a checkpoint trained with --vocab-predictor")
 
     @property
     def small_vocab(self) -> bool:
@@ -157,6 +166,7 @@ class TranslationSmallVocabTask(TranslationTask):
         if not self.small_vocab:
             self.datasets[split] = KeepLastBatchDataset(dataset)
             return
+        self._require_source()
         lists, where = self._candidate_lists(split, len(dataset))
         rows = candidate_rows(lists, self.k, self.tgt_dict.nspecial, where)
         self.datasets[split] = CandidateDataset(dataset, rows)
@@ -169,10 +179,11 @@ class TranslationSmallVocabTask(TranslationTask):
 
         dict_hash = dictionary_fingerprint(self.tgt_dict)
         train = split == self.cfg.train_subset
-        if self.cfg.vocab_predictor:
+        if self._predictor_path():
             return self._predicted_lists(split, rows, dict_hash, train)
         path = self._exported_file(split)
         ids, meta = read_candidates(path, dict_hash=dict_hash, rows=rows)
+        self._lists_predictor = self._lists_predictor or meta.get("predictor")
         if train and not meta.get("gold_included"):
             raise ValueError(f"{path} was exported without the gold words; the training split needs them "
                              "(scripts/export_candidates.py includes them for train by default)")
@@ -195,11 +206,12 @@ class TranslationSmallVocabTask(TranslationTask):
         """Lists from --vocab-predictor, computed once per split and K and
         cached on disk, keyed by the predictor's SHA-256."""
         from fairseq_smallvocab.candidates import candidate_file, read_candidates
-        from fairseq_smallvocab.predictor import export_split, file_sha256, load_predictor
+        from fairseq_smallvocab.predictor import export_split, file_sha256
 
-        predictor = Path(self.cfg.vocab_predictor)
+        predictor = Path(self._predictor_path())
         if not predictor.is_file():
-            raise FileNotFoundError(f"--vocab-predictor {predictor} not found")
+            given = "--vocab-predictor" if self.cfg.vocab_predictor else "the predictor recorded in the checkpoint"
+            raise FileNotFoundError(f"{given}, {predictor}, not found; give its location with --vocab-predictor")
         cache = Path(self.cfg.candidates_dir or predictor.parent / "candidates")
         if self._predictor_sha256 is None:
             self._predictor_sha256 = file_sha256(predictor)
@@ -210,14 +222,21 @@ class TranslationSmallVocabTask(TranslationTask):
             if meta.get("predictor_sha256") == digest and meta.get("gold_included") == train:
                 logger.info(f"candidates for {split}: cached {path}")
                 return ids, str(path)
-        if self._predictor is None:
-            self._predictor = load_predictor(predictor, self.cfg.data.split(os.pathsep)[0])
-        model, ptask = self._predictor
+        model, ptask = self._load_predictor()
         path, ids, seconds = export_split(model, ptask, split, self.k, cache, predictor, digest, gold=train)
         logger.info(f"candidates for {split}: predicted in {seconds:.1f} s, cached in {path}")
         return ids, str(path)
 
     def build_model(self, cfg, from_checkpoint=False):
+        from omegaconf import open_dict
+
+        if hasattr(cfg, "vocab_predictor"):
+            if from_checkpoint:  # decoding: the predictor behind the training candidates, unless one is given
+                self._model_predictor = getattr(cfg, "vocab_predictor", None)
+            else:  # training: record it in the model's config (saved with every checkpoint)
+                path = self.cfg.vocab_predictor or self._lists_predictor
+                with open_dict(cfg):
+                    cfg.vocab_predictor = os.path.abspath(path) if path else None
         model = super().build_model(cfg, from_checkpoint)
         # criteria built after the model (reinforce_gleu's learned baseline) read the decoder state size here
         self.decoder_state_dim = getattr(model.decoder, "state_dim", None)
@@ -245,6 +264,54 @@ class TranslationSmallVocabTask(TranslationTask):
                              "use --small-vocab-size 0 (full softmax)")
         return super().build_generator(models, args, seq_gen_cls=SmallVocabSequenceGenerator,
                                        extra_gen_cls_kwargs=extra_gen_cls_kwargs)
+
+    def _load_predictor(self):
+        """(model, task) of the vocabulary predictor, loaded once."""
+        from fairseq_smallvocab.predictor import load_predictor
+
+        if self._predictor is None:
+            self._predictor = load_predictor(self._predictor_path(), self.cfg.data.split(os.pathsep)[0])
+        return self._predictor
+
+    def build_dataset_for_inference(self, src_tokens, src_lengths, constraints=None):
+        """fairseq-interactive's batches, with each line's candidates predicted
+        on the fly (the predictor is loaded once)."""
+        dataset = super().build_dataset_for_inference(src_tokens, src_lengths, constraints)
+        if not self.small_vocab:
+            return dataset
+        self._require_source()
+        if not self._predictor_path():
+            raise ValueError("decoding raw text inside a small vocabulary needs the predictor (--vocab-predictor), "
+                             "not exported lists")
+        from fairseq_smallvocab.vocab import select_candidates
+
+        model, _ = self._load_predictor()
+        lists = []
+        with torch.no_grad():
+            for start in range(0, len(dataset), 256):
+                batch = dataset.collater([dataset[i] for i in range(start, min(start + 256, len(dataset)))])
+                probs = model.predict(**batch["net_input"])
+                lists.append(select_candidates(probs, self.k, always=(self.tgt_dict.unk(),))[
+                    batch["id"].argsort()].numpy())
+        rows = candidate_rows(np.concatenate(lists), self.k, self.tgt_dict.nspecial, "fairseq-interactive input")
+        return CandidateDataset(dataset, rows)
+
+    def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
+        """fairseq's decoding; an input without words (an empty line) gets an
+        empty translation."""
+        hypos = super().inference_step(generator, models, sample, prefix_tokens, constraints)
+        src = sample["net_input"]["src_tokens"]
+        words = (src.ne(self.src_dict.pad()) & src.ne(self.src_dict.eos())).sum(1)
+        for i in words.eq(0).nonzero().view(-1).tolist():
+            for hypo in hypos[i]:
+                hypo["tokens"] = hypo["tokens"].new_tensor([self.tgt_dict.eos()])
+                hypo["positional_scores"] = hypo["positional_scores"][-1:] * 0
+                hypo["score"] = hypo["score"] * 0
+                if hypo.get("attention") is not None:
+                    hypo["attention"] = hypo["attention"][:, -1:]
+                if hypo.get("alignment") is not None:
+                    hypo["alignment"] = hypo["alignment"][:0]
+        return hypos
 
     # -- training ----------------------------------------------------------------------------------
 

@@ -1,0 +1,87 @@
+"""fairseq-generate / fairseq-interactive inside the predicted vocabulary."""
+
+import re
+
+import pytest
+from conftest import USER_DIR, run
+
+TRAIN = ["--user-dir", USER_DIR, "--task", "translation_smallvocab", "--arch", "lstm_smallvocab", "--embed-dim",
+         "16", "--criterion", "cross_entropy", "--optimizer", "adam", "--lr", "0.01", "--batch-size", "32",
+         "--max-epoch", "3", "--cpu", "--no-progress-bar", "--num-workers", "0", "--no-epoch-checkpoints"]
+DECODE = ["--user-dir", USER_DIR, "--task", "translation_smallvocab", "--cpu", "--batch-size", "16",
+          "--max-len-b", "30"]
+
+
+@pytest.fixture(scope="module")
+def small_model(predictor, tiny_bin, tmp_path_factory):
+    """A model trained with --vocab-predictor (K = 60); the predictor's path is
+    recorded in its checkpoint."""
+    save = tmp_path_factory.mktemp("mt")
+    run(["fairseq-train", tiny_bin, *TRAIN, "--vocab-predictor", predictor, "--candidates-dir", save / "cands",
+         "--small-vocab-size", "60", "--save-dir", save])
+    return save / "checkpoint_last.pt"
+
+
+def _hypotheses(stdout):
+    return {int(m.group(1)): m.group(2) for m in re.finditer(r"^H-(\d+)\t\S+\t(.*)$", stdout, re.M)}
+
+
+def test_generate_finds_the_predictor_in_the_checkpoint_and_k_is_a_decoding_option(small_model, tiny_bin,
+                                                                                   predictor, tmp_path):
+    out = run(["fairseq-generate", tiny_bin, *DECODE, "--path", small_model, "--small-vocab-size", "40",
+               "--candidates-dir", tmp_path, "--vocab-predictor", predictor, "--beam", "3"])
+    hyps = _hypotheses(out.stdout)
+    assert len(hyps) == 30 and (tmp_path / "test.k40.npy").exists()  # predicted with K = 40, not 60
+    # without --vocab-predictor: the one recorded at training time, its cache beside it
+    out = run(["fairseq-generate", tiny_bin, *DECODE, "--path", small_model, "--small-vocab-size", "40",
+               "--beam", "3"])
+    assert _hypotheses(out.stdout) == hyps
+    assert (predictor.parent / "candidates" / "test.k40.npy").exists()
+
+
+def test_full_softmax_checkpoint_decodes_inside_predicted_candidates(tiny_bin, predictor, tmp_path):
+    run(["fairseq-train", tiny_bin, *TRAIN, "--small-vocab-size", "0", "--save-dir", tmp_path / "full"])
+    ckpt = tmp_path / "full" / "checkpoint_last.pt"
+    full = _hypotheses(run(["fairseq-generate", tiny_bin, *DECODE, "--path", ckpt, "--small-vocab-size", "0",
+                            "--beam", "1"]).stdout)
+    small = _hypotheses(run(["fairseq-generate", tiny_bin, *DECODE, "--path", ckpt, "--small-vocab-size", "8",
+                             "--vocab-predictor", predictor, "--candidates-dir", tmp_path / "c",
+                             "--beam", "1"]).stdout)
+    assert len(full) == len(small) == 30 and full != small  # K = 8 (4 words) restricts the output
+    import numpy as np
+    from fairseq.data import Dictionary
+
+    d = Dictionary.load(str(tiny_bin / "dict.tgt.txt"))
+    rows = np.load(tmp_path / "c" / "test.k8.npy")
+    for i, hyp in small.items():
+        allowed = {d[j] for j in rows[i]} | {"<unk>"}
+        assert set(hyp.split()) <= allowed
+
+
+def test_interactive_decodes_raw_text_and_empty_lines(small_model, tiny_bin, tiny_raw):
+    lines = (tiny_raw / "test.src").read_text().splitlines()[:3]
+    stdin = "\n".join([lines[0], "", lines[1], lines[2]]) + "\n"
+    out = run(["fairseq-interactive", tiny_bin, *DECODE, "--path", small_model, "--beam", "2",
+               "--buffer-size", "4", "--batch-size", "4"], stdin=stdin)
+    hyps = _hypotheses(out.stdout)
+    assert sorted(hyps) == [0, 1, 2, 3] and hyps[1] == "" and all(hyps[i] for i in (0, 2, 3))
+    generated = _hypotheses(run(["fairseq-generate", tiny_bin, *DECODE, "--path", small_model, "--beam", "2",
+                                 "--batch-size", "1"]).stdout)
+    assert hyps[0] == generated[0]  # the same candidates and decode as fairseq-generate's
+
+
+def test_predictor_with_another_dictionary_is_refused(small_model, tiny_bin, tiny_raw, tmp_path):
+    from conftest import VP_TRAIN
+
+    from fairseq_smallvocab.prep import prepare
+
+    other = tmp_path / "other"
+    prepare(tiny_raw, other, "src", "tgt", {"train": "train", "valid": "valid", "test": "test"}, min_count=2,
+            log=lambda m: None)  # a smaller target dictionary
+    run(["fairseq-train", other, *VP_TRAIN, "--save-dir", tmp_path / "vp"])
+    out = run(["fairseq-generate", tiny_bin, *DECODE, "--path", small_model,
+               "--vocab-predictor", tmp_path / "vp" / "checkpoint_last.pt", "--candidates-dir", tmp_path / "c",
+               "--small-vocab-size", "40"],
+              check=False)
+    assert out.returncode != 0 and "target dictionaries differ" in out.stderr
+    assert not (tmp_path / "c").exists() or not any((tmp_path / "c").iterdir())  # nothing half-written
