@@ -59,7 +59,9 @@ def _masked_full_output_layer(decoder):
 
 def _decode(model, tgt_dict, sample, masked, **kw):
     if masked:
-        model.decoder.output_layer = _masked_full_output_layer(model.decoder)
+        masked_layer = _masked_full_output_layer(model.decoder)
+        model.decoder.output_layer = masked_layer
+        model.decoder._cached_output_layer = lambda features, candidates, state: masked_layer(features, candidates)
         generator = SequenceGenerator([model], tgt_dict, **kw)
     else:
         generator = SmallVocabSequenceGenerator([model], tgt_dict, **kw)
@@ -68,6 +70,7 @@ def _decode(model, tgt_dict, sample, masked, **kw):
             return generator.generate([model], sample)
     finally:
         model.decoder.__dict__.pop("output_layer", None)
+        model.decoder.__dict__.pop("_cached_output_layer", None)
 
 
 @pytest.mark.parametrize("options", [dict(beam_size=1), dict(beam_size=4), dict(beam_size=3, len_penalty=0.5),
@@ -126,3 +129,26 @@ def test_prefix_tokens_are_forced_and_checked(setup):
     prefix[0, 1] = outside
     with pytest.raises(ValueError, match=f"prefix token 'w{outside - 4}' .*example 0.*position 1"):
         generator.generate([model], sample, prefix_tokens=prefix)
+
+
+def test_cached_candidate_rows_follow_beam_reordering_and_finished_sentences(setup):
+    """The incremental output layer (rows of W_p gathered once per sentence,
+    beams scored per sentence block) equals the plain output layer after the
+    generator's reorderings: within blocks, finished sentences dropped, and an
+    order that is not block-wise (per-row fallback)."""
+    model, _, sample = setup
+    decoder = model.decoder
+    cands = sample["net_input"]["candidates"][:3].repeat_interleave(2, 0)  # 3 sentences x beam 2
+    decoder.set_beam_size(2)
+    state = {}
+    d = decoder.embed_tokens.embedding_dim
+    with torch.no_grad():
+        for order in (None, [1, 0, 3, 3, 4, 5], [0, 1, 4, 5], [2, 0, 1, 3]):
+            if order is not None:
+                order = torch.tensor(order)
+                decoder.reorder_incremental_state(state, order)
+                cands = cands.index_select(0, order)
+            features = torch.randn(len(cands), 1, d)
+            torch.testing.assert_close(decoder._cached_output_layer(features, cands, state),
+                                       decoder.output_layer(features, cands))
+    decoder.set_beam_size(1)

@@ -130,7 +130,12 @@ class SmallVocabDecoder(FairseqIncrementalDecoder):
                 candidate_weights=None, **unused):
         s, attn = self.extract_features(prev_output_tokens, encoder_out, incremental_state)
         candidates = encoder_out["candidates"][0] if encoder_out["candidates"] else None
-        out = s if features_only else self.output_layer(s, candidates, candidate_weights)
+        if features_only:
+            out = s
+        elif candidates is not None and candidate_weights is None and incremental_state is not None:
+            out = self._cached_output_layer(s, candidates, incremental_state)
+        else:
+            out = self.output_layer(s, candidates, candidate_weights)
         return out, {"attn": [attn], "candidates": [] if candidates is None else [candidates]}
 
     def extract_features(self, prev_output_tokens, encoder_out, incremental_state=None):
@@ -224,7 +229,41 @@ class SmallVocabDecoder(FairseqIncrementalDecoder):
                 "features": torch.stack(feats, 1) if feats else mask.new_zeros(bsz, 0, self.combine.out_features),
                 "lengths": (mask & out.ne(eos)).sum(1)}
 
+    def _cached_output_layer(self, features, candidates, incremental_state):
+        """Incremental decoding's output layer: the candidate rows of W_p are
+        gathered once per sentence (not at every step, nor once per beam), and
+        a sentence's beams, which share its candidates, are scored together by
+        one batched matrix product.  The cache follows the generator's
+        reordering; when the rows stop being one block per sentence, scoring
+        falls back to per-row weights (the same values)."""
+        rows = features.size(0)
+        cache = self.get_incremental_state(incremental_state, "cand_rows")
+        if cache is None:
+            beam = getattr(self, "_beam_size", 1)
+            firsts = candidates[::beam] if beam > 1 and rows % beam == 0 else candidates
+            if len(firsts) != rows and not torch.equal(candidates, firsts.repeat_interleave(beam, 0)):
+                firsts = candidates
+            w, b = self.candidate_weights(firsts)
+            sent = torch.arange(len(firsts), device=candidates.device).repeat_interleave(rows // len(firsts))
+        else:
+            w, b, sent = cache["w"], cache["b"], cache["sent"]
+        present, sent = torch.unique(sent, sorted=True, return_inverse=True)
+        if len(present) < w.size(0):  # finished sentences left the batch
+            w, b = w.index_select(0, present), b.index_select(0, present)
+        self.set_incremental_state(incremental_state, "cand_rows", {"w": w, "b": b, "sent": sent})
+        n = w.size(0)
+        if rows % n == 0 and torch.equal(sent, torch.arange(n, device=sent.device).repeat_interleave(rows // n)):
+            g = rows // n  # one block of g beams per sentence
+            steps = features.size(1)
+            logits = torch.baddbmm(b, features.reshape(n, g * steps, -1), w.transpose(1, 2))
+            return logits.view(rows, steps, -1)
+        return torch.baddbmm(b[sent], features, w[sent].transpose(1, 2))
+
     def reorder_incremental_state(self, incremental_state, new_order):
+        rows = self.get_incremental_state(incremental_state, "cand_rows")
+        if rows is not None:  # only the row -> sentence map moves; the gathered weights stay
+            sent = rows["sent"].index_select(0, new_order)
+            self.set_incremental_state(incremental_state, "cand_rows", {"w": rows["w"], "b": rows["b"], "sent": sent})
         cached = self.get_incremental_state(incremental_state, "state")
         if cached is None:
             return
