@@ -13,6 +13,13 @@ teacher-forced CE term plus one sampled sequence per example of up to
 --max-len tokens, GLEU rewards, the learned baseline and its Adam step).
 After --warmup untimed steps, --steps steps are timed.
 
+``decode``: fairseq's ``SequenceGenerator`` through the task's generator on
+--decode-sentences random sources of --src-len words, --decode-batch sentences
+per batch, beam --beam, every hypothesis exactly --max-len tokens (min and max
+length both set, so small and full decode the same number of steps).  The
+small-vocabulary time includes the vocabulary predictor (embed_dim 512, as the
+paper's) predicting each batch's candidates.  Reports ms per sentence.
+
 Peak memory: CUDA, ``torch.cuda.max_memory_allocated``; CPU, the growth of the
 process's peak resident set (VmHWM, reset just before the first step) over the
 resident set before the first step.
@@ -29,7 +36,7 @@ import sys
 import time
 from pathlib import Path
 
-MODES = ("ce", "reinforce")
+MODES = ("ce", "reinforce", "decode")
 
 
 def paper_k(vocab_size: int) -> int:
@@ -98,6 +105,8 @@ def _to(sample, device):
 
 def worker(cfg: dict) -> dict:
     """Measure one configuration in this process; returns its record."""
+    if cfg["mode"] == "decode":
+        return decode_worker(cfg)
     import torch
     from fairseq.criterions.cross_entropy import CrossEntropyCriterion
 
@@ -161,6 +170,64 @@ def worker(cfg: dict) -> dict:
             **({"sample_len": round(sum(sample_lens) / len(sample_lens), 1)} if cfg["mode"] == "reinforce" else {})}
 
 
+def decode_worker(cfg: dict) -> dict:
+    import torch
+
+    from fairseq_smallvocab.generation import SmallVocabSequenceGenerator
+    from fairseq_smallvocab.models.lstm_smallvocab import LSTMSmallVocabConfig, LSTMSmallVocabModel
+    from fairseq_smallvocab.models.vocab_predictor import VocabPredictor, VocabPredictorConfig
+    from fairseq_smallvocab.tasks.translation_smallvocab import candidate_rows
+    from fairseq_smallvocab.vocab import select_candidates
+
+    torch.set_num_threads(cfg["threads"])
+    torch.manual_seed(0)
+    tgt_dict = _dictionary(cfg["vocab_size"])
+
+    class _Task:
+        source_dictionary = _dictionary(cfg["src_vocab_size"])
+        target_dictionary = tgt_dict
+        uses_features = False
+
+    model = LSTMSmallVocabModel.build_model(LSTMSmallVocabConfig(embed_dim=cfg["d"]), _Task).eval()
+    predictor = VocabPredictor.build_model(VocabPredictorConfig(), _Task).eval() if cfg["K"] else None
+    if predictor is not None:
+        with torch.no_grad():  # a predictor that ranks words in some order (its output layer starts at zero)
+            for p in predictor.parameters():
+                p.uniform_(-0.1, 0.1)
+    length = cfg["max_len"]
+    generator = SmallVocabSequenceGenerator([model], tgt_dict, beam_size=cfg["beam"], max_len_a=0,
+                                            max_len_b=length, min_len=length)
+    gen = torch.Generator().manual_seed(1)
+    n, bsz, src_len = cfg["decode_sentences"], cfg["decode_batch"], cfg["src_len"]
+    sources = torch.randint(4, cfg["src_vocab_size"], (n, src_len), generator=gen)
+    sources[:, -1] = tgt_dict.eos()
+
+    def decode_all():
+        produced = 0
+        for start in range(0, n, bsz):
+            src = sources[start: start + bsz]
+            net_input = {"src_tokens": src, "src_lengths": torch.full((len(src),), src_len)}
+            if predictor is not None:
+                lists = select_candidates(predictor.predict(src_tokens=src), cfg["K"], always=(tgt_dict.unk(),))
+                rows = candidate_rows(lists.numpy(), cfg["K"], tgt_dict.nspecial, "benchmark")
+                net_input["candidates"] = torch.from_numpy(rows.astype("int64"))
+            out = generator.generate([model], {"id": torch.arange(len(src)), "net_input": net_input})
+            produced += sum(len(h[0]["tokens"]) for h in out)
+        return produced
+
+    with torch.no_grad():
+        for _ in range(cfg["warmup"]):
+            decode_all()
+        start = time.perf_counter()
+        tokens = decode_all()
+        seconds = time.perf_counter() - start
+    return {**{key: cfg[key] for key in ("device", "mode", "softmax", "vocab_size", "K", "d", "max_len", "warmup",
+                                         "threads", "beam", "src_len")},
+            "batch": bsz, "steps": n, "sentences": n, "ms_per_sentence": round(1000 * seconds / n, 2),
+            "tokens_per_sec": round(tokens / seconds, 1), "sec_per_epoch": None, "peak_mem_mb": None,
+            "torch": torch.__version__}
+
+
 def _ru_maxrss_mb() -> float:
     import resource
 
@@ -175,11 +242,18 @@ def configurations(args):
         ks = args.k or [paper_k(vocab_size)]
         for mode in args.modes:
             runs = [("small", k) for k in ks if k < vocab_size] + ([("full", 0)] if not args.no_full else [])
-            for softmax, k in runs:
-                yield {"device": args.device, "mode": mode, "softmax": softmax, "vocab_size": vocab_size,
-                       "src_vocab_size": args.src_vocab_size or vocab_size, "K": k, "d": args.embed_dim,
-                       "batch": args.batch, "max_len": args.max_len, "steps": args.steps, "warmup": args.warmup,
-                       "threads": args.threads, "epoch_sentences": args.epoch_sentences}
+            shapes = ([(b, beam) for b in args.decode_batches for beam in args.beams] if mode == "decode"
+                      else [(args.batch, None)])
+            for batch, beam in shapes:
+                for softmax, k in runs:
+                    cfg = {"device": args.device, "mode": mode, "softmax": softmax, "vocab_size": vocab_size,
+                           "src_vocab_size": args.src_vocab_size or vocab_size, "K": k, "d": args.embed_dim,
+                           "batch": batch, "max_len": args.max_len, "steps": args.steps, "warmup": args.warmup,
+                           "threads": args.threads, "epoch_sentences": args.epoch_sentences}
+                    if mode == "decode":
+                        cfg.update(beam=beam, decode_batch=batch, max_len=args.decode_len, src_len=args.src_len,
+                                   decode_sentences=max(args.decode_sentences, batch), warmup=1)
+                    yield cfg
 
 
 def run_isolated(cfg: dict) -> dict:
@@ -192,20 +266,38 @@ def run_isolated(cfg: dict) -> dict:
 
 
 def markdown(records) -> str:
-    head = ("| device | mode | V | softmax | K | d | batch | len | s/step | tokens/s | s/epoch | peak MB | "
-            "speedup | memory ratio |")
-    lines = [head, "|" + "---|" * (head.count("|") - 1)]
-    full = {(r["device"], r["mode"], r["vocab_size"]): r for r in records if r["softmax"] == "full"}
-    for r in records:
-        ref = full.get((r["device"], r["mode"], r["vocab_size"]))
-        speedup = f"{ref['sec_per_step'] / r['sec_per_step']:.2f}x" if ref and r["softmax"] == "small" else ""
-        memory = (f"{ref['peak_mem_mb'] / r['peak_mem_mb']:.2f}x less" if ref and r["softmax"] == "small"
-                  and r["peak_mem_mb"] > 0 else "")
-        lines.append(f"| {r['device']} | {r['mode']} | {r['vocab_size']:,} | {r['softmax']} | {r['K'] or '-'} | "
-                     f"{r['d']} | {r['batch']} | {r['max_len']} | {r['sec_per_step']:.3f} | "
-                     f"{r['tokens_per_sec']:,.0f} | {r['sec_per_epoch']:,.0f} | {r['peak_mem_mb']:,.0f} | "
-                     f"{speedup} | {memory} |")
-    return "\n".join(lines) + "\n"
+    """Training steps, then decoding, each small beside its full softmax."""
+    out = []
+    train = [r for r in records if r["mode"] != "decode"]
+    if train:
+        head = ("| device | mode | V | softmax | K | d | batch | len | s/step | tokens/s | s/epoch | peak MB | "
+                "speedup | memory ratio |")
+        lines = [head, "|" + "---|" * (head.count("|") - 1)]
+        full = {(r["device"], r["mode"], r["vocab_size"]): r for r in train if r["softmax"] == "full"}
+        for r in train:
+            ref = full.get((r["device"], r["mode"], r["vocab_size"]))
+            small = ref is not None and r["softmax"] == "small"
+            speedup = f"{ref['sec_per_step'] / r['sec_per_step']:.2f}x" if small else ""
+            memory = f"{ref['peak_mem_mb'] / r['peak_mem_mb']:.2f}x less" if small and r["peak_mem_mb"] > 0 else ""
+            lines.append(f"| {r['device']} | {r['mode']} | {r['vocab_size']:,} | {r['softmax']} | {r['K'] or '-'} | "
+                         f"{r['d']} | {r['batch']} | {r['max_len']} | {r['sec_per_step']:.3f} | "
+                         f"{r['tokens_per_sec']:,.0f} | {r['sec_per_epoch']:,.0f} | {r['peak_mem_mb']:,.0f} | "
+                         f"{speedup} | {memory} |")
+        out.append("\n".join(lines))
+    decode = [r for r in records if r["mode"] == "decode"]
+    if decode:
+        head = "| device | V | softmax | K | batch | beam | len | ms/sentence | tokens/s | speedup |"
+        lines = [head, "|" + "---|" * (head.count("|") - 1)]
+        full = {(r["device"], r["vocab_size"], r["batch"], r["beam"]): r for r in decode if r["softmax"] == "full"}
+        for r in decode:
+            ref = full.get((r["device"], r["vocab_size"], r["batch"], r["beam"]))
+            speedup = (f"{ref['ms_per_sentence'] / r['ms_per_sentence']:.2f}x"
+                       if ref is not None and r["softmax"] == "small" else "")
+            lines.append(f"| {r['device']} | {r['vocab_size']:,} | {r['softmax']} | {r['K'] or '-'} | {r['batch']} | "
+                         f"{r['beam']} | {r['max_len']} | {r['ms_per_sentence']:.2f} | {r['tokens_per_sec']:,.0f} | "
+                         f"{speedup} |")
+        out.append("\n".join(lines))
+    return "\n\n".join(out) + "\n"
 
 
 def main(argv=None):
@@ -226,7 +318,12 @@ def main(argv=None):
                         help="torch threads (default: 2, this project's reference machine)")
     parser.add_argument("--epoch-sentences", type=int, default=50000,
                         help="sentences per epoch, for s/epoch (the synthetic corpus: 50,000; Multi30k: 29,000)")
-    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--decode-batches", nargs="+", type=int, default=[1, 32], help="decode: sentences per batch")
+    parser.add_argument("--beams", nargs="+", type=int, default=[1, 5], help="decode: beam sizes")
+    parser.add_argument("--decode-len", type=int, default=30, help="decode: tokens per hypothesis")
+    parser.add_argument("--src-len", type=int, default=20, help="decode: source words per sentence")
+    parser.add_argument("--decode-sentences", type=int, default=32, help="decode: sentences timed")
+    parser.add_argument("--device", default="cpu", help="cpu (cuda: training modes only)")
     parser.add_argument("--json", type=Path, help="write the records here")
     parser.add_argument("--markdown", type=Path, help="write the table here")
     args = parser.parse_args(argv)
@@ -241,8 +338,12 @@ def main(argv=None):
         label = f"{cfg['mode']} |V|={cfg['vocab_size']} {cfg['softmax']}" + (f" K={cfg['K']}" if cfg["K"] else "")
         print(f"running {label} ...", file=sys.stderr, flush=True)
         record = run_isolated(cfg)
-        print(f"  {record['sec_per_step']:.3f} s/step, {record['tokens_per_sec']:,.0f} tokens/s, "
-              f"peak {record['peak_mem_mb']:,.0f} MB", file=sys.stderr, flush=True)
+        if cfg["mode"] == "decode":
+            print(f"  batch {cfg['batch']} beam {cfg['beam']}: {record['ms_per_sentence']:.2f} ms/sentence",
+                  file=sys.stderr, flush=True)
+        else:
+            print(f"  {record['sec_per_step']:.3f} s/step, {record['tokens_per_sec']:,.0f} tokens/s, "
+                  f"peak {record['peak_mem_mb']:,.0f} MB", file=sys.stderr, flush=True)
         records.append(record)
     table = markdown(records)
     print(table)
