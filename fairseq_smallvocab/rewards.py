@@ -10,41 +10,18 @@ that is min(precision, recall); 0 when both sides have no n-gram.
 
 ``gleu`` scores one pair of token sequences (ints or strings); ``gleu_batch``
 scores a batch of padded id tensors at once without a Python loop over the
-examples: n-grams get exact integer ids (packed base-U numbers over the batch's
-U distinct tokens), and per order, the clipped matches of every sentence come
-from one ``unique`` and two ``bincount`` over (sentence, n-gram) keys.
+examples, exactly: from the token-equality matrices (hypothesis x hypothesis,
+hypothesis x reference) of each sentence, n-gram equality is the AND of n
+shifted token equalities, and an n-gram occurring c_h times in the hypothesis
+and c_r times in the reference contributes min(c_h, c_r) / c_h at each of its
+hypothesis positions.  Cost B x L^2 per order, no sorting and no n-gram ids
+(so no overflow, whatever the vocabulary).
 """
 
 from typing import Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
-
-_LIMIT = 2**62
-
-
-def _rank(x: Tensor) -> Tensor:
-    return torch.unique(x, return_inverse=True)[1].view(x.shape)
-
-
-def _ngram_ids(tokens: Tensor, max_order: int):
-    """For n = 1..max_order: (ids, span), ids of shape rows x (L - n + 1),
-    equal iff the n-grams are equal (across all rows), all < span.  Ids are
-    packed base-U numbers (U = distinct tokens) while they fit in 62 bits,
-    and re-ranked densely when they would not."""
-    tokens = _rank(tokens.long())
-    base = int(tokens.max()) + 1 if tokens.numel() else 1
-    current, span = tokens, base
-    out = [(tokens, span)]
-    for n in range(2, max_order + 1):
-        width = max(tokens.size(1) - n + 1, 0)
-        if span * base >= _LIMIT:
-            current, span = _rank(current), (int(current.max()) + 1 if current.numel() else 1)
-        current = current[:, :width] * base + tokens[:, n - 1:n - 1 + width]
-        span = span * base
-        out.append((current, span))
-    return out
 
 
 def gleu_batch(hyp: Tensor, hyp_lens: Tensor, ref: Tensor, ref_lens: Tensor, max_order: int = 4) -> Tensor:
@@ -55,34 +32,32 @@ def gleu_batch(hyp: Tensor, hyp_lens: Tensor, ref: Tensor, ref_lens: Tensor, max
     """
     if max_order < 1:
         raise ValueError(f"max_order must be >= 1, got {max_order}")
-    bsz, lh = hyp.shape
-    lr = ref.size(1)
     device = hyp.device
+    hyp, ref = hyp.long(), ref.long().to(device)
     hyp_lens, ref_lens = hyp_lens.to(device).long(), ref_lens.to(device).long()
-    width = max(lh, lr)
-    both = torch.cat([F.pad(hyp.long(), (0, width - lh)), F.pad(ref.long().to(device), (0, width - lr))], dim=0)
-    lens = torch.cat([hyp_lens, ref_lens])
-    rows = torch.arange(2 * bsz, device=device).unsqueeze(1)
-    is_ref = rows >= bsz
-    example = rows % bsz  # the example each row belongs to
-    matches = torch.zeros(bsz, device=device)
-    for n, (grams, span) in enumerate(_ngram_ids(both, max_order), start=1):
-        if grams.size(1) == 0:
-            continue
-        valid = torch.arange(grams.size(1), device=device).unsqueeze(0) + n <= lens.unsqueeze(1)
-        if span * bsz >= _LIMIT:  # make room for the example index in the key
-            grams, span = _rank(grams), int(grams.numel())
-        keys = (example * span + grams)[valid]
-        side = is_ref.expand_as(grams)[valid]
-        unique, inverse = torch.unique(keys, return_inverse=True)
-        in_hyp = torch.bincount(inverse[~side], minlength=len(unique))
-        in_ref = torch.bincount(inverse[side], minlength=len(unique))
-        matches.index_add_(0, unique // span, torch.minimum(in_hyp, in_ref).float())
+    # token equality, hypothesis x hypothesis and hypothesis x reference (B x Lh x L)
+    same_h1 = hyp.unsqueeze(2) == hyp.unsqueeze(1)
+    same_r1 = hyp.unsqueeze(2) == ref.unsqueeze(1)
+    same_h, same_r = same_h1, same_r1
+    matches = torch.zeros(hyp.size(0), dtype=torch.float64, device=device)
+    for n in range(1, max_order + 1):
+        if n > 1:  # n-grams at (i, j) are equal iff the (n-1)-grams are and the n-th tokens are
+            same_h = same_h[:, :-1, :-1] & same_h1[:, n - 1:, n - 1:]
+            same_r = same_r[:, :-1, :-1] & same_r1[:, n - 1:, n - 1:]
+        if same_h.size(1) == 0:
+            break
+        valid_h = torch.arange(same_h.size(1), device=device) + n <= hyp_lens.unsqueeze(1)  # B x (Lh - n + 1)
+        valid_r = torch.arange(same_r.size(2), device=device) + n <= ref_lens.unsqueeze(1)
+        in_hyp = (same_h & valid_h.unsqueeze(1)).sum(2)  # occurrences of hypothesis n-gram i in the hypothesis
+        in_ref = (same_r & valid_r.unsqueeze(1)).sum(2)  # ... and in the reference
+        # each distinct n-gram's clipped count min(in_hyp, in_ref), shared among its in_hyp occurrences
+        share = torch.minimum(in_hyp, in_ref).double() / in_hyp.clamp(min=1)
+        matches += (share * valid_h).sum(1)
     orders = torch.arange(1, max_order + 1, device=device)
     hyp_total = (hyp_lens.unsqueeze(1) - orders + 1).clamp(min=0).sum(1)
     ref_total = (ref_lens.unsqueeze(1) - orders + 1).clamp(min=0).sum(1)
-    denom = torch.maximum(hyp_total, ref_total).float()
-    return torch.where(denom > 0, matches / denom.clamp(min=1), torch.zeros_like(matches))
+    denom = torch.maximum(hyp_total, ref_total)
+    return torch.where(denom > 0, matches.round() / denom.clamp(min=1), torch.zeros_like(matches)).float()
 
 
 def gleu(hyp: Sequence, ref: Sequence, max_order: int = 4) -> float:

@@ -61,7 +61,7 @@ def test_strings_and_ints_agree_and_large_ids_are_exact():
 
 
 def test_many_distinct_tokens_and_high_orders_stay_exact():
-    """Packed n-gram ids would overflow 62 bits here: the re-ranking path."""
+    """Ids up to 10^6 and 8-grams (packed n-gram ids would overflow 64 bits)."""
     gen = torch.Generator().manual_seed(0)
     bsz, length = 150, 20
     ref = torch.randint(0, 10**6, (bsz, length), generator=gen)
