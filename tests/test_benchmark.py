@@ -2,12 +2,13 @@
 fields the results tables use (the numbers themselves are not tested)."""
 
 import json
+import re
 
 from conftest import REPO, run
 
 
 def test_benchmark_writes_records_and_table(tmp_path):
-    out = run([REPO / "scripts" / "benchmark.py", "--vocab-sizes", "300", "--k", "40", "--batch", "4",
+    out = run([REPO / "scripts" / "benchmark.py", "--modes", "ce", "reinforce", "--vocab-sizes", "300", "--k", "40", "--batch", "4",
                "--max-len", "6", "--embed-dim", "8", "--steps", "1", "--warmup", "1", "--threads", "1",
                "--json", tmp_path / "b.json", "--markdown", tmp_path / "b.md"])
     records = json.loads((tmp_path / "b.json").read_text())
@@ -33,3 +34,16 @@ def test_benchmark_batch_candidates_hold_the_gold_words():
     assert cands.shape == (3, 60) and cands[:, :4].tolist() == [[0, 1, 2, 3]] * 3
     for row, target in zip(cands.tolist(), sample["target"].tolist()):
         assert set(target) <= set(row) and len(set(row)) == 60
+
+
+def test_benchmark_decode_records(tmp_path):
+    run([REPO / "scripts" / "benchmark.py", "--modes", "decode", "--vocab-sizes", "300", "--k", "40",
+         "--embed-dim", "8", "--threads", "1", "--decode-batches", "1", "2", "--beams", "2", "--decode-len", "5",
+         "--decode-sentences", "2", "--json", tmp_path / "d.json", "--markdown", tmp_path / "d.md"])
+    records = json.loads((tmp_path / "d.json").read_text())
+    assert [(r["batch"], r["softmax"]) for r in records] == [(1, "small"), (1, "full"), (2, "small"), (2, "full")]
+    assert all(r["ms_per_sentence"] > 0 and r["beam"] == 2 and r["max_len"] == 5 for r in records)
+    # every hypothesis has exactly --decode-len tokens plus eos: tokens/s = 6 tokens x sentences / time
+    for r in records:
+        assert abs(r["tokens_per_sec"] * r["ms_per_sentence"] / 1000 - 6) < 0.05
+    assert len(re.findall(r"\| \d+\.\d\dx \|", (tmp_path / "d.md").read_text())) == 2  # speedups

@@ -94,7 +94,7 @@ def test_full_softmax_fallbacks(tiny_bin, caplog):
 
 def test_bad_settings_are_named(tiny_bin):
     with pytest.raises(ValueError, match="needs --vocab-predictor or --candidates-dir"):
-        _task(tiny_bin, small_vocab_size=50)
+        _task(tiny_bin, small_vocab_size=50).load_dataset("valid")
     with pytest.raises(ValueError, match="no room for words"):
         _task(tiny_bin, small_vocab_size=3, candidates_dir="x")
 

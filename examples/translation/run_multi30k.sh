@@ -5,7 +5,8 @@
 # examples/vocab_predictor/run_multi30k.sh (which exports the K=500 lists):
 #   source .venv/bin/activate && bash examples/translation/run_multi30k.sh
 # Settings: K (small vocabulary size, 0 = full softmax), DATA, CANDS, SAVE,
-# EPOCHS, THREADS (torch CPU threads).
+# EPOCHS, THREADS (torch CPU threads). Rerunning with a larger EPOCHS continues
+# from SAVE/checkpoint_last.pt (the log is appended to).
 set -euo pipefail
 K=${K:-500}
 DATA=${DATA:-data-bin/multi30k.en-de}
@@ -26,7 +27,7 @@ fairseq-train "$DATA" --user-dir fairseq_smallvocab --task translation_smallvoca
   --best-checkpoint-metric bleu --maximize-best-checkpoint-metric \
   --max-epoch "$EPOCHS" --save-dir "$SAVE" --no-epoch-checkpoints \
   --cpu --num-workers 0 --seed 1 --no-progress-bar --log-format simple --log-interval 100 \
-  2>&1 | tee "$SAVE/train.log" | grep -E "valid on|done training"
+  2>&1 | tee -a "$SAVE/train.log" | grep -E "valid on|done training"
 echo "training wall time: $(( $(date +%s) - start )) s"
 
 for split in valid test; do

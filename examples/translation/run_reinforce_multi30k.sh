@@ -26,7 +26,7 @@ fairseq-train "$DATA" --user-dir fairseq_smallvocab --task translation_smallvoca
   --best-checkpoint-metric bleu --maximize-best-checkpoint-metric \
   --max-epoch "$EPOCHS" --save-dir "$SAVE" --no-epoch-checkpoints \
   --cpu --num-workers 0 --seed 1 --no-progress-bar --log-format simple --log-interval 50 \
-  2>&1 | tee "$SAVE/train.log" | grep -E "valid on|done training"
+  2>&1 | tee -a "$SAVE/train.log" | grep -E "valid on|done training"
 echo "training wall time: $(( $(date +%s) - start )) s"
 
 for split in valid test; do
