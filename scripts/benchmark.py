@@ -103,6 +103,22 @@ def _to(sample, device):
     return sample.to(device) if torch.is_tensor(sample) else sample
 
 
+def _setup(cfg: dict):
+    """Threads and seed set; returns what the models and criteria read of a task."""
+    import torch
+
+    torch.set_num_threads(cfg["threads"])
+    torch.manual_seed(0)
+
+    class _Task:
+        source_dictionary = _dictionary(cfg["src_vocab_size"])
+        target_dictionary = _dictionary(cfg["vocab_size"])
+        decoder_state_dim = cfg["d"]
+        uses_features = False
+
+    return _Task
+
+
 def worker(cfg: dict) -> dict:
     """Measure one configuration in this process; returns its record."""
     if cfg["mode"] == "decode":
@@ -114,15 +130,7 @@ def worker(cfg: dict) -> dict:
     from fairseq_smallvocab.models.lstm_smallvocab import LSTMSmallVocabConfig, LSTMSmallVocabModel
 
     device = torch.device(cfg["device"])
-    torch.set_num_threads(cfg["threads"])
-    torch.manual_seed(0)
-    tgt_dict = _dictionary(cfg["vocab_size"])
-
-    class _Task:
-        source_dictionary = _dictionary(cfg["src_vocab_size"])
-        target_dictionary = tgt_dict
-        decoder_state_dim = cfg["d"]
-
+    _Task = _setup(cfg)
     model = LSTMSmallVocabModel.build_model(LSTMSmallVocabConfig(embed_dim=cfg["d"], dropout=0.2), _Task).to(device)
     model.train()
     if cfg["mode"] == "ce":
@@ -179,15 +187,8 @@ def decode_worker(cfg: dict) -> dict:
     from fairseq_smallvocab.tasks.translation_smallvocab import candidate_rows
     from fairseq_smallvocab.vocab import select_candidates
 
-    torch.set_num_threads(cfg["threads"])
-    torch.manual_seed(0)
-    tgt_dict = _dictionary(cfg["vocab_size"])
-
-    class _Task:
-        source_dictionary = _dictionary(cfg["src_vocab_size"])
-        target_dictionary = tgt_dict
-        uses_features = False
-
+    _Task = _setup(cfg)
+    tgt_dict = _Task.target_dictionary
     model = LSTMSmallVocabModel.build_model(LSTMSmallVocabConfig(embed_dim=cfg["d"]), _Task).eval()
     predictor = VocabPredictor.build_model(VocabPredictorConfig(), _Task).eval() if cfg["K"] else None
     if predictor is not None:

@@ -8,8 +8,8 @@ from conftest import REPO, run
 
 
 def test_benchmark_writes_records_and_table(tmp_path):
-    out = run([REPO / "scripts" / "benchmark.py", "--modes", "ce", "reinforce", "--vocab-sizes", "300", "--k", "40", "--batch", "4",
-               "--max-len", "6", "--embed-dim", "8", "--steps", "1", "--warmup", "1", "--threads", "1",
+    out = run([REPO / "scripts" / "benchmark.py", "--modes", "ce", "reinforce", "--vocab-sizes", "300", "--k", "40",
+               "--batch", "4", "--max-len", "6", "--embed-dim", "8", "--steps", "1", "--warmup", "1", "--threads", "1",
                "--json", tmp_path / "b.json", "--markdown", tmp_path / "b.md"])
     records = json.loads((tmp_path / "b.json").read_text())
     assert [(r["mode"], r["softmax"], r["K"]) for r in records] == [

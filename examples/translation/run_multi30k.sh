@@ -30,10 +30,4 @@ fairseq-train "$DATA" --user-dir fairseq_smallvocab --task translation_smallvoca
   2>&1 | tee -a "$SAVE/train.log" | grep -E "valid on|done training"
 echo "training wall time: $(( $(date +%s) - start )) s"
 
-for split in valid test; do
-  fairseq-generate "$DATA" --user-dir fairseq_smallvocab --task translation_smallvocab -s en -t de \
-    --candidates-dir "$CANDS" --small-vocab-size "$K" --path "$SAVE/checkpoint_best.pt" \
-    --gen-subset "$split" --beam 1 --max-len-a 1.5 --max-len-b 10 --batch-size 128 --cpu \
-    --scoring sacrebleu > "$SAVE/generate-$split.txt"
-  echo "$split: $(tail -1 "$SAVE/generate-$split.txt")"
-done
+DATA=$DATA CANDS=$CANDS K=$K SAVE=$SAVE bash "$(dirname "$0")/decode_multi30k.sh"
