@@ -132,10 +132,10 @@ def test_prefix_tokens_are_forced_and_checked(setup):
 
 
 def test_cached_candidate_rows_follow_beam_reordering_and_finished_sentences(setup):
-    """The incremental output layer (rows of W_p gathered once per sentence,
-    beams scored per sentence block) equals the plain output layer after the
-    generator's reorderings: within blocks, finished sentences dropped, and an
-    order that is not block-wise (per-row fallback)."""
+    """The incremental output layer (rows of W_p for the union of the batch's
+    candidates gathered once, each row's K picked from the union's scores)
+    equals the plain output layer after the generator's reorderings: beams
+    within a sentence, finished sentences dropped, rows of one sentence apart."""
     model, _, sample = setup
     decoder = model.decoder
     cands = sample["net_input"]["candidates"][:3].repeat_interleave(2, 0)  # 3 sentences x beam 2

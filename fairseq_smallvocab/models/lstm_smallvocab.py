@@ -230,40 +230,34 @@ class SmallVocabDecoder(FairseqIncrementalDecoder):
                 "lengths": (mask & out.ne(eos)).sum(1)}
 
     def _cached_output_layer(self, features, candidates, incremental_state):
-        """Incremental decoding's output layer: the candidate rows of W_p are
-        gathered once per sentence (not at every step, nor once per beam), and
-        a sentence's beams, which share its candidates, are scored together by
-        one batched matrix product.  The cache follows the generator's
-        reordering; when the rows stop being one block per sentence, scoring
-        falls back to per-row weights (the same values)."""
-        rows = features.size(0)
+        """Incremental decoding's output layer, the same logits as
+        ``output_layer`` computed for speed: at the first step the rows of W_p
+        and b_p for the union U of the batch's candidates are gathered once;
+        every step then scores U for all rows with one matrix product (memory
+        traffic |U| x d, against B x K x d for per-sentence rows) and picks each
+        row's K candidates out of it.  The row -> sentence map follows the
+        generator's reordering."""
         cache = self.get_incremental_state(incremental_state, "cand_rows")
         if cache is None:
+            rows = features.size(0)
             beam = getattr(self, "_beam_size", 1)
             firsts = candidates[::beam] if beam > 1 and rows % beam == 0 else candidates
             if len(firsts) != rows and not torch.equal(candidates, firsts.repeat_interleave(beam, 0)):
                 firsts = candidates
-            w, b = self.candidate_weights(firsts)
-            sent = torch.arange(len(firsts), device=candidates.device).repeat_interleave(rows // len(firsts))
-        else:
-            w, b, sent = cache["w"], cache["b"], cache["sent"]
-        present, sent = torch.unique(sent, sorted=True, return_inverse=True)
-        if len(present) < w.size(0):  # finished sentences left the batch
-            w, b = w.index_select(0, present), b.index_select(0, present)
-        self.set_incremental_state(incremental_state, "cand_rows", {"w": w, "b": b, "sent": sent})
-        n = w.size(0)
-        if rows % n == 0 and torch.equal(sent, torch.arange(n, device=sent.device).repeat_interleave(rows // n)):
-            g = rows // n  # one block of g beams per sentence
-            steps = features.size(1)
-            logits = torch.baddbmm(b, features.reshape(n, g * steps, -1), w.transpose(1, 2))
-            return logits.view(rows, steps, -1)
-        return torch.baddbmm(b[sent], features, w[sent].transpose(1, 2))
+            union, pos = torch.unique(firsts, return_inverse=True)  # pos: each candidate's index in union
+            cache = {"w": self.embed_tokens.weight[union], "b": self.output_bias[union], "pos": pos,
+                     "sent": torch.arange(len(firsts), device=candidates.device).repeat_interleave(
+                         rows // len(firsts))}
+            self.set_incremental_state(incremental_state, "cand_rows", cache)
+        scores = F.linear(features, cache["w"], cache["b"])  # rows x T x |U|
+        pos = cache["pos"].index_select(0, cache["sent"])  # rows x K
+        return scores.gather(2, pos.unsqueeze(1).expand(-1, scores.size(1), -1))
 
     def reorder_incremental_state(self, incremental_state, new_order):
         rows = self.get_incremental_state(incremental_state, "cand_rows")
         if rows is not None:  # only the row -> sentence map moves; the gathered weights stay
-            sent = rows["sent"].index_select(0, new_order)
-            self.set_incremental_state(incremental_state, "cand_rows", {"w": rows["w"], "b": rows["b"], "sent": sent})
+            self.set_incremental_state(incremental_state, "cand_rows",
+                                       {**rows, "sent": rows["sent"].index_select(0, new_order)})
         cached = self.get_incremental_state(incremental_state, "state")
         if cached is None:
             return
