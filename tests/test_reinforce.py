@@ -199,13 +199,18 @@ MT = ["--user-dir", USER_DIR, "--task", "translation_smallvocab", "--arch", "lst
       "--no-epoch-checkpoints", "--log-interval", "1"]
 
 
-def test_fairseq_train_fine_tunes_and_resumes_with_the_baseline_state(tiny_bin, tmp_path):
+@pytest.fixture(scope="module")
+def ce_checkpoint(tiny_bin, tmp_path_factory):
+    save = tmp_path_factory.mktemp("ce")
     run(["fairseq-train", tiny_bin, *MT, "--small-vocab-size", "0", "--criterion", "cross_entropy",
-         "--optimizer", "adam", "--lr", "0.01", "--max-epoch", "3", "--save-dir", tmp_path / "ce"])
+         "--optimizer", "adam", "--lr", "0.01", "--max-epoch", "2", "--save-dir", save])
+    return save / "checkpoint_best.pt"
+
+
+def test_fairseq_train_fine_tunes_and_resumes_with_the_baseline_state(tiny_bin, ce_checkpoint, tmp_path):
     rl = [*MT, "--small-vocab-size", "0", "--criterion", "reinforce_gleu", "--optimizer", "sgd", "--lr", "0.01",
-          "--save-dir", tmp_path / "rl", "--max-sample-len", "30"]
-    run(["fairseq-train", tiny_bin, *rl, "--max-epoch", "1", "--finetune-from-model", tmp_path / "ce" /
-         "checkpoint_best.pt"])
+          "--save-dir", tmp_path / "rl", "--max-sample-len", "20"]
+    run(["fairseq-train", tiny_bin, *rl, "--max-epoch", "1", "--finetune-from-model", ce_checkpoint])
     state = torch.load(tmp_path / "rl" / "checkpoint_last.pt", weights_only=True)["criterion"]
     steps = state["_extra_state"]["adam"]["state"][0]["step"]
     assert steps > 0 and state["baseline_weight"].abs().sum() > 0
@@ -219,6 +224,15 @@ def test_fairseq_train_fine_tunes_and_resumes_with_the_baseline_state(tiny_bin, 
 def test_reinforce_raises_the_reward_on_a_tiny_learnable_task():
     """Copying 3-5 words: after a short CE warm-up, 200 REINFORCE steps (pure
     RL, learned baseline) raise the mean sample GLEU on held-out batches."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny matrices: threads only add overhead
+    try:
+        _learn_to_copy()
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _learn_to_copy():
     torch.manual_seed(0)
     d = _dict(24)
     task = SimpleNamespace(source_dictionary=d, target_dictionary=d, decoder_state_dim=32)
@@ -289,14 +303,6 @@ def _launch_two(tiny_bin, ce_ckpt, save, extra):
     for p, out in zip(procs, outs):
         assert p.returncode == 0, out[-4000:]
     return outs
-
-
-@pytest.fixture(scope="module")
-def ce_checkpoint(tiny_bin, tmp_path_factory):
-    save = tmp_path_factory.mktemp("ce")
-    run(["fairseq-train", tiny_bin, *MT, "--small-vocab-size", "0", "--criterion", "cross_entropy",
-         "--optimizer", "adam", "--lr", "0.01", "--max-epoch", "2", "--save-dir", save])
-    return save / "checkpoint_best.pt"
 
 
 def test_distributed_data_parallel_on_cpu_with_gloo(tiny_bin, ce_checkpoint, tmp_path):
