@@ -188,46 +188,61 @@ class SmallVocabDecoder(FairseqIncrementalDecoder):
         w, b = candidate_weights if candidate_weights is not None else self.candidate_weights(candidates)
         return torch.baddbmm(b, features, w.transpose(1, 2))
 
-    def sample(self, encoder_out, max_lens: Tensor, greedy: bool = False, candidate_weights=None
-               ) -> Dict[str, Tensor]:
+    @torch.no_grad()
+    def sample(self, encoder_out, max_lens: Tensor, greedy: bool = False) -> Dict[str, Tensor]:
         """Decode a sequence per example from the model's own distribution
         (multinomial, or argmax with ``greedy``), inside the example's candidates
         when ``encoder_out`` has them; all examples advance together, with no
-        loop over examples.  Example b stops at its eos or after ``max_lens[b]``
-        tokens.  Returns, per step t (B x T tensors): ``tokens`` (target ids, pad
-        after the end), ``lprobs`` (log p(y_t), differentiable), ``mask`` (steps
-        that count, the eos included), ``features`` (s_t, detached: B x T x d)
-        and ``lengths`` (tokens before the eos)."""
+        loop over examples, and without gradient (``score_samples`` computes
+        the differentiable log-probabilities in one teacher-forced pass).
+        Example b stops at its eos or after ``max_lens[b]`` tokens.  Returns
+        B x T tensors: ``tokens`` (target ids, pad after the end),
+        ``positions`` (the chosen index in the example's candidates; the id for
+        the full softmax), ``mask`` (steps that count, the eos included), and
+        ``lengths`` (tokens before the eos).  pad and bos are never chosen."""
         candidates = encoder_out["candidates"][0] if encoder_out["candidates"] else None
-        if candidates is not None and candidate_weights is None:
-            candidate_weights = self.candidate_weights(candidates)  # gathered once, not at every step
+        if candidates is not None:  # the batch's candidate union, scored by one product per step
+            union, pos = torch.unique(candidates, return_inverse=True)
+            weight, bias = self.embed_tokens.weight[union], self.output_bias[union]
+        else:
+            weight, bias, pos = self.embed_tokens.weight, self.output_bias, None
         eos, pad, bos = self.dictionary.eos(), self.dictionary.pad(), self.dictionary.bos()
         bsz = max_lens.size(0)
         tokens = max_lens.new_full((bsz, 1), eos)
         alive = max_lens > 0
         state: Dict[str, Dict[str, Optional[Tensor]]] = {}
-        lprobs, masks, feats = [], [], []
+        masks, choices = [], []
         for t in range(int(max_lens.max()) if bsz else 0):
             s, _ = self.extract_features(tokens, encoder_out, state)  # B x 1 x d
-            logits = self.output_layer(s, candidates, candidate_weights)[:, 0].float()
+            logits = F.linear(s[:, 0], weight, bias)
+            logits = (logits.gather(1, pos) if pos is not None else logits).float()
             logits[:, [pad, bos]] = float("-inf")  # special ids are candidate positions too
-            lp = F.log_softmax(logits, dim=-1)
-            with torch.no_grad():
-                choice = lp.argmax(-1, keepdim=True) if greedy else torch.multinomial(lp.exp(), 1)
-            lprobs.append(lp.gather(1, choice).squeeze(1))
-            feats.append(s[:, 0].detach())
-            masks.append(alive)
+            choice = logits.argmax(-1, keepdim=True) if greedy else torch.multinomial(F.softmax(logits, -1), 1)
             ids = candidates.gather(1, choice) if candidates is not None else choice
+            choices.append(choice.squeeze(1))
+            masks.append(alive)
             tokens = torch.cat([tokens, ids.masked_fill(~alive.unsqueeze(1), pad)], dim=1)
             alive = alive & ids.squeeze(1).ne(eos) & (max_lens > t + 1)
             if not alive.any():
                 break
         mask = torch.stack(masks, 1) if masks else max_lens.new_zeros(bsz, 0, dtype=torch.bool)
         out = tokens[:, 1:]
-        return {"tokens": out, "mask": mask,
-                "lprobs": torch.stack(lprobs, 1) if lprobs else mask.float(),
-                "features": torch.stack(feats, 1) if feats else mask.new_zeros(bsz, 0, self.combine.out_features),
-                "lengths": (mask & out.ne(eos)).sum(1)}
+        positions = torch.stack(choices, 1) if choices else out.clone()
+        return {"tokens": out, "positions": positions, "mask": mask, "lengths": (mask & out.ne(eos)).sum(1)}
+
+    def score_samples(self, samples, encoder_out, candidate_weights=None) -> Dict[str, Tensor]:
+        """Teacher-forced pass over sampled sequences: ``lprobs`` (B x T,
+        log p(y_t) under the same restrictions as sampling, differentiable, 0
+        after the end) and ``features`` (s_t, detached: B x T x d)."""
+        tokens, mask = samples["tokens"], samples["mask"]
+        eos, pad, bos = self.dictionary.eos(), self.dictionary.pad(), self.dictionary.bos()
+        prev = torch.cat([tokens.new_full((tokens.size(0), 1), eos), tokens[:, :-1]], dim=1)
+        s, _ = self.extract_features(prev, encoder_out)
+        candidates = encoder_out["candidates"][0] if encoder_out["candidates"] else None
+        logits = self.output_layer(s, candidates, candidate_weights).float()
+        logits[:, :, [pad, bos]] = float("-inf")
+        lprobs = F.log_softmax(logits, dim=-1).gather(2, samples["positions"].masked_fill(~mask, eos).unsqueeze(2))
+        return {"lprobs": lprobs.squeeze(2).masked_fill(~mask, 0.0), "features": s.detach()}
 
     def _cached_output_layer(self, features, candidates, incremental_state):
         """Incremental decoding's output layer, the same logits as
@@ -287,25 +302,27 @@ class LSTMSmallVocabModel(FairseqEncoderDecoderModel):
                 greedy_too: bool = False, **kwargs):
         """Teacher-forced decoder output.  With ``sample_lens`` (B: the longest
         sample per example), the same call also samples a sequence per example
-        from the model (``decoder.sample``) and returns it in the output's
-        extra dict as ``samples`` (and with ``greedy_too``, the greedy decode,
-        without gradient or dropout, as ``greedy``): one forward, so that
-        REINFORCE works through fairseq's distributed wrappers."""
+        from the model (``decoder.sample``, no gradient, decoder dropout off)
+        and scores it in one teacher-forced pass (``decoder.score_samples``,
+        with gradient and dropout), returned in the output's extra dict as
+        ``samples`` (and with ``greedy_too``, the greedy decode as ``greedy``):
+        one forward, so that REINFORCE works through fairseq's distributed
+        wrappers."""
         encoder_out = self.encoder(src_tokens, src_lengths, candidates=candidates)
         if sample_lens is None:
             return self.decoder(prev_output_tokens, encoder_out)
         weights = self.decoder.candidate_weights(candidates) if candidates is not None else None
         out = self.decoder(prev_output_tokens, encoder_out, candidate_weights=weights)
-        out[1]["samples"] = self.decoder.sample(encoder_out, sample_lens, candidate_weights=weights)
-        if greedy_too:
-            dropout = self.decoder.dropout.training
-            self.decoder.dropout.eval()
-            try:
-                with torch.no_grad():
-                    out[1]["greedy"] = self.decoder.sample(encoder_out, sample_lens, greedy=True,
-                                                           candidate_weights=weights)
-            finally:
-                self.decoder.dropout.train(dropout)
+        dropout = self.decoder.dropout.training
+        self.decoder.dropout.eval()  # the policy samples without dropout; scoring below uses it
+        try:
+            samples = self.decoder.sample(encoder_out, sample_lens)
+            if greedy_too:
+                out[1]["greedy"] = self.decoder.sample(encoder_out, sample_lens, greedy=True)
+        finally:
+            self.decoder.dropout.train(dropout)
+        samples.update(self.decoder.score_samples(samples, encoder_out, weights))
+        out[1]["samples"] = samples
         return out
 
     def get_targets(self, sample, net_output):
