@@ -48,7 +48,7 @@ def _masked_full_output_layer(decoder):
     """The oracle's output layer: full-vocabulary logits with every
     non-candidate at -inf (the stock generator then works on target ids)."""
 
-    def output_layer(features, candidates=None, candidate_weights=None):
+    def output_layer(features, candidates=None):
         logits = type(decoder).output_layer(decoder, features, None)
         keep = torch.zeros(candidates.size(0), logits.size(-1), dtype=torch.bool)
         keep.scatter_(1, candidates, True)
