@@ -226,17 +226,16 @@ class ReinforceGleuCriterion(FairseqCriterion):
             return sum(float(log.get(key, 0)) for log in logging_outputs)
 
         nsentences = max(total("nsentences"), 1)
-        ok = nsentences
         metrics.log_scalar("loss", total("loss") / nsentences, nsentences, round=3)
         metrics.log_scalar("ce", total("ce") / max(total("ntokens"), 1) / math.log(2), total("ntokens"), round=3)
         metrics.log_scalar("rl_loss", total("rl") / nsentences, nsentences, round=3)
-        metrics.log_scalar("reward", 100.0 * total("reward") / ok, nsentences, round=2)
+        metrics.log_scalar("reward", 100.0 * total("reward") / nsentences, nsentences, round=2)
         metrics.log_scalar("baseline", 100.0 * total("baseline") / max(total("steps"), 1), total("steps"), round=2)
-        metrics.log_scalar("sample_len", total("sample_len") / ok, nsentences, round=2)
+        metrics.log_scalar("sample_len", total("sample_len") / nsentences, nsentences, round=2)
         if any("baseline_mse" in log for log in logging_outputs):
             metrics.log_scalar("baseline_mse", total("baseline_mse") / nsentences, nsentences, round=4)
         if any("greedy_reward" in log for log in logging_outputs):
-            metrics.log_scalar("greedy_reward", 100.0 * total("greedy_reward") / ok, nsentences, round=2)
+            metrics.log_scalar("greedy_reward", 100.0 * total("greedy_reward") / nsentences, nsentences, round=2)
         metrics.log_scalar_sum("nonfinite", total("nonfinite"))
 
     @staticmethod
