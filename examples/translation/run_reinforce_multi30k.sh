@@ -4,7 +4,7 @@
 # test2016.  Run from the project root with the project's environment active:
 #   source .venv/bin/activate && bash examples/translation/run_reinforce_multi30k.sh
 # Settings: K (0 = full softmax; use the CE run's K), DATA, CANDS, CE (the CE
-# checkpoint), SAVE, EPOCHS, THREADS, BASELINE (learned, self-critical, none).
+# checkpoint), SAVE, EPOCHS, THREADS, BASELINE (learned, self-critical, none), LR.
 set -euo pipefail
 K=${K:-500}
 DATA=${DATA:-data-bin/multi30k.en-de}
@@ -14,6 +14,7 @@ SAVE=${SAVE:-checkpoints/rl-multi30k.en-de.k$K}
 EPOCHS=${EPOCHS:-3}
 THREADS=${THREADS:-2}
 BASELINE=${BASELINE:-learned}
+LR=${LR:-0.01}
 export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS
 
 mkdir -p "$SAVE"
@@ -22,7 +23,7 @@ fairseq-train "$DATA" --user-dir fairseq_smallvocab --task translation_smallvoca
   --candidates-dir "$CANDS" --small-vocab-size "$K" \
   --arch lstm_smallvocab --criterion reinforce_gleu --rl-lambda 0.005 --rl-baseline "$BASELINE" \
   --max-sample-len 100 --sample-len-ratio 1.5 --finetune-from-model "$CE" \
-  --optimizer sgd --lr 0.01 --clip-norm 1.0 --batch-size 128 \
+  --optimizer sgd --lr "$LR" --clip-norm 1.0 --batch-size 128 \
   --eval-bleu --eval-bleu-args '{"beam": 1, "max_len_a": 1.5, "max_len_b": 10}' \
   --best-checkpoint-metric bleu --maximize-best-checkpoint-metric \
   --max-epoch "$EPOCHS" --save-dir "$SAVE" --no-epoch-checkpoints \
