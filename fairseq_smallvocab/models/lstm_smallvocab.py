@@ -228,6 +228,14 @@ class SmallVocabDecoder(FairseqIncrementalDecoder):
             return F.linear(features, self.embed_tokens.weight, self.output_bias)
         return CandidateLogits.apply(features, self.embed_tokens.weight, self.output_bias, candidates)
 
+    def union_rows(self, candidates: Tensor):
+        """Rows of W_p and b_p for the union U of the candidates (|U| x d, |U|),
+        and each candidate's index in U (the shape of ``candidates``): scoring U
+        with one product and picking each row's K gives ``output_layer``'s
+        logits with less memory traffic when no gradient is needed."""
+        union, pos = torch.unique(candidates, return_inverse=True)
+        return self.embed_tokens.weight[union], self.output_bias[union], pos
+
     @torch.no_grad()
     def sample(self, encoder_out, max_lens: Tensor, greedy: bool = False) -> Dict[str, Tensor]:
         """Decode a sequence per example from the model's own distribution
@@ -242,8 +250,7 @@ class SmallVocabDecoder(FairseqIncrementalDecoder):
         ``lengths`` (tokens before the eos).  pad and bos are never chosen."""
         candidates = encoder_out["candidates"][0] if encoder_out["candidates"] else None
         if candidates is not None:  # the batch's candidate union, scored by one product per step
-            union, pos = torch.unique(candidates, return_inverse=True)
-            weight, bias = self.embed_tokens.weight[union], self.output_bias[union]
+            weight, bias, pos = self.union_rows(candidates)
         else:
             weight, bias, pos = self.embed_tokens.weight, self.output_bias, None
         eos, pad, bos = self.dictionary.eos(), self.dictionary.pad(), self.dictionary.bos()
@@ -299,8 +306,8 @@ class SmallVocabDecoder(FairseqIncrementalDecoder):
             firsts = candidates[::beam] if beam > 1 and rows % beam == 0 else candidates
             if len(firsts) != rows and not torch.equal(candidates, firsts.repeat_interleave(beam, 0)):
                 firsts = candidates
-            union, pos = torch.unique(firsts, return_inverse=True)  # pos: each candidate's index in union
-            cache = {"w": self.embed_tokens.weight[union], "b": self.output_bias[union], "pos": pos,
+            weight, bias, pos = self.union_rows(firsts)
+            cache = {"w": weight, "b": bias, "pos": pos,
                      "sent": torch.arange(len(firsts), device=candidates.device).repeat_interleave(
                          rows // len(firsts))}
             self.set_incremental_state(incremental_state, "cand_rows", cache)
