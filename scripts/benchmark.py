@@ -13,6 +13,14 @@ teacher-forced CE term plus one sampled sequence per example of up to
 --max-len tokens, GLEU rewards, the learned baseline and its Adam step).
 After --warmup untimed steps, --steps steps are timed.
 
+With ``--data DIR`` (a binarized translation corpus, e.g. Multi30k) the
+batches are real instead: the training split's first --warmup + --steps
+batches of B sentences in fairseq's shuffled order (seed 1), with the K
+candidates of ``--candidates-dir`` (lists from scripts/export_candidates.py;
+gold words included, as in training); samples are limited as the Multi30k
+recipe limits them (1.5 x the source length + 5 tokens, at most 100).  Small
+and full softmax see the same batches; |V| is the corpus's target dictionary.
+
 ``decode``: fairseq's ``SequenceGenerator`` through the task's generator on
 --decode-sentences random sources of --src-len words, --decode-batch sentences
 per batch, beam --beam, every hypothesis exactly --max-len tokens (min and max
@@ -22,9 +30,12 @@ paper's) predicting each batch's candidates.  Reports ms per sentence.
 
 Peak memory: CUDA, ``torch.cuda.max_memory_allocated``; CPU, the growth of the
 process's peak resident set (VmHWM, reset just before the first step) over the
-resident set before the first step.
+resident set before the first step (``peak_mem_mb``); ``peak_rss_mb`` is the
+whole process's peak resident set (Python, torch and fairseq included).
 
     python scripts/benchmark.py --vocab-sizes 24000 --k 1000 --json bench.json --markdown bench.md
+    python scripts/benchmark.py --modes reinforce --data data-bin/multi30k.en-de.all \
+        --candidates-dir checkpoints/vp-multi30k.en-de.all/candidates --k 1000
 """
 
 import argparse
@@ -119,6 +130,39 @@ def _setup(cfg: dict):
     return _Task
 
 
+def real_setup(cfg: dict, count: int):
+    """The task, model and criterion as fairseq-train builds them for a
+    binarized corpus (``cfg["data"]``), and the first ``count`` training
+    batches in fairseq's shuffled order (seed 1)."""
+    import torch
+    from fairseq import options, tasks
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    torch.set_num_threads(cfg["threads"])
+    torch.manual_seed(0)
+    argv = [cfg["data"], "--user-dir", str(Path(__file__).resolve().parent.parent / "fairseq_smallvocab"),
+            "--task", "translation_smallvocab", "-s", cfg["source_lang"], "-t", cfg["target_lang"],
+            "--small-vocab-size", str(cfg["K"]), "--arch", "lstm_smallvocab", "--embed-dim", str(cfg["d"]),
+            "--criterion", "cross_entropy" if cfg["mode"] == "ce" else "reinforce_gleu", "--cpu"]
+    if cfg["mode"] == "reinforce":
+        argv += ["--max-sample-len", "100", "--sample-len-ratio", "1.5"]
+    if cfg["K"]:
+        argv += ["--candidates-dir", cfg["candidates_dir"]]
+    args = options.parse_args_and_arch(options.get_training_parser(), argv)
+    fcfg = convert_namespace_to_omegaconf(args)
+    task = tasks.setup_task(fcfg.task)
+    model = task.build_model(fcfg.model)
+    criterion = task.build_criterion(fcfg.criterion)
+    task.load_dataset("train")
+    dataset = task.dataset("train")
+    itr = task.get_batch_iterator(dataset, max_sentences=cfg["batch"], seed=1,
+                                  max_positions=(1024, 1024)).next_epoch_itr(shuffle=True)
+    if len(itr) < count:
+        raise ValueError(f"{cfg['data']}: the training split has {len(itr)} batches of {cfg['batch']} sentences, "
+                         f"{count} are needed (--warmup + --steps)")
+    return model, criterion, [next(itr) for _ in range(count)], len(dataset)
+
+
 def worker(cfg: dict) -> dict:
     """Measure one configuration in this process; returns its record."""
     if cfg["mode"] == "decode":
@@ -130,21 +174,29 @@ def worker(cfg: dict) -> dict:
     from fairseq_smallvocab.models.lstm_smallvocab import LSTMSmallVocabConfig, LSTMSmallVocabModel
 
     device = torch.device(cfg["device"])
-    _Task = _setup(cfg)
-    model = LSTMSmallVocabModel.build_model(LSTMSmallVocabConfig(embed_dim=cfg["d"], dropout=0.2), _Task).to(device)
-    model.train()
-    if cfg["mode"] == "ce":
-        criterion = CrossEntropyCriterion(_Task, sentence_avg=False)
+    count = cfg["warmup"] + cfg["steps"]
+    if cfg.get("data"):
+        model, criterion, samples, epoch_sentences = real_setup(cfg, count)
+        samples = [_to(sample, device) for sample in samples]
+        model, criterion = model.to(device), criterion.to(device)
     else:
-        criterion = ReinforceGleuCriterion(_Task, max_sample_len=cfg["max_len"]).to(device)
+        _Task = _setup(cfg)
+        model = LSTMSmallVocabModel.build_model(LSTMSmallVocabConfig(embed_dim=cfg["d"], dropout=0.2),
+                                                _Task).to(device)
+        if cfg["mode"] == "ce":
+            criterion = CrossEntropyCriterion(_Task, sentence_avg=False)
+        else:
+            criterion = ReinforceGleuCriterion(_Task, max_sample_len=cfg["max_len"]).to(device)
+        samples = [make_batch(cfg["vocab_size"], cfg["K"], cfg["batch"], cfg["max_len"], device)] * count
+        epoch_sentences = cfg["epoch_sentences"]
+    model.train()
     sample_lens = []
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0, momentum=0.75, weight_decay=1e-6)
-    sample = make_batch(cfg["vocab_size"], cfg["K"], cfg["batch"], cfg["max_len"], device)
 
-    def step():
+    def step(sample):
         optimizer.zero_grad(set_to_none=True)
         loss, _, log = criterion(model, sample)
-        sample_lens.append(log.get("sample_len", 0) / cfg["batch"])
+        sample_lens.append(log.get("sample_len", 0) / sample["target"].size(0))
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
@@ -158,24 +210,34 @@ def worker(cfg: dict) -> dict:
     else:
         base = _rss_mb("VmRSS")
         reset = _reset_peak_rss()
-    for _ in range(cfg["warmup"]):
-        step()
+    for sample in samples[: cfg["warmup"]]:
+        step(sample)
+    timed = samples[cfg["warmup"]:]
     start = time.perf_counter()
-    for _ in range(cfg["steps"]):
-        step()
+    for sample in timed:
+        step(sample)
     sec_per_step = (time.perf_counter() - start) / cfg["steps"]
     if cuda:
         peak = (torch.cuda.max_memory_allocated(device) - base) / 2**20
+        peak_total = torch.cuda.max_memory_allocated(device) / 2**20
     else:
-        peak = (_rss_mb("VmHWM") if reset else _ru_maxrss_mb()) - base
-    batches = math.ceil(cfg["epoch_sentences"] / cfg["batch"])
-    return {**{key: cfg[key] for key in ("device", "mode", "softmax", "vocab_size", "K", "d", "batch", "max_len",
-                                         "steps", "warmup", "threads")},
-            "sec_per_step": round(sec_per_step, 4),
-            "tokens_per_sec": round(cfg["batch"] * cfg["max_len"] / sec_per_step, 1),
-            "sec_per_epoch": round(batches * sec_per_step, 1), "epoch_sentences": cfg["epoch_sentences"],
-            "peak_mem_mb": round(peak, 1), "torch": torch.__version__,
-            **({"sample_len": round(sum(sample_lens) / len(sample_lens), 1)} if cfg["mode"] == "reinforce" else {})}
+        peak_total = _rss_mb("VmHWM") if reset else _ru_maxrss_mb()
+        peak = peak_total - base
+    batches = math.ceil(epoch_sentences / cfg["batch"])
+    tokens = sum(int(sample["ntokens"]) for sample in timed)
+    record = {**{key: cfg[key] for key in ("device", "mode", "softmax", "vocab_size", "K", "d", "batch", "max_len",
+                                           "steps", "warmup", "threads")},
+              "sec_per_step": round(sec_per_step, 4),
+              "tokens_per_sec": round(tokens / (sec_per_step * cfg["steps"]), 1),
+              "sec_per_epoch": round(batches * sec_per_step, 1), "epoch_sentences": epoch_sentences,
+              "peak_mem_mb": round(peak, 1), "peak_rss_mb": round(peak_total, 1), "torch": torch.__version__}
+    if cfg["mode"] == "reinforce":
+        record["sample_len"] = round(sum(sample_lens) / len(sample_lens), 1)
+    if cfg.get("data"):
+        record.update(data=cfg["data"], vocab_size=len(model.decoder.dictionary),
+                      max_len=max(sample["target"].size(1) for sample in timed),
+                      mean_tgt_len=round(tokens / sum(sample["target"].size(0) for sample in timed), 2))
+    return record
 
 
 def decode_worker(cfg: dict) -> dict:
@@ -238,8 +300,19 @@ def _ru_maxrss_mb() -> float:
 # ------------------------------------------------------------------------------------------------ driver
 
 
+def data_vocab_size(args) -> int:
+    """Entries of the corpus's target dictionary (specials and padding included)."""
+    from fairseq.data import Dictionary
+
+    path = Path(args.data) / f"dict.{args.target_lang}.txt"
+    if not path.is_file():
+        raise SystemExit(f"error: {path} not found: --data takes a folder binarized by fairseq-preprocess "
+                         "(scripts/prepare_data.py), with --source-lang / --target-lang naming its languages")
+    return len(Dictionary.load(str(path)))
+
+
 def configurations(args):
-    for vocab_size in args.vocab_sizes:
+    for vocab_size in ([data_vocab_size(args)] if args.data else args.vocab_sizes):
         ks = args.k or [paper_k(vocab_size)]
         for mode in args.modes:
             runs = [("small", k) for k in ks if k < vocab_size] + ([("full", 0)] if not args.no_full else [])
@@ -251,6 +324,9 @@ def configurations(args):
                            "src_vocab_size": args.src_vocab_size or vocab_size, "K": k, "d": args.embed_dim,
                            "batch": batch, "max_len": args.max_len, "steps": args.steps, "warmup": args.warmup,
                            "threads": args.threads, "epoch_sentences": args.epoch_sentences}
+                    if args.data:
+                        cfg.update(data=str(args.data), candidates_dir=args.candidates_dir,
+                                   source_lang=args.source_lang, target_lang=args.target_lang)
                     if mode == "decode":
                         cfg.update(beam=beam, decode_batch=batch, max_len=args.decode_len, src_len=args.src_len,
                                    decode_sentences=max(args.decode_sentences, batch), warmup=1)
@@ -272,7 +348,7 @@ def markdown(records) -> str:
     train = [r for r in records if r["mode"] != "decode"]
     if train:
         head = ("| device | mode | V | softmax | K | d | batch | len | s/step | tokens/s | s/epoch | peak MB | "
-                "speedup | memory ratio |")
+                "peak RSS MB | speedup | memory ratio |")
         lines = [head, "|" + "---|" * (head.count("|") - 1)]
         full = {(r["device"], r["mode"], r["vocab_size"]): r for r in train if r["softmax"] == "full"}
         for r in train:
@@ -283,7 +359,7 @@ def markdown(records) -> str:
             lines.append(f"| {r['device']} | {r['mode']} | {r['vocab_size']:,} | {r['softmax']} | {r['K'] or '-'} | "
                          f"{r['d']} | {r['batch']} | {r['max_len']} | {r['sec_per_step']:.3f} | "
                          f"{r['tokens_per_sec']:,.0f} | {r['sec_per_epoch']:,.0f} | {r['peak_mem_mb']:,.0f} | "
-                         f"{speedup} | {memory} |")
+                         f"{r.get('peak_rss_mb', 0):,.0f} | {speedup} | {memory} |")
         out.append("\n".join(lines))
     decode = [r for r in records if r["mode"] == "decode"]
     if decode:
@@ -325,6 +401,12 @@ def main(argv=None):
     parser.add_argument("--src-len", type=int, default=20, help="decode: source words per sentence")
     parser.add_argument("--decode-sentences", type=int, default=32, help="decode: sentences timed")
     parser.add_argument("--device", default="cpu", help="cpu (cuda: training modes only)")
+    parser.add_argument("--data", type=Path, default=None,
+                        help="ce / reinforce on real batches of this binarized corpus (instead of --vocab-sizes)")
+    parser.add_argument("--candidates-dir", default=None,
+                        help="with --data: exported candidate lists (scripts/export_candidates.py) with K' >= K")
+    parser.add_argument("--source-lang", default="en", help="with --data")
+    parser.add_argument("--target-lang", default="de", help="with --data")
     parser.add_argument("--json", type=Path, help="write the records here")
     parser.add_argument("--markdown", type=Path, help="write the table here")
     args = parser.parse_args(argv)
@@ -334,6 +416,11 @@ def main(argv=None):
     for k in args.k or []:
         if k <= 4:
             parser.error(f"--k {k}: K must exceed the 4 special symbols")
+    if args.data and "decode" in args.modes:
+        parser.error("--data measures training steps: use --modes ce reinforce")
+    if args.data and not args.candidates_dir:
+        parser.error("--data needs --candidates-dir, the small-vocabulary runs' candidate lists "
+                     "(write them with scripts/export_candidates.py --k K)")
     records = []
     for cfg in configurations(args):
         label = f"{cfg['mode']} |V|={cfg['vocab_size']} {cfg['softmax']}" + (f" K={cfg['K']}" if cfg["K"] else "")

@@ -47,3 +47,28 @@ def test_benchmark_decode_records(tmp_path):
     for r in records:
         assert abs(r["tokens_per_sec"] * r["ms_per_sentence"] / 1000 - 6) < 0.05
     assert len(re.findall(r"\| \d+\.\d\dx \|", (tmp_path / "d.md").read_text())) == 2  # speedups
+
+
+def test_benchmark_on_real_batches_of_a_corpus(tiny_raw, tiny_bin, predictor, tmp_path):
+    """--data: real batches (distinct per step, the same for small and full) with
+    exported candidates; |V| is the corpus's dictionary, len its longest target."""
+    from fairseq.data import Dictionary
+
+    run([REPO / "scripts" / "export_candidates.py", "--predictor", predictor, "--splits", "train", "--k", "60",
+         "--out-dir", tmp_path / "cands"])
+    common = [REPO / "scripts" / "benchmark.py", "--data", tiny_bin, "--source-lang", "src", "--target-lang", "tgt",
+              "--batch", "8", "--embed-dim", "8", "--steps", "2", "--warmup", "1", "--threads", "1"]
+    run([*common, "--modes", "reinforce", "--k", "40", "--candidates-dir", tmp_path / "cands",
+         "--json", tmp_path / "r.json"])
+    records = json.loads((tmp_path / "r.json").read_text())
+    vocab = len(Dictionary.load(str(tiny_bin / "dict.tgt.txt")))
+    assert [(r["mode"], r["softmax"], r["K"]) for r in records] == [
+        ("reinforce", "small", 40), ("reinforce", "full", 0)]
+    longest = max(len(line.split()) for line in (tiny_raw / "train.tgt").read_text().splitlines()) + 1  # eos
+    for r in records:
+        assert r["vocab_size"] == vocab and r["data"] == str(tiny_bin) and r["epoch_sentences"] > 400
+        assert 0 < r["mean_tgt_len"] <= r["max_len"] <= longest and r["peak_rss_mb"] >= r["peak_mem_mb"]
+    small, full = records
+    assert small["max_len"] == full["max_len"] and small["mean_tgt_len"] == full["mean_tgt_len"]  # same batches
+    bad = run([*common, "--modes", "ce"], check=False)
+    assert bad.returncode != 0 and "--data needs --candidates-dir" in bad.stderr
