@@ -236,35 +236,42 @@ class SmallVocabDecoder(FairseqIncrementalDecoder):
         union, pos = torch.unique(candidates, return_inverse=True)
         return self.embed_tokens.weight[union], self.output_bias[union], pos
 
-    @torch.no_grad()
     def sample(self, encoder_out, max_lens: Tensor, greedy: bool = False) -> Dict[str, Tensor]:
         """Decode a sequence per example from the model's own distribution
         (multinomial, or argmax with ``greedy``), inside the example's candidates
         when ``encoder_out`` has them; all examples advance together, with no
-        loop over examples, and without gradient (``score_samples`` computes
-        the differentiable log-probabilities in one teacher-forced pass).
-        Example b stops at its eos or after ``max_lens[b]`` tokens.  Returns
-        B x T tensors: ``tokens`` (target ids, pad after the end),
-        ``positions`` (the chosen index in the example's candidates; the id for
-        the full softmax), ``mask`` (steps that count, the eos included), and
-        ``lengths`` (tokens before the eos).  pad and bos are never chosen."""
+        loop over examples.  Example b stops at its eos or after ``max_lens[b]``
+        tokens.  Returns B x T tensors: ``tokens`` (target ids, pad after the
+        end), ``positions`` (the chosen index in the example's candidates; the
+        id for the full softmax), ``mask`` (steps that count, the eos
+        included), ``lengths`` (tokens before the eos) and ``features`` (the
+        states s_t that chose each token).  pad and bos are never chosen.
+
+        The choice at each step reads the states without gradient (one product
+        with the rows of the batch's candidate union); under autograd the
+        states keep their graph, so ``score_samples`` gets the differentiable
+        log-probabilities of the sampled tokens from them with one batched
+        output layer, without a second pass through the decoder."""
         candidates = encoder_out["candidates"][0] if encoder_out["candidates"] else None
         if candidates is not None:  # the batch's candidate union, scored by one product per step
-            weight, bias, pos = self.union_rows(candidates)
+            weight, bias, pos = self.union_rows(candidates.detach())
+            weight, bias = weight.detach(), bias.detach()
         else:
-            weight, bias, pos = self.embed_tokens.weight, self.output_bias, None
+            weight, bias, pos = self.embed_tokens.weight.detach(), self.output_bias.detach(), None
         eos, pad, bos = self.dictionary.eos(), self.dictionary.pad(), self.dictionary.bos()
         bsz = max_lens.size(0)
         tokens = max_lens.new_full((bsz, 1), eos)
         alive = max_lens > 0
         state: Dict[str, Dict[str, Optional[Tensor]]] = {}
-        masks, choices = [], []
+        masks, choices, states = [], [], []
         for t in range(int(max_lens.max()) if bsz else 0):
             s, _ = self.extract_features(tokens, encoder_out, state)  # B x 1 x d
-            logits = F.linear(s[:, 0], weight, bias)
-            logits = (logits.gather(1, pos) if pos is not None else logits).float()
-            logits[:, [pad, bos]] = float("-inf")  # special ids are candidate positions too
-            choice = logits.argmax(-1, keepdim=True) if greedy else sample_categorical(logits)
+            states.append(s)
+            with torch.no_grad():
+                logits = F.linear(s[:, 0], weight, bias)
+                logits = (logits.gather(1, pos) if pos is not None else logits).float()
+                logits[:, [pad, bos]] = float("-inf")  # special ids are candidate positions too
+                choice = logits.argmax(-1, keepdim=True) if greedy else sample_categorical(logits)
             ids = candidates.gather(1, choice) if candidates is not None else choice
             choices.append(choice.squeeze(1))
             masks.append(alive)
@@ -275,16 +282,17 @@ class SmallVocabDecoder(FairseqIncrementalDecoder):
         mask = torch.stack(masks, 1) if masks else max_lens.new_zeros(bsz, 0, dtype=torch.bool)
         out = tokens[:, 1:]
         positions = torch.stack(choices, 1) if choices else out.clone()
-        return {"tokens": out, "positions": positions, "mask": mask, "lengths": (mask & out.ne(eos)).sum(1)}
+        features = torch.cat(states, 1) if states else encoder_out["encoder_out"][0].new_zeros(
+            bsz, 0, self.combine.out_features)
+        return {"tokens": out, "positions": positions, "mask": mask, "lengths": (mask & out.ne(eos)).sum(1),
+                "features": features}
 
     def score_samples(self, samples, encoder_out) -> Dict[str, Tensor]:
-        """Teacher-forced pass over sampled sequences: ``lprobs`` (B x T,
-        log p(y_t) under the same restrictions as sampling, differentiable, 0
-        after the end) and ``features`` (s_t, detached: B x T x d)."""
-        tokens, mask = samples["tokens"], samples["mask"]
-        eos, pad, bos = self.dictionary.eos(), self.dictionary.pad(), self.dictionary.bos()
-        prev = torch.cat([tokens.new_full((tokens.size(0), 1), eos), tokens[:, :-1]], dim=1)
-        s, _ = self.extract_features(prev, encoder_out)
+        """``lprobs`` (B x T, log p(y_t) under the same restrictions as sampling,
+        0 after the end), differentiable through the states ``sample`` kept,
+        and ``features`` (those states, detached)."""
+        mask, s = samples["mask"], samples["features"]
+        pad, bos, eos = self.dictionary.pad(), self.dictionary.bos(), self.dictionary.eos()
         candidates = encoder_out["candidates"][0] if encoder_out["candidates"] else None
         logits = self.output_layer(s, candidates).float()
         logits[:, :, [pad, bos]] = float("-inf")
@@ -349,22 +357,23 @@ class LSTMSmallVocabModel(FairseqEncoderDecoderModel):
                 greedy_too: bool = False, **kwargs):
         """Teacher-forced decoder output.  With ``sample_lens`` (B: the longest
         sample per example), the same call also samples a sequence per example
-        from the model (``decoder.sample``, no gradient, decoder dropout off)
-        and scores it in one teacher-forced pass (``decoder.score_samples``,
-        with gradient and dropout), returned in the output's extra dict as
-        ``samples`` (and with ``greedy_too``, the greedy decode as ``greedy``):
-        one forward, so that REINFORCE works through fairseq's distributed
-        wrappers."""
+        from the model without dropout (``decoder.sample``: the policy) and
+        scores the sampled tokens under that same policy
+        (``decoder.score_samples``, differentiable), returned in the output's
+        extra dict as ``samples`` (and with ``greedy_too``, the greedy decode,
+        without gradient, as ``greedy``): one forward, so that REINFORCE works
+        through fairseq's distributed wrappers."""
         encoder_out = self.encoder(src_tokens, src_lengths, candidates=candidates)
         if sample_lens is None:
             return self.decoder(prev_output_tokens, encoder_out)
         out = self.decoder(prev_output_tokens, encoder_out)
         dropout = self.decoder.dropout.training
-        self.decoder.dropout.eval()  # the policy samples without dropout; scoring below uses it
+        self.decoder.dropout.eval()  # the policy samples, and is scored, without dropout
         try:
             samples = self.decoder.sample(encoder_out, sample_lens)
             if greedy_too:
-                out[1]["greedy"] = self.decoder.sample(encoder_out, sample_lens, greedy=True)
+                with torch.no_grad():
+                    out[1]["greedy"] = self.decoder.sample(encoder_out, sample_lens, greedy=True)
         finally:
             self.decoder.dropout.train(dropout)
         samples.update(self.decoder.score_samples(samples, encoder_out))
