@@ -254,7 +254,7 @@ class SmallVocabDecoder(FairseqIncrementalDecoder):
         output layer, without a second pass through the decoder."""
         candidates = encoder_out["candidates"][0] if encoder_out["candidates"] else None
         if candidates is not None:  # the batch's candidate union, scored by one product per step
-            weight, bias, pos = self.union_rows(candidates.detach())
+            weight, bias, pos = self.union_rows(candidates)
             weight, bias = weight.detach(), bias.detach()
         else:
             weight, bias, pos = self.embed_tokens.weight.detach(), self.output_bias.detach(), None
