@@ -34,7 +34,7 @@ resident set before the first step (``peak_mem_mb``); ``peak_rss_mb`` is the
 whole process's peak resident set (Python, torch and fairseq included).
 
     python scripts/benchmark.py --vocab-sizes 24000 --k 1000 --json bench.json --markdown bench.md
-    python scripts/benchmark.py --modes reinforce --data data-bin/multi30k.en-de.all \
+    python scripts/benchmark.py --modes reinforce --data data-bin/all/multi30k.en-de \
         --candidates-dir checkpoints/vp-multi30k.en-de.all/candidates --k 1000
 """
 
@@ -206,7 +206,7 @@ def worker(cfg: dict) -> dict:
     cuda = device.type == "cuda"
     if cuda:
         torch.cuda.reset_peak_memory_stats(device)
-        base = torch.cuda.memory_allocated(device)
+        base = torch.cuda.memory_allocated(device) / 2**20
     else:
         base = _rss_mb("VmRSS")
         reset = _reset_peak_rss()
@@ -218,11 +218,10 @@ def worker(cfg: dict) -> dict:
         step(sample)
     sec_per_step = (time.perf_counter() - start) / cfg["steps"]
     if cuda:
-        peak = (torch.cuda.max_memory_allocated(device) - base) / 2**20
         peak_total = torch.cuda.max_memory_allocated(device) / 2**20
     else:
         peak_total = _rss_mb("VmHWM") if reset else _ru_maxrss_mb()
-        peak = peak_total - base
+    peak = peak_total - base
     batches = math.ceil(epoch_sentences / cfg["batch"])
     tokens = sum(int(sample["ntokens"]) for sample in timed)
     record = {**{key: cfg[key] for key in ("device", "mode", "softmax", "vocab_size", "K", "d", "batch", "max_len",
