@@ -37,7 +37,13 @@ class KeepLastBatchDataset(BaseWrapperDataset):
         return getattr(self.dataset, name)
 
 
-def load_features(path, dim: Optional[int] = None) -> np.ndarray:
+def feature_file_dim(path) -> int:
+    """The width (d_f) of a .npy feature matrix, read from its header."""
+    feats = load_features(path, check_values=False)
+    return int(feats.shape[1])
+
+
+def load_features(path, dim: Optional[int] = None, check_values: bool = True) -> np.ndarray:
     """A float32 feature matrix (one row per image) from a .npy file,
     memory-mapped.  Checks the shape and that no row holds NaN or inf."""
     path = Path(path)
@@ -55,27 +61,64 @@ def load_features(path, dim: Optional[int] = None) -> np.ndarray:
     if dim is not None and feats.shape[1] != dim:
         raise ValueError(f"{path}: feature dimension {feats.shape[1]} differs from the expected {dim} "
                          "(--feature-dim, or the dimension the model was trained with)")
-    for start in range(0, feats.shape[0], 8192):
-        bad = ~np.isfinite(feats[start:start + 8192]).all(axis=1)
-        if bad.any():
-            raise ValueError(f"{path}: row {start + int(np.flatnonzero(bad)[0])} holds NaN or inf")
+    if check_values:
+        for start in range(0, feats.shape[0], 8192):
+            bad = ~np.isfinite(feats[start:start + 8192]).all(axis=1)
+            if bad.any():
+                raise ValueError(f"{path}: row {start + int(np.flatnonzero(bad)[0])} holds NaN or inf")
     return feats
+
+
+def load_caption_index(path, captions: int, rows: int) -> np.ndarray:
+    """The image row of each caption: a text file with one integer per line
+    (line i: the feature-matrix row of caption i).  Checks that there is one
+    line per caption and that every row exists."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"caption index not found: {path} (one feature-matrix row number per caption, "
+                                "one per line; scripts/prepare_captions.py writes it)")
+    lines = path.read_text().split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    if len(lines) != captions:
+        raise ValueError(f"{path} has {len(lines)} lines but the split has {captions} captions: "
+                         "one feature-row number per caption is needed")
+    index = np.empty(len(lines), dtype=np.int64)
+    for i, line in enumerate(lines):
+        try:
+            index[i] = int(line)
+        except ValueError:
+            raise ValueError(f"{path}, line {i + 1}: '{line.strip()}' is not a row number") from None
+    bad = np.flatnonzero((index < 0) | (index >= rows))
+    if len(bad):
+        i = int(bad[0])
+        raise ValueError(f"{path}, line {i + 1}: caption {i} points at image row {int(index[i])}, outside the "
+                         f"feature matrix's {rows} rows (0..{rows - 1}); the index and the features do not match")
+    return index
 
 
 class FeatureTargetDataset(FairseqDataset):
     """(image feature vector, target sentence) examples.
 
-    ``row_of[i]`` is the feature row of example i (several captions may share
-    an image); by default example i uses row i."""
+    ``row_of[c]`` is the feature row of caption c (several captions may share
+    an image); by default caption c uses row c.  ``examples`` (default: every
+    caption) are the captions the dataset serves, in order: example i is
+    caption ``examples[i]``.  With ``decoder_input`` batches also carry what a
+    captioning decoder and fairseq's SequenceGenerator read
+    (``prev_output_tokens``, and ``padding_mask``: the one input vector is
+    never padding).  With ``references`` a batch also carries, per example,
+    every caption of its image (``sample["references"]``: lists of token
+    tensors, the example's own caption first) for multi-reference BLEU."""
 
-    def __init__(self, features: np.ndarray, tgt, tgt_sizes, tgt_dict, row_of=None, shuffle=True):
+    def __init__(self, features: np.ndarray, tgt, tgt_sizes, tgt_dict, row_of=None, shuffle=True,
+                 examples=None, decoder_input=False, references=False):
         self.features = features
+        self.with_references = references
         self.tgt = tgt
-        self.tgt_sizes = np.asarray(tgt_sizes)
-        self.sizes = self.tgt_sizes
         self.tgt_dict = tgt_dict
         self.shuffle = shuffle
-        n = len(self.tgt_sizes)
+        self.decoder_input = decoder_input
+        n = len(tgt_sizes)
         self.row_of = np.arange(n) if row_of is None else np.asarray(row_of, dtype=np.int64)
         if len(self.row_of) != n:
             raise ValueError(f"{len(self.row_of)} feature-row indices for {n} examples")
@@ -83,23 +126,49 @@ class FeatureTargetDataset(FairseqDataset):
             bad = int(np.flatnonzero((self.row_of < 0) | (self.row_of >= len(features)))[0])
             raise ValueError(f"example {bad} points at feature row {int(self.row_of[bad])}, outside the "
                              f"{len(features)} rows of the feature matrix")
+        self.examples = np.arange(n) if examples is None else np.asarray(examples, dtype=np.int64)
+        self.tgt_sizes = np.asarray(tgt_sizes)[self.examples]
+        self.sizes = self.tgt_sizes
+        self._captions_of_row = None
 
     def __getitem__(self, index):
-        return {"id": index, "features": torch.from_numpy(np.array(self.features[self.row_of[index]])),
-                "target": self.tgt[index]}
+        caption = self.examples[index]
+        return {"id": index, "features": torch.from_numpy(np.array(self.features[self.row_of[caption]])),
+                "target": self.tgt[caption]}
 
     def __len__(self):
-        return len(self.tgt_sizes)
+        return len(self.examples)
+
+    def image_row(self, index) -> int:
+        return int(self.row_of[self.examples[index]])
+
+    def references(self, index):
+        """Every caption (token tensors) of example ``index``'s image, its own
+        first: the references of multi-reference BLEU."""
+        if self._captions_of_row is None:
+            order = np.argsort(self.row_of, kind="stable")
+            bounds = np.flatnonzero(np.diff(self.row_of[order])) + 1
+            self._captions_of_row = {int(self.row_of[group[0]]): group
+                                     for group in np.split(order, bounds) if len(group)}
+        caption = int(self.examples[index])
+        others = [int(c) for c in self._captions_of_row[int(self.row_of[caption])] if c != caption]
+        return [self.tgt[c] for c in [caption] + others]
 
     def collater(self, samples):
         if not samples:
             return {}
-        target = data_utils.collate_tokens([s["target"] for s in samples], self.tgt_dict.pad(),
-                                           self.tgt_dict.eos(), left_pad=False)
-        return {"id": torch.tensor([s["id"] for s in samples]), "nsentences": len(samples),
-                "ntokens": sum(len(s["target"]) for s in samples),
-                "net_input": {"features": torch.stack([s["features"] for s in samples])},
-                "target": target}
+        pad, eos = self.tgt_dict.pad(), self.tgt_dict.eos()
+        target = data_utils.collate_tokens([s["target"] for s in samples], pad, eos, left_pad=False)
+        net_input = {"features": torch.stack([s["features"] for s in samples])}
+        if self.decoder_input:
+            net_input["prev_output_tokens"] = data_utils.collate_tokens(
+                [s["target"] for s in samples], pad, eos, left_pad=False, move_eos_to_beginning=True)
+            net_input["padding_mask"] = torch.zeros(len(samples), 1, dtype=torch.bool)
+        batch = {"id": torch.tensor([s["id"] for s in samples]), "nsentences": len(samples),
+                 "ntokens": sum(len(s["target"]) for s in samples), "net_input": net_input, "target": target}
+        if self.with_references:
+            batch["references"] = [self.references(s["id"]) for s in samples]
+        return batch
 
     def num_tokens(self, index):
         return int(self.tgt_sizes[index])
@@ -113,3 +182,35 @@ class FeatureTargetDataset(FairseqDataset):
     def ordered_indices(self):
         order = np.random.permutation(len(self)) if self.shuffle else np.arange(len(self))
         return order[np.argsort(self.tgt_sizes[order], kind="mergesort")]
+
+
+def feature_target_dataset(features_dir, split, tgt, tgt_dict, dim=None, shuffle=True, one_per_image=False,
+                           decoder_input=False, references=False) -> FeatureTargetDataset:
+    """A split of (image feature, caption) examples: ``features_dir/{split}.npy``
+    (float32, one row per image) and, when captions outnumber rows,
+    ``features_dir/{split}.index`` (the image row of each caption, one per
+    line).  With ``one_per_image`` only each image's first caption is kept
+    (each image decoded once)."""
+    folder = Path(features_dir)
+    feats = load_features(folder / f"{split}.npy", dim=dim)
+    index_path = folder / f"{split}.index"
+    if index_path.is_file():
+        row_of = load_caption_index(index_path, len(tgt), len(feats))
+    elif len(feats) == len(tgt):
+        row_of = np.arange(len(tgt))
+    else:
+        raise ValueError(f"{folder / f'{split}.npy'} has {len(feats)} rows but the {split} split has {len(tgt)} "
+                         f"captions, and there is no {index_path.name} giving each caption's image row "
+                         "(scripts/prepare_captions.py writes it)")
+    examples = None
+    if one_per_image:
+        examples = np.sort(np.unique(row_of, return_index=True)[1])
+    return FeatureTargetDataset(feats, tgt, tgt.sizes, tgt_dict, row_of=row_of, shuffle=shuffle,
+                                examples=examples, decoder_input=decoder_input, references=references)
+
+
+def single_dictionary_lang(folder) -> Optional[str]:
+    """The language suffix of the only dict.*.txt in a folder (captions are
+    binarized target side only), else None."""
+    found = sorted(Path(folder).glob("dict.*.txt"))
+    return found[0].name[len("dict."):-len(".txt")] if len(found) == 1 else None

@@ -122,12 +122,14 @@ def encode_sentencepiece(model_path, lines: Sequence[str]) -> List[str]:
 
 def fairseq_preprocess(raw_dir, dest_dir, src, tgt, splits: Dict[str, str], min_count=2,
                        workers=1, joined_dictionary=False, extra_args: Sequence[str] = ()):
-    """Binarize ``raw_dir/{split}.{src,tgt}`` with fairseq-preprocess.
+    """Binarize ``raw_dir/{split}.{src,tgt}`` with fairseq-preprocess
+    (``tgt`` None: ``{split}.{src}`` alone, with --only-source).
 
     ``splits`` maps fairseq's roles (train/valid/test) to file prefixes.
     ``min_count``: keep words seen at least this many times in training (1 keeps
     every word); the rest become <unk>."""
-    cmd = [sys.executable, "-m", "fairseq_cli.preprocess", "--source-lang", src, "--target-lang", tgt,
+    cmd = [sys.executable, "-m", "fairseq_cli.preprocess", "--source-lang", src,
+           *(["--target-lang", tgt] if tgt else ["--only-source"]),
            "--destdir", str(dest_dir), "--workers", str(workers),
            "--thresholdsrc", str(min_count), "--thresholdtgt", str(min_count)]
     for role in ("train", "valid", "test"):

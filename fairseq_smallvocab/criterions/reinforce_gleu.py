@@ -140,7 +140,15 @@ class ReinforceGleuCriterion(FairseqCriterion):
 
     # -- rewards ------------------------------------------------------------------------------------
 
-    def sample_limits(self, src_lengths):
+    def sample_limits(self, net_input, bsz):
+        """The longest sample of each example: --max-sample-len, and with
+        --sample-len-ratio at most ceil(ratio * source length) + 5."""
+        src_lengths = net_input.get("src_lengths")
+        if src_lengths is None:  # image features: no source length
+            if self.sample_len_ratio > 0:
+                raise ValueError("--sample-len-ratio needs source sentences; these inputs (image features) have "
+                                 "no length: limit the samples with --max-sample-len")
+            return torch.full((bsz,), self.max_sample_len, dtype=torch.long, device=net_input["features"].device)
         limit = torch.full_like(src_lengths, self.max_sample_len)
         if self.sample_len_ratio > 0:
             limit = torch.minimum(limit, torch.ceil(src_lengths.float() * self.sample_len_ratio).long() + 5)
@@ -178,7 +186,7 @@ class ReinforceGleuCriterion(FairseqCriterion):
 
     def forward(self, model, sample, reduce=True):
         net_input = sample["net_input"]
-        limits = self.sample_limits(net_input["src_lengths"])
+        limits = self.sample_limits(net_input, sample["target"].size(0))
         net_output = model(**net_input, sample_lens=limits, greedy_too=self.baseline == "self-critical")
         samples = net_output[1]["samples"]
         pad = self.padding_idx
@@ -250,6 +258,6 @@ def task_decoder_dim(task) -> int:
     dim = getattr(task, "decoder_state_dim", None)
     if dim is None:
         raise ValueError("--rl-baseline learned needs the decoder's state size: build the model with a "
-                         "fairseq_smallvocab task (translation_smallvocab) before the criterion, as "
+                         "fairseq_smallvocab task (translation_smallvocab, captioning_smallvocab) before the criterion, as "
                          "fairseq-train does")
     return int(dim)

@@ -151,24 +151,24 @@ class CandidateLogits(torch.autograd.Function):
         return grad_f, grad_w, grad_b, None
 
 
-class SmallVocabDecoder(FairseqIncrementalDecoder):
-    def __init__(self, dictionary, embed_dim, layers, dropout, max_positions):
+class CandidateOutputDecoder(FairseqIncrementalDecoder):
+    """What the plugin's decoders share: a target embedding tied to the output
+    layer (W_p; bias b_p), the small/full output layer, sampling and scoring
+    for REINFORCE and the incremental-decoding caches.  Subclasses give
+    ``extract_features`` (the states s_t, d = ``state_dim``) and list the
+    batch dimension of each tensor they cache under "state" in
+    ``STATE_BATCH_DIMS``."""
+
+    STATE_BATCH_DIMS: Dict[str, int] = {}
+
+    def __init__(self, dictionary, embed_dim, dropout, max_positions):
         super().__init__(dictionary)
-        d = embed_dim
-        self.embed_tokens = nn.Embedding(len(dictionary), d, padding_idx=dictionary.pad())
+        self.embed_tokens = nn.Embedding(len(dictionary), embed_dim, padding_idx=dictionary.pad())
         nn.init.uniform_(self.embed_tokens.weight, -INIT_SCALE, INIT_SCALE)
-        self.cells = nn.ModuleList([nn.LSTMCell(2 * d if i == 0 else d, d) for i in range(layers)])
-        for cell in self.cells:
-            _init_lstm(dict(cell.named_parameters()), d)
-        self.attention = nn.Linear(2 * d, d, bias=False)  # W_a, applied to the encoder states
-        nn.init.zeros_(self.attention.weight)
-        self.combine = nn.Linear(3 * d, d)  # W_s, b_s
-        nn.init.uniform_(self.combine.weight, -INIT_SCALE, INIT_SCALE)
-        nn.init.zeros_(self.combine.bias)
         self.output_bias = nn.Parameter(torch.zeros(len(dictionary)))  # b_p; W_p is embed_tokens.weight
         self.dropout = nn.Dropout(dropout)
         self.max_positions_ = max_positions
-        self.state_dim = d  # size of s_t (what a learned REINFORCE baseline reads)
+        self.state_dim = embed_dim  # size of s_t (what a learned REINFORCE baseline reads)
 
     def forward(self, prev_output_tokens, encoder_out, incremental_state=None, features_only=False, **unused):
         s, attn = self.extract_features(prev_output_tokens, encoder_out, incremental_state)
@@ -180,42 +180,6 @@ class SmallVocabDecoder(FairseqIncrementalDecoder):
         else:
             out = self.output_layer(s, candidates)
         return out, {"attn": [attn], "candidates": [] if candidates is None else [candidates]}
-
-    def extract_features(self, prev_output_tokens, encoder_out, incremental_state=None):
-        """s_t for every step: B x T x d (and the attention, B x T x T_src)."""
-        enc = encoder_out["encoder_out"][0]  # T_src x B x 2d
-        mask = encoder_out["encoder_padding_mask"][0]  # B x T_src
-        if incremental_state is not None:
-            prev_output_tokens = prev_output_tokens[:, -1:]
-        bsz, steps = prev_output_tokens.size()
-        cached = self.get_incremental_state(incremental_state, "state") if incremental_state is not None else None
-        if cached is not None:
-            hs, cs, feed = list(cached["h"].unbind(0)), list(cached["c"].unbind(0)), cached["feed"]
-            keys = cached["keys"]  # computed at the first step, not again at every step
-        else:
-            hs = list(encoder_out["final_hidden"][0].unbind(0))
-            cs = list(encoder_out["final_cell"][0].unbind(0))
-            feed = enc.new_zeros(bsz, self.combine.out_features)
-            keys = self.attention(enc).permute(1, 2, 0)  # B x d x T_src: W_a e_j
-        values = enc.transpose(0, 1)  # B x T_src x 2d
-        x = self.dropout(self.embed_tokens(prev_output_tokens))  # B x T x d
-        outs, attns = [], []
-        for t in range(steps):
-            inp = torch.cat([x[:, t], feed], dim=1)
-            for i, cell in enumerate(self.cells):
-                hs[i], cs[i] = cell(inp, (hs[i], cs[i]))
-                inp = self.dropout(hs[i]) if i + 1 < len(self.cells) else hs[i]
-            h = hs[-1]
-            scores = torch.bmm(h.unsqueeze(1), keys).squeeze(1).masked_fill(mask, float("-inf"))
-            a = F.softmax(scores.float(), dim=-1).type_as(scores)  # B x T_src
-            ctx = torch.bmm(a.unsqueeze(1), values).squeeze(1)  # B x 2d
-            feed = self.dropout(torch.tanh(self.combine(self.dropout(torch.cat([h, ctx], dim=1)))))
-            outs.append(feed)
-            attns.append(a)
-        if incremental_state is not None:
-            self.set_incremental_state(incremental_state, "state",
-                                       {"h": torch.stack(hs), "c": torch.stack(cs), "feed": feed, "keys": keys})
-        return torch.stack(outs, dim=1), torch.stack(attns, dim=1)
 
     def output_layer(self, features, candidates: Optional[Tensor] = None):
         """Logits over the whole vocabulary (B x T x V), or with ``candidates``
@@ -282,8 +246,7 @@ class SmallVocabDecoder(FairseqIncrementalDecoder):
         mask = torch.stack(masks, 1) if masks else max_lens.new_zeros(bsz, 0, dtype=torch.bool)
         out = tokens[:, 1:]
         positions = torch.stack(choices, 1) if choices else out.clone()
-        features = torch.cat(states, 1) if states else encoder_out["encoder_out"][0].new_zeros(
-            bsz, 0, self.combine.out_features)
+        features = torch.cat(states, 1) if states else self.output_bias.new_zeros(bsz, 0, self.state_dim)
         return {"tokens": out, "positions": positions, "mask": mask, "lengths": (mask & out.ne(eos)).sum(1),
                 "features": features}
 
@@ -332,29 +295,72 @@ class SmallVocabDecoder(FairseqIncrementalDecoder):
         if cached is None:
             return
         self.set_incremental_state(incremental_state, "state", {
-            "h": cached["h"].index_select(1, new_order), "c": cached["c"].index_select(1, new_order),
-            "feed": cached["feed"].index_select(0, new_order), "keys": cached["keys"].index_select(0, new_order)})
+            key: value.index_select(self.STATE_BATCH_DIMS[key], new_order) for key, value in cached.items()})
 
     def max_positions(self):
         return self.max_positions_
 
 
-@register_model("lstm_smallvocab", dataclass=LSTMSmallVocabConfig)
-class LSTMSmallVocabModel(FairseqEncoderDecoderModel):
-    """The paper's 1-layer d = 256 model (arch ``lstm_smallvocab``; a model with a
-    dataclass config is also its own arch); ``lstm_smallvocab_big``: 2 layers,
-    d = 512."""
+class SmallVocabDecoder(CandidateOutputDecoder):
+    """The attentional decoder (global attention, input feeding)."""
 
-    @classmethod
-    def build_model(cls, cfg, task):
-        encoder = SmallVocabEncoder(task.source_dictionary, cfg.embed_dim, cfg.layers, cfg.dropout,
-                                    cfg.max_source_positions)
-        decoder = SmallVocabDecoder(task.target_dictionary, cfg.embed_dim, cfg.layers, cfg.dropout,
-                                    cfg.max_target_positions)
-        return cls(encoder, decoder)
+    STATE_BATCH_DIMS = {"h": 1, "c": 1, "feed": 0, "keys": 0}
 
-    def forward(self, src_tokens, src_lengths, prev_output_tokens, candidates=None, sample_lens=None,
-                greedy_too: bool = False, **kwargs):
+    def __init__(self, dictionary, embed_dim, layers, dropout, max_positions):
+        super().__init__(dictionary, embed_dim, dropout, max_positions)
+        d = embed_dim
+        self.cells = nn.ModuleList([nn.LSTMCell(2 * d if i == 0 else d, d) for i in range(layers)])
+        for cell in self.cells:
+            _init_lstm(dict(cell.named_parameters()), d)
+        self.attention = nn.Linear(2 * d, d, bias=False)  # W_a, applied to the encoder states
+        nn.init.zeros_(self.attention.weight)
+        self.combine = nn.Linear(3 * d, d)  # W_s, b_s
+        nn.init.uniform_(self.combine.weight, -INIT_SCALE, INIT_SCALE)
+        nn.init.zeros_(self.combine.bias)
+
+    def extract_features(self, prev_output_tokens, encoder_out, incremental_state=None):
+        """s_t for every step: B x T x d (and the attention, B x T x T_src)."""
+        enc = encoder_out["encoder_out"][0]  # T_src x B x 2d
+        mask = encoder_out["encoder_padding_mask"][0]  # B x T_src
+        if incremental_state is not None:
+            prev_output_tokens = prev_output_tokens[:, -1:]
+        bsz, steps = prev_output_tokens.size()
+        cached = self.get_incremental_state(incremental_state, "state") if incremental_state is not None else None
+        if cached is not None:
+            hs, cs, feed = list(cached["h"].unbind(0)), list(cached["c"].unbind(0)), cached["feed"]
+            keys = cached["keys"]  # computed at the first step, not again at every step
+        else:
+            hs = list(encoder_out["final_hidden"][0].unbind(0))
+            cs = list(encoder_out["final_cell"][0].unbind(0))
+            feed = enc.new_zeros(bsz, self.combine.out_features)
+            keys = self.attention(enc).permute(1, 2, 0)  # B x d x T_src: W_a e_j
+        values = enc.transpose(0, 1)  # B x T_src x 2d
+        x = self.dropout(self.embed_tokens(prev_output_tokens))  # B x T x d
+        outs, attns = [], []
+        for t in range(steps):
+            inp = torch.cat([x[:, t], feed], dim=1)
+            for i, cell in enumerate(self.cells):
+                hs[i], cs[i] = cell(inp, (hs[i], cs[i]))
+                inp = self.dropout(hs[i]) if i + 1 < len(self.cells) else hs[i]
+            h = hs[-1]
+            scores = torch.bmm(h.unsqueeze(1), keys).squeeze(1).masked_fill(mask, float("-inf"))
+            a = F.softmax(scores.float(), dim=-1).type_as(scores)  # B x T_src
+            ctx = torch.bmm(a.unsqueeze(1), values).squeeze(1)  # B x 2d
+            feed = self.dropout(torch.tanh(self.combine(self.dropout(torch.cat([h, ctx], dim=1)))))
+            outs.append(feed)
+            attns.append(a)
+        if incremental_state is not None:
+            self.set_incremental_state(incremental_state, "state",
+                                       {"h": torch.stack(hs), "c": torch.stack(cs), "feed": feed, "keys": keys})
+        return torch.stack(outs, dim=1), torch.stack(attns, dim=1)
+
+
+class CandidateModelMixin:
+    """The REINFORCE-aware decoder call and the candidate-space targets that
+    the plugin's encoder-decoder models share (``self.decoder`` is a
+    ``CandidateOutputDecoder``)."""
+
+    def decode(self, prev_output_tokens, encoder_out, sample_lens=None, greedy_too: bool = False):
         """Teacher-forced decoder output.  With ``sample_lens`` (B: the longest
         sample per example), the same call also samples a sequence per example
         from the model without dropout (``decoder.sample``: the policy) and
@@ -363,10 +369,9 @@ class LSTMSmallVocabModel(FairseqEncoderDecoderModel):
         extra dict as ``samples`` (and with ``greedy_too``, the greedy decode,
         without gradient, as ``greedy``): one forward, so that REINFORCE works
         through fairseq's distributed wrappers."""
-        encoder_out = self.encoder(src_tokens, src_lengths, candidates=candidates)
-        if sample_lens is None:
-            return self.decoder(prev_output_tokens, encoder_out)
         out = self.decoder(prev_output_tokens, encoder_out)
+        if sample_lens is None:
+            return out
         dropout = self.decoder.dropout.training
         self.decoder.dropout.eval()  # the policy samples, and is scored, without dropout
         try:
@@ -390,6 +395,27 @@ class LSTMSmallVocabModel(FairseqEncoderDecoderModel):
         if not candidates:
             return target
         return candidate_positions(candidates[0], target, self.decoder.dictionary.unk())
+
+
+@register_model("lstm_smallvocab", dataclass=LSTMSmallVocabConfig)
+class LSTMSmallVocabModel(CandidateModelMixin, FairseqEncoderDecoderModel):
+    """The paper's 1-layer d = 256 model (arch ``lstm_smallvocab``; a model with a
+    dataclass config is also its own arch); ``lstm_smallvocab_big``: 2 layers,
+    d = 512."""
+
+    @classmethod
+    def build_model(cls, cfg, task):
+        encoder = SmallVocabEncoder(task.source_dictionary, cfg.embed_dim, cfg.layers, cfg.dropout,
+                                    cfg.max_source_positions)
+        decoder = SmallVocabDecoder(task.target_dictionary, cfg.embed_dim, cfg.layers, cfg.dropout,
+                                    cfg.max_target_positions)
+        return cls(encoder, decoder)
+
+    def forward(self, src_tokens, src_lengths, prev_output_tokens, candidates=None, sample_lens=None,
+                greedy_too: bool = False, **kwargs):
+        """Teacher-forced decoder output (and samples for REINFORCE, see ``decode``)."""
+        encoder_out = self.encoder(src_tokens, src_lengths, candidates=candidates)
+        return self.decode(prev_output_tokens, encoder_out, sample_lens, greedy_too)
 
 
 def sample_categorical(logits: Tensor) -> Tensor:

@@ -270,8 +270,13 @@ class TranslationSmallVocabTask(TranslationTask):
         from fairseq_smallvocab.predictor import load_predictor
 
         if self._predictor is None:
-            self._predictor = load_predictor(self._predictor_path(), self.cfg.data.split(os.pathsep)[0])
+            self._predictor = load_predictor(self._predictor_path(), self.cfg.data.split(os.pathsep)[0],
+                                             **self._predictor_overrides())
         return self._predictor
+
+    def _predictor_overrides(self):
+        """Task options the predictor needs beside the data folder."""
+        return {}
 
     def build_dataset_for_inference(self, src_tokens, src_lengths, constraints=None):
         """fairseq-interactive's batches, with each line's candidates predicted
@@ -300,6 +305,8 @@ class TranslationSmallVocabTask(TranslationTask):
         """fairseq's decoding; an input without words (an empty line) gets an
         empty translation."""
         hypos = super().inference_step(generator, models, sample, prefix_tokens, constraints)
+        if "src_tokens" not in sample["net_input"]:  # image features
+            return hypos
         src = sample["net_input"]["src_tokens"]
         words = (src.ne(self.src_dict.pad()) & src.ne(self.src_dict.eos())).sum(1)
         for i in words.eq(0).nonzero().view(-1).tolist():

@@ -3,7 +3,8 @@
 Reads the binarized data of fairseq's ``translation`` task (fairseq-preprocess
 output).  The input is the bag of source words, or with ``--source-features
 DIR`` an image feature vector (``DIR/{split}.npy``: float32, one row per
-example); the label is the set of words in the gold target (eos included, pad
+image, with ``DIR/{split}.index`` giving each caption's image row when several
+captions share an image, as the captioning task reads them); the label is the set of words in the gold target (eos included, pad
 and bos never).  Train with the ``vocab_predictor`` arch and the
 ``vocab_prediction_bce`` criterion, which logs recall@K on validation.
 """
@@ -21,7 +22,12 @@ from fairseq.tasks import FairseqTask, register_task
 from fairseq.tasks.translation import load_langpair_dataset
 from omegaconf import II
 
-from fairseq_smallvocab.data import FeatureTargetDataset, KeepLastBatchDataset, load_features
+from fairseq_smallvocab.data import (
+    KeepLastBatchDataset,
+    feature_file_dim,
+    feature_target_dataset,
+    single_dictionary_lang,
+)
 from fairseq_smallvocab.vocab import document_frequency
 
 logger = logging.getLogger(__name__)
@@ -36,8 +42,10 @@ class VocabPredictionConfig(FairseqDataclass):
                                                                "argparse_alias": "-t"})
     source_features: Optional[str] = field(
         default=None, metadata={"help": "folder of {split}.npy image-feature matrices (float32, one row per "
-                                        "example) to read instead of source sentences"})
-    feature_dim: int = field(default=4096, metadata={"help": "d_f, the image feature dimension"})
+                                        "image; {split}.index: each caption's row) to read instead of source "
+                                        "sentences"})
+    feature_dim: Optional[int] = field(
+        default=None, metadata={"help": "d_f, the image feature dimension (default: the feature files' width)"})
     max_source_positions: int = field(default=1024, metadata={"help": "longest source kept"})
     max_target_positions: int = field(default=1024, metadata={"help": "longest target kept"})
     train_subset: str = II("dataset.train_subset")
@@ -51,6 +59,16 @@ def token_stream(dataset):
     if isinstance(dataset, indexed_dataset.MMapIndexedDataset):
         return np.frombuffer(dataset._bin_buffer, dtype=dataset._index.dtype).copy()
     return np.concatenate([dataset[i].numpy() for i in range(len(dataset))])
+
+
+def features_width(folder, train_subset="train") -> int:
+    """d_f read from the first feature file found in the folder (training split first)."""
+    from pathlib import Path
+
+    files = sorted(Path(folder).glob("*.npy"), key=lambda p: (p.stem != train_subset, p.name))
+    if not files:
+        raise FileNotFoundError(f"no {{split}}.npy feature matrix in {folder}")
+    return feature_file_dim(files[0])
 
 
 @register_task("vocab_prediction", dataclass=VocabPredictionConfig)
@@ -67,10 +85,14 @@ class VocabPredictionTask(FairseqTask):
         if not cfg.data:
             raise ValueError("give the data folder (fairseq-preprocess output) as the first argument")
         path = utils.split_paths(cfg.data)[0]
+        if cfg.source_features is not None and cfg.target_lang is None:
+            cfg.target_lang = single_dictionary_lang(path)
         if cfg.source_lang is None or cfg.target_lang is None:
             src, tgt = data_utils.infer_language_pair(path)
             cfg.source_lang = cfg.source_lang or src
             cfg.target_lang = cfg.target_lang or tgt
+        if cfg.source_features is not None and cfg.feature_dim is None:
+            cfg.feature_dim = features_width(cfg.source_features, cfg.train_subset)
         if cfg.target_lang is None:
             raise ValueError(f"cannot infer the target language in {path}; pass --target-lang")
         tgt_dict = cls.load_dictionary(os.path.join(path, f"dict.{cfg.target_lang}.txt"))
@@ -108,12 +130,8 @@ class VocabPredictionTask(FairseqTask):
         data_path = self._data_path(split, epoch)
         if self.uses_features:
             tgt = self._load_targets(data_path, split)
-            feats = load_features(os.path.join(self.cfg.source_features, f"{split}.npy"),
-                                  dim=self.cfg.feature_dim)
-            if len(feats) != len(tgt):
-                raise ValueError(f"{self.cfg.source_features}/{split}.npy has {len(feats)} rows but the "
-                                 f"{split} split has {len(tgt)} examples: one row per example is needed")
-            dataset = FeatureTargetDataset(feats, tgt, tgt.sizes, self.tgt_dict, shuffle=split != "test")
+            dataset = feature_target_dataset(self.cfg.source_features, split, tgt, self.tgt_dict,
+                                             dim=self.cfg.feature_dim, shuffle=split != "test")
         else:
             dataset = load_langpair_dataset(
                 data_path, split, self.cfg.source_lang, self.src_dict, self.cfg.target_lang, self.tgt_dict,

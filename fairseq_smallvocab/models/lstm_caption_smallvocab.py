@@ -1,0 +1,128 @@
+"""``lstm_caption_smallvocab``: the paper's image-captioning LSTM, whose output
+layer can be restricted, per example, to a small candidate vocabulary.
+
+An image is a feature vector f (d_f values, e.g. 4096 from a CNN).  The
+decoder, without attention and without input feeding:
+
+    h_0 = tanh(W_f f + b_f),   c_0 = 0        (one projection per LSTM layer)
+    h_t = LSTM(emb(y_{t-1}), h_{t-1})
+    logits_t = W_p' h_t + b_p'
+
+W_p is tied to the target embedding; with ``candidates`` (B x K target ids)
+W_p' and b_p' are the example's K rows, by the same output layer, sampling and
+incremental decoding as ``lstm_smallvocab`` (``CandidateOutputDecoder``), so
+REINFORCE (``reinforce_gleu``) and decoding inside the predicted vocabulary
+work unchanged.  Dropout on the word embeddings, between layers and on h_t
+before the output layer.
+"""
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+import torch
+import torch.nn as nn
+from fairseq.dataclass import FairseqDataclass
+from fairseq.models import FairseqEncoder, FairseqEncoderDecoderModel, register_model
+from torch import Tensor
+
+from fairseq_smallvocab.models.lstm_smallvocab import (
+    INIT_SCALE,
+    CandidateModelMixin,
+    CandidateOutputDecoder,
+    _init_lstm,
+)
+
+
+@dataclass
+class LSTMCaptionSmallVocabConfig(FairseqDataclass):
+    embed_dim: int = field(default=256, metadata={"help": "d: word embeddings and LSTM units"})
+    layers: int = field(default=1, metadata={"help": "LSTM layers"})
+    dropout: float = field(default=0.2, metadata={"help": "dropout on embeddings, between layers and on h_t"})
+    max_target_positions: int = field(default=1024, metadata={"help": "longest caption"})
+    feature_dim: Optional[int] = field(
+        default=None, metadata={"help": "d_f, the image feature size (default: the task's, i.e. the data's)"})
+    vocab_predictor: Optional[str] = field(
+        default=None, metadata={"help": "set by captioning_smallvocab when training: the vocabulary predictor "
+                                        "behind the training candidates (decoding uses it when none is given)"})
+
+
+class CaptionFeatureEncoder(FairseqEncoder):
+    """f -> the decoder's initial state h_0 = tanh(W_f f + b_f) per layer."""
+
+    def __init__(self, feature_dim: int, embed_dim: int, layers: int):
+        super().__init__(None)
+        self.feature_dim, self.embed_dim, self.layers = feature_dim, embed_dim, layers
+        self.feature_proj = nn.Linear(feature_dim, layers * embed_dim)  # W_f, b_f
+        nn.init.uniform_(self.feature_proj.weight, -INIT_SCALE, INIT_SCALE)
+        nn.init.zeros_(self.feature_proj.bias)
+
+    def forward(self, features, candidates: Optional[Tensor] = None, **unused):
+        if features.dim() != 2 or features.size(1) != self.feature_dim:
+            raise ValueError(f"image features of shape {tuple(features.shape)}; this model reads B x "
+                             f"{self.feature_dim} features (d_f it was trained with): use features from the "
+                             "same extractor as the training data")
+        h = torch.tanh(self.feature_proj(features)).view(features.size(0), self.layers, self.embed_dim)
+        h = h.transpose(0, 1).contiguous()  # layers x B x d
+        return {"final_hidden": [h], "final_cell": [torch.zeros_like(h)],
+                "candidates": [] if candidates is None else [candidates]}
+
+    def reorder_encoder_out(self, encoder_out: Dict[str, List[Tensor]], new_order):
+        return {"final_hidden": [encoder_out["final_hidden"][0].index_select(1, new_order)],
+                "final_cell": [encoder_out["final_cell"][0].index_select(1, new_order)],
+                "candidates": [c.index_select(0, new_order) for c in encoder_out["candidates"]]}
+
+    def max_positions(self):
+        return None
+
+
+class CaptionDecoder(CandidateOutputDecoder):
+    """An LSTM over the caption's words, started from the image's h_0."""
+
+    STATE_BATCH_DIMS = {"h": 1, "c": 1}
+
+    def __init__(self, dictionary, embed_dim, layers, dropout, max_positions):
+        super().__init__(dictionary, embed_dim, dropout, max_positions)
+        self.lstm = nn.LSTM(embed_dim, embed_dim, num_layers=layers, dropout=dropout if layers > 1 else 0.0)
+        _init_lstm(dict(self.lstm.named_parameters()), embed_dim)
+
+    def extract_features(self, prev_output_tokens, encoder_out, incremental_state=None):
+        """h_t for every step (B x T x d, after dropout), and no attention."""
+        if incremental_state is not None:
+            prev_output_tokens = prev_output_tokens[:, -1:]
+        cached = self.get_incremental_state(incremental_state, "state") if incremental_state is not None else None
+        if cached is not None:
+            h, c = cached["h"], cached["c"]
+        else:
+            h, c = encoder_out["final_hidden"][0], encoder_out["final_cell"][0]
+        x = self.dropout(self.embed_tokens(prev_output_tokens)).transpose(0, 1)  # T x B x d
+        out, (h, c) = self.lstm(x, (h, c))
+        if incremental_state is not None:
+            self.set_incremental_state(incremental_state, "state", {"h": h, "c": c})
+        return self.dropout(out.transpose(0, 1)), None
+
+
+@register_model("lstm_caption_smallvocab", dataclass=LSTMCaptionSmallVocabConfig)
+class LSTMCaptionSmallVocabModel(CandidateModelMixin, FairseqEncoderDecoderModel):
+    """The paper's captioning model (1 layer, d = 256 by default; a model with
+    a dataclass config is also its own arch)."""
+
+    @classmethod
+    def build_model(cls, cfg, task):
+        feature_dim = cfg.feature_dim or getattr(task, "feature_dim", None)
+        if not feature_dim:
+            raise ValueError("lstm_caption_smallvocab needs the image feature size: train it with "
+                             "--task captioning_smallvocab (which reads it from the data) or give --feature-dim")
+        encoder = CaptionFeatureEncoder(int(feature_dim), cfg.embed_dim, cfg.layers)
+        decoder = CaptionDecoder(task.target_dictionary, cfg.embed_dim, cfg.layers, cfg.dropout,
+                                 cfg.max_target_positions)
+        return cls(encoder, decoder)
+
+    def forward(self, features, prev_output_tokens, candidates=None, sample_lens=None, greedy_too: bool = False,
+                **kwargs):
+        """Teacher-forced decoder output (and samples for REINFORCE, see
+        ``CandidateModelMixin.decode``)."""
+        encoder_out = self.encoder(features, candidates=candidates)
+        return self.decode(prev_output_tokens, encoder_out, sample_lens, greedy_too)
+
+    def max_positions(self):
+        return self.decoder.max_positions()

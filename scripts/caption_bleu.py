@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""Multi-reference BLEU of fairseq-generate's captions: each image's
+hypothesis against every caption of that image (sacrebleu).
+
+Reads fairseq-generate's output (a file or stdin; the D- lines, else the H-
+lines) for a split of a folder written by scripts/prepare_captions.py, with or
+without --one-caption-per-image (told apart by the number of hypotheses: one
+per image or one per caption).  References are the captions as binarized
+(DATA/raw/SPLIT.LANG), without <unk> replacement.
+
+    fairseq-generate DATA --user-dir fairseq_smallvocab --task captioning_smallvocab \\
+        --path ckpt.pt --gen-subset test --one-caption-per-image --beam 5 > gen.out
+    python scripts/caption_bleu.py --data DATA --split test gen.out
+"""
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+
+
+def read_hypotheses(lines):
+    """{example id: hypothesis}, from D- lines when there are any, else H- lines."""
+    found = {"D": {}, "H": {}}
+    for line in lines:
+        m = re.match(r"^([DH])-(\d+)\t[^\t]*\t?(.*)$", line.rstrip("\n"))
+        if m:
+            found[m.group(1)].setdefault(int(m.group(2)), m.group(3))
+    return found["D"] or found["H"]
+
+
+def score(hyps_by_id, captions, index, tokenize="13a"):
+    """(sacrebleu BLEU, images scored).  Ids are caption numbers when there is
+    one hypothesis per caption, else ordinals of the images' first captions."""
+    import sacrebleu
+
+    firsts = np.sort(np.unique(index, return_index=True)[1])
+    if len(hyps_by_id) == len(captions):
+        caption_of = np.arange(len(captions))
+    elif len(hyps_by_id) == len(firsts):
+        caption_of = firsts
+    else:
+        raise ValueError(f"{len(hyps_by_id)} hypotheses, but the split has {len(captions)} captions of "
+                         f"{len(firsts)} images: give the whole fairseq-generate output of this split")
+    if max(hyps_by_id) >= len(caption_of):
+        raise ValueError(f"hypothesis id {max(hyps_by_id)} is outside the split; wrong --split or --data?")
+    refs_of = {}
+    for caption, row in enumerate(index.tolist()):
+        refs_of.setdefault(row, []).append(captions[caption])
+    hyp_of_image = {}
+    for i, hyp in sorted(hyps_by_id.items()):
+        hyp_of_image.setdefault(int(index[caption_of[i]]), hyp)  # the image's first caption's decode
+    rows = sorted(hyp_of_image)
+    hyps = [hyp_of_image[r] for r in rows]
+    refs = [refs_of[r] for r in rows]
+    streams = [[r[j] if j < len(r) else None for r in refs] for j in range(max(len(r) for r in refs))]
+    return sacrebleu.corpus_bleu(hyps, streams, tokenize=tokenize), len(rows)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("generate_output", nargs="?", help="fairseq-generate's output (default: stdin)")
+    parser.add_argument("--data", required=True, help="the folder scripts/prepare_captions.py wrote")
+    parser.add_argument("--split", default="test")
+    parser.add_argument("--lang", default=None, help="the captions' suffix (default: from dict.LANG.txt)")
+    parser.add_argument("--tokenize", default="13a", help="sacrebleu tokenizer ('none' for pre-tokenized)")
+    parser.add_argument("--json", action="store_true", help="print a JSON record instead of sacrebleu's line")
+    args = parser.parse_args(argv)
+    data = Path(args.data)
+    lang = args.lang or next((p.name[5:-4] for p in sorted(data.glob("dict.*.txt"))), None)
+    refs_path, index_path = data / "raw" / f"{args.split}.{lang}", data / f"{args.split}.index"
+    for path in (refs_path, index_path):
+        if not path.is_file():
+            parser.exit(2, f"error: {path} not found; --data must be a folder written by prepare_captions.py\n")
+    captions = refs_path.read_text(encoding="utf-8").splitlines()
+    index = np.loadtxt(index_path, dtype=np.int64, ndmin=1)
+    stream = open(args.generate_output, encoding="utf-8") if args.generate_output else sys.stdin
+    with stream:
+        hyps = read_hypotheses(stream)
+    if not hyps:
+        parser.exit(2, "error: no H-/D- lines in the input (run fairseq-generate without --quiet)\n")
+    try:
+        bleu, images = score(hyps, captions, index, args.tokenize)
+    except ValueError as err:
+        parser.exit(2, f"error: {err}\n")
+    if args.json:
+        print(json.dumps({"bleu": round(bleu.score, 2), "images": images, "references": len(captions),
+                          "precisions": [round(p, 2) for p in bleu.precisions], "bp": round(bleu.bp, 4)}))
+    else:
+        print(f"{args.split}: {images} images, {len(captions)} references: {bleu}")
+
+
+if __name__ == "__main__":
+    main()
