@@ -20,6 +20,8 @@ candidates of ``--candidates-dir`` (lists from scripts/export_candidates.py;
 gold words included, as in training); samples are limited as the Multi30k
 recipe limits them (1.5 x the source length + 5 tokens, at most 100).  Small
 and full softmax see the same batches; |V| is the corpus's target dictionary.
+``--captions`` reads a captioning folder (scripts/prepare_captions.py) with
+captioning_smallvocab and lstm_caption_smallvocab (samples up to 50 tokens).
 
 ``decode``: fairseq's ``SequenceGenerator`` through the task's generator on
 --decode-sentences random sources of --src-len words, --decode-batch sentences
@@ -36,6 +38,8 @@ whole process's peak resident set (Python, torch and fairseq included).
     python scripts/benchmark.py --vocab-sizes 24000 --k 1000 --json bench.json --markdown bench.md
     python scripts/benchmark.py --modes reinforce --data data-bin/all/multi30k.en-de \
         --candidates-dir checkpoints/vp-multi30k.en-de.all/candidates --k 1000
+    python scripts/benchmark.py --modes ce reinforce --data data-bin/captions --captions \
+        --candidates-dir checkpoints/vp-captions/candidates --k 500 --epoch-sentences 50000
 """
 
 import argparse
@@ -140,12 +144,17 @@ def real_setup(cfg: dict, count: int):
 
     torch.set_num_threads(cfg["threads"])
     torch.manual_seed(0)
+    captions = cfg.get("captions", False)
     argv = [cfg["data"], "--user-dir", str(Path(__file__).resolve().parent.parent / "fairseq_smallvocab"),
-            "--task", "translation_smallvocab", "-s", cfg["source_lang"], "-t", cfg["target_lang"],
-            "--small-vocab-size", str(cfg["K"]), "--arch", "lstm_smallvocab", "--embed-dim", str(cfg["d"]),
+            "--small-vocab-size", str(cfg["K"]), "--embed-dim", str(cfg["d"]),
             "--criterion", "cross_entropy" if cfg["mode"] == "ce" else "reinforce_gleu", "--cpu"]
-    if cfg["mode"] == "reinforce":
-        argv += ["--max-sample-len", "100", "--sample-len-ratio", "1.5"]
+    if captions:  # image features -> captions: samples limited by length only
+        argv += ["--task", "captioning_smallvocab", "--arch", "lstm_caption_smallvocab"]
+        argv += ["--max-sample-len", "50"] if cfg["mode"] == "reinforce" else []
+    else:
+        argv += ["--task", "translation_smallvocab", "-s", cfg["source_lang"], "-t", cfg["target_lang"],
+                 "--arch", "lstm_smallvocab"]
+        argv += ["--max-sample-len", "100", "--sample-len-ratio", "1.5"] if cfg["mode"] == "reinforce" else []
     if cfg["K"]:
         argv += ["--candidates-dir", cfg["candidates_dir"]]
     args = options.parse_args_and_arch(options.get_training_parser(), argv)
@@ -156,7 +165,7 @@ def real_setup(cfg: dict, count: int):
     task.load_dataset("train")
     dataset = task.dataset("train")
     itr = task.get_batch_iterator(dataset, max_sentences=cfg["batch"], seed=1,
-                                  max_positions=(1024, 1024)).next_epoch_itr(shuffle=True)
+                                  max_positions=1024 if captions else (1024, 1024)).next_epoch_itr(shuffle=True)
     if len(itr) < count:
         raise ValueError(f"{cfg['data']}: the training split has {len(itr)} batches of {cfg['batch']} sentences, "
                          f"{count} are needed (--warmup + --steps)")
@@ -233,7 +242,8 @@ def worker(cfg: dict) -> dict:
     if cfg["mode"] == "reinforce":
         record["sample_len"] = round(sum(sample_lens) / len(sample_lens), 1)
     if cfg.get("data"):
-        record.update(data=cfg["data"], vocab_size=len(model.decoder.dictionary),
+        record.update(data=cfg["data"], task="captioning" if cfg.get("captions") else "translation",
+                      vocab_size=len(model.decoder.dictionary),
                       max_len=max(sample["target"].size(1) for sample in timed),
                       mean_tgt_len=round(tokens / sum(sample["target"].size(0) for sample in timed), 2))
     return record
@@ -303,6 +313,10 @@ def data_vocab_size(args) -> int:
     """Entries of the corpus's target dictionary (specials and padding included)."""
     from fairseq.data import Dictionary
 
+    if args.captions:
+        from fairseq_smallvocab.data import single_dictionary_lang
+
+        args.target_lang = single_dictionary_lang(args.data) or args.target_lang
     path = Path(args.data) / f"dict.{args.target_lang}.txt"
     if not path.is_file():
         raise SystemExit(f"error: {path} not found: --data takes a folder binarized by fairseq-preprocess "
@@ -324,7 +338,7 @@ def configurations(args):
                            "batch": batch, "max_len": args.max_len, "steps": args.steps, "warmup": args.warmup,
                            "threads": args.threads, "epoch_sentences": args.epoch_sentences}
                     if args.data:
-                        cfg.update(data=str(args.data), candidates_dir=args.candidates_dir,
+                        cfg.update(data=str(args.data), candidates_dir=args.candidates_dir, captions=args.captions,
                                    source_lang=args.source_lang, target_lang=args.target_lang)
                     if mode == "decode":
                         cfg.update(beam=beam, decode_batch=batch, max_len=args.decode_len, src_len=args.src_len,
@@ -406,6 +420,9 @@ def main(argv=None):
                         help="with --data: exported candidate lists (scripts/export_candidates.py) with K' >= K")
     parser.add_argument("--source-lang", default="en", help="with --data")
     parser.add_argument("--target-lang", default="de", help="with --data")
+    parser.add_argument("--captions", action="store_true",
+                        help="with --data: a captioning folder (scripts/prepare_captions.py): captioning_smallvocab "
+                             "and lstm_caption_smallvocab instead of translation")
     parser.add_argument("--json", type=Path, help="write the records here")
     parser.add_argument("--markdown", type=Path, help="write the table here")
     args = parser.parse_args(argv)
@@ -417,6 +434,8 @@ def main(argv=None):
             parser.error(f"--k {k}: K must exceed the 4 special symbols")
     if args.data and "decode" in args.modes:
         parser.error("--data measures training steps: use --modes ce reinforce")
+    if args.captions and not args.data:
+        parser.error("--captions goes with --data (a folder written by scripts/prepare_captions.py)")
     if args.data and not args.candidates_dir:
         parser.error("--data needs --candidates-dir, the small-vocabulary runs' candidate lists "
                      "(write them with scripts/export_candidates.py --k K)")
