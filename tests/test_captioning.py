@@ -254,7 +254,7 @@ def test_reinforce_samples_inside_candidates_and_needs_no_source_length():
 
     model, d = _model()
     task = SimpleNamespace(target_dictionary=d, decoder_state_dim=12)
-    bsz, k = 5, 10
+    bsz = 5
     cands = torch.cat([torch.arange(4).expand(bsz, 4), torch.arange(4, 10).expand(bsz, 6) + 3], 1)
     target = torch.tensor([[8, 9, 2]] * bsz)
     sample = {"net_input": {"features": torch.randn(bsz, 20), "padding_mask": torch.zeros(bsz, 1, dtype=torch.bool),

@@ -258,6 +258,6 @@ def task_decoder_dim(task) -> int:
     dim = getattr(task, "decoder_state_dim", None)
     if dim is None:
         raise ValueError("--rl-baseline learned needs the decoder's state size: build the model with a "
-                         "fairseq_smallvocab task (translation_smallvocab, captioning_smallvocab) before the criterion, as "
-                         "fairseq-train does")
+                         "fairseq_smallvocab task (translation_smallvocab, captioning_smallvocab) before the "
+                         "criterion, as fairseq-train does")
     return int(dim)

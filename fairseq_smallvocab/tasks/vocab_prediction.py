@@ -4,8 +4,8 @@ Reads the binarized data of fairseq's ``translation`` task (fairseq-preprocess
 output).  The input is the bag of source words, or with ``--source-features
 DIR`` an image feature vector (``DIR/{split}.npy``: float32, one row per
 image, with ``DIR/{split}.index`` giving each caption's image row when several
-captions share an image, as the captioning task reads them); the label is the set of words in the gold target (eos included, pad
-and bos never).  Train with the ``vocab_predictor`` arch and the
+captions share an image, as the captioning task reads them); the label is
+the set of words in the gold target (eos included, pad and bos never).  Train with the ``vocab_predictor`` arch and the
 ``vocab_prediction_bce`` criterion, which logs recall@K on validation.
 """
 
