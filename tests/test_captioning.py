@@ -372,3 +372,21 @@ def test_feature_dimension_unlike_the_checkpoints_is_refused(cap_model, cap_bin,
                "--small-vocab-size", "0"], check=False)
     assert out.returncode != 0
     assert f"trained on {TINY.feature_dim}-d image features" in out.stderr and "are 32-d" in out.stderr
+
+
+def test_benchmark_on_a_captioning_folder(cap_model, cap_bin, cap_predictor, tmp_path):
+    """(cap_model wrote the training split's K = 40 lists.)"""
+    import json
+
+    from fairseq.data import Dictionary
+
+    run(["scripts/benchmark.py", "--data", cap_bin, "--captions", "--candidates-dir",
+         cap_predictor.parent / "candidates", "--k", "40", "--modes", "ce", "reinforce", "--batch", "8",
+         "--embed-dim", "8", "--steps", "2", "--warmup", "1", "--threads", "1", "--json", tmp_path / "r.json"],
+        cwd=USER_DIR.parent)
+    records = json.loads((tmp_path / "r.json").read_text())
+    assert [(r["mode"], r["softmax"], r["K"]) for r in records] == [
+        ("ce", "small", 40), ("ce", "full", 0), ("reinforce", "small", 40), ("reinforce", "full", 0)]
+    vocab = len(Dictionary.load(str(cap_bin / "dict.en.txt")))
+    assert all(r["task"] == "captioning" and r["vocab_size"] == vocab for r in records)
+    assert 0 < records[2]["sample_len"] <= 50
