@@ -3,13 +3,14 @@ into image feature vectors, each with several differently worded captions.
 
 A scene has 1-3 objects (a noun class, an attribute, a count 1-4 and a
 distinct position) and a place.  Concepts are drawn from Zipf distributions,
-so the caption vocabulary has a long tail.  The image feature is linear in
-the scene plus noise, with the objects bound to their positions:
+so the caption vocabulary has a long tail.  The image feature is like a
+CNN's: non-negative and sparse, every concept (object class, attribute,
+count, place) activating its own random set of units with random strengths
+(0.5-1.5), the object's, attribute's and count's sets shifted by the object's
+position (which binds them to it), plus |noise| on every unit:
 
-    z_j = [e_obj(o_j); e_attr(a_j); e_count(c_j)]           (dense codes)
-    f   = sum_j R_{p_j} z_j + R_place e_place(q) + noise     (d_f values, 4096 by default)
+    f = u(q) + sum_j shift_{p_j}(u(o_j) + u(a_j) + u(c_j)) + |noise|     (d_f values, 4096 by default)
 
-(R_p: one fixed random projection per position), scaled to unit L2 norm.
 Every caption of a scene names the same objects, counts and place with other
 words: each noun has two names (and a plural form for counts above one),
 attributes and places two wordings, counts and positions several, and the
@@ -47,14 +48,14 @@ class CaptionConfig:
     valid_images: int = 500
     test_images: int = 500
     feature_dim: int = 4096
-    code_dim: int = 48  # per-object code size before the projection
-    noise: float = 0.05  # noise std relative to the mean size of a projected feature entry
+    active_units: int = 24  # units each concept activates
+    noise: float = 0.1  # std of the noise on every unit (active units have strength 0.5-1.5)
     zipf_exponent: float = 1.0
     seed: int = 1
 
     def validate(self):
         for name in ("n_objects", "n_attributes", "n_places", "captions_per_image", "train_images",
-                     "feature_dim", "code_dim"):
+                     "feature_dim", "active_units"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.captions_per_image > TEMPLATES:
@@ -93,14 +94,12 @@ class CaptionWorld:
         self.attributes = [(adjectives[i], adjectives[cfg.n_attributes + i]) for i in range(cfg.n_attributes)]
         places = words(2 * cfg.n_places)
         self.places = [(places[i], places[cfg.n_places + i]) for i in range(cfg.n_places)]
-        d = cfg.code_dim
-        self.e_obj = rng.standard_normal((cfg.n_objects, d))
-        self.e_attr = rng.standard_normal((cfg.n_attributes, d // 4))
-        self.e_count = rng.standard_normal((4, d // 4))
-        self.e_place = rng.standard_normal((cfg.n_places, d))
-        z = d + 2 * (d // 4)
-        self.proj_pos = rng.standard_normal((len(POSITIONS), z, cfg.feature_dim)) / np.sqrt(z)
-        self.proj_place = rng.standard_normal((d, cfg.feature_dim)) / np.sqrt(d)
+        n_concepts = cfg.n_objects + cfg.n_attributes + 4 + cfg.n_places
+        active = min(cfg.active_units, cfg.feature_dim)
+        self.units = np.stack([rng.choice(cfg.feature_dim, size=active, replace=False) for _ in range(n_concepts)])
+        self.strength = rng.uniform(0.5, 1.5, size=(n_concepts, active))
+        self.first = {"obj": 0, "attr": cfg.n_objects, "count": cfg.n_objects + cfg.n_attributes,
+                      "place": cfg.n_objects + cfg.n_attributes + 4}
         self.p_obj = _zipf(cfg.n_objects, cfg.zipf_exponent)
         self.p_attr = _zipf(cfg.n_attributes, cfg.zipf_exponent)
         self.p_place = _zipf(cfg.n_places, cfg.zipf_exponent)
@@ -115,12 +114,18 @@ class CaptionWorld:
                 "place": int(rng.choice(self.cfg.n_places, p=self.p_place))}
 
     def feature(self, scene, rng) -> np.ndarray:
-        f = self.e_place[scene["place"]] @ self.proj_place
+        d = self.cfg.feature_dim
+        f = np.abs(self.cfg.noise * rng.standard_normal(d))
+
+        def add(concept, shift=0):
+            np.add.at(f, (self.units[concept] + shift) % d, self.strength[concept])
+
+        add(self.first["place"] + scene["place"])
         for o, a, c, p in zip(scene["objects"], scene["attributes"], scene["counts"], scene["positions"]):
-            z = np.concatenate([self.e_obj[o], self.e_attr[a], self.e_count[c - 1]])
-            f = f + z @ self.proj_pos[p]
-        f = f + self.cfg.noise * rng.standard_normal(f.shape)
-        return (f / np.linalg.norm(f)).astype(np.float32)
+            shift = p * (d // len(POSITIONS))
+            for concept in (self.first["obj"] + o, self.first["attr"] + a, self.first["count"] + c - 1):
+                add(concept, shift)
+        return f.astype(np.float32)
 
     def caption(self, scene, template: int, rng) -> str:
         def pick(options):

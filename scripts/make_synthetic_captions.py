@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Generate the project's embedded synthetic captioning set: scenes (objects
 with attributes, counts and positions, and a place) rendered into d_f-value
-image features by fixed random projections plus noise, each with several
+image features by a fixed sparse random projection plus noise, each with several
 differently worded captions (see fairseq_smallvocab/synthetic_captions.py).
 The same arguments always give the same bytes.
 

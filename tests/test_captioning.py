@@ -16,7 +16,7 @@ from conftest import USER_DIR, VP_TRAIN, run
 from fairseq_smallvocab.synthetic_captions import CaptionConfig, generate
 
 TINY = CaptionConfig(n_objects=60, n_attributes=20, n_places=15, train_images=150, valid_images=20,
-                     test_images=16, feature_dim=48, code_dim=16)
+                     test_images=16, feature_dim=256, active_units=8)
 CAP = ["--user-dir", USER_DIR, "--task", "captioning_smallvocab"]
 TRAIN = ["--arch", "lstm_caption_smallvocab", "--embed-dim", "24", "--optimizer", "adam", "--lr", "0.01",
          "--batch-size", "32", "--cpu", "--no-progress-bar", "--num-workers", "0", "--no-epoch-checkpoints",
@@ -77,7 +77,7 @@ def test_synthetic_captions_are_seeded_and_shaped():
         fb, cb, ib = b[split]
         assert np.array_equal(fa, fb) and ca == cb and np.array_equal(ia, ib)
         assert fa.dtype == np.float32 and fa.shape[1] == TINY.feature_dim
-        assert np.allclose(np.linalg.norm(fa, axis=1), 1.0, atol=1e-5)
+        assert (fa >= 0).all() and np.isfinite(fa).all()
         assert np.array_equal(np.bincount(ia), np.full(len(fa), TINY.captions_per_image))
     # the 5 captions of an image are worded differently
     captions, index = a["train"][1], a["train"][2]
@@ -89,7 +89,7 @@ def test_synthetic_captions_are_seeded_and_shaped():
 
 
 def test_default_synthetic_vocabulary_exceeds_5000_words():
-    cfg = CaptionConfig(feature_dim=8, code_dim=8, valid_images=1, test_images=1)
+    cfg = CaptionConfig(feature_dim=64, active_units=2, valid_images=1, test_images=1)
     words = {w for caption in generate(cfg)["train"][1] for w in caption.split()}
     assert len(words) >= 5000
 
@@ -116,7 +116,7 @@ def test_features_tell_scenes_apart():
     rng = np.random.default_rng(0)
     near = np.mean([overlap(i, nearest[i]) for i in range(len(feats))])
     rand = np.mean([overlap(i, j) for i, j in rng.integers(len(feats), size=(len(feats), 2)) if i != j])
-    assert near > 2 * rand + 0.1
+    assert near > 2 * rand
 
 
 # -- preparation ---------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ RAW=${RAW:-data/captions-raw}
 DATA=${DATA:-data-bin/captions}
 VP=${VP:-checkpoints/vp-captions}
 K=${K:-500}
-VP_EPOCHS=${VP_EPOCHS:-10}
+VP_EPOCHS=${VP_EPOCHS:-5}
 THREADS=${THREADS:-2}
 export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS
 

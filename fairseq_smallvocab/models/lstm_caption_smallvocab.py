@@ -4,7 +4,7 @@ layer can be restricted, per example, to a small candidate vocabulary.
 An image is a feature vector f (d_f values, e.g. 4096 from a CNN).  The
 decoder, without attention and without input feeding:
 
-    h_0 = tanh(W_f f + b_f),   c_0 = 0        (one projection per LSTM layer)
+    h_0 = tanh(W_f f + b_f),   c_0 = tanh(W_c f + b_c)      (per LSTM layer)
     h_t = LSTM(emb(y_{t-1}), h_{t-1})
     logits_t = W_p' h_t + b_p'
 
@@ -13,7 +13,10 @@ W_p' and b_p' are the example's K rows, by the same output layer, sampling and
 incremental decoding as ``lstm_smallvocab`` (``CandidateOutputDecoder``), so
 REINFORCE (``reinforce_gleu``) and decoding inside the predicted vocabulary
 work unchanged.  Dropout on the word embeddings, between layers and on h_t
-before the output layer.
+before the output layer.  (c_0 from the image too, as in Xu et al.'s "Show,
+Attend and Tell": with c_0 = 0 the image reaches the cell only through the
+first step's gates, and on the synthetic set the captioner then learned
+counts but not which objects an image shows.)
 """
 
 from dataclasses import dataclass, field
@@ -47,12 +50,13 @@ class LSTMCaptionSmallVocabConfig(FairseqDataclass):
 
 
 class CaptionFeatureEncoder(FairseqEncoder):
-    """f -> the decoder's initial state h_0 = tanh(W_f f + b_f) per layer."""
+    """f -> the decoder's initial state per layer: h_0 = tanh(W_f f + b_f),
+    c_0 = tanh(W_c f + b_c) (one linear map for both)."""
 
     def __init__(self, feature_dim: int, embed_dim: int, layers: int):
         super().__init__(None)
         self.feature_dim, self.embed_dim, self.layers = feature_dim, embed_dim, layers
-        self.feature_proj = nn.Linear(feature_dim, layers * embed_dim)  # W_f, b_f
+        self.feature_proj = nn.Linear(feature_dim, 2 * layers * embed_dim)  # [W_f; W_c], [b_f; b_c]
         nn.init.uniform_(self.feature_proj.weight, -INIT_SCALE, INIT_SCALE)
         nn.init.zeros_(self.feature_proj.bias)
 
@@ -61,9 +65,9 @@ class CaptionFeatureEncoder(FairseqEncoder):
             raise ValueError(f"image features of shape {tuple(features.shape)}; this model reads B x "
                              f"{self.feature_dim} features (d_f it was trained with): use features from the "
                              "same extractor as the training data")
-        h = torch.tanh(self.feature_proj(features)).view(features.size(0), self.layers, self.embed_dim)
-        h = h.transpose(0, 1).contiguous()  # layers x B x d
-        return {"final_hidden": [h], "final_cell": [torch.zeros_like(h)],
+        state = torch.tanh(self.feature_proj(features)).view(features.size(0), 2, self.layers, self.embed_dim)
+        h, c = (x.transpose(0, 1).contiguous() for x in state.unbind(1))  # layers x B x d each
+        return {"final_hidden": [h], "final_cell": [c],
                 "candidates": [] if candidates is None else [candidates]}
 
     def reorder_encoder_out(self, encoder_out: Dict[str, List[Tensor]], new_order):
