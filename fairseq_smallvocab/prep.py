@@ -288,3 +288,20 @@ def prepare(raw_dir, dest, src, tgt, splits, min_count=None, subword="none", sp_
             stats.update(sp_vocab_size=sp_vocab_size, sp_model_type=sp_model_type)
         write_json(tmp / "stats.json", stats)
     return stats
+
+
+def add_config_args(parser, config_cls):
+    """One --option per field of a generator's config dataclass (its default and type)."""
+    from dataclasses import fields
+
+    defaults = config_cls()
+    for f in fields(config_cls):
+        value = getattr(defaults, f.name)
+        parser.add_argument("--" + f.name.replace("_", "-"), type=type(value), default=value,
+                            help=f"default: {value}")
+
+
+def config_from_args(args, config_cls):
+    from dataclasses import fields
+
+    return config_cls(**{f.name: getattr(args, f.name) for f in fields(config_cls)})

@@ -14,9 +14,8 @@ row) and OUT/config.json; binarize with scripts/prepare_captions.py.
 
 import argparse
 import sys
-from dataclasses import fields
 
-from fairseq_smallvocab.prep import DataError, atomic_output_dir
+from fairseq_smallvocab.prep import DataError, add_config_args, atomic_output_dir, config_from_args
 from fairseq_smallvocab.synthetic_captions import CaptionConfig, write_captions
 
 
@@ -25,12 +24,9 @@ def main(argv=None):
     parser.add_argument("--out", required=True, help="output folder (must not exist unless --force)")
     parser.add_argument("--lang", default="en", help="the captions' file suffix")
     parser.add_argument("--force", action="store_true", help="replace an existing output folder")
-    defaults = CaptionConfig()
-    for f in fields(CaptionConfig):
-        parser.add_argument("--" + f.name.replace("_", "-"), type=type(getattr(defaults, f.name)),
-                            default=getattr(defaults, f.name), help=f"default: {getattr(defaults, f.name)}")
+    add_config_args(parser, CaptionConfig)
     args = parser.parse_args(argv)
-    cfg = CaptionConfig(**{f.name: getattr(args, f.name) for f in fields(CaptionConfig)})
+    cfg = config_from_args(args, CaptionConfig)
     try:
         cfg.validate()
         with atomic_output_dir(args.out, overwrite=args.force) as tmp:

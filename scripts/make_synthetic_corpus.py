@@ -16,9 +16,8 @@ OUT/corpus.json (the settings and counts).
 
 import argparse
 import sys
-from dataclasses import fields
 
-from fairseq_smallvocab.prep import DataError
+from fairseq_smallvocab.prep import DataError, add_config_args, config_from_args
 from fairseq_smallvocab.synthetic import SyntheticConfig, write_corpus
 
 
@@ -28,12 +27,9 @@ def main(argv=None):
     parser.add_argument("--src-lang", default="src")
     parser.add_argument("--tgt-lang", default="tgt")
     parser.add_argument("--force", action="store_true", help="replace an existing output folder")
-    defaults = SyntheticConfig()
-    for f in fields(SyntheticConfig):
-        parser.add_argument("--" + f.name.replace("_", "-"), type=type(getattr(defaults, f.name)),
-                            default=getattr(defaults, f.name), help=f"default: {getattr(defaults, f.name)}")
+    add_config_args(parser, SyntheticConfig)
     args = parser.parse_args(argv)
-    cfg = SyntheticConfig(**{f.name: getattr(args, f.name) for f in fields(SyntheticConfig)})
+    cfg = config_from_args(args, SyntheticConfig)
     try:
         info = write_corpus(args.out, cfg, args.src_lang, args.tgt_lang, overwrite=args.force)
     except (ValueError, DataError) as err:
