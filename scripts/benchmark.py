@@ -22,6 +22,8 @@ recipe limits them (1.5 x the source length + 5 tokens, at most 100).  Small
 and full softmax see the same batches; |V| is the corpus's target dictionary.
 ``--captions`` reads a captioning folder (scripts/prepare_captions.py) with
 captioning_smallvocab and lstm_caption_smallvocab (samples up to 50 tokens).
+``--checkpoint CKPT`` starts both from a trained model's weights (an untrained
+model samples to the length limit; a trained one about as long as the gold).
 
 ``decode``: fairseq's ``SequenceGenerator`` through the task's generator on
 --decode-sentences random sources of --src-len words, --decode-batch sentences
@@ -161,6 +163,10 @@ def real_setup(cfg: dict, count: int):
     fcfg = convert_namespace_to_omegaconf(args)
     task = tasks.setup_task(fcfg.task)
     model = task.build_model(fcfg.model)
+    if cfg.get("checkpoint"):  # trained weights (the same for small and full: one model, one code path)
+        from fairseq import checkpoint_utils
+
+        model.load_state_dict(checkpoint_utils.load_checkpoint_to_cpu(cfg["checkpoint"])["model"], strict=True)
     criterion = task.build_criterion(fcfg.criterion)
     task.load_dataset("train")
     dataset = task.dataset("train")
@@ -243,6 +249,7 @@ def worker(cfg: dict) -> dict:
         record["sample_len"] = round(sum(sample_lens) / len(sample_lens), 1)
     if cfg.get("data"):
         record.update(data=cfg["data"], task="captioning" if cfg.get("captions") else "translation",
+                      checkpoint=cfg.get("checkpoint"),
                       vocab_size=len(model.decoder.dictionary),
                       max_len=max(sample["target"].size(1) for sample in timed),
                       mean_tgt_len=round(tokens / sum(sample["target"].size(0) for sample in timed), 2))
@@ -339,6 +346,7 @@ def configurations(args):
                            "threads": args.threads, "epoch_sentences": args.epoch_sentences}
                     if args.data:
                         cfg.update(data=str(args.data), candidates_dir=args.candidates_dir, captions=args.captions,
+                                   checkpoint=str(args.checkpoint) if args.checkpoint else None,
                                    source_lang=args.source_lang, target_lang=args.target_lang)
                     if mode == "decode":
                         cfg.update(beam=beam, decode_batch=batch, max_len=args.decode_len, src_len=args.src_len,
@@ -420,6 +428,10 @@ def main(argv=None):
                         help="with --data: exported candidate lists (scripts/export_candidates.py) with K' >= K")
     parser.add_argument("--source-lang", default="en", help="with --data")
     parser.add_argument("--target-lang", default="de", help="with --data")
+    parser.add_argument("--checkpoint", type=Path, default=None,
+                        help="with --data: start small and full runs from this checkpoint's weights (a model of "
+                             "the same arch and --embed-dim) instead of an untrained model, so that samples are "
+                             "as long as a trained model's")
     parser.add_argument("--captions", action="store_true",
                         help="with --data: a captioning folder (scripts/prepare_captions.py): captioning_smallvocab "
                              "and lstm_caption_smallvocab instead of translation")
@@ -434,6 +446,10 @@ def main(argv=None):
             parser.error(f"--k {k}: K must exceed the 4 special symbols")
     if args.data and "decode" in args.modes:
         parser.error("--data measures training steps: use --modes ce reinforce")
+    if args.checkpoint and not args.data:
+        parser.error("--checkpoint goes with --data")
+    if args.checkpoint and not args.checkpoint.is_file():
+        parser.error(f"--checkpoint {args.checkpoint}: no such file")
     if args.captions and not args.data:
         parser.error("--captions goes with --data (a folder written by scripts/prepare_captions.py)")
     if args.data and not args.candidates_dir:

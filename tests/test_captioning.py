@@ -390,3 +390,9 @@ def test_benchmark_on_a_captioning_folder(cap_model, cap_bin, cap_predictor, tmp
     vocab = len(Dictionary.load(str(cap_bin / "dict.en.txt")))
     assert all(r["task"] == "captioning" and r["vocab_size"] == vocab for r in records)
     assert 0 < records[2]["sample_len"] <= 50
+    # from trained weights (the checkpoint's d = 24)
+    run(["scripts/benchmark.py", "--data", cap_bin, "--captions", "--candidates-dir",
+         cap_predictor.parent / "candidates", "--k", "40", "--modes", "reinforce", "--batch", "8", "--embed-dim", "24",
+         "--steps", "1", "--warmup", "1", "--threads", "1", "--checkpoint", cap_model, "--json", tmp_path / "t.json"],
+        cwd=USER_DIR.parent)
+    assert all(r["checkpoint"] == str(cap_model) for r in json.loads((tmp_path / "t.json").read_text()))
