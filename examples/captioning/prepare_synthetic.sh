@@ -4,7 +4,8 @@
 # and the vocabulary predictor trained on its features, with each split's K-candidate
 # lists exported. Run from the project root with the project's environment active:
 #   source .venv/bin/activate && bash examples/captioning/prepare_synthetic.sh
-# Settings: RAW, DATA, VP (predictor folder), K (default 500: the paper's rule for
+# Settings: RAW, DATA (an existing folder is used as it is: real features prepared with
+# prepare_captions.py --kiros), VP (predictor folder), K (default 500: the paper's rule for
 # |V| <= 10K), VP_EPOCHS, THREADS.
 set -euo pipefail
 RAW=${RAW:-data/captions-raw}
@@ -15,8 +16,10 @@ VP_EPOCHS=${VP_EPOCHS:-5}
 THREADS=${THREADS:-2}
 export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS
 
-[ -d "$RAW" ] || python scripts/make_synthetic_captions.py --out "$RAW"
-[ -d "$DATA" ] || python scripts/prepare_captions.py --raw-dir "$RAW" --dest "$DATA" --workers "$THREADS" >/dev/null
+if [ ! -d "$DATA" ]; then  # an existing DATA (e.g. prepare_captions.py --kiros output) is used as it is
+  [ -d "$RAW" ] || python scripts/make_synthetic_captions.py --out "$RAW"
+  python scripts/prepare_captions.py --raw-dir "$RAW" --dest "$DATA" --workers "$THREADS" >/dev/null
+fi
 
 mkdir -p "$VP"
 start=$(date +%s)
