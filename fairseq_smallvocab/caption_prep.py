@@ -16,7 +16,7 @@ Two inputs are read:
 
 import re
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 import numpy as np
 
@@ -131,10 +131,3 @@ def prepare_captions(raw_dir, dest, lang="en", kiros: Optional[str] = None, per_
         write_json(tmp / "stats.json", stats)
     return stats
 
-
-def caption_references(raw_text: List[str], index: np.ndarray) -> Dict[int, List[str]]:
-    """image row -> its captions, in file order."""
-    refs: Dict[int, List[str]] = {}
-    for caption, row in zip(raw_text, index.tolist()):
-        refs.setdefault(int(row), []).append(caption)
-    return refs

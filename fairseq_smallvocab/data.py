@@ -7,6 +7,8 @@ import numpy as np
 import torch
 from fairseq.data import BaseWrapperDataset, FairseqDataset, data_utils
 
+from fairseq_smallvocab.caption_refs import captions_by_image, first_caption_of_each_image
+
 
 class KeepLastBatchDataset(BaseWrapperDataset):
     """Batches like the wrapped dataset, but never drops the last batch.
@@ -37,10 +39,13 @@ class KeepLastBatchDataset(BaseWrapperDataset):
         return getattr(self.dataset, name)
 
 
-def feature_file_dim(path) -> int:
-    """The width (d_f) of a .npy feature matrix, read from its header."""
-    feats = load_features(path, check_values=False)
-    return int(feats.shape[1])
+def features_width(folder, train_subset="train") -> int:
+    """d_f, read from the header of the first {split}.npy feature matrix in the
+    folder (the training split's first)."""
+    files = sorted(Path(folder).glob("*.npy"), key=lambda p: (p.stem != train_subset, p.name))
+    if not files:
+        raise FileNotFoundError(f"no {{split}}.npy feature matrix in {folder}")
+    return int(load_features(files[0], check_values=False).shape[1])
 
 
 def load_features(path, dim: Optional[int] = None, check_values: bool = True) -> np.ndarray:
@@ -129,7 +134,7 @@ class FeatureTargetDataset(FairseqDataset):
         self.examples = np.arange(n) if examples is None else np.asarray(examples, dtype=np.int64)
         self.tgt_sizes = np.asarray(tgt_sizes)[self.examples]
         self.sizes = self.tgt_sizes
-        self._captions_of_row = None
+        self._captions_of_row = None  # image row -> its caption numbers, made when first needed
 
     def __getitem__(self, index):
         caption = self.examples[index]
@@ -139,19 +144,13 @@ class FeatureTargetDataset(FairseqDataset):
     def __len__(self):
         return len(self.examples)
 
-    def image_row(self, index) -> int:
-        return int(self.row_of[self.examples[index]])
-
     def references(self, index):
         """Every caption (token tensors) of example ``index``'s image, its own
         first: the references of multi-reference BLEU."""
         if self._captions_of_row is None:
-            order = np.argsort(self.row_of, kind="stable")
-            bounds = np.flatnonzero(np.diff(self.row_of[order])) + 1
-            self._captions_of_row = {int(self.row_of[group[0]]): group
-                                     for group in np.split(order, bounds) if len(group)}
+            self._captions_of_row = captions_by_image(range(len(self.row_of)), self.row_of)
         caption = int(self.examples[index])
-        others = [int(c) for c in self._captions_of_row[int(self.row_of[caption])] if c != caption]
+        others = [c for c in self._captions_of_row[int(self.row_of[caption])] if c != caption]
         return [self.tgt[c] for c in [caption] + others]
 
     def collater(self, samples):
@@ -204,7 +203,7 @@ def feature_target_dataset(features_dir, split, tgt, tgt_dict, dim=None, shuffle
                          "(scripts/prepare_captions.py writes it)")
     examples = None
     if one_per_image:
-        examples = np.sort(np.unique(row_of, return_index=True)[1])
+        examples = first_caption_of_each_image(row_of)
     return FeatureTargetDataset(feats, tgt, tgt.sizes, tgt_dict, row_of=row_of, shuffle=shuffle,
                                 examples=examples, decoder_input=decoder_input, references=references)
 

@@ -35,9 +35,9 @@ def read_hypotheses(lines):
 def score(hyps_by_id, captions, index, tokenize="13a"):
     """(sacrebleu BLEU, images scored).  Ids are caption numbers when there is
     one hypothesis per caption, else ordinals of the images' first captions."""
-    import sacrebleu
+    from fairseq_smallvocab.caption_refs import captions_by_image, first_caption_of_each_image, multi_reference_bleu
 
-    firsts = np.sort(np.unique(index, return_index=True)[1])
+    firsts = first_caption_of_each_image(index)
     if len(hyps_by_id) == len(captions):
         caption_of = np.arange(len(captions))
     elif len(hyps_by_id) == len(firsts):
@@ -47,17 +47,13 @@ def score(hyps_by_id, captions, index, tokenize="13a"):
                          f"{len(firsts)} images: give the whole fairseq-generate output of this split")
     if max(hyps_by_id) >= len(caption_of):
         raise ValueError(f"hypothesis id {max(hyps_by_id)} is outside the split; wrong --split or --data?")
-    refs_of = {}
-    for caption, row in enumerate(index.tolist()):
-        refs_of.setdefault(row, []).append(captions[caption])
+    refs_of = captions_by_image(captions, index)
     hyp_of_image = {}
     for i, hyp in sorted(hyps_by_id.items()):
         hyp_of_image.setdefault(int(index[caption_of[i]]), hyp)  # the image's first caption's decode
     rows = sorted(hyp_of_image)
     hyps = [hyp_of_image[r] for r in rows]
-    refs = [refs_of[r] for r in rows]
-    streams = [[r[j] if j < len(r) else None for r in refs] for j in range(max(len(r) for r in refs))]
-    return sacrebleu.corpus_bleu(hyps, streams, tokenize=tokenize), len(rows)
+    return multi_reference_bleu(hyps, [refs_of[r] for r in rows], tokenize), len(rows)
 
 
 def main(argv=None):
@@ -70,7 +66,12 @@ def main(argv=None):
     parser.add_argument("--json", action="store_true", help="print a JSON record instead of sacrebleu's line")
     args = parser.parse_args(argv)
     data = Path(args.data)
-    lang = args.lang or next((p.name[5:-4] for p in sorted(data.glob("dict.*.txt"))), None)
+    from fairseq_smallvocab.data import single_dictionary_lang
+
+    lang = args.lang or single_dictionary_lang(data)
+    if lang is None:
+        parser.exit(2, f"error: cannot tell the captions' language in {data} (one dict.LANG.txt expected): "
+                       "pass --lang\n")
     refs_path, index_path = data / "raw" / f"{args.split}.{lang}", data / f"{args.split}.index"
     for path in (refs_path, index_path):
         if not path.is_file():

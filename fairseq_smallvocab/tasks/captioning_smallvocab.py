@@ -37,14 +37,19 @@ from fairseq import utils
 from fairseq.data import data_utils
 from fairseq.tasks import register_task
 
-from fairseq_smallvocab.data import KeepLastBatchDataset, feature_target_dataset, single_dictionary_lang
+from fairseq_smallvocab.caption_refs import multi_reference_bleu
+from fairseq_smallvocab.data import (
+    KeepLastBatchDataset,
+    feature_target_dataset,
+    features_width,
+    single_dictionary_lang,
+)
 from fairseq_smallvocab.tasks.translation_smallvocab import (
     CandidateDataset,
     TranslationSmallVocabConfig,
     TranslationSmallVocabTask,
     candidate_rows,
 )
-from fairseq_smallvocab.tasks.vocab_prediction import features_width
 
 logger = logging.getLogger(__name__)
 
@@ -154,8 +159,6 @@ class CaptioningSmallVocabTask(TranslationSmallVocabTask):
     def _inference_with_bleu(self, generator, sample, model):
         """sacrebleu over the batch, each hypothesis against every caption of
         its image (the batch's ``references``)."""
-        import sacrebleu
-
         def decode(toks, escape_unk=False):
             text = self.tgt_dict.string(toks.int().cpu(), self.cfg.eval_bleu_remove_bpe,
                                         unk_string="UNKNOWNTOKENINREF" if escape_unk else "UNKNOWNTOKENINHYP")
@@ -165,8 +168,7 @@ class CaptioningSmallVocabTask(TranslationSmallVocabTask):
         hyps = [decode(out[0]["tokens"]) for out in gen_out]
         refs = [[decode(utils.strip_pad(r, self.tgt_dict.pad()), escape_unk=True) for r in refs]
                 for refs in sample["references"]]
-        streams = [[r[j] if j < len(r) else None for r in refs] for j in range(max(len(r) for r in refs))]
         if self.cfg.eval_bleu_print_samples:
             logger.info("example hypothesis: " + hyps[0])
             logger.info("example references: " + " | ".join(refs[0]))
-        return sacrebleu.corpus_bleu(hyps, streams, tokenize="none" if self.cfg.eval_tokenized_bleu else "13a")
+        return multi_reference_bleu(hyps, refs, tokenize="none" if self.cfg.eval_tokenized_bleu else "13a")

@@ -24,8 +24,8 @@ from omegaconf import II
 
 from fairseq_smallvocab.data import (
     KeepLastBatchDataset,
-    feature_file_dim,
     feature_target_dataset,
+    features_width,
     single_dictionary_lang,
 )
 from fairseq_smallvocab.vocab import document_frequency
@@ -59,16 +59,6 @@ def token_stream(dataset):
     if isinstance(dataset, indexed_dataset.MMapIndexedDataset):
         return np.frombuffer(dataset._bin_buffer, dtype=dataset._index.dtype).copy()
     return np.concatenate([dataset[i].numpy() for i in range(len(dataset))])
-
-
-def features_width(folder, train_subset="train") -> int:
-    """d_f read from the first feature file found in the folder (training split first)."""
-    from pathlib import Path
-
-    files = sorted(Path(folder).glob("*.npy"), key=lambda p: (p.stem != train_subset, p.name))
-    if not files:
-        raise FileNotFoundError(f"no {{split}}.npy feature matrix in {folder}")
-    return feature_file_dim(files[0])
 
 
 @register_task("vocab_prediction", dataclass=VocabPredictionConfig)
