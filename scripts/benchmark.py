@@ -3,9 +3,13 @@
 
 Every configuration runs in a fresh process (so that peak memory is its own):
 the paper's model (``lstm_smallvocab``, d units) on random batches of B
-sentence pairs of exactly --max-len tokens, targets uniform over |V|; the
-small-vocabulary batches carry K candidates per example (the special symbols,
-every gold word, then random words, as the training lists).  A step is what
+sentence pairs of exactly --max-len tokens.  Target words follow a Zipf law
+over |V| (``--zipf S``: the word of frequency rank r with probability
+proportional to r^-S; 1.2 by default, about Multi30k German's slope; 0 draws
+them uniformly); the small-vocabulary batches carry K candidates per example,
+as the training lists do: the special symbols, every gold word, then the most
+frequent words (with ``--zipf 0``, random words), so that a batch's candidate
+lists overlap as a predictor's do.  A step is what
 fairseq-train does per update: forward, loss, backward, gradient clipping to
 1.0, an SGD (momentum 0.75) update.  The loss: ``ce``, fairseq's
 ``cross_entropy``; ``reinforce``, the plugin's ``reinforce_gleu`` (the
@@ -37,7 +41,16 @@ process's peak resident set (VmHWM, reset just before the first step) over the
 resident set before the first step (``peak_mem_mb``); ``peak_rss_mb`` is the
 whole process's peak resident set (Python, torch and fairseq included).
 
-    python scripts/benchmark.py --vocab-sizes 24000 --k 1000 --json bench.json --markdown bench.md
+Defaults: |V| = 4.5K, 14K, 24K and 70K with the paper's K (1000 above 10K
+words, else 500), the K sweep 64 / 256 / 500 / 1000 / 2000 at 24K
+(``--k-sweep``, ``--sweep-vocab-sizes``), CE, REINFORCE and decoding (batch 1,
+greedy and beam 5).  ``--quick`` (a few minutes): |V| = 24K, K = 1000, small vs
+full, CE and REINFORCE, 2 timed steps.  scripts/plot_benchmark.py draws the
+JSON records.
+
+    python scripts/benchmark.py --quick
+    python scripts/benchmark.py --json docs/bench_synthetic.json --markdown docs/bench_synthetic.md
+    python scripts/benchmark.py --vocab-sizes 24000 --k 1000 --modes ce reinforce --json bench.json
     python scripts/benchmark.py --modes reinforce --data data-bin/all/multi30k.en-de \
         --candidates-dir checkpoints/vp-multi30k.en-de.all/candidates --k 1000
     python scripts/benchmark.py --modes ce reinforce --data data-bin/captions --captions \
@@ -89,20 +102,31 @@ def _dictionary(size: int):
     return d
 
 
-def make_batch(vocab_size, k, batch, max_len, device, seed=0):
+def make_batch(vocab_size, k, batch, max_len, device, seed=0, zipf=0.0):
     """Random sentence pairs of ``max_len`` tokens (eos included) and, with
-    K > 0, candidate rows: specials at their ids, the gold words, random fill."""
+    K > 0, candidate rows: specials at their ids, the gold words, then the
+    most frequent words (ids in rank order) or, with ``zipf == 0``, random ones.
+    Target words: Zipf-distributed over the ids with exponent ``zipf`` (the id
+    is the frequency rank, as in a fairseq dictionary), uniform when 0."""
     import torch
 
     gen = torch.Generator().manual_seed(seed)
     nspecial, eos = 4, 2
     src = torch.randint(nspecial, vocab_size, (batch, max_len), generator=gen)
-    tgt = torch.randint(nspecial, vocab_size, (batch, max_len), generator=gen)
+    if zipf > 0:
+        ranks = torch.arange(1, vocab_size - nspecial + 1, dtype=torch.float64)
+        draws = torch.multinomial(ranks.pow(-zipf), batch * max_len, replacement=True, generator=gen)
+        tgt = (draws + nspecial).view(batch, max_len)
+    else:
+        tgt = torch.randint(nspecial, vocab_size, (batch, max_len), generator=gen)
     src[:, -1] = tgt[:, -1] = eos
     prev = torch.cat([torch.full((batch, 1), eos), tgt[:, :-1]], dim=1)
     net_input = {"src_tokens": src, "src_lengths": torch.full((batch,), max_len), "prev_output_tokens": prev}
     if k:
-        score = torch.rand(batch, vocab_size, generator=gen)
+        if zipf > 0:  # a predictor's list: mostly frequent words
+            score = (1.0 - torch.arange(vocab_size) / vocab_size).expand(batch, -1).clone()
+        else:
+            score = torch.rand(batch, vocab_size, generator=gen)
         score.scatter_(1, tgt, 2.0)  # gold words first
         score[:, :nspecial] = -1.0
         words = score.topk(k - nspecial, dim=1).indices
@@ -202,7 +226,8 @@ def worker(cfg: dict) -> dict:
             criterion = CrossEntropyCriterion(_Task, sentence_avg=False)
         else:
             criterion = ReinforceGleuCriterion(_Task, max_sample_len=cfg["max_len"]).to(device)
-        samples = [make_batch(cfg["vocab_size"], cfg["K"], cfg["batch"], cfg["max_len"], device)] * count
+        samples = [make_batch(cfg["vocab_size"], cfg["K"], cfg["batch"], cfg["max_len"], device,
+                              zipf=cfg["zipf"])] * count
         epoch_sentences = cfg["epoch_sentences"]
     model.train()
     sample_lens = []
@@ -240,7 +265,7 @@ def worker(cfg: dict) -> dict:
     batches = math.ceil(epoch_sentences / cfg["batch"])
     tokens = sum(int(sample["ntokens"]) for sample in timed)
     record = {**{key: cfg[key] for key in ("device", "mode", "softmax", "vocab_size", "K", "d", "batch", "max_len",
-                                           "steps", "warmup", "threads")},
+                                           "steps", "warmup", "threads", "zipf")},
               "sec_per_step": round(sec_per_step, 4),
               "tokens_per_sec": round(tokens / (sec_per_step * cfg["steps"]), 1),
               "sec_per_epoch": round(batches * sec_per_step, 1), "epoch_sentences": epoch_sentences,
@@ -248,7 +273,7 @@ def worker(cfg: dict) -> dict:
     if cfg["mode"] == "reinforce":
         record["sample_len"] = round(sum(sample_lens) / len(sample_lens), 1)
     if cfg.get("data"):
-        record.update(data=cfg["data"], task="captioning" if cfg.get("captions") else "translation",
+        record.update(data=cfg["data"], zipf=None, task="captioning" if cfg.get("captions") else "translation",
                       checkpoint=cfg.get("checkpoint"),
                       vocab_size=len(model.decoder.dictionary),
                       max_len=max(sample["target"].size(1) for sample in timed),
@@ -331,11 +356,21 @@ def data_vocab_size(args) -> int:
     return len(Dictionary.load(str(path)))
 
 
+def small_ks(args, vocab_size: int):
+    """The K values measured at one |V|: --k (default: the paper's rule), plus
+    the sweep at the sweep's vocabulary sizes; each below |V|."""
+    ks = list(args.k or [paper_k(vocab_size)])
+    if vocab_size in args.sweep_vocab_sizes:
+        ks += [k for k in args.k_sweep if k not in ks]
+    return sorted(k for k in ks if k < vocab_size)
+
+
 def configurations(args):
     for vocab_size in ([data_vocab_size(args)] if args.data else args.vocab_sizes):
-        ks = args.k or [paper_k(vocab_size)]
         for mode in args.modes:
-            runs = [("small", k) for k in ks if k < vocab_size] + ([("full", 0)] if not args.no_full else [])
+            ks = small_ks(args, vocab_size) if mode != "decode" else [k for k in args.k or [paper_k(vocab_size)]
+                                                                      if k < vocab_size]
+            runs = [("small", k) for k in ks] + ([("full", 0)] if not args.no_full else [])
             shapes = ([(b, beam) for b in args.decode_batches for beam in args.beams] if mode == "decode"
                       else [(args.batch, None)])
             for batch, beam in shapes:
@@ -343,7 +378,7 @@ def configurations(args):
                     cfg = {"device": args.device, "mode": mode, "softmax": softmax, "vocab_size": vocab_size,
                            "src_vocab_size": args.src_vocab_size or vocab_size, "K": k, "d": args.embed_dim,
                            "batch": batch, "max_len": args.max_len, "steps": args.steps, "warmup": args.warmup,
-                           "threads": args.threads, "epoch_sentences": args.epoch_sentences}
+                           "threads": args.threads, "epoch_sentences": args.epoch_sentences, "zipf": args.zipf}
                     if args.data:
                         cfg.update(data=str(args.data), candidates_dir=args.candidates_dir, captions=args.captions,
                                    checkpoint=str(args.checkpoint) if args.checkpoint else None,
@@ -398,14 +433,26 @@ def markdown(records) -> str:
     return "\n\n".join(out) + "\n"
 
 
-def main(argv=None):
+def parse_args(argv=None):
+    """The command line, --quick's settings applied (options given explicitly win), checked."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
-    parser.add_argument("--vocab-sizes", nargs="+", type=int, default=[24000], help="target vocabulary sizes |V|")
+    parser.add_argument("--quick", action="store_true",
+                        help="a few minutes: |V| = 24K, K = 1000, small vs full, CE and REINFORCE, 2 timed steps "
+                             "after 1 untimed (other options still apply where given)")
+    parser.add_argument("--vocab-sizes", nargs="+", type=int, default=[4500, 14000, 24000, 70000],
+                        help="target vocabulary sizes |V|")
     parser.add_argument("--src-vocab-size", type=int, default=None, help="default: the target's")
     parser.add_argument("--k", nargs="+", type=int, default=None,
                         help="small vocabulary sizes (default: the paper's rule, 1000 if |V| > 10K else 500)")
+    parser.add_argument("--k-sweep", nargs="*", type=int, default=[64, 256, 500, 1000, 2000],
+                        help="ce / reinforce: these K as well, at --sweep-vocab-sizes (none: no sweep)")
+    parser.add_argument("--sweep-vocab-sizes", nargs="*", type=int, default=[24000],
+                        help="the vocabulary sizes at which --k-sweep runs")
+    parser.add_argument("--zipf", type=float, default=1.2,
+                        help="exponent of the Zipf law of the synthetic target words (0: uniform words and random "
+                             "candidates)")
     parser.add_argument("--no-full", action="store_true", help="skip the full-softmax runs")
     parser.add_argument("--embed-dim", type=int, default=256)
     parser.add_argument("--batch", type=int, default=128)
@@ -416,7 +463,7 @@ def main(argv=None):
                         help="torch threads (default: 2, this project's reference machine)")
     parser.add_argument("--epoch-sentences", type=int, default=50000,
                         help="sentences per epoch, for s/epoch (the synthetic corpus: 50,000; Multi30k: 29,000)")
-    parser.add_argument("--decode-batches", nargs="+", type=int, default=[1, 32], help="decode: sentences per batch")
+    parser.add_argument("--decode-batches", nargs="+", type=int, default=[1], help="decode: sentences per batch")
     parser.add_argument("--beams", nargs="+", type=int, default=[1, 5], help="decode: beam sizes")
     parser.add_argument("--decode-len", type=int, default=30, help="decode: tokens per hypothesis")
     parser.add_argument("--src-len", type=int, default=20, help="decode: source words per sentence")
@@ -439,9 +486,17 @@ def main(argv=None):
     parser.add_argument("--markdown", type=Path, help="write the table here")
     args = parser.parse_args(argv)
     if args.worker:
-        print(json.dumps(worker(json.loads(args.worker))))
-        return 0
-    for k in args.k or []:
+        return args
+    if args.quick:
+        given = {a.split("=")[0] for a in (argv if argv is not None else sys.argv[1:]) if a.startswith("--")}
+        quick = {"modes": ["ce", "reinforce"], "vocab_sizes": [24000], "k": [1000], "k_sweep": [], "steps": 2,
+                 "warmup": 1}
+        for name, value in quick.items():
+            if "--" + name.replace("_", "-") not in given:
+                setattr(args, name, value)
+    if args.zipf < 0:
+        parser.error(f"--zipf {args.zipf}: the exponent must be >= 0 (0: uniform)")
+    for k in (args.k or []) + args.k_sweep:
         if k <= 4:
             parser.error(f"--k {k}: K must exceed the 4 special symbols")
     if args.data and "decode" in args.modes:
@@ -455,6 +510,14 @@ def main(argv=None):
     if args.data and not args.candidates_dir:
         parser.error("--data needs --candidates-dir, the small-vocabulary runs' candidate lists "
                      "(write them with scripts/export_candidates.py --k K)")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.worker:
+        print(json.dumps(worker(json.loads(args.worker))))
+        return 0
     records = []
     for cfg in configurations(args):
         label = f"{cfg['mode']} |V|={cfg['vocab_size']} {cfg['softmax']}" + (f" K={cfg['K']}" if cfg["K"] else "")

@@ -72,3 +72,53 @@ def test_benchmark_on_real_batches_of_a_corpus(tiny_raw, tiny_bin, predictor, tm
     assert small["max_len"] == full["max_len"] and small["mean_tgt_len"] == full["mean_tgt_len"]  # same batches
     bad = run([*common, "--modes", "ce"], check=False)
     assert bad.returncode != 0 and "--data needs --candidates-dir" in bad.stderr
+
+
+def _benchmark_module():
+    import sys
+
+    sys.path.insert(0, str(REPO / "scripts"))
+    import benchmark
+
+    return benchmark
+
+
+def test_benchmark_default_and_quick_configurations():
+    """Defaults: the paper's K at 4.5K/14K/24K/70K, the K sweep at 24K, decoding at
+    batch 1, greedy and beam 5; --quick: 24K, K = 1000 small vs full, CE and REINFORCE."""
+    bench = _benchmark_module()
+
+    def runs(argv):
+        return [(c["mode"], c["vocab_size"], c["softmax"], c["K"]) + ((c["batch"], c["beam"]) if c["mode"] == "decode"
+                                                                       else ()) for c in
+                bench.configurations(bench.parse_args(argv))]
+
+    default = runs([])
+    train = [r for r in default if r[0] == "ce"]
+    assert train == [("ce", 4500, "small", 500), ("ce", 4500, "full", 0), ("ce", 14000, "small", 1000),
+                     ("ce", 14000, "full", 0)] + [("ce", 24000, "small", k) for k in (64, 256, 500, 1000, 2000)] + [
+                     ("ce", 24000, "full", 0), ("ce", 70000, "small", 1000), ("ce", 70000, "full", 0)]
+    assert [r[1:] for r in default if r[0] == "reinforce"] == [r[1:] for r in train]
+    decode = [r for r in default if r[0] == "decode"]
+    assert ("decode", 24000, "small", 1000, 1, 1) in decode and ("decode", 70000, "full", 0, 1, 5) in decode
+    assert len(decode) == 4 * 2 * 2 and {r[4] for r in decode} == {1}
+    assert runs(["--quick"]) == [("ce", 24000, "small", 1000), ("ce", 24000, "full", 0),
+                                 ("reinforce", 24000, "small", 1000), ("reinforce", 24000, "full", 0)]
+    quick = bench.parse_args(["--quick", "--steps", "4"])
+    assert quick.steps == 4 and quick.warmup == 1  # an explicit option wins over --quick's
+
+
+def test_benchmark_zipf_batches_look_like_real_ones():
+    """--zipf: frequent target words (low ids) dominate, and the candidate lists are the
+    gold words plus the most frequent words, so that the lists of a batch overlap."""
+    bench = _benchmark_module()
+    sample = bench.make_batch(vocab_size=5000, k=300, batch=8, max_len=40, device="cpu", zipf=1.2)
+    target, cands = sample["target"], sample["net_input"]["candidates"]
+    assert int((target[:, :-1] < 104).sum()) > 0.5 * target[:, :-1].numel()  # top 100 words: most tokens
+    for row, gold in zip(cands.tolist(), target.tolist()):
+        assert set(gold) <= set(row) and len(set(row)) == 300
+        assert set(range(4, 150)) <= set(row)  # the most frequent words fill the rest
+    union = set(cands.flatten().tolist())
+    assert len(union) < 2 * 300  # a random fill would give about 8 x 300
+    uniform = bench.make_batch(vocab_size=5000, k=300, batch=8, max_len=40, device="cpu", zipf=0)
+    assert len(set(uniform["net_input"]["candidates"].flatten().tolist())) > 4 * 300
