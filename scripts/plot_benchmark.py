@@ -85,16 +85,13 @@ def main(argv=None):
         except (OSError, ValueError) as err:
             parser.error(f"{path}: not a benchmark.py JSON file ({err})")
     records = [r for r in records if not r.get("data")]  # synthetic sweeps only: one |V| per real corpus
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from plotting import finish, new_figure
 
     args.out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     lines = speedups(records)
     if any(len(points) > 1 for points in lines.values()):
-        fig, ax = plt.subplots(figsize=(6, 4))
+        plt, fig, ax = new_figure()
         for (device, mode, beam, batch), points in sorted(lines.items(), key=str):
             ax.plot([v for v, _ in points], [s for _, s in points], marker="o",
                     label=f"{_label(mode, beam, batch)} ({device})")
@@ -103,17 +100,14 @@ def main(argv=None):
         sizes = sorted({v for points in lines.values() for v, _ in points})
         ax.set_xticks(sizes, [f"{v / 1000:g}K" for v in sizes])
         ax.minorticks_off()
-        ax.set_xlabel("|V| (target vocabulary)")
-        ax.set_ylabel("speedup of the small vocabulary (x)")
-        ax.set_title("full softmax time / small-vocabulary time (K = 500 or 1000)")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
-        written.append(_save(fig, plt, args.out_dir / f"{args.prefix}_speedup.png"))
+        written.append(finish(plt, fig, ax, args.out_dir / f"{args.prefix}_speedup.png", "|V| (target vocabulary)",
+                              "speedup of the small vocabulary (x)",
+                              "full softmax time / small-vocabulary time (K = 500 or 1000)"))
     else:
         print("speedup plot skipped: needs small and full records at two or more |V|", file=sys.stderr)
     curves = k_curves(records)
     if curves:
-        fig, ax = plt.subplots(figsize=(6, 4))
+        plt, fig, ax = new_figure()
         for (device, mode, vocab), (points, full_time) in sorted(curves.items(), key=str):
             line, = ax.plot([k for k, _ in points], [t for _, t in points], marker="o",
                             label=f"{_label(mode, None)}, |V| = {vocab:,} ({device})")
@@ -121,38 +115,26 @@ def main(argv=None):
                 ax.axhline(full_time, color=line.get_color(), ls="--", lw=1)
         ax.set_xscale("log")
         ax.set_yscale("log")
-        ax.set_xlabel("K (small vocabulary); dashed: full softmax")
-        ax.set_ylabel("seconds per step")
-        ax.set_title("time per step against K")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
-        written.append(_save(fig, plt, args.out_dir / f"{args.prefix}_time_vs_k.png"))
+        written.append(finish(plt, fig, ax, args.out_dir / f"{args.prefix}_time_vs_k.png",
+                              "K (small vocabulary); dashed: full softmax", "seconds per step",
+                              "time per step against K"))
     else:
         print("time-vs-K plot skipped: no |V| with more than one K", file=sys.stderr)
     pairs = memory_pairs(records)
     if pairs:
-        fig, ax = plt.subplots(figsize=(max(6, 0.7 * len(pairs) + 2), 4))
+        plt, fig, ax = new_figure((max(6, 0.7 * len(pairs) + 2), 4))
         xs = range(len(pairs))
         ax.bar([x - 0.2 for x in xs], [p[1] for p in pairs], width=0.4, label="small vocabulary")
         ax.bar([x + 0.2 for x in xs], [p[2] for p in pairs], width=0.4, label="full softmax")
         ax.set_xticks(list(xs))
         ax.set_xticklabels([p[0] for p in pairs], fontsize=8)
-        ax.set_ylabel("peak memory (MB)")
-        ax.set_title("peak memory of a training step")
-        ax.legend(fontsize=8)
-        written.append(_save(fig, plt, args.out_dir / f"{args.prefix}_memory.png"))
+        written.append(finish(plt, fig, ax, args.out_dir / f"{args.prefix}_memory.png", "", "peak memory (MB)",
+                              "peak memory of a training step", grid_axis="y"))
     else:
         print("memory plot skipped: no small/full pair with memory", file=sys.stderr)
     for path in written:
         print(path)
     return 0
-
-
-def _save(fig, plt, path):
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
 
 
 if __name__ == "__main__":

@@ -80,26 +80,17 @@ def markdown(results):
 
 
 def plot(results, path, title):
-    import matplotlib
+    from plotting import finish, new_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4))
+    plt, fig, ax = new_figure((7, 4))
     width = 0.8 / len(results)
     for j, (label, (shares, _)) in enumerate(results.items()):
         ax.bar([i + (j - (len(results) - 1) / 2) * width for i in range(1, DECILES + 1)], shares[:DECILES],
                width=width, label=label)
     ax.set_yscale("log")
     ax.set_xticks(range(1, DECILES + 1))
-    ax.set_xlabel("frequency decile of the target vocabulary (1: most frequent 10% of the words)")
-    ax.set_ylabel("share of output tokens (%)")
-    ax.set_title(title)
-    ax.grid(True, axis="y", which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    finish(plt, fig, ax, path, "frequency decile of the target vocabulary (1: most frequent 10% of the words)",
+           "share of output tokens (%)", title, grid_axis="y")
 
 
 def main(argv=None):

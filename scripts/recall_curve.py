@@ -15,6 +15,8 @@ import argparse
 import logging
 import sys
 
+from plotting import finish, new_figure
+
 from fairseq_smallvocab.predictor import PredictorError, frequency_scores, load_predictor, recall_at
 
 DEFAULT_KS = [50, 100, 200, 300, 500, 750, 1000, 1500, 2000, 3000, 5000, 10000]
@@ -55,25 +57,13 @@ def markdown(curves, ks):
 
 
 def plot(curves, path, title):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
+    plt, fig, ax = new_figure()
     for label, curve in curves.items():
         ks = sorted(curve)
         style = "--" if label.startswith("frequency baseline") else "-"
         ax.plot(ks, [curve[k] for k in ks], style, marker="o", markersize=3, label=label)
     ax.set_xscale("log")
-    ax.set_xlabel("K (size of the predicted vocabulary)")
-    ax.set_ylabel("recall of target tokens (%)")
-    ax.set_title(title)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    finish(plt, fig, ax, path, "K (size of the predicted vocabulary)", "recall of target tokens (%)", title)
 
 
 def main(argv=None):
