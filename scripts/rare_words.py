@@ -12,7 +12,8 @@ are not in the dictionary (``<unk>`` included) are counted as "unknown".
 Sentence-final eos is not a token here.
 
 Each --output is LABEL=FILE: plain text with one sentence per line, or a
-fairseq-generate log (its ``H-`` lines are read).
+fairseq-generate log (its ``H-`` lines are read); the label ends at the
+last "=" (a label may hold "K = 500", a path may not hold "=").
 
     python scripts/rare_words.py --dict data-bin/multi30k.en-de/dict.de.txt \\
         --output "small (K = 500)=ckpt/small/generate-test.txt" \\
@@ -107,7 +108,7 @@ def main(argv=None):
         parser.error(str(err))
     results = {}
     for item in args.output:
-        label, sep, path = item.partition("=")
+        label, sep, path = item.rpartition("=")  # the last "=": labels may hold one
         if not sep or not label or not path:
             parser.error(f"--output looks like LABEL=FILE, not {item!r}")
         try:

@@ -19,8 +19,9 @@ def test_rare_words_shares_per_decile(tmp_path):
     (tmp_path / "ref.txt").write_text("w0 w1 w19 .\nw2 w3\n")  # "." is not in the dictionary: unknown
     (tmp_path / "gen.txt").write_text("S-1\tsrc\nH-1\t-0.5\tw0 w0\nH-0\t-0.1\tw18 <unk> madeupword0000 w0\n"
                                       "T-0\tw0\n")
-    out = run([REPO / "scripts" / "rare_words.py", "--dict", dictionary, "--output", f"ref={tmp_path / 'ref.txt'}",
-               "--output", f"sys={tmp_path / 'gen.txt'}", "--png", tmp_path / "rare.png"]).stdout
+    out = run([REPO / "scripts" / "rare_words.py", "--dict", dictionary,
+               "--output", f"ref (K = 5)={tmp_path / 'ref.txt'}", "--output", f"sys={tmp_path / 'gen.txt'}",
+               "--png", tmp_path / "rare.png"]).stdout
     rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:4]] for line in out.splitlines()
             if line.startswith("| ") and not line.startswith("| decile")}
     # ref: 6 tokens: w0 w1 (decile 1), w2 w3 (decile 2), w19 (decile 10), "." (unknown)
@@ -28,7 +29,7 @@ def test_rare_words_shares_per_decile(tmp_path):
     assert rows["2"] == ["33.333", "0.000"]
     assert rows["10 (rarest)"] == ["16.667", "16.667"]  # ref w19; sys w18
     assert rows["unknown"] == ["16.667", "33.333"]  # ref "."; sys <unk> and the padding symbol
-    assert rows["tokens"] == ["6", "6"]
+    assert rows["tokens"] == ["6", "6"] and "| ref (K = 5) | sys |" in out  # a label may hold "="
     assert (tmp_path / "rare.png").stat().st_size > 1000
     bad = run([REPO / "scripts" / "rare_words.py", "--dict", tmp_path / "ref.txt", "--output", "x=y"], check=False)
     assert bad.returncode != 0 and "not a fairseq dictionary line" in bad.stderr
