@@ -14,6 +14,7 @@
 #   REINFORCE steps per softmax, default 3), DEMO_THREADS (torch threads,
 #   default 2).
 set -euo pipefail
+shopt -s inherit_errexit  # a failing command inside $(...) stops the demo too
 cd "$(dirname "$0")/.."
 DEMO_DIR=${DEMO_DIR:-demo}
 DEMO_VOCAB=${DEMO_VOCAB:-10000}
