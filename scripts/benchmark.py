@@ -356,11 +356,11 @@ def data_vocab_size(args) -> int:
     return len(Dictionary.load(str(path)))
 
 
-def small_ks(args, vocab_size: int):
-    """The K values measured at one |V|: --k (default: the paper's rule), plus
-    the sweep at the sweep's vocabulary sizes; each below |V|."""
+def small_ks(args, vocab_size: int, sweep: bool = True):
+    """The K values measured at one |V|: --k (default: the paper's rule), plus,
+    with ``sweep``, --k-sweep at the sweep's vocabulary sizes; each below |V|."""
     ks = list(args.k or [paper_k(vocab_size)])
-    if vocab_size in args.sweep_vocab_sizes:
+    if sweep and vocab_size in args.sweep_vocab_sizes:
         ks += [k for k in args.k_sweep if k not in ks]
     return sorted(k for k in ks if k < vocab_size)
 
@@ -368,8 +368,7 @@ def small_ks(args, vocab_size: int):
 def configurations(args):
     for vocab_size in ([data_vocab_size(args)] if args.data else args.vocab_sizes):
         for mode in args.modes:
-            ks = small_ks(args, vocab_size) if mode != "decode" else [k for k in args.k or [paper_k(vocab_size)]
-                                                                      if k < vocab_size]
+            ks = small_ks(args, vocab_size, sweep=mode != "decode")  # decoding: no K sweep
             runs = [("small", k) for k in ks] + ([("full", 0)] if not args.no_full else [])
             shapes = ([(b, beam) for b in args.decode_batches for beam in args.beams] if mode == "decode"
                       else [(args.batch, None)])
@@ -487,13 +486,9 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if args.worker:
         return args
-    if args.quick:
-        given = {a.split("=")[0] for a in (argv if argv is not None else sys.argv[1:]) if a.startswith("--")}
-        quick = {"modes": ["ce", "reinforce"], "vocab_sizes": [24000], "k": [1000], "k_sweep": [], "steps": 2,
-                 "warmup": 1}
-        for name, value in quick.items():
-            if "--" + name.replace("_", "-") not in given:
-                setattr(args, name, value)
+    if args.quick:  # --quick's settings become the defaults, so that options given explicitly win
+        parser.set_defaults(modes=["ce", "reinforce"], vocab_sizes=[24000], k=[1000], k_sweep=[], steps=2, warmup=1)
+        args = parser.parse_args(argv)
     if args.zipf < 0:
         parser.error(f"--zipf {args.zipf}: the exponent must be >= 0 (0: uniform)")
     for k in (args.k or []) + args.k_sweep:

@@ -21,7 +21,7 @@ def recall_at(table: str, k: int):
     raise ValueError(f"no row for K = {k} in the recall table")
 
 
-def mean_reward(log: str):
+def first_last_reward(log: str):
     """First and last logged REINFORCE reward (sample GLEU x 100) of a fairseq-train log."""
     rewards = [float(m) for m in re.findall(r"\| train_inner \|.*?reward[ =]([-\d.]+)", log)]
     return (rewards[0], rewards[-1]) if rewards else None
@@ -32,7 +32,7 @@ def summarize(demo_dir: Path, k: int, bleu_ce: float, bleu_rl: float) -> dict:
     records = {r["softmax"]: r for r in json.loads((demo_dir / "bench.json").read_text())}
     small, full = records["small"], records["full"]
     log = demo_dir / "rl" / "train.log"
-    rewards = mean_reward(log.read_text()) if log.is_file() else None
+    rewards = first_last_reward(log.read_text()) if log.is_file() else None
     return {"vocab_size": full["vocab_size"], "K": k, "recall_at_k_test": recall,
             "frequency_baseline_recall_at_k_test": baseline, "bleu_test_after_ce": bleu_ce,
             "bleu_test_after_reinforce": bleu_rl, "bleu_gain": round(bleu_rl - bleu_ce, 2),

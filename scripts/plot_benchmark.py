@@ -36,14 +36,22 @@ def _label(mode, beam, batch=None):
     return {"ce": "CE step", "reinforce": "REINFORCE step"}.get(mode) or f"decoding, batch {batch}, beam {beam}"
 
 
-def speedups(records):
-    """{(device, mode, beam, batch): [(|V|, full / small)]} at the paper's K."""
+def paper_k_pairs(records):
+    """(small record at the paper's K, the full-softmax record of the same device,
+    mode, |V|, beam and batch) for every such small record that has one."""
     full = {_key(r): r for r in records if r["softmax"] == "full"}
-    lines = defaultdict(list)
     for r in records:
         ref = full.get(_key(r))
         if r["softmax"] == "small" and ref is not None and r["K"] == paper_k(r["vocab_size"]):
-            lines[(r["device"], r["mode"], r.get("beam"), r["batch"])].append((r["vocab_size"], _cost(ref) / _cost(r)))
+            yield r, ref
+
+
+def speedups(records):
+    """{(device, mode, beam, batch): [(|V|, full / small)]} at the paper's K."""
+    lines = defaultdict(list)
+    for small, full in paper_k_pairs(records):
+        lines[(small["device"], small["mode"], small.get("beam"), small["batch"])].append(
+            (small["vocab_size"], _cost(full) / _cost(small)))
     return {key: sorted(points) for key, points in lines.items()}
 
 
@@ -63,13 +71,8 @@ def k_curves(records):
 
 def memory_pairs(records):
     """[(label, small MB, full MB)] per device, mode and |V|, small at the paper's K."""
-    full = {_key(r): r for r in records if r["softmax"] == "full" and r.get("peak_mem_mb") is not None}
-    pairs = []
-    for r in records:
-        ref = full.get(_key(r))
-        if r["softmax"] == "small" and ref is not None and r["K"] == paper_k(r["vocab_size"]):
-            pairs.append((f"{r['mode']}\n{r['vocab_size'] / 1000:g}K", r["peak_mem_mb"], ref["peak_mem_mb"]))
-    return pairs
+    return [(f"{small['mode']}\n{small['vocab_size'] / 1000:g}K", small["peak_mem_mb"], full["peak_mem_mb"])
+            for small, full in paper_k_pairs(records) if full.get("peak_mem_mb") is not None]
 
 
 def main(argv=None):

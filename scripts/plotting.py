@@ -13,14 +13,13 @@ def new_figure(figsize=(6, 4)):
     return plt, fig, ax
 
 
-def finish(plt, fig, ax, path, xlabel, ylabel, title, grid_axis="both", legend=True):
+def finish(plt, fig, ax, path, xlabel, ylabel, title, grid_axis="both"):
     """Labels, grid and legend, then the PNG at ``path``; returns ``path``."""
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(True, axis=grid_axis, which="both", alpha=0.3)
-    if legend:
-        ax.legend(fontsize=8)
+    ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
