@@ -20,7 +20,15 @@ from typing import Dict, Optional, Tuple
 
 import numpy as np
 
-from fairseq_smallvocab.prep import DataError, atomic_output_dir, fairseq_preprocess, read_lines, write_json
+from fairseq_smallvocab.prep import (
+    DataError,
+    atomic_output_dir,
+    check_dest_apart_from_inputs,
+    fairseq_preprocess,
+    read_lines,
+    warn_special_tokens,
+    write_json,
+)
 
 KIROS_SPLITS = {"train": "train", "valid": "dev", "test": "test"}
 _TOKEN = re.compile(r"\w+(?:'\w+)?|[^\w\s]", re.UNICODE)
@@ -52,16 +60,18 @@ def kiros_image_rows(n_rows: int, n_captions: int, per_image: int, features=None
                     f"({n_captions / per_image:g} with --captions-per-image {per_image}) or one per caption")
 
 
-def write_features(path, features, keep: Optional[np.ndarray] = None, normalize=False, chunk=4096):
+def write_features(path, features, keep: Optional[np.ndarray] = None, normalize=False, chunk=4096, where=""):
     """Copy rows of a feature matrix into a float32 .npy file, chunk by chunk
-    (a memory-mapped input is never loaded whole); checks every row is finite."""
+    (a memory-mapped input is never loaded whole); checks every row is finite
+    (``where``: the input file and split, for the error)."""
     rows = np.arange(len(features)) if keep is None else keep
     out = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(len(rows), features.shape[1]))
     for start in range(0, len(rows), chunk):
         block = np.asarray(features[rows[start:start + chunk]], dtype=np.float32)
         bad = ~np.isfinite(block).all(axis=1)
         if bad.any():
-            raise DataError(f"feature row {int(rows[start + int(np.flatnonzero(bad)[0])])} holds NaN or inf")
+            raise DataError(f"{where}feature row {int(rows[start + int(np.flatnonzero(bad)[0])])} holds NaN or "
+                            "inf; fix or drop that image's features")
         if normalize:
             block = block / np.maximum(np.linalg.norm(block, axis=1, keepdims=True), 1e-12)
         out[start:start + len(block)] = block
@@ -69,14 +79,16 @@ def write_features(path, features, keep: Optional[np.ndarray] = None, normalize=
     del out
 
 
-def _read_split(raw: Path, role: str, lang: str, kiros: Optional[str], per_image: int):
-    """(captions, features (memory-mapped), image row of each caption, rows to keep)."""
+def _read_split(raw: Path, role: str, lang: str, kiros: Optional[str], per_image: int, log=print):
+    """(captions, features (memory-mapped), image row of each caption, rows
+    to keep, the features' path)."""
     if kiros:
         caps_path = raw / f"{kiros}_{KIROS_SPLITS[role]}_caps.txt"
         feats_path = raw / f"{kiros}_{KIROS_SPLITS[role]}_ims.npy"
     else:
         caps_path, feats_path = raw / f"{role}.{lang}", raw / f"{role}.npy"
     captions = read_lines(caps_path)
+    warn_special_tokens(caps_path, captions, log)
     for i, line in enumerate(captions):
         if not line.strip():
             raise DataError(f"{caps_path}, line {i + 1}: empty caption")
@@ -98,7 +110,7 @@ def _read_split(raw: Path, role: str, lang: str, kiros: Optional[str], per_image
         except ValueError as err:
             raise DataError(str(err)) from err
         keep = None
-    return captions, features, index, keep
+    return captions, features, index, keep, feats_path
 
 
 def prepare_captions(raw_dir, dest, lang="en", kiros: Optional[str] = None, per_image=5, min_count=1,
@@ -110,17 +122,18 @@ def prepare_captions(raw_dir, dest, lang="en", kiros: Optional[str] = None, per_
     raw = Path(raw_dir)
     if "train" not in splits:
         raise DataError("a train split is required (it defines the dictionary)")
-    read = {role: _read_split(raw, role, lang, kiros, per_image) for role in splits}
+    check_dest_apart_from_inputs(dest, [raw])
+    read = {role: _read_split(raw, role, lang, kiros, per_image, log) for role in splits}
     dims = {role: r[1].shape[1] for role, r in read.items()}
     if len(set(dims.values())) > 1:
         raise DataError(f"the splits' features differ in width: {dims}")
     stats: Dict = {"source": str(raw), "format": "kiros" if kiros else "project", "min_count": min_count,
                    "feature_dim": next(iter(dims.values())), "normalized": normalize, "splits": {}}
-    with atomic_output_dir(dest, overwrite=force) as tmp:
+    with atomic_output_dir(dest, overwrite=force, inputs=[raw]) as tmp:
         (tmp / "raw").mkdir()
-        for role, (captions, features, index, keep) in read.items():
+        for role, (captions, features, index, keep, feats_path) in read.items():
             (tmp / "raw" / f"{role}.{lang}").write_text("\n".join(captions) + "\n", encoding="utf-8")
-            write_features(tmp / f"{role}.npy", features, keep, normalize)
+            write_features(tmp / f"{role}.npy", features, keep, normalize, where=f"{feats_path} ({role} split): ")
             (tmp / f"{role}.index").write_text("\n".join(map(str, index.tolist())) + "\n")
             stats["splits"][role] = {"captions": len(captions), "images": int(len(np.unique(index))),
                                      "tokens": sum(len(c.split()) for c in captions)}

@@ -5,6 +5,7 @@ subwords, and fairseq-preprocess."""
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -18,19 +19,88 @@ class DataError(ValueError):
     """Bad input data; the message names the file (and line) and the fix."""
 
 
+OUTPUT_MARKER = ".smallvocab-output"  # written into every folder the tools below create
+SPECIAL_TOKENS = ("<s>", "<pad>", "</s>", "<unk>")  # fairseq's Dictionary symbols
+
+
+def check_dest_apart_from_inputs(dest, inputs, option="--dest"):
+    """Refuse an output folder that is, contains or lies inside an input
+    folder: replacing it (--force) would delete the input, and writing inside
+    it mixes the output with the user's files."""
+    dest = Path(dest).resolve()
+    for folder in inputs:
+        folder = Path(folder).resolve()
+        if dest == folder:
+            how = "is"
+        elif dest in folder.parents:
+            how = "contains"
+        elif folder in dest.parents:
+            how = "lies inside"
+        else:
+            continue
+        raise DataError(f"{option} {dest} {how} the input folder {folder}; choose an output folder outside "
+                        "the input (nothing was written)")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def remove_stale_temporaries(final: Path):
+    """Remove the temporary folders that killed runs for the same destination
+    left beside it: ``.NAME.tmp-PID-*`` and ``.NAME.old-PID`` of processes no
+    longer running, and ``.NAME.tmp-XXXXXXXX`` of older versions of these
+    tools (random suffix, no PID).  Nothing else is touched."""
+    if not final.parent.is_dir():
+        return
+    ours = re.compile(rf"\.{re.escape(final.name)}\.(?:tmp|old)-(\d+)(?:-[A-Za-z0-9_]+)?")
+    legacy = re.compile(rf"\.{re.escape(final.name)}\.tmp-[a-z0-9_]{{8}}")
+    for path in final.parent.iterdir():
+        m = ours.fullmatch(path.name)
+        stale = (m is not None and int(m.group(1)) != os.getpid() and not _pid_alive(int(m.group(1)))) or (
+            m is None and legacy.fullmatch(path.name) is not None)
+        if stale and path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+
+
 @contextlib.contextmanager
-def atomic_output_dir(final, overwrite=False):
+def atomic_output_dir(final, overwrite=False, inputs=(), option="--dest"):
     """Yield a temporary folder beside ``final``; rename it to ``final`` only
     when the block succeeds, so that a failed or interrupted run never leaves a
-    folder that looks complete.  An existing ``final`` is an error unless
-    ``overwrite`` (then it is replaced only after the new one is complete)."""
+    folder that looks complete.
+
+    Checked before anything is written: ``final`` must not be, contain or lie
+    inside one of the ``inputs`` folders.  An existing ``final`` is an error
+    unless ``overwrite`` (then it is replaced only after the new one is
+    complete), and even then only an empty folder or one these tools wrote
+    (it holds the ``OUTPUT_MARKER`` file) is replaced: a user's own folder
+    never is.  Temporary folders that killed runs left for ``final`` are
+    removed first."""
     final = Path(final)
-    if final.exists() and not overwrite:
-        raise DataError(f"{final} already exists; remove it or pass --force to replace it")
+    check_dest_apart_from_inputs(final, inputs, option)
+    if final.exists() or final.is_symlink():
+        if not overwrite:
+            raise DataError(f"{final} already exists; remove it or pass --force to replace it")
+        if final.is_symlink() or not final.is_dir():
+            raise DataError(f"{final} exists and is not a folder; --force replaces only output folders of "
+                            "these tools: remove it yourself or choose another output folder")
+        if any(final.iterdir()) and not (final / OUTPUT_MARKER).is_file():
+            raise DataError(f"{final} exists and was not written by this project's tools (no {OUTPUT_MARKER} "
+                            "file in it), so --force does not replace it: remove it yourself or choose another "
+                            "output folder")
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+    remove_stale_temporaries(final)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-{os.getpid()}-", dir=final.parent))
     try:
         yield tmp
+        (tmp / OUTPUT_MARKER).write_text(f"written by {Path(sys.argv[0]).name or 'python'} "
+                                         "(fairseq-smallvocab); --force may replace this folder\n")
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -53,8 +123,41 @@ def read_lines(path) -> List[str]:
         # see the same sentence pairs
         with open(path, encoding="utf-8", newline="\n") as f:
             return [line.rstrip("\r\n").replace("\r", " ") for line in f]
-    except UnicodeDecodeError as err:
-        raise DataError(f"{path}: not UTF-8 text ({err})") from err
+    except UnicodeDecodeError:
+        raise DataError(f"{path}: {first_non_utf8_line(path)}; convert the file to UTF-8 "
+                        "(e.g. iconv -f LATIN1 -t UTF-8)") from None
+
+
+def first_non_utf8_line(path) -> str:
+    """Where a file stops being UTF-8: 'line N, column C is not UTF-8 (bytes ...)'."""
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, start=1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                bad = raw[err.start:err.end]
+                return f"line {number}, byte {err.start + 1} of the line is not UTF-8 ({bad!r})"
+    return "not UTF-8 text"
+
+
+def warn_special_tokens(path, lines: Sequence[str], log=print) -> int:
+    """Warn about literal fairseq special symbols (<s>, <pad>, </s>, <unk>) in
+    raw text: fairseq-preprocess silently binarizes them as the special ids,
+    not as words.  Returns how many were found."""
+    found, numbers = Counter(), []
+    for number, line in enumerate(lines, start=1):
+        hits = [tok for tok in line.split() if tok in SPECIAL_TOKENS]
+        if hits:
+            found.update(hits)
+            numbers.append(number)
+    total = sum(found.values())
+    if total:
+        kinds = ", ".join(f"{tok} x{n}" for tok, n in found.most_common())
+        more = f" and {len(numbers) - 5} more" if len(numbers) > 5 else ""
+        log(f"warning: {path}: {total} literal special token(s) ({kinds}) on line(s) "
+            f"{', '.join(map(str, numbers[:5]))}{more}: fairseq binarizes them as its special symbols, not as "
+            "words; remove or rewrite them if they are text")
+    return total
 
 
 def read_parallel(src_path, tgt_path, empty="fail") -> Tuple[List[str], List[str], int]:
@@ -255,17 +358,20 @@ def prepare(raw_dir, dest, src, tgt, splits, min_count=None, subword="none", sp_
     if min_count < 1:
         raise DataError(f"--min-count must be >= 1, got {min_count}")
     raw_dir, dest = Path(raw_dir), Path(dest)
+    check_dest_apart_from_inputs(dest, [raw_dir])
     texts, dropped = {}, {}
     for role, prefix in splits.items():  # read and check everything before writing
         s, t, n_drop = read_parallel(raw_dir / f"{prefix}.{src}", raw_dir / f"{prefix}.{tgt}",
                                           empty=empty_lines)
         if not s:
             raise DataError(f"{raw_dir / prefix}.{{{src},{tgt}}} holds no sentence pair")
+        for lang, lines in ((src, s), (tgt, t)):
+            warn_special_tokens(raw_dir / f"{prefix}.{lang}", lines, log)
         texts[role] = {src: s, tgt: t}
         dropped[role] = n_drop
         if n_drop:
             log(f"{role}: dropped {n_drop} sentence pair(s) with an empty side")
-    with atomic_output_dir(dest, overwrite=force) as tmp:
+    with atomic_output_dir(dest, overwrite=force, inputs=[raw_dir]) as tmp:
         (tmp / "raw").mkdir()
         for role, sides in texts.items():
             for lang, lines in sides.items():

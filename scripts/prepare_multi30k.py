@@ -88,6 +88,8 @@ def main(argv=None):
             if args.subword == "sentencepiece":
                 name += f".spm{args.sp_vocab_size}"
             dest = args.out_dir / name
+            if not args.download:
+                prep.check_dest_apart_from_inputs(dest, [source], "--out-dir")
             stats = prep.prepare(source, dest, src, tgt, SPLITS, args.min_count, args.subword,
                                  args.sp_vocab_size, args.sp_model_type, args.empty_lines,
                                  args.workers, args.force, log=log)

@@ -1,6 +1,7 @@
 """Data preparation: checks, atomic output, subwords, fairseq binarization."""
 
 import json
+import os
 import shutil
 
 import pytest
@@ -215,3 +216,105 @@ def test_carriage_return_inside_a_line_keeps_pairs_aligned(tiny_raw, tmp_path):
     ds = data_utils.load_indexed_dataset(str(tmp_path / "bin" / "valid.src-tgt.src"), src_dict)
     assert len(ds) == len(lines)
     assert src_dict.string(ds[2]) == " ".join(words)
+
+
+# -- --force never deletes the user's files ---------------------------------------------------------
+
+def _snapshot(folder):
+    return sorted((p.relative_to(folder).as_posix(), p.read_bytes()) for p in folder.rglob("*") if p.is_file())
+
+
+@pytest.mark.parametrize("where", ["same", "parent", "inside"])
+def test_dest_overlapping_the_input_is_refused_before_anything_is_touched(tiny_raw, tmp_path, where):
+    raw = _copy_raw(tiny_raw, tmp_path / "work" / "raw")
+    (raw / "notes.txt").write_text("the user's own file\n")
+    before = _snapshot(tmp_path / "work")
+    dest = {"same": raw, "parent": tmp_path / "work", "inside": raw / "bin"}[where]
+    result = run([PREPARE, "--raw-dir", raw, "--src", "src", "--tgt", "tgt", "--dest", dest, "--force",
+                  "--min-count", "1"], check=False)
+    assert result.returncode == 2, result.stdout
+    how = {"same": "is", "parent": "contains", "inside": "lies inside"}[where]
+    assert f"{how} the input folder" in result.stderr and "nothing was written" in result.stderr
+    assert _snapshot(tmp_path / "work") == before  # not a byte changed, nothing added
+
+
+def test_other_scripts_refuse_an_output_overlapping_their_input(tiny_raw, tmp_path):
+    from fairseq_smallvocab.caption_prep import prepare_captions
+
+    source = _copy_raw(tiny_raw, tmp_path / "m30k")
+    for ours, theirs in (("train", "train"), ("valid", "val"), ("test", "test2016")):
+        for lang, side in (("en", "src"), ("de", "tgt")):
+            shutil.copy(tiny_raw / f"{ours}.{side}", source / f"{theirs}.{lang}")
+    before = _snapshot(source)
+    result = run([MULTI, "--source", source, "--out-dir", source.parent, "--min-count", "1", "--force"], check=False)
+    assert result.returncode == 0  # data-bin beside the source folder: fine
+    result = run([MULTI, "--source", source, "--out-dir", source / "bin", "--force"], check=False)
+    assert result.returncode == 2 and "lies inside the input folder" in result.stderr
+    assert _snapshot(source) == before
+    with pytest.raises(prep.DataError, match="is the input folder"):
+        prepare_captions(source, source, force=True)
+    assert _snapshot(source) == before
+
+
+def test_force_replaces_only_folders_the_tools_wrote(tmp_path):
+    gen = REPO / "scripts" / "make_synthetic_corpus.py"
+    args = ["--tgt-vocab-size", "200", "--train-size", "250", "--valid-size", "5", "--test-size", "5"]
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "thesis.tex").write_text("months of work\n")
+    result = run([gen, "--out", mine, "--force", *args], check=False)
+    assert result.returncode == 2 and "not written by this project's tools" in result.stderr
+    assert [p.name for p in mine.iterdir()] == ["thesis.tex"]
+    out = tmp_path / "corpus"
+    run([gen, "--out", out, *args])
+    assert (out / prep.OUTPUT_MARKER).is_file()
+    (out / "train.src").write_text("stale\n")
+    run([gen, "--out", out, "--force", *args])  # its own output: replaced
+    assert (out / "train.src").read_text() != "stale\n"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    run([gen, "--out", empty, "--force", *args])
+    assert (empty / "train.tgt").is_file()
+
+
+def test_stale_temporary_folders_of_killed_runs_are_removed(tiny_raw, tmp_path):
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True).stdout.strip()  # a PID that has exited
+    stale = [f".bin.tmp-{dead}-k2j4h5", f".bin.old-{dead}", ".bin.tmp-a1b2c3d4"]  # the last: older naming
+    kept = [f".bin.tmp-{os.getppid()}-x9y8z7", ".bin.tmp-notours", ".other.tmp-a1b2c3d4", "bin-notes"]
+    for name in stale + kept:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "half-written.bin").write_text("x")
+    prep.prepare(tiny_raw, tmp_path / "bin", "src", "tgt", SPLITS, min_count=1, log=lambda m: None)
+    left = {p.name for p in tmp_path.iterdir()}
+    assert not left & set(stale)
+    assert left == set(kept) | {"bin"}  # a live run's folder and foreign names untouched
+
+
+def test_non_utf8_input_names_the_line(tiny_raw, tmp_path):
+    raw = _copy_raw(tiny_raw, tmp_path / "raw")
+    lines = (raw / "valid.tgt").read_bytes().split(b"\n")
+    lines[6] = lines[6] + " caf\xe9".encode("latin-1")
+    (raw / "valid.tgt").write_bytes(b"\n".join(lines))
+    with pytest.raises(prep.DataError, match=r"valid\.tgt: line 7, byte \d+ of the line is not UTF-8"):
+        prep.prepare(raw, tmp_path / "bin", "src", "tgt", SPLITS)
+
+
+def test_literal_special_tokens_are_reported(tiny_raw, tmp_path):
+    raw = _copy_raw(tiny_raw, tmp_path / "raw")
+    lines = (raw / "train.src").read_text().splitlines()
+    for i in (3, 10, 11, 20, 30, 40, 50):
+        lines[i] += " <unk>"
+    lines[10] += " </s>"
+    _write(raw, "train.src", lines)
+    messages = []
+    prep.prepare(raw, tmp_path / "bin", "src", "tgt", SPLITS, min_count=1, log=messages.append)
+    warning = [m for m in messages if "literal special token" in m]
+    assert len(warning) == 1 and "train.src: 8 literal special token(s) (<unk> x7, </s> x1)" in warning[0]
+    assert "line(s) 4, 11, 12, 21, 31 and 2 more" in warning[0]
+    result = run([PREPARE, "--raw-dir", raw, "--src", "src", "--tgt", "tgt", "--dest", tmp_path / "b2",
+                  "--min-count", "1"])
+    assert "literal special token" in result.stderr
