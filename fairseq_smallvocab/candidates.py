@@ -5,11 +5,23 @@ small-vocabulary translation task.
 A candidate file is a pair ``NAME.npy`` (an N x K matrix of target-dictionary
 ids, best first; uint16 when the dictionary fits, else int32) and
 ``NAME.json`` (what it was made from: K, the split, the target dictionary's
-fingerprint, the predictor's path and SHA-256, whether gold words were forced
-in).  Both are written to temporary names and renamed, the .npy last, so a
-reader never sees a half-written pair.
+fingerprint, the split's content digest, the predictor's path and SHA-256,
+whether gold words were forced in, and the SHA-256 of the .npy itself).
+
+The pair is made consistent by its order of writing and by a check, not by
+luck: the .npy is written to a temporary name and renamed first, the .json
+last, and a reader refuses a pair whose .npy does not have the digest its
+.json records.  A crash between the two renames leaves new lists beside an
+old description, which the reader then rejects (the cache is recomputed, an
+exported list must be exported again).
+
+The split's content digest (``split_digest``) ties the lists to the data they
+were predicted for: two data folders with the same dictionary and the same
+number of sentences (two test sets, a reshuffled training set) get different
+digests, so the lists of one are never used for the other.
 """
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -18,7 +30,16 @@ from typing import Dict, Optional, Tuple
 import numpy as np
 
 FORMAT = "fairseq-smallvocab-candidates"
-VERSION = 1
+VERSION = 2  # 2: .npy digest and the split's content digest recorded
+
+
+class DataMismatch(ValueError):
+    """Lists made from other data than the split they are read for;
+    ``made_from`` is the data folder their description names."""
+
+    def __init__(self, message, made_from=None):
+        super().__init__(message)
+        self.made_from = made_from
 
 
 def candidate_file(folder, split: str, k: int) -> Path:
@@ -26,21 +47,87 @@ def candidate_file(folder, split: str, k: int) -> Path:
     return Path(folder) / f"{split}.k{k}.npy"
 
 
+def file_sha256(path, chunk=1 << 22) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(chunk), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+# -- what the lists were made from ----------------------------------------------------------------
+
+
+def _hash_tokens(h, dataset, chunk=1 << 20):
+    """Feed a token dataset's content to ``h``: every item's ids as int64,
+    concatenated, then the item lengths.  fairseq's memory-mapped datasets are
+    read straight from their buffer (the same bytes as item by item)."""
+    from fairseq.data import indexed_dataset
+
+    if isinstance(dataset, indexed_dataset.MMapIndexedDataset):
+        stream = np.frombuffer(dataset._bin_buffer, dtype=dataset._index.dtype)
+        for start in range(0, len(stream), chunk):
+            h.update(stream[start:start + chunk].astype(np.int64).tobytes())
+        sizes = np.asarray(dataset.sizes, dtype=np.int64)
+    else:
+        sizes = np.empty(len(dataset), dtype=np.int64)
+        for i in range(len(dataset)):
+            item = np.asarray(dataset[i], dtype=np.int64)
+            h.update(item.tobytes())
+            sizes[i] = len(item)
+    h.update(b"|sizes|")
+    h.update(sizes.tobytes())
+
+
+def split_digest(dataset) -> str:
+    """SHA-256 of what a split's candidate lists depend on, the same for the
+    predictor's task and the translation/captioning tasks reading the same
+    files: source and target tokens (sentence pairs), or the captions, each
+    caption's image row and the image features (captions)."""
+    from fairseq.data import BaseWrapperDataset
+
+    while isinstance(dataset, BaseWrapperDataset):
+        dataset = dataset.dataset
+    h = hashlib.sha256()
+    if hasattr(dataset, "features"):  # data.FeatureTargetDataset: every caption, whatever it serves
+        h.update(b"captions|")
+        _hash_tokens(h, dataset.tgt)
+        h.update(b"|rows|")
+        h.update(np.asarray(dataset.row_of, dtype=np.int64).tobytes())
+        h.update(b"|features|")
+        feats = dataset.features
+        h.update(str(feats.shape).encode())
+        for start in range(0, len(feats), 4096):
+            h.update(np.ascontiguousarray(feats[start:start + 4096], dtype=np.float32).tobytes())
+    else:  # fairseq's LanguagePairDataset
+        h.update(b"source|")
+        _hash_tokens(h, dataset.src)
+        h.update(b"|target|")
+        if dataset.tgt is not None:
+            _hash_tokens(h, dataset.tgt)
+    return h.hexdigest()
+
+
+# -- the files ------------------------------------------------------------------------------------
+
+
 def write_candidates(path, ids: np.ndarray, meta: Dict) -> Path:
+    """Write ``ids`` and ``meta`` as a candidate file pair (the .npy renamed
+    into place first, the .json last; see the module doc)."""
     path = Path(path).with_suffix(".npy")
     if ids.ndim != 2:
         raise ValueError(f"candidates must be an N x K matrix, got shape {ids.shape}")
     path.parent.mkdir(parents=True, exist_ok=True)
-    meta = dict(meta, format=FORMAT, version=VERSION, rows=int(ids.shape[0]), k=int(ids.shape[1]),
-                dtype=str(ids.dtype))
     tmp_npy = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     tmp_json = path.with_name(f".{path.stem}.json.tmp-{os.getpid()}")
     try:
         with open(tmp_npy, "wb") as f:
             np.save(f, ids)
+        meta = dict(meta, format=FORMAT, version=VERSION, rows=int(ids.shape[0]), k=int(ids.shape[1]),
+                    dtype=str(ids.dtype), npy_sha256=file_sha256(tmp_npy))
         tmp_json.write_text(json.dumps(meta, indent=2) + "\n")
-        os.replace(tmp_json, path.with_suffix(".json"))
         os.replace(tmp_npy, path)
+        os.replace(tmp_json, path.with_suffix(".json"))
     finally:
         for tmp in (tmp_npy, tmp_json):
             if tmp.exists():
@@ -49,17 +136,32 @@ def write_candidates(path, ids: np.ndarray, meta: Dict) -> Path:
 
 
 def read_candidates(path, k: Optional[int] = None, dict_hash: Optional[int] = None,
-                    rows: Optional[int] = None) -> Tuple[np.ndarray, Dict]:
-    """(memory-mapped N x K ids, metadata); checks the file against the
-    expected K, target dictionary fingerprint and number of examples."""
+                    rows: Optional[int] = None, data_digest: Optional[str] = None,
+                    data_name: str = "this data") -> Tuple[np.ndarray, Dict]:
+    """(memory-mapped N x K ids, metadata).  Checks that the pair is whole
+    (the .npy has the digest its .json records) and matches the expected K,
+    target dictionary fingerprint, number of examples and split content
+    (``data_digest``, from ``split_digest``; a mismatch raises
+    ``DataMismatch`` naming both data folders)."""
     path = Path(path).with_suffix(".npy")
     meta_path = path.with_suffix(".json")
     if not path.is_file() or not meta_path.is_file():
         raise FileNotFoundError(f"candidate file {path} (with {meta_path.name}) not found; write it with "
                                 "scripts/export_candidates.py")
-    meta = json.loads(meta_path.read_text())
-    if meta.get("format") != FORMAT:
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (ValueError, UnicodeDecodeError) as err:
+        raise ValueError(f"{meta_path} is not a readable candidate-list description ({err}); export it again") \
+            from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise ValueError(f"{meta_path} is not a candidate-list description")
+    if meta.get("version") != VERSION or "npy_sha256" not in meta:
+        raise ValueError(f"{path} was written by an older version of fairseq-smallvocab, which did not record "
+                         "what data it was made from; export it again with scripts/export_candidates.py")
+    if file_sha256(path) != meta["npy_sha256"]:
+        raise ValueError(f"{path} does not match its description {meta_path.name} (the .npy's SHA-256 differs "
+                         "from the one recorded): the pair was not written together, e.g. a run was killed "
+                         "between the two; export it again")
     ids = np.load(path, mmap_mode="r")
     if ids.ndim != 2 or ids.shape != (meta["rows"], meta["k"]):
         raise ValueError(f"{path} holds shape {ids.shape}, its description says ({meta['rows']}, {meta['k']}): "
@@ -71,4 +173,10 @@ def read_candidates(path, k: Optional[int] = None, dict_hash: Optional[int] = No
                          "from a predictor trained on this data")
     if rows is not None and meta["rows"] != rows:
         raise ValueError(f"{path} has {meta['rows']} rows but the split has {rows} examples")
+    if data_digest is not None and meta.get("data_sha256") != data_digest:
+        raise DataMismatch(
+            f"{path} holds the lists of other data: they were predicted for split '{meta.get('split')}' of "
+            f"{meta.get('data')} (content SHA-256 {str(meta.get('data_sha256'))[:12]}...), but this run reads "
+            f"{data_name} (content SHA-256 {data_digest[:12]}...). Same dictionary and size, different sentences: "
+            "these lists would give every example another sentence's candidates.", made_from=meta.get("data"))
     return ids, meta

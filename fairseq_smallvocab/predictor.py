@@ -1,7 +1,6 @@
 """Using a trained vocabulary predictor: loading it with checks, predicting
 candidate lists and measuring recall@K over a data split."""
 
-import hashlib
 import os
 from pathlib import Path
 from typing import Dict, Optional, Sequence
@@ -9,19 +8,12 @@ from typing import Dict, Optional, Sequence
 import numpy as np
 import torch
 
+from fairseq_smallvocab.candidates import file_sha256
 from fairseq_smallvocab.vocab import check_k, multi_hot, recall_hits, select_candidates
 
 
 class PredictorError(ValueError):
     """A predictor checkpoint that cannot be used, with the reason and the fix."""
-
-
-def file_sha256(path, chunk=1 << 22) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(chunk), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def load_predictor(path, data: Optional[str] = None, **task_overrides):
@@ -48,10 +40,29 @@ def load_predictor(path, data: Optional[str] = None, **task_overrides):
         raise PredictorError(f"{path} is a checkpoint of '{arch}', not of a vocabulary predictor "
                              "(fairseq-train --task vocab_prediction --arch vocab_predictor)")
     trained_on = cfg.task.data
+    reads_features = getattr(cfg.task, "source_features", None) is not None
+    if "source_features" in task_overrides and (task_overrides["source_features"] is not None) != reads_features:
+        if reads_features:
+            raise PredictorError(
+                f"{path} predicts words from image features (trained with --source-features "
+                f"{cfg.task.source_features}), but these data ({data or trained_on}) are sentence pairs: use a "
+                "predictor trained on their source sentences (fairseq-train DATA --task vocab_prediction "
+                "--arch vocab_predictor ...)")
+        raise PredictorError(
+            f"{path} predicts words from source sentences (trained on {trained_on}), but captioning reads image "
+            "features: use a predictor trained with --task vocab_prediction --source-features DIR")
+    trained_dict = _target_dictionary_file(trained_on, getattr(cfg.task, "target_lang", None), reads_features)
     if data is not None:
         cfg.task.data = str(data)
     for key, value in task_overrides.items():
         setattr(cfg.task, key, value)
+    folder = str(cfg.task.data).split(os.pathsep)[0]
+    tgt = getattr(cfg.task, "target_lang", None)
+    if tgt and not os.path.isfile(os.path.join(folder, f"dict.{tgt}.txt")):
+        found = ", ".join(sorted(p.name for p in Path(folder).glob("dict.*.txt"))) or "no dict.*.txt at all"
+        raise PredictorError(
+            f"{path} was trained on target language '{tgt}' ({os.path.join(str(trained_on), f'dict.{tgt}.txt')}), "
+            f"but {folder} has no dict.{tgt}.txt (it has {found}): use a predictor trained on this data")
     task = tasks.setup_task(cfg.task)
     saved_hash = int(state["model"]["target_dict_hash"].item())
     saved_size = state["model"]["prior"].numel()
@@ -59,7 +70,7 @@ def load_predictor(path, data: Optional[str] = None, **task_overrides):
         tgt = task.cfg.target_lang  # inferred from the data folder when not given
         raise PredictorError(
             f"target dictionaries differ: the predictor {path} was trained with "
-            f"{os.path.join(str(trained_on), f'dict.{tgt}.txt')} ({saved_size} entries), the data uses "
+            f"{trained_dict or f'the target dictionary of {trained_on}'} ({saved_size} entries), the data uses "
             f"{os.path.join(str(cfg.task.data), f'dict.{tgt}.txt')} ({len(task.target_dictionary)} entries). "
             "Use a predictor trained on this data, or binarize the data with "
             "fairseq-preprocess --tgtdict pointing to the predictor's dictionary.")
@@ -67,6 +78,20 @@ def load_predictor(path, data: Optional[str] = None, **task_overrides):
     model.load_state_dict(state["model"], strict=True)
     model.eval()
     return model, task
+
+
+def _target_dictionary_file(folder, lang, reads_features) -> Optional[str]:
+    """The target dictionary a predictor was trained with, as its data folder
+    names it: dict.LANG.txt of the language it recorded, else of the folder's
+    only dictionary (captions) or inferred language pair (sentence pairs)."""
+    from fairseq.data import data_utils
+
+    from fairseq_smallvocab.data import single_dictionary_lang
+
+    folder = str(folder).split(os.pathsep)[0]
+    if not lang and os.path.isdir(folder):
+        lang = single_dictionary_lang(folder) if reads_features else data_utils.infer_language_pair(folder)[1]
+    return os.path.join(folder, f"dict.{lang}.txt") if lang else None
 
 
 def _batches(task, split, batch_size):
@@ -142,7 +167,7 @@ def export_split(model, task, split, k, out_dir, predictor_path, digest=None, go
     (see candidates.py).  Returns (path, ids, seconds spent predicting)."""
     import time
 
-    from fairseq_smallvocab.candidates import candidate_file, write_candidates
+    from fairseq_smallvocab.candidates import candidate_file, split_digest, write_candidates
     from fairseq_smallvocab.models.vocab_predictor import dictionary_fingerprint
 
     start = time.perf_counter()
@@ -150,7 +175,9 @@ def export_split(model, task, split, k, out_dir, predictor_path, digest=None, go
     seconds = time.perf_counter() - start
     meta = {"split": split, "vocab_size": len(task.target_dictionary),
             "target_dict_hash": dictionary_fingerprint(task.target_dictionary),
+            "data": os.path.abspath(str(task.cfg.data).split(os.pathsep)[0]),
+            "data_sha256": split_digest(task.dataset(split)),
             "predictor": str(predictor_path), "predictor_sha256": digest or file_sha256(predictor_path),
-            "gold_included": gold, "always_included": [task.target_dictionary.unk()], "data": str(task.cfg.data)}
+            "gold_included": gold, "always_included": [task.target_dictionary.unk()]}
     return write_candidates(candidate_file(out_dir, split, k), ids, meta), ids, seconds
 

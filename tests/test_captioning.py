@@ -396,3 +396,48 @@ def test_benchmark_on_a_captioning_folder(cap_model, cap_bin, cap_predictor, tmp
          "--steps", "1", "--warmup", "1", "--threads", "1", "--checkpoint", cap_model, "--json", tmp_path / "t.json"],
         cwd=USER_DIR.parent)
     assert all(r["checkpoint"] == str(cap_model) for r in json.loads((tmp_path / "t.json").read_text()))
+
+
+def test_interactive_is_refused_at_start(cap_model, cap_bin):
+    out = run(["fairseq-interactive", cap_bin, *CAP, *DECODE, "--buffer-size", "8", "--path", cap_model], stdin="",
+              check=False)
+    assert out.returncode != 0  # no input at all: refused before reading any
+    assert "not lines of text: fairseq-interactive cannot be used with it" in out.stderr
+    assert "encode_line" not in out.stderr
+
+
+def test_predictors_of_the_other_input_kind_are_named(cap_predictor, cap_bin, tiny_bin, predictor, tmp_path):
+    from fairseq_smallvocab.predictor import PredictorError, load_predictor
+    from fairseq_smallvocab.tasks.translation_smallvocab import TranslationSmallVocabConfig, TranslationSmallVocabTask
+
+    cfg = TranslationSmallVocabConfig(data=str(tiny_bin), vocab_predictor=str(cap_predictor),
+                                      candidates_dir=str(tmp_path / "c"), small_vocab_size=40)
+    cfg.train_subset, cfg.dataset_impl, cfg.required_seq_len_multiple = "train", None, 1
+    with pytest.raises(PredictorError, match=r"predicts words from image features .* these data .* are sentence "
+                                             r"pairs"):
+        TranslationSmallVocabTask.setup_task(cfg).load_dataset("valid")
+    with pytest.raises(PredictorError, match="predicts words from source sentences .* captioning reads image"):
+        _task(cap_bin, vocab_predictor=str(predictor), candidates_dir=str(tmp_path / "d"),
+              small_vocab_size=40).load_dataset("valid")
+    # export_candidates.py: a caption predictor with a text data folder names the dictionaries that exist
+    with pytest.raises(PredictorError, match="target dictionaries differ") as err:
+        load_predictor(cap_predictor, tiny_bin)
+    assert f"trained with {cap_bin / 'dict.en.txt'} (" in str(err.value)
+    assert f"the data uses {tiny_bin / 'dict.tgt.txt'} (" in str(err.value)
+    assert not (cap_bin / "dict.tgt.txt").exists()
+    out = run(["scripts/export_candidates.py", "--predictor", cap_predictor, "--data", tiny_bin, "--k", "40",
+               "--out-dir", tmp_path / "e"], cwd=USER_DIR.parent, check=False)
+    assert out.returncode == 2 and f"trained with {cap_bin / 'dict.en.txt'}" in out.stderr
+
+
+def test_prepare_captions_names_the_file_and_split_of_a_nan_feature(cap_raw, tmp_path):
+    from fairseq_smallvocab.caption_prep import prepare_captions
+    from fairseq_smallvocab.prep import DataError
+
+    raw = shutil.copytree(cap_raw, tmp_path / "raw")
+    feats = np.load(raw / "valid.npy")
+    feats[4, 0] = np.inf
+    np.save(raw / "valid.npy", feats)
+    with pytest.raises(DataError, match=r"valid\.npy \(valid split\): feature row 4 holds NaN or inf"):
+        prepare_captions(raw, tmp_path / "bin", log=lambda m: None)
+    assert not (tmp_path / "bin").exists()

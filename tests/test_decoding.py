@@ -85,3 +85,35 @@ def test_predictor_with_another_dictionary_is_refused(small_model, tiny_bin, tin
               check=False)
     assert out.returncode != 0 and "target dictionaries differ" in out.stderr
     assert not (tmp_path / "c").exists() or not any((tmp_path / "c").iterdir())  # nothing half-written
+
+
+def test_a_predictor_given_as_path_is_named(predictor, tiny_bin):
+    out = run(["fairseq-generate", tiny_bin, *DECODE, "--path", predictor, "--small-vocab-size", "0"], check=False)
+    assert out.returncode != 0
+    assert "a vocabulary predictor (arch vocab_predictor) was given where a translation or captioning model" \
+        in out.stderr and "Give it to --vocab-predictor" in out.stderr
+    assert "uses_features" not in out.stderr
+
+
+def test_decoding_limits_that_allow_no_token_are_refused(small_model, tiny_bin):
+    out = run(["fairseq-generate", tiny_bin, *DECODE[:-2], "--path", small_model, "--max-len-a", "0",
+               "--max-len-b", "0"], check=False)
+    assert out.returncode != 0 and "leaves no room for a single output token" in out.stderr
+    assert "--max-len-b N" in out.stderr and "AssertionError" not in out.stderr
+
+
+@pytest.mark.parametrize("flag", ["--fp16", "--bf16"])
+def test_half_precision_training_that_fairseq_cannot_run_is_refused_early(tiny_bin, tmp_path, flag):
+    import importlib.util
+
+    import torch
+
+    if (flag == "--fp16" and torch.cuda.is_available()) or (flag == "--bf16" and importlib.util.find_spec("torch_xla")):
+        pytest.skip(f"{flag} can train here")
+    out = run(["fairseq-train", tiny_bin, *TRAIN, "--small-vocab-size", "0", "--save-dir", tmp_path, flag],
+              check=False)
+    assert out.returncode != 0
+    want = "needs a CUDA GPU" if flag == "--fp16" else "takes --bf16 for a TPU run"
+    assert f"training with {flag}" in out.stderr and want in out.stderr and "Drop the flag" in out.stderr
+    assert "Torch not compiled with CUDA" not in out.stderr and "xla_device" not in out.stderr
+    assert not list(tmp_path.iterdir())

@@ -204,3 +204,137 @@ def test_gold_outside_candidates_counts_reference_tokens_not_in_the_row():
     cands = torch.tensor([[0, 1, 2, 3, 4, 5], [0, 1, 2, 3, 6, 7]])
     target = torch.tensor([[4, 9, 3, 2], [6, 8, 2, 1]])  # 9 and 8 are outside; <unk> (3) is inside
     assert gold_outside_candidates(cands, target, d) == (7, 2)
+
+
+# -- lists belong to the data they were made from ---------------------------------------------------
+
+def _reordered_copy(src_folder, dest):
+    """A copy of a data folder whose test split holds the same sentence pairs in reverse order: the
+    same dictionaries and sizes, other sentences at every index."""
+    import shutil
+
+    from fairseq.data import data_utils, indexed_dataset
+
+    shutil.copytree(src_folder, dest)
+    for lang in ("src", "tgt"):
+        prefix = str(src_folder / f"test.src-tgt.{lang}")
+        ds = data_utils.load_indexed_dataset(prefix, None)
+        out = str(dest / f"test.src-tgt.{lang}")
+        builder = indexed_dataset.make_builder(out + ".bin", impl="mmap", vocab_size=10000)
+        for i in reversed(range(len(ds))):
+            builder.add_item(ds[i])
+        builder.finalize(out + ".idx")
+    return dest
+
+
+def test_cached_lists_are_keyed_by_the_data_not_only_its_size(predictor, tiny_bin, tmp_path, caplog):
+    import shutil
+
+    mine = shutil.copytree(tiny_bin, tmp_path / "data-bin")
+    other = _reordered_copy(tiny_bin, tmp_path / "other-test-set")
+    cache = tmp_path / "cache"
+
+    def task(data, folder):
+        t = _task(data, vocab_predictor=str(predictor), candidates_dir=str(folder), small_vocab_size=40)
+        t.load_dataset("test")
+        return t
+
+    first = task(mine, cache)
+    with pytest.raises(ValueError, match=r"holds the lists of other data.*split 'test' of .*data-bin.*"
+                                         r"this run reads split 'test' of .*other-test-set.*--candidates-dir"):
+        task(other, cache)
+    # a cache folder of its own: predicted for this data, each row its own sentence's
+    second = task(other, tmp_path / "cache2")
+    np.testing.assert_array_equal(second.dataset("test").rows, first.dataset("test").rows[::-1])
+    assert not np.array_equal(second.dataset("test").rows, first.dataset("test").rows)
+    # the same folder whose content changed: the cache is predicted again, with a warning
+    caplog.set_level(logging.INFO)
+    for name in [p.name for p in other.glob("test.src-tgt.*")]:
+        shutil.copy(other / name, mine / name)
+    again = task(mine, cache)
+    assert "changed since its candidates were cached; predicting them again" in caplog.text
+    np.testing.assert_array_equal(again.dataset("test").rows, second.dataset("test").rows)
+
+
+def test_exported_lists_of_other_data_are_refused(predictor, tiny_bin, tmp_path):
+    other = _reordered_copy(tiny_bin, tmp_path / "other")
+    run([REPO / "scripts" / "export_candidates.py", "--predictor", predictor, "--data", tiny_bin, "--splits",
+         "test", "--k", "40", "--out-dir", tmp_path / "cands"])
+    _task(tiny_bin, candidates_dir=str(tmp_path / "cands"), small_vocab_size=40).load_dataset("test")
+    with pytest.raises(ValueError, match="holds the lists of other data"):
+        _task(other, candidates_dir=str(tmp_path / "cands"), small_vocab_size=40).load_dataset("test")
+
+
+def test_a_pair_not_written_together_is_refused(tmp_path, monkeypatch):
+    import json
+    import os
+
+    from fairseq_smallvocab import candidates
+
+    path = candidates.write_candidates(tmp_path / "valid.k4.npy", np.arange(12, dtype=np.uint16).reshape(3, 4),
+                                       {"split": "valid", "target_dict_hash": 1, "data_sha256": "a"})
+    real_replace, calls = os.replace, []
+
+    def crash_before_the_json(src, dst):  # the process dies between the two renames
+        calls.append(dst)
+        if str(dst).endswith(".json"):
+            raise KeyboardInterrupt
+        real_replace(src, dst)
+
+    monkeypatch.setattr(candidates.os, "replace", crash_before_the_json)
+    with pytest.raises(KeyboardInterrupt):
+        candidates.write_candidates(path, np.zeros((3, 4), dtype=np.uint16),
+                                    {"split": "valid", "target_dict_hash": 1, "data_sha256": "b"})
+    monkeypatch.undo()
+    assert str(calls[0]).endswith(".npy")  # the lists first, their description last
+    assert json.loads(path.with_suffix(".json").read_text())["data_sha256"] == "a"  # old description, new lists
+    with pytest.raises(ValueError, match="does not match its description.*export it again"):
+        candidates.read_candidates(path)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary file left
+
+
+def test_training_lists_cut_to_a_smaller_k_must_keep_every_gold_word(predictor, tiny_bin, tmp_path):
+    run([REPO / "scripts" / "export_candidates.py", "--predictor", predictor, "--splits", "train",
+         "--k", "60", "--out-dir", tmp_path])
+    with pytest.raises(ValueError, match=r"--small-vocab-size 8 is too small for the training lists .*"
+                                         r"K = (\d+) keeps them all") as err:
+        _task(tiny_bin, candidates_dir=str(tmp_path), small_vocab_size=8).load_dataset("train")
+    need = int(re.search(r"K = (\d+) keeps", str(err.value)).group(1))
+    assert 8 < need <= 60
+    with pytest.raises(ValueError, match="too small"):
+        _task(tiny_bin, candidates_dir=str(tmp_path), small_vocab_size=need - 1).load_dataset("train")
+    task = _task(tiny_bin, candidates_dir=str(tmp_path), small_vocab_size=need)
+    task.load_dataset("train")  # the K it named holds every gold word
+    ds = task.dataset("train")
+    for i in range(len(ds)):
+        assert set(ds[i]["target"].tolist()) <= set(ds.rows[i].tolist())
+    # the predictor path, same rule (its lists are made at K with the gold words forced in)
+    _task(tiny_bin, vocab_predictor=str(predictor), candidates_dir=str(tmp_path / "p"),
+          small_vocab_size=need).load_dataset("train")
+
+
+def test_training_k_needed_by_brute_force(monkeypatch):
+    from types import SimpleNamespace
+
+    import fairseq_smallvocab.tasks.vocab_prediction as vp
+    from fairseq_smallvocab.tasks.translation_smallvocab import training_k_needed
+
+    rng = np.random.default_rng(0)
+    vocab, nspecial = 40, 4
+    # 19 words and <unk> somewhere in each list (a special id takes no room), gold words from the list
+    lists = np.stack([np.insert(rng.permutation(np.arange(nspecial, vocab))[:19], rng.integers(20), 3)
+                      for _ in range(7)])
+    targets = [np.append(rng.choice(row[row >= nspecial], size=3), 2) for row in lists]  # words, then eos
+    fake = SimpleNamespace(sizes=np.array([len(t) for t in targets]))
+    monkeypatch.setattr(vp, "token_stream", lambda ds: np.concatenate(targets))
+    room = nspecial + 19
+
+    def holds_gold(k):
+        rows = candidate_rows(lists, k, nspecial, "x")
+        return all(set(t.tolist()) <= set(r.tolist()) for t, r in zip(targets, rows))
+
+    brute = min(k for k in range(nspecial + 1, room + 1) if holds_gold(k))
+    assert training_k_needed(lists, fake, nspecial, vocab, chunk=3) == brute > nspecial + 3
+    missing = lists.copy()
+    missing[5][missing[5] == targets[5][0]] = 0  # a gold word not in its list at all
+    assert training_k_needed(missing, fake, nspecial, vocab) is None

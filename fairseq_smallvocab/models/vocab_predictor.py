@@ -97,6 +97,11 @@ class VocabPredictor(BaseFairseqModel):
 
     @classmethod
     def build_model(cls, cfg, task):
+        if not hasattr(task, "uses_features"):  # e.g. a predictor checkpoint given to fairseq-generate --path
+            raise ValueError(
+                f"a vocabulary predictor (arch vocab_predictor) was given where a translation or captioning model "
+                f"is expected (task {type(task).__name__}): it predicts candidate words and cannot generate "
+                "sentences. Give it to --vocab-predictor, and the generator's checkpoint to --path.")
         feature_dim = task.feature_dim if task.uses_features else None
         source_dict = None if task.uses_features else task.source_dictionary
         model = cls(cfg, len(task.target_dictionary), source_dict=source_dict, feature_dim=feature_dim)

@@ -29,6 +29,7 @@ split, so that fairseq-generate decodes each image once
 
 import logging
 import os
+import sys
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -48,10 +49,12 @@ from fairseq_smallvocab.tasks.translation_smallvocab import (
     CandidateDataset,
     TranslationSmallVocabConfig,
     TranslationSmallVocabTask,
-    candidate_rows,
 )
 
 logger = logging.getLogger(__name__)
+
+NOT_INTERACTIVE = ("captioning_smallvocab decodes image features from a data folder (fairseq-generate "
+                   "--gen-subset SPLIT), not lines of text: fairseq-interactive cannot be used with it")
 
 
 @dataclass
@@ -118,9 +121,8 @@ class CaptioningSmallVocabTask(TranslationSmallVocabTask):
         if not self.small_vocab:
             self.datasets[split] = KeepLastBatchDataset(dataset)
             return
-        self._require_source()
-        lists, where = self._candidate_lists(split, len(captions))  # one list per caption
-        rows = candidate_rows(np.asarray(lists)[dataset.examples], self.k, self.tgt_dict.nspecial, where)
+        # one list per caption; the dataset may serve a subset (--one-caption-per-image)
+        rows = self._candidate_rows(split, dataset, len(captions), examples=dataset.examples)
         self.datasets[split] = CandidateDataset(dataset, rows)
 
     def _predictor_overrides(self):
@@ -140,8 +142,7 @@ class CaptioningSmallVocabTask(TranslationSmallVocabTask):
         return super().build_model(cfg, from_checkpoint)
 
     def build_dataset_for_inference(self, src_tokens, src_lengths, constraints=None):
-        raise NotImplementedError("captioning_smallvocab decodes image features from a data folder "
-                                  "(fairseq-generate --gen-subset SPLIT), not lines of text (fairseq-interactive)")
+        raise NotImplementedError(NOT_INTERACTIVE)
 
     def max_positions(self):
         return self.cfg.max_target_positions
@@ -152,6 +153,10 @@ class CaptioningSmallVocabTask(TranslationSmallVocabTask):
 
     def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None,
                         prefix_allowed_tokens_fn=None):
+        # fairseq-interactive builds the generator before it reads any input: refuse there, at start,
+        # rather than fail on the first line (its encoder needs a source dictionary captions lack)
+        if sys._getframe(1).f_globals.get("__name__") == "fairseq_cli.interactive":
+            raise ValueError(NOT_INTERACTIVE)
         if getattr(args, "max_len_a", 0):
             raise ValueError("an image has no source length: limit captions with --max-len-b, not --max-len-a")
         return super().build_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn)

@@ -30,6 +30,8 @@ import torch
 from fairseq import metrics
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
+from omegaconf import II
+from omegaconf.errors import OmegaConfBaseException
 
 from fairseq_smallvocab.data import KeepLastBatchDataset
 
@@ -50,6 +52,9 @@ class TranslationSmallVocabConfig(TranslationConfig):
     batch_splits: int = field(
         default=1, metadata={"help": "S: sort each training batch by length and run forward and backward on S "
                                      "chunks, accumulating the gradients before one update (less memory)"})
+    # fairseq's own flags, read here to refuse them early where they cannot work (no help: no new option)
+    fp16: bool = II("common.fp16")
+    bf16: bool = II("common.bf16")
 
 
 def default_small_vocab_size(vocab_size: int) -> int:
@@ -73,6 +78,35 @@ def candidate_rows(lists: np.ndarray, k: int, nspecial: int, where: str) -> np.n
     specials = np.broadcast_to(np.arange(nspecial, dtype=np.int64), (len(lists), nspecial))
     dtype = np.int32 if lists.max(initial=0) > np.iinfo(np.uint16).max else np.uint16
     return np.concatenate([specials, words], axis=1).astype(dtype)
+
+
+def training_k_needed(lists: np.ndarray, targets, nspecial: int, vocab_size: int, chunk=512) -> Optional[int]:
+    """The smallest K for which ``candidate_rows(lists, K)`` keeps every gold
+    word of every example (``targets``: the split's fairseq token dataset,
+    one target per list), or None when some gold word is not in its list at
+    all.  Special ids are always in a row and need no room."""
+    from fairseq_smallvocab.tasks.vocab_prediction import token_stream
+
+    lists = np.asarray(lists)
+    tokens = token_stream(targets).astype(np.int64)
+    example = np.repeat(np.arange(len(targets.sizes), dtype=np.int64), np.asarray(targets.sizes, dtype=np.int64))
+    words = tokens >= nspecial
+    tokens, example = tokens[words], example[words]  # example ids ascending
+    table = np.full((min(chunk, len(lists)), vocab_size), -1, dtype=np.int32)  # each word's rank in its row
+    worst = -1
+    for start in range(0, len(lists), chunk):
+        block = lists[start:start + chunk].astype(np.int64)
+        keep = block >= nspecial
+        rank = np.cumsum(keep, axis=1) - 1  # position among the row's non-special ids
+        r, c = np.nonzero(keep)
+        table[r, block[r, c]] = rank[r, c]
+        lo, hi = np.searchsorted(example, [start, start + len(block)])
+        ranks = table[example[lo:hi] - start, tokens[lo:hi]]
+        table[r, block[r, c]] = -1  # reset only what was set
+        if (ranks < 0).any():
+            return None
+        worst = max(worst, int(ranks.max(initial=-1)))
+    return nspecial + worst + 1
 
 
 def split_batch(sample, splits: int, pad: int):
@@ -104,6 +138,31 @@ def gold_outside_candidates(candidates, target, tgt_dict):
     real = target.ne(tgt_dict.pad())
     mapped = candidates.gather(1, candidate_positions(candidates, target, tgt_dict.unk()))
     return int(real.sum()), int((real & mapped.ne(target)).sum())
+
+
+def _fairseq_flag(cfg, name) -> bool:
+    """A boolean of fairseq's common config seen through the task config; False
+    where it cannot be resolved (a task config outside fairseq's full config)."""
+    try:
+        return getattr(cfg, name, False) is True
+    except OmegaConfBaseException:
+        return False
+
+
+def _check_training_precision(cfg):
+    """fairseq 0.12 trains in --fp16 on CUDA only, and takes --bf16 for a TPU
+    run (its options set --tpu), which needs torch_xla."""
+    if _fairseq_flag(cfg, "fp16") and not torch.cuda.is_available():
+        raise ValueError("training with --fp16 needs a CUDA GPU, and this machine has none (torch.cuda.is_available() "
+                         "is False): fairseq's trainer would stop with an assertion. Drop the flag: on the CPU, "
+                         "training runs in float32.")
+    if _fairseq_flag(cfg, "bf16"):
+        import importlib.util
+
+        if importlib.util.find_spec("torch_xla") is None:
+            raise ValueError("training with --bf16: fairseq 0.12 takes --bf16 for a TPU run (it sets --tpu) and "
+                             "needs torch_xla, which is not installed, so its trainer would stop with an "
+                             "AttributeError. Drop the flag (float32), or use --fp16 / --amp on a CUDA GPU.")
 
 
 class CandidateDataset(KeepLastBatchDataset):
@@ -145,6 +204,7 @@ class TranslationSmallVocabTask(TranslationTask):
         self._predictor = None  # (model, task), loaded only when a split is not cached
         self._lists_predictor = None  # the predictor named by exported lists' metadata
         self._model_predictor = None  # the predictor recorded in a loaded model's config
+        self._checkpoint_parts = {}  # name -> module whose state_dict travels with checkpoints
 
     def _predictor_path(self) -> Optional[str]:
         """--vocab-predictor, else the one recorded in the model checkpoint."""
@@ -166,23 +226,47 @@ class TranslationSmallVocabTask(TranslationTask):
         if not self.small_vocab:
             self.datasets[split] = KeepLastBatchDataset(dataset)
             return
+        self.datasets[split] = CandidateDataset(dataset, self._candidate_rows(split, dataset, len(dataset)))
+
+    def _candidate_rows(self, split, dataset, rows, examples=None) -> np.ndarray:
+        """The split's (examples x K) candidate rows from its lists (one list
+        per target sentence: ``rows`` of them); ``examples`` picks the rows
+        of the examples the dataset serves (default: all).  Training rows are
+        checked to hold every gold word, whichever path the lists came from."""
+        from fairseq_smallvocab.candidates import split_digest
+
         self._require_source()
-        lists, where = self._candidate_lists(split, len(dataset))
-        rows = candidate_rows(lists, self.k, self.tgt_dict.nspecial, where)
-        self.datasets[split] = CandidateDataset(dataset, rows)
+        lists, where = self._candidate_lists(split, rows, split_digest(dataset))
+        if split == self.cfg.train_subset:
+            need = training_k_needed(lists, dataset.tgt, self.tgt_dict.nspecial, len(self.tgt_dict))
+            if need is None:
+                raise ValueError(f"{where}: some training lists lack gold words of their sentence; the training "
+                                 "split needs lists with every gold word (scripts/export_candidates.py includes "
+                                 "them for train by default): export them again")
+            if need > self.k:
+                raise ValueError(f"--small-vocab-size {self.k} is too small for the training lists of {where}: "
+                                 f"cut to K = {self.k} they would lose gold words (training lists must hold every "
+                                 f"gold word); K = {need} keeps them all: pass --small-vocab-size {need} or more")
+        if examples is not None:
+            lists = np.asarray(lists)[examples]
+        return candidate_rows(lists, self.k, self.tgt_dict.nspecial, where)
 
     # -- where the lists come from -------------------------------------------------------------
 
-    def _candidate_lists(self, split, rows):
+    def _data_name(self, split):
+        return f"split '{split}' of {os.path.abspath(self.cfg.data.split(os.pathsep)[0])}"
+
+    def _candidate_lists(self, split, rows, digest):
         from fairseq_smallvocab.candidates import read_candidates
         from fairseq_smallvocab.models.vocab_predictor import dictionary_fingerprint
 
         dict_hash = dictionary_fingerprint(self.tgt_dict)
         train = split == self.cfg.train_subset
         if self._predictor_path():
-            return self._predicted_lists(split, rows, dict_hash, train)
+            return self._predicted_lists(split, rows, dict_hash, train, digest)
         path = self._exported_file(split)
-        ids, meta = read_candidates(path, dict_hash=dict_hash, rows=rows)
+        ids, meta = read_candidates(path, dict_hash=dict_hash, rows=rows, data_digest=digest,
+                                    data_name=self._data_name(split))
         self._lists_predictor = self._lists_predictor or meta.get("predictor")
         if train and not meta.get("gold_included"):
             raise ValueError(f"{path} was exported without the gold words; the training split needs them "
@@ -202,11 +286,14 @@ class TranslationSmallVocabTask(TranslationTask):
                                     f"with scripts/export_candidates.py --splits {split} --k {self.k}")
         return found[min(found)]
 
-    def _predicted_lists(self, split, rows, dict_hash, train):
+    def _predicted_lists(self, split, rows, dict_hash, train, digest):
         """Lists from --vocab-predictor, computed once per split and K and
-        cached on disk, keyed by the predictor's SHA-256."""
-        from fairseq_smallvocab.candidates import candidate_file, read_candidates
-        from fairseq_smallvocab.predictor import export_split, file_sha256
+        cached on disk, keyed by the predictor's SHA-256 and the split's
+        content.  A cache of the same data folder whose content changed is
+        recomputed; one made from another data folder is refused (two data
+        sets must not share a cache folder)."""
+        from fairseq_smallvocab.candidates import DataMismatch, candidate_file, file_sha256, read_candidates
+        from fairseq_smallvocab.predictor import export_split
 
         predictor = Path(self._predictor_path())
         if not predictor.is_file():
@@ -215,21 +302,35 @@ class TranslationSmallVocabTask(TranslationTask):
         cache = Path(self.cfg.candidates_dir or predictor.parent / "candidates")
         if self._predictor_sha256 is None:
             self._predictor_sha256 = file_sha256(predictor)
-        digest = self._predictor_sha256
         path = candidate_file(cache, split, self.k)
         if path.exists():
-            ids, meta = read_candidates(path, k=self.k, dict_hash=dict_hash, rows=rows)
-            if meta.get("predictor_sha256") == digest and meta.get("gold_included") == train:
-                logger.info(f"candidates for {split}: cached {path}")
-                return ids, str(path)
+            try:
+                ids, meta = read_candidates(path, k=self.k, dict_hash=dict_hash, rows=rows, data_digest=digest,
+                                            data_name=self._data_name(split))
+                if meta.get("predictor_sha256") == self._predictor_sha256 and meta.get("gold_included") == train:
+                    logger.info(f"candidates for {split}: cached {path}")
+                    return ids, str(path)
+            except DataMismatch as err:
+                here = os.path.abspath(self.cfg.data.split(os.pathsep)[0])
+                if err.made_from != here:
+                    raise DataMismatch(f"{err} Give this data a cache folder of its own with --candidates-dir "
+                                       "(or remove the cached file if the other data is gone).") from None
+                logger.warning(f"{path}: {here} changed since its candidates were cached; predicting them again")
+            except ValueError as err:  # an older or half-written cache: it is only a cache
+                logger.warning(f"{err}; predicting the candidates again")
         model, ptask = self._load_predictor()
-        path, ids, seconds = export_split(model, ptask, split, self.k, cache, predictor, digest, gold=train)
+        path, ids, seconds = export_split(model, ptask, split, self.k, cache, predictor, self._predictor_sha256,
+                                          gold=train)
         logger.info(f"candidates for {split}: predicted in {seconds:.1f} s, cached in {path}")
         return ids, str(path)
 
     def build_model(self, cfg, from_checkpoint=False):
         from omegaconf import open_dict
 
+        # a new model is built by fairseq-train; decoding builds from a checkpoint (and works in half precision
+        # on the CPU), but fairseq's trainer fails where the flags cannot work: refuse before it does
+        if not from_checkpoint:
+            _check_training_precision(self.cfg)
         if hasattr(cfg, "vocab_predictor"):
             if from_checkpoint:  # decoding: the predictor behind the training candidates, unless one is given
                 self._model_predictor = getattr(cfg, "vocab_predictor", None)
@@ -248,6 +349,11 @@ class TranslationSmallVocabTask(TranslationTask):
                         prefix_allowed_tokens_fn=None):
         """fairseq's generator, decoding inside each example's candidates
         (used by fairseq-generate, fairseq-interactive and --eval-bleu)."""
+        if getattr(args, "max_len_a", 0) <= 0 and getattr(args, "max_len_b", 200) < 1:
+            raise ValueError(f"--max-len-a {getattr(args, 'max_len_a', 0)} with --max-len-b "
+                             f"{getattr(args, 'max_len_b', 200)} leaves no room for a single output token: pass "
+                             "--max-len-b N (the longest output, e.g. 200), or --max-len-a R for R x the source "
+                             "length + --max-len-b")
         if not self.small_vocab or seq_gen_cls is not None:
             return super().build_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs,
                                            prefix_allowed_tokens_fn)
@@ -275,8 +381,9 @@ class TranslationSmallVocabTask(TranslationTask):
         return self._predictor
 
     def _predictor_overrides(self):
-        """Task options the predictor needs beside the data folder."""
-        return {}
+        """Task options the predictor needs beside the data folder: none, it
+        reads source sentences (a predictor trained on image features is refused)."""
+        return {"source_features": None}
 
     def build_dataset_for_inference(self, src_tokens, src_lengths, constraints=None):
         """fairseq-interactive's batches, with each line's candidates predicted
@@ -335,6 +442,28 @@ class TranslationSmallVocabTask(TranslationTask):
             logs.append(log)
         merged = {key: sum(log[key] for log in logs) for key in logs[0]}
         return total_loss, total_size, merged
+
+    # -- state saved with checkpoints ------------------------------------------------------------
+
+    def add_checkpoint_state(self, name, module):
+        """Save ``module.state_dict()`` in every checkpoint and restore it when
+        training resumes from one, through fairseq's task checkpoint dict
+        (``extra_state[TaskClass]``): for state that is neither the model's
+        nor a parameter of the criterion (reinforce_gleu's learned baseline).
+        Fine-tuning from another checkpoint (--finetune-from-model,
+        --reset-dataloader) starts it afresh, as fairseq does."""
+        self._checkpoint_parts[name] = module
+
+    def get_checkpoint_dict(self):
+        return {self.__class__.__name__: {name: m.state_dict() for name, m in self._checkpoint_parts.items()}}
+
+    def set_checkpoint_dict(self, state):
+        for name, module in self._checkpoint_parts.items():
+            if name in state:
+                module.load_state_dict(state[name])
+                logger.info(f"restored {name} from the checkpoint")
+            else:
+                logger.info(f"the checkpoint holds no {name}; starting a fresh one")
 
     # -- metrics ---------------------------------------------------------------------------------
 
