@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from fairseq.data import Dictionary
 
 from fairseq_smallvocab.models.lstm_smallvocab import (
+    CandidateLogits,
     LSTMSmallVocabConfig,
     LSTMSmallVocabModel,
     candidate_positions,
@@ -195,3 +196,28 @@ def test_sample_categorical_draws_from_the_softmax():
         err = (p.double() * (1 - p.double()) / n).sqrt()
         assert ((freq - p.double()).abs() <= 5 * err + 1e-12).all(), (freq, p)
     assert (draws[1] == 0).any() and (draws[1] == 5).any()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_candidate_logits_take_half_precision_states_as_amp_gives_them(dtype):
+    """--amp: the decoder states arrive in half precision, the output weights in float32 (it failed on CUDA
+    with 'Input dtypes must be the same'). Values as in float32 from the same states; each gradient in
+    its input's dtype."""
+    torch.manual_seed(0)
+    feats = torch.randn(5, 3, 8).to(dtype).requires_grad_()
+    weight = torch.randn(30, 8, requires_grad=True)
+    bias = torch.randn(30, requires_grad=True)
+    cands = torch.stack([torch.randperm(30)[:7] for _ in range(5)])
+    out = CandidateLogits.apply(feats, weight, bias, cands)
+    ref_feats = feats.detach().float().requires_grad_()
+    ref = torch.baddbmm(bias[cands].unsqueeze(1), ref_feats, weight[cands].transpose(1, 2))
+    torch.testing.assert_close(out, ref.detach())
+    grad = torch.randn_like(ref)
+    out.backward(grad)
+    w_grad, b_grad = weight.grad.clone(), bias.grad.clone()
+    weight.grad = bias.grad = None
+    ref.backward(grad)
+    assert feats.grad.dtype == dtype and weight.grad.dtype == bias.grad.dtype == torch.float32
+    torch.testing.assert_close(feats.grad.float(), ref_feats.grad.to(dtype).float())
+    torch.testing.assert_close(w_grad, weight.grad)
+    torch.testing.assert_close(b_grad, bias.grad)

@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import USER_DIR, run
+from fairseq import utils
 from fairseq.data import Dictionary
 
 from fairseq_smallvocab.criterions.reinforce_gleu import ReinforceGleuCriterion
@@ -144,8 +145,6 @@ def test_bad_settings_are_named():
     for value in (-0.1, 1.5):
         with pytest.raises(ValueError, match=r"--rl-lambda must be in \[0, 1\]"):
             ReinforceGleuCriterion(task, rl_lambda=value)
-    with pytest.raises(ValueError, match="--ddp-backend legacy_ddp"):
-        ReinforceGleuCriterion(task, ddp_backend="pytorch_ddp", distributed_world_size=2)
     with pytest.raises(ValueError, match="decoder's state size"):
         ReinforceGleuCriterion(SimpleNamespace(target_dictionary=task.target_dictionary))
 
@@ -174,7 +173,74 @@ def test_learned_baseline_fits_rewards_and_its_adam_state_round_trips():
     torch.manual_seed(9)
     fresh(model, sample)
     torch.testing.assert_close(fresh.baseline_weight, crit.baseline_weight)
-    assert not any(p.requires_grad for p in crit.parameters())  # never given to fairseq's main optimizer
+    # buffers, not parameters: fairseq never gives it to its main optimizer nor wraps it in DDP
+    # (PyTorch's DDP rejects a module with no trainable parameter: --ddp-backend c10d would fail)
+    assert list(crit.parameters()) == [] and not utils.has_parameters(crit)
+
+
+def test_nonfinite_batches_do_not_pull_the_logged_averages(monkeypatch):
+    from fairseq.logging import metrics
+
+    model, task, sample = _setup()
+    crit = ReinforceGleuCriterion(task, rl_baseline="learned")
+    model.train()
+    torch.manual_seed(3)
+    _, _, good = crit(model, sample)
+    monkeypatch.setattr(crit, "rewards", lambda *a: torch.full((B,), float("nan")))
+    _, _, bad = crit(model, sample)
+    assert bad.keys() == good.keys()  # fairseq sums logging outputs key by key (across workers too)
+
+    def reduced(logs):
+        summed = {key: sum(log[key] for log in logs) for key in logs[0]}  # as fairseq's trainer sums them
+        with metrics.aggregate(new_root=True) as agg:
+            ReinforceGleuCriterion.reduce_metrics([summed])
+            return agg.get_smoothed_values()
+
+    alone, mixed = reduced([good]), reduced([good, bad, bad])
+    assert mixed["nonfinite"] == 2 and alone["nonfinite"] == 0
+    for key in ("loss", "ce", "rl_loss", "reward", "baseline", "sample_len", "baseline_mse"):
+        assert mixed[key] == alone[key], key
+    assert alone["reward"] > 0 and alone["ce"] > 0
+    assert "loss" not in reduced([bad])  # nothing to average when every batch was skipped
+
+
+def test_learned_baseline_stays_float32_when_fairseq_halves_the_criterion():
+    """--fp16: fairseq's trainer calls criterion.half(); the baseline (buffers, its own Adam) stays float32
+    (on CUDA it failed with 'expected scalar type Float but found Half')."""
+    model, task, sample = _setup()
+    crit = ReinforceGleuCriterion(task, rl_baseline="learned").half()
+    assert crit.baseline_weight.dtype == crit.baseline_bias.dtype == torch.float32
+    model.train()
+    _, _, log = crit(model, sample)
+    assert log["baseline_mse"] > 0 and crit.baseline_weight.abs().sum() > 0  # it learned
+    adam = crit._optimizer()
+    assert adam.param_groups[0]["params"][0] is crit.baseline_weight
+    crit.to(torch.float64)  # any other move: still float32, the Adam state follows the new buffers
+    crit(model, sample)
+    assert crit.baseline_weight.dtype == torch.float32 and crit._optimizer().state_dict()["state"][0]["step"] == 2
+
+
+def test_clip_norm_on_cpu_gradients_when_a_gpu_is_visible(monkeypatch):
+    """fairseq 0.12 computes the norm on the GPU whenever one is visible, also for --cpu training, and then
+    fails to scale the CPU gradients (seen on an H100: every fairseq-train --cpu --clip-norm). The plugin's
+    replacement keeps the norm on the CPU there: the same norm and clipping as torch's."""
+    from fairseq import utils as fairseq_utils
+
+    torch.manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(4, 3)) for _ in range(3)]
+    for p in params:
+        p.grad = torch.randn_like(p) * 5
+    expected = [p.grad.clone() for p in params]
+    twins = [torch.nn.Parameter(torch.zeros_like(g)) for g in expected]
+    for twin, g in zip(twins, expected):
+        twin.grad = g.clone()
+    want = torch.nn.utils.clip_grad_norm_(twins, 1.0)  # torch's own, for comparison
+    scaled = [twin.grad for twin in twins]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    norm = fairseq_utils.clip_grad_norm_(params, 1.0)
+    assert norm.device.type == "cpu" and norm.item() == pytest.approx(want.item(), rel=1e-6)
+    for p, g in zip(params, scaled):
+        torch.testing.assert_close(p.grad, g)
 
 
 def test_self_critical_baseline_is_the_greedy_reward():
@@ -211,14 +277,22 @@ def test_fairseq_train_fine_tunes_and_resumes_with_the_baseline_state(tiny_bin, 
     rl = [*MT, "--small-vocab-size", "0", "--criterion", "reinforce_gleu", "--optimizer", "sgd", "--lr", "0.01",
           "--save-dir", tmp_path / "rl", "--max-sample-len", "20"]
     run(["fairseq-train", tiny_bin, *rl, "--max-epoch", "1", "--finetune-from-model", ce_checkpoint])
-    state = torch.load(tmp_path / "rl" / "checkpoint_last.pt", weights_only=True)["criterion"]
+    def baseline_state():
+        ckpt = torch.load(tmp_path / "rl" / "checkpoint_last.pt", weights_only=True)
+        assert ckpt["criterion"] is None  # no parameters: fairseq neither saves nor wraps the criterion
+        return ckpt["extra_state"]["TranslationSmallVocabTask"]["reinforce_gleu.baseline"]
+
+    state = baseline_state()
     steps = state["_extra_state"]["adam"]["state"][0]["step"]
     assert steps > 0 and state["baseline_weight"].abs().sum() > 0
     out = run(["fairseq-train", tiny_bin, *rl, "--max-epoch", "2", "--batch-splits", "2"])  # resumes
     log = out.stdout + out.stderr
     assert "Loaded checkpoint" in log and "reward" in log and "baseline_mse" in log
-    state2 = torch.load(tmp_path / "rl" / "checkpoint_last.pt", weights_only=True)["criterion"]
-    assert state2["_extra_state"]["adam"]["state"][0]["step"] > steps
+    assert "restored reinforce_gleu.baseline from the checkpoint" in log
+    state2 = baseline_state()
+    # the resumed epoch continued the saved Adam: the same updates, each now two chunks (--batch-splits 2)
+    # with one baseline step each; a fresh baseline would count 2 * steps
+    assert state2["_extra_state"]["adam"]["state"][0]["step"] == steps + 2 * steps
 
 
 def test_reinforce_raises_the_reward_on_a_tiny_learnable_task():

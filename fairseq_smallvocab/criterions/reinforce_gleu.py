@@ -16,21 +16,28 @@ Baselines (``--rl-baseline``):
 
 - ``learned`` (default): b_t = sigmoid(w . s_t + b) on the detached decoder
   state s_t, fitted by MSE to the sentence's GLEU with its own Adam optimizer
-  (``--baseline-lr``, default 1e-3, the paper's).  w, b and the Adam state are
-  the criterion's state, saved in and restored from fairseq checkpoints.  They
-  are not trained by the main optimizer.  Under distributed training the
-  baseline's gradients are averaged over the workers, so every worker keeps
-  the same baseline (use ``--ddp-backend legacy_ddp`` or ``no_c10d``).
+  (``--baseline-lr``, default 1e-3, the paper's).  w and b are buffers, not
+  parameters: fairseq's trainer gives a criterion with parameters to its main
+  optimizer's bookkeeping and wraps it in the distributed wrapper, and
+  PyTorch's DDP rejects a module none of whose parameters needs a gradient,
+  so ``--ddp-backend c10d`` (fairseq's default) would fail.  w, b and the
+  Adam state are saved in fairseq checkpoints through the task's checkpoint
+  dict (``extra_state``; fairseq's ``get_checkpoint_dict`` /
+  ``set_checkpoint_dict``) and restored when training resumes; fine-tuning
+  from another checkpoint starts a fresh baseline.  Under distributed
+  training the baseline's gradients are averaged over the workers, so every
+  worker keeps the same baseline, whatever the backend.
 - ``self-critical`` (Rennie et al. 2017): the reward of the model's greedy
   decode of the same input.
 - ``none``.
 
 A batch whose reward or loss is not finite is skipped: its loss is replaced by
-an exact zero (so nothing reaches the optimizer) and ``nonfinite`` counts it.
+an exact zero (so nothing reaches the optimizer) and ``nonfinite`` counts it;
+the logged averages (loss, ce, reward, baseline, ...) are over the batches
+that produced them, so skipped batches do not pull them towards zero.
 """
 
 import copy
-import logging
 import math
 from dataclasses import dataclass, field
 from typing import Optional
@@ -40,12 +47,8 @@ import torch.nn.functional as F
 from fairseq import metrics
 from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
-from omegaconf import II
-from torch.nn.modules.module import _IncompatibleKeys
 
 from fairseq_smallvocab.rewards import gleu_batch
-
-logger = logging.getLogger(__name__)
 
 BASELINES = ChoiceEnum(["learned", "self-critical", "none"])
 
@@ -62,15 +65,12 @@ class ReinforceGleuConfig(FairseqDataclass):
     gleu_detok: Optional[str] = field(
         default=None, metadata={"help": "score GLEU on words after this post-processing of subword tokens "
                                         "(e.g. sentencepiece, subword_nmt: as fairseq-generate's --post-process)"})
-    ddp_backend: str = II("distributed_training.ddp_backend")
-    distributed_world_size: int = II("distributed_training.distributed_world_size")
 
 
 @register_criterion("reinforce_gleu", dataclass=ReinforceGleuConfig)
 class ReinforceGleuCriterion(FairseqCriterion):
     def __init__(self, task, rl_lambda=0.005, rl_baseline="learned", baseline_lr=1e-3, max_sample_len=100,
-                 sample_len_ratio=0.0, gleu_max_order=4, gleu_detok=None, ddp_backend="legacy_ddp",
-                 distributed_world_size=1):
+                 sample_len_ratio=0.0, gleu_max_order=4, gleu_detok=None):
         super().__init__(task)
         if not 0.0 <= rl_lambda <= 1.0:
             raise ValueError(f"--rl-lambda must be in [0, 1], got {rl_lambda}")
@@ -84,37 +84,47 @@ class ReinforceGleuCriterion(FairseqCriterion):
         self.max_sample_len, self.sample_len_ratio = max_sample_len, sample_len_ratio
         self.max_order, self.detok = gleu_max_order, gleu_detok
         if self.baseline == "learned":
-            if (distributed_world_size or 1) > 1 and str(ddp_backend) in ("c10d", "pytorch_ddp"):
-                raise ValueError("--rl-baseline learned keeps its own parameters, which PyTorch's DDP wrapper "
-                                 f"(--ddp-backend {ddp_backend}) rejects: use --ddp-backend legacy_ddp "
-                                 "(or no_c10d), or --rl-baseline self-critical / none")
             dim = task_decoder_dim(task)
-            # parameters of the criterion (saved with checkpoints), but never of the main optimizer
-            self.baseline_weight = torch.nn.Parameter(torch.zeros(dim), requires_grad=False)
-            self.baseline_bias = torch.nn.Parameter(torch.zeros(()), requires_grad=False)
+            # buffers, not parameters: see the module doc (never wrapped, never in the main optimizer)
+            self.register_buffer("baseline_weight", torch.zeros(dim))
+            self.register_buffer("baseline_bias", torch.zeros(()))
             self.baseline_lr = baseline_lr
             self._adam = None
+            if hasattr(task, "add_checkpoint_state"):  # the plugin's tasks (a bare test task has none)
+                task.add_checkpoint_state("reinforce_gleu.baseline", self)
 
     # -- the learned baseline -----------------------------------------------------------------------
 
+    def _apply(self, fn, *args, **kwargs):
+        """Moves with the criterion (``.to(device)``) but stays float32 under
+        ``--fp16`` (fairseq's trainer calls ``criterion.half()``): the baseline
+        is fitted by its own Adam on float32 copies of the states."""
+        super()._apply(fn, *args, **kwargs)
+        for name in ("baseline_weight", "baseline_bias"):
+            buf = self._buffers.get(name)
+            if buf is not None and buf.dtype != torch.float32:
+                self._buffers[name] = buf.float()
+        return self
+
     def _optimizer(self):
-        if self._adam is None:
-            self._adam = torch.optim.Adam([self.baseline_weight, self.baseline_bias], lr=self.baseline_lr)
+        """The baseline's Adam, bound to the current buffers (moving the
+        criterion to another device or dtype replaces them; the Adam state
+        follows)."""
+        params = [self.baseline_weight, self.baseline_bias]
+        if self._adam is None or any(a is not b for a, b in zip(self._adam.param_groups[0]["params"], params)):
+            state = None if self._adam is None else self._adam.state_dict()
+            self._adam = torch.optim.Adam(params, lr=self.baseline_lr)
+            if state is not None:
+                self._adam.load_state_dict(state)
         return self._adam
 
     def get_extra_state(self):
-        """The baseline's Adam state, saved in checkpoints with the parameters."""
+        """The baseline's Adam state, saved with the buffers."""
         return {"adam": self._optimizer().state_dict()} if self.baseline == "learned" else {}
 
     def set_extra_state(self, state):
         if self.baseline == "learned" and state.get("adam"):
             self._optimizer().load_state_dict(copy.deepcopy(state["adam"]))  # never share tensors with the source
-
-    def load_state_dict(self, state_dict, strict=True, *args, **kwargs):
-        if state_dict is None:  # a checkpoint of a criterion without state (CE pre-training): a fresh baseline
-            logger.info("reinforce_gleu: the checkpoint has no baseline; starting a fresh one")
-            return _IncompatibleKeys([], [])
-        return super().load_state_dict(state_dict, strict, *args, **kwargs)
 
     def baseline_values(self, features):
         return torch.sigmoid(features.float() @ self.baseline_weight + self.baseline_bias)
@@ -133,8 +143,9 @@ class ReinforceGleuCriterion(FairseqCriterion):
             for g in grads:
                 torch.distributed.all_reduce(g)
                 g.div_(world)
+        adam = self._optimizer()
         self.baseline_weight.grad, self.baseline_bias.grad = grads
-        self._optimizer().step()
+        adam.step()
         self.baseline_weight.grad = self.baseline_bias.grad = None
         return mse.detach()
 
@@ -218,33 +229,46 @@ class ReinforceGleuCriterion(FairseqCriterion):
         elif self.baseline == "learned" and model.training:
             logs["baseline_mse"] = self.update_baseline(samples["features"], mask, reward).item() \
                 * sample["target"].size(0)
+        if self.baseline == "learned" and model.training:
+            logs.setdefault("baseline_mse", 0.0)
 
+        # The same keys for every batch (fairseq sums logging outputs key by key, across workers
+        # too); a skipped batch adds zeros and no finite_* count, so it does not move the averages.
         nsentences = sample["target"].size(0)
+
+        def kept(value):  # a non-finite batch's numbers may be NaN: replaced, not multiplied by 0
+            return value if finite else 0.0
+
         logging_output = {
-            "loss": loss.data if finite else 0.0, "ce": ce.data if finite else 0.0, "rl": rl.data if finite else 0.0,
-            "ntokens": sample["ntokens"], "nsentences": nsentences, "sample_size": nsentences,
-            "reward": reward.sum().item() if finite else 0.0,
-            "baseline": (base * mask).sum().item() if finite else 0.0, "steps": mask.sum().item(),
-            "sample_len": samples["lengths"].sum().item(), "nonfinite": 0 if finite else 1, **logs}
+            "loss": kept(loss.data), "ce": kept(ce.data), "rl": kept(rl.data), "ntokens": sample["ntokens"],
+            "nsentences": nsentences, "sample_size": nsentences, "nonfinite": 0 if finite else 1,
+            "finite_sentences": kept(nsentences), "finite_tokens": kept(sample["ntokens"]),
+            "reward": kept(reward.sum().item()), "baseline": kept((base * mask).sum().item()),
+            "steps": kept(mask.sum().item()), "sample_len": kept(samples["lengths"].sum().item()),
+            **{key: kept(value) for key, value in logs.items()}}
         return loss, nsentences, logging_output
 
     @staticmethod
     def reduce_metrics(logging_outputs) -> None:
+        """Each average is over the batches that produced its numbers:
+        batches skipped as non-finite only add to ``nonfinite``."""
         def total(key):
             return sum(float(log.get(key, 0)) for log in logging_outputs)
 
-        nsentences = max(total("nsentences"), 1)
-        metrics.log_scalar("loss", total("loss") / nsentences, nsentences, round=3)
-        metrics.log_scalar("ce", total("ce") / max(total("ntokens"), 1) / math.log(2), total("ntokens"), round=3)
-        metrics.log_scalar("rl_loss", total("rl") / nsentences, nsentences, round=3)
-        metrics.log_scalar("reward", 100.0 * total("reward") / nsentences, nsentences, round=2)
-        metrics.log_scalar("baseline", 100.0 * total("baseline") / max(total("steps"), 1), total("steps"), round=2)
-        metrics.log_scalar("sample_len", total("sample_len") / nsentences, nsentences, round=2)
-        if any("baseline_mse" in log for log in logging_outputs):
-            metrics.log_scalar("baseline_mse", total("baseline_mse") / nsentences, nsentences, round=4)
-        if any("greedy_reward" in log for log in logging_outputs):
-            metrics.log_scalar("greedy_reward", 100.0 * total("greedy_reward") / nsentences, nsentences, round=2)
         metrics.log_scalar_sum("nonfinite", total("nonfinite"))
+        sentences, tokens, steps = total("finite_sentences"), total("finite_tokens"), total("steps")
+        if not sentences:  # every batch skipped: nothing to average
+            return
+        metrics.log_scalar("loss", total("loss") / sentences, sentences, round=3)
+        metrics.log_scalar("ce", total("ce") / max(tokens, 1) / math.log(2), tokens, round=3)
+        metrics.log_scalar("rl_loss", total("rl") / sentences, sentences, round=3)
+        metrics.log_scalar("reward", 100.0 * total("reward") / sentences, sentences, round=2)
+        metrics.log_scalar("baseline", 100.0 * total("baseline") / max(steps, 1), steps, round=2)
+        metrics.log_scalar("sample_len", total("sample_len") / sentences, sentences, round=2)
+        if any("baseline_mse" in log for log in logging_outputs):
+            metrics.log_scalar("baseline_mse", total("baseline_mse") / sentences, sentences, round=4)
+        if any("greedy_reward" in log for log in logging_outputs):
+            metrics.log_scalar("greedy_reward", 100.0 * total("greedy_reward") / sentences, sentences, round=2)
 
     @staticmethod
     def logging_outputs_can_be_summed() -> bool:
@@ -254,7 +278,8 @@ class ReinforceGleuCriterion(FairseqCriterion):
 
 def task_decoder_dim(task) -> int:
     """d of the decoder state s_t.  fairseq builds the model before the
-    criterion; the plugin's tasks note the built model's ``decoder.state_dim``."""
+    criterion; the plugin's tasks note the built model's ``decoder.state_dim``
+    (and keep the baseline's state in checkpoints: ``add_checkpoint_state``)."""
     dim = getattr(task, "decoder_state_dim", None)
     if dim is None:
         raise ValueError("--rl-baseline learned needs the decoder's state size: build the model with a "

@@ -120,6 +120,11 @@ class CandidateLogits(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, features, weight, bias, candidates):
+        # mixed precision (--amp): float16 states, float32 weights; one dtype for the products (the wider),
+        # and each gradient back in its input's dtype
+        ctx.dtypes = features.dtype, weight.dtype, bias.dtype
+        dtype = torch.promote_types(features.dtype, weight.dtype)
+        features, weight, bias = features.to(dtype), weight.to(dtype), bias.to(dtype)
         bsz, steps, _ = features.shape
         out = features.new_empty(bsz, steps, candidates.size(1))
         for start in range(0, bsz, CandidateLogits.CHUNK):
@@ -133,6 +138,7 @@ class CandidateLogits(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out):
         features, weight, candidates = ctx.saved_tensors
+        grad_out = grad_out.to(features.dtype)
         need_f, need_w, need_b = ctx.needs_input_grad[:3]
         grad_f = torch.empty_like(features) if need_f else None
         grad_w = torch.zeros_like(weight) if need_w else None
@@ -148,7 +154,9 @@ class CandidateLogits(torch.autograd.Function):
                                   .reshape(len(ids), -1))
             if need_b:
                 grad_b.index_add_(0, ids, g.sum(1).reshape(-1))
-        return grad_f, grad_w, grad_b, None
+        f_dtype, w_dtype, b_dtype = ctx.dtypes
+        return (None if grad_f is None else grad_f.to(f_dtype), None if grad_w is None else grad_w.to(w_dtype),
+                None if grad_b is None else grad_b.to(b_dtype), None)
 
 
 class CandidateOutputDecoder(FairseqIncrementalDecoder):
