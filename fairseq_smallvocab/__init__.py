@@ -5,9 +5,13 @@ Load it with ``--user-dir path/to/fairseq_smallvocab`` on any fairseq command
 line, or ``import fairseq_smallvocab`` from Python.  Importing the package
 
 * allow-lists the exact types that fairseq checkpoints pickle, so that
-  ``torch.load`` (``weights_only=True`` by default since torch 2.6) can read
-  checkpoints written by ``fairseq-train``, and
-* registers the plugin's tasks, models and criteria with fairseq's registries.
+  ``torch.load`` with ``weights_only=True`` (the default since torch 2.6, and
+  passed explicitly wherever fairseq loads a checkpoint) can read checkpoints
+  written by ``fairseq-train`` and a checkpoint cannot run code, and
+* registers the plugin's tasks, models and criteria with fairseq's registries,
+  and
+* lets ``fairseq-train --cpu --clip-norm`` run on a machine with a GPU
+  (``grad_clip_compat``: fairseq 0.12 computes the norm on the GPU there).
 """
 
 __version__ = "0.1.0"
@@ -23,8 +27,10 @@ except ModuleNotFoundError as exc:  # pragma: no cover - exercised only without 
         "see README.md, 'Installing into an existing fairseq environment'"
     ) from exc
 
-from fairseq_smallvocab import checkpoint_compat  # noqa: E402
+from fairseq_smallvocab import checkpoint_compat, grad_clip_compat  # noqa: E402
 
 checkpoint_compat.allow_fairseq_checkpoint_globals()
+checkpoint_compat.install_checkpoint_loader()
+grad_clip_compat.install()
 
 from fairseq_smallvocab import criterions, models, tasks  # noqa: E402,F401

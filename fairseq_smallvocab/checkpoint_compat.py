@@ -30,11 +30,22 @@ checkpoint fails on the non-zero ranks.
 
 No function that executes code (``os.system``, ``eval``, ``getattr``...) is on
 the list; everything else is still refused.
+
+torch 2.4 and 2.5 have the allow-list but still default to
+``weights_only=False``, so the plugin also passes ``weights_only=True``
+explicitly wherever fairseq loads a checkpoint: ``fairseq.checkpoint_utils``
+(``load_checkpoint_to_cpu``, used by fairseq-train, -generate, -interactive
+and the hub interface) sees torch through ``CheckpointTorch``, which is
+torch itself except for ``load``.  The same hook turns a truncated or foreign
+file and a refused global into errors that name the file and say what to do.
+Set-up requires torch >= 2.4 (the first with ``add_safe_globals``).
 """
 
 import argparse
 import collections
+import pickle
 import typing
+import zipfile
 
 import torch
 
@@ -94,3 +105,49 @@ def allow_fairseq_checkpoint_globals():
         return
     torch.serialization.add_safe_globals(fairseq_checkpoint_globals())
     _registered = True
+
+
+class CheckpointLoadError(RuntimeError):
+    """A checkpoint file that cannot be loaded, with the file and the fix."""
+
+
+def load_checkpoint_file(f, *args, **kwargs):
+    """``torch.load`` as fairseq's checkpoint loading calls it, always with
+    ``weights_only=True`` (the allow-list above), and with errors that name
+    the file."""
+    kwargs["weights_only"] = True
+    name = getattr(f, "name", f)
+    try:
+        return torch.load(f, *args, **kwargs)
+    except pickle.UnpicklingError as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        if not hasattr(torch.serialization, "add_safe_globals"):
+            raise CheckpointLoadError(f"cannot load {name} safely with torch {torch.__version__}: fairseq "
+                                      "checkpoints need torch >= 2.4 (torch.serialization.add_safe_globals); "
+                                      "upgrade torch") from None
+        raise CheckpointLoadError(
+            f"refused to load {name}: it references code that fairseq checkpoints never hold ({first}). "
+            "It was not loaded, and nothing in it ran. If it is a fairseq checkpoint from a source you trust, "
+            "report the type named above; otherwise do not use the file.") from None
+    except (RuntimeError, OSError, EOFError, ValueError, zipfile.BadZipFile) as err:
+        raise CheckpointLoadError(
+            f"cannot read {name} as a fairseq checkpoint ({type(err).__name__}: {err}); the file may be incomplete "
+            "or corrupt (an interrupted copy or save): copy or save it again, or use another checkpoint") from None
+
+
+class CheckpointTorch:
+    """What ``fairseq.checkpoint_utils`` sees as ``torch``: torch itself,
+    except ``load`` (see the module doc)."""
+
+    load = staticmethod(load_checkpoint_file)
+
+    def __getattr__(self, name):
+        return getattr(torch, name)
+
+
+def install_checkpoint_loader():
+    """Route fairseq's checkpoint loading through ``load_checkpoint_file`` (once)."""
+    from fairseq import checkpoint_utils
+
+    if not isinstance(checkpoint_utils.torch, CheckpointTorch):
+        checkpoint_utils.torch = CheckpointTorch()

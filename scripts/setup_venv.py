@@ -6,7 +6,7 @@ step checks what is already installed and does nothing when it is there.
 
 Policy (see README.md):
 
-* torch: an installed torch >= 2.1 is kept and never replaced; where there is
+* torch: an installed torch >= 2.4 is kept and never replaced; where there is
   none, ``torch==2.13.0`` is installed (a local CPU wheel on the project's
   machines).  Every later ``pip install`` runs with a constraints file that
   pins the installed torch, so no dependency can pull another build in: pip
@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 MIN_PYTHON = (3, 8)
-MIN_TORCH = (2, 1)
+MIN_TORCH = (2, 4)  # torch.serialization.add_safe_globals: checkpoints load weights_only
 DEFAULT_TORCH = "torch==2.13.0"
 BUILD_DEPS = ["numpy<2", "cython", "setuptools", "wheel"]
 # fairseq 0.12's install_requires, less torch/torchaudio (see module doc).
@@ -79,8 +79,9 @@ def torch_plan(installed_version):
     if parse_version(installed_version) < MIN_TORCH:
         raise SetupError(
             f"the environment has torch {installed_version}, older than the "
-            f"{'.'.join(map(str, MIN_TORCH))} this project needs; it is not "
-            "replaced automatically. Upgrade it yourself (for example "
+            f"{'.'.join(map(str, MIN_TORCH))} this project needs (the first torch "
+            "that loads fairseq checkpoints with weights_only=True and an allow-list, "
+            "so that a checkpoint cannot run code); it is not replaced automatically. Upgrade it yourself (for example "
             f"'pip install {DEFAULT_TORCH}') or remove the virtual environment "
             "and run make again."
         )

@@ -140,3 +140,47 @@ def test_allow_list_holds_only_classes_and_numpy_reconstructors():
             assert name.startswith(("numpy.core.multiarray.", "numpy._core.multiarray."))
         else:
             assert isinstance(obj, type) or obj is __import__("typing").Any, obj
+
+
+def test_fairseq_checkpoint_loading_passes_weights_only_explicitly(checkpoint, monkeypatch):
+    """torch 2.4 and 2.5 (set-up accepts them) still default to weights_only=False:
+    the plugin's loader must ask for it, whatever torch's default."""
+    from fairseq import checkpoint_utils
+
+    seen = []
+    real_load = torch.load
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("weights_only"))
+        return real_load(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "load", spy)
+    state = checkpoint_utils.load_checkpoint_to_cpu(str(checkpoint.path))
+    assert seen == [True] and "model" in state
+
+
+def test_malicious_checkpoint_is_refused_through_fairseq(tmp_path):
+    from fairseq import checkpoint_utils
+
+    marker = tmp_path / "ran"
+    path = tmp_path / "evil.pt"
+
+    class Exploit:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    torch.save({"cfg": {}, "model": {}, "payload": Exploit()}, path)
+    with pytest.raises(checkpoint_compat.CheckpointLoadError, match=r"refused to load .*evil\.pt.*nothing in it ran"):
+        checkpoint_utils.load_checkpoint_to_cpu(str(path))
+    assert not marker.exists()
+
+
+def test_truncated_checkpoint_via_path_gets_a_clear_error(checkpoint, tiny_bin, tmp_path):
+    broken = tmp_path / "truncated.pt"
+    data = checkpoint.path.read_bytes()
+    broken.write_bytes(data[: len(data) // 2])
+    result = run(["fairseq-generate", tiny_bin, "--user-dir", USER_DIR, "--path", broken, "--cpu",
+                  "--gen-subset", "valid", "--max-len-b", "5"], check=False)
+    assert result.returncode != 0
+    assert f"cannot read {broken} as a fairseq checkpoint" in result.stderr
+    assert "may be incomplete or corrupt" in result.stderr

@@ -15,7 +15,7 @@ spec.loader.exec_module(setup_venv)
 
 def test_torch_plan_keeps_recent_torch():
     assert setup_venv.torch_plan("2.13.0+cpu") == ("keep", "2.13.0+cpu")
-    assert setup_venv.torch_plan("2.1.0") == ("keep", "2.1.0")
+    assert setup_venv.torch_plan("2.4.0") == ("keep", "2.4.0")
     assert setup_venv.torch_plan("2.5.1+cu121") == ("keep", "2.5.1+cu121")
 
 
@@ -25,8 +25,11 @@ def test_torch_plan_installs_pinned_cpu_torch_when_missing(monkeypatch):
 
 
 def test_torch_plan_refuses_to_replace_old_torch():
-    with pytest.raises(setup_venv.SetupError, match="older than the 2.1"):
+    with pytest.raises(setup_venv.SetupError, match="older than the 2.4"):
         setup_venv.torch_plan("2.0.1")
+    # 2.1-2.3 load with weights_only=False by default and cannot allow-list fairseq's types
+    with pytest.raises(setup_venv.SetupError, match="weights_only=True and an allow-list"):
+        setup_venv.torch_plan("2.3.1")
 
 
 def test_fairseq_requirement_by_python_version():
