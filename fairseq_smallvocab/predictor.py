@@ -61,7 +61,7 @@ def load_predictor(path, data: Optional[str] = None, **task_overrides):
     if tgt and not os.path.isfile(os.path.join(folder, f"dict.{tgt}.txt")):
         found = ", ".join(sorted(p.name for p in Path(folder).glob("dict.*.txt"))) or "no dict.*.txt at all"
         raise PredictorError(
-            f"{path} was trained on target language '{tgt}' ({os.path.join(str(trained_on), f'dict.{tgt}.txt')}), "
+            f"{path} was trained on target language '{tgt}' ({trained_dict}), "
             f"but {folder} has no dict.{tgt}.txt (it has {found}): use a predictor trained on this data")
     task = tasks.setup_task(cfg.task)
     saved_hash = int(state["model"]["target_dict_hash"].item())

@@ -226,11 +226,9 @@ class ReinforceGleuCriterion(FairseqCriterion):
         finite = bool(torch.isfinite(reward).all() and torch.isfinite(loss))
         if not finite:  # an exact zero that still touches every parameter (distributed wrappers expect that)
             loss = sum(p.reshape(-1)[:1].sum() * 0.0 for p in model.parameters() if p.requires_grad)
-        elif self.baseline == "learned" and model.training:
+        if self.baseline == "learned" and model.training:  # a skipped batch does not teach the baseline either
             logs["baseline_mse"] = self.update_baseline(samples["features"], mask, reward).item() \
-                * sample["target"].size(0)
-        if self.baseline == "learned" and model.training:
-            logs.setdefault("baseline_mse", 0.0)
+                * sample["target"].size(0) if finite else 0.0
 
         # The same keys for every batch (fairseq sums logging outputs key by key, across workers
         # too); a skipped batch adds zeros and no finite_* count, so it does not move the averages.
