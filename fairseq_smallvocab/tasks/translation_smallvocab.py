@@ -5,15 +5,17 @@ Each batch carries ``net_input["candidates"]``, a B x K matrix of target ids
 per example, built from the vocabulary predictor's lists: fairseq's special
 symbols first, at their own ids (positions 0..3 = bos, pad, eos, unk), then the
 example's predicted words.  Training lists hold every gold word (the
-predictor's top K plus the gold indicator); valid/test lists are the predicted
-top K.  ``lstm_smallvocab`` then scores only those K words, and fairseq's
+predictor's top K plus the gold indicator; lists cut to a smaller K are
+checked to keep them); valid/test lists are the predicted top K.  ``lstm_smallvocab`` then scores only those K words, and fairseq's
 ``cross_entropy`` / ``label_smoothed_cross_entropy`` work unchanged (the model
 maps gold ids into candidate space).
 
 Candidates come from ``--candidates-dir`` (lists exported by
 ``scripts/export_candidates.py``) or ``--vocab-predictor`` (computed once per
 split and K and cached on disk in ``--candidates-dir``, by default the
-predictor's folder/candidates, keyed by the predictor's SHA-256).
+predictor's folder/candidates, keyed by the predictor's SHA-256).  Either
+way the lists must have been made from this very split: their file records a
+digest of the split's content (``candidates.split_digest``), checked on load.
 ``--small-vocab-size 0`` (or K >= |V|) trains the same model with the full
 softmax.
 """
