@@ -6,7 +6,8 @@ per example, built from the vocabulary predictor's lists: fairseq's special
 symbols first, at their own ids (positions 0..3 = bos, pad, eos, unk), then the
 example's predicted words.  Training lists hold every gold word (the
 predictor's top K plus the gold indicator; lists cut to a smaller K are
-checked to keep them); valid/test lists are the predicted top K.  ``lstm_smallvocab`` then scores only those K words, and fairseq's
+checked to keep them); valid/test lists are the predicted top K.
+``lstm_smallvocab`` then scores only those K words, and fairseq's
 ``cross_entropy`` / ``label_smoothed_cross_entropy`` work unchanged (the model
 maps gold ids into candidate space).
 
