@@ -129,7 +129,7 @@ def prepare_captions(raw_dir, dest, lang="en", kiros: Optional[str] = None, per_
         raise DataError(f"the splits' features differ in width: {dims}")
     stats: Dict = {"source": str(raw), "format": "kiros" if kiros else "project", "min_count": min_count,
                    "feature_dim": next(iter(dims.values())), "normalized": normalize, "splits": {}}
-    with atomic_output_dir(dest, overwrite=force, inputs=[raw]) as tmp:
+    with atomic_output_dir(dest, overwrite=force) as tmp:
         (tmp / "raw").mkdir()
         for role, (captions, features, index, keep, feats_path) in read.items():
             (tmp / "raw" / f"{role}.{lang}").write_text("\n".join(captions) + "\n", encoding="utf-8")

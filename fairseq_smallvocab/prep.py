@@ -70,20 +70,18 @@ def remove_stale_temporaries(final: Path):
 
 
 @contextlib.contextmanager
-def atomic_output_dir(final, overwrite=False, inputs=(), option="--dest"):
+def atomic_output_dir(final, overwrite=False):
     """Yield a temporary folder beside ``final``; rename it to ``final`` only
     when the block succeeds, so that a failed or interrupted run never leaves a
     folder that looks complete.
 
-    Checked before anything is written: ``final`` must not be, contain or lie
-    inside one of the ``inputs`` folders.  An existing ``final`` is an error
-    unless ``overwrite`` (then it is replaced only after the new one is
-    complete), and even then only an empty folder or one these tools wrote
-    (it holds the ``OUTPUT_MARKER`` file) is replaced: a user's own folder
-    never is.  Temporary folders that killed runs left for ``final`` are
-    removed first."""
+    An existing ``final`` is an error unless ``overwrite`` (then it is
+    replaced only after the new one is complete), and even then only an empty
+    folder or one these tools wrote (it holds the ``OUTPUT_MARKER`` file) is
+    replaced: a user's own folder never is.  Temporary folders that killed
+    runs left for ``final`` are removed first.  Callers with input folders
+    check ``check_dest_apart_from_inputs`` before they read anything."""
     final = Path(final)
-    check_dest_apart_from_inputs(final, inputs, option)
     if final.exists() or final.is_symlink():
         if not overwrite:
             raise DataError(f"{final} already exists; remove it or pass --force to replace it")
@@ -371,7 +369,7 @@ def prepare(raw_dir, dest, src, tgt, splits, min_count=None, subword="none", sp_
         dropped[role] = n_drop
         if n_drop:
             log(f"{role}: dropped {n_drop} sentence pair(s) with an empty side")
-    with atomic_output_dir(dest, overwrite=force, inputs=[raw_dir]) as tmp:
+    with atomic_output_dir(dest, overwrite=force) as tmp:
         (tmp / "raw").mkdir()
         for role, sides in texts.items():
             for lang, lines in sides.items():

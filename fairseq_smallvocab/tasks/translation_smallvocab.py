@@ -256,8 +256,12 @@ class TranslationSmallVocabTask(TranslationTask):
 
     # -- where the lists come from -------------------------------------------------------------
 
+    def _data_folder(self) -> str:
+        """The (first) data folder, absolute: how candidate files name their data."""
+        return os.path.abspath(self.cfg.data.split(os.pathsep)[0])
+
     def _data_name(self, split):
-        return f"split '{split}' of {os.path.abspath(self.cfg.data.split(os.pathsep)[0])}"
+        return f"split '{split}' of {self._data_folder()}"
 
     def _candidate_lists(self, split, rows, digest):
         from fairseq_smallvocab.candidates import read_candidates
@@ -314,7 +318,7 @@ class TranslationSmallVocabTask(TranslationTask):
                     logger.info(f"candidates for {split}: cached {path}")
                     return ids, str(path)
             except DataMismatch as err:
-                here = os.path.abspath(self.cfg.data.split(os.pathsep)[0])
+                here = self._data_folder()
                 if err.made_from != here:
                     raise DataMismatch(f"{err} Give this data a cache folder of its own with --candidates-dir "
                                        "(or remove the cached file if the other data is gone).") from None
