@@ -5,9 +5,17 @@ from typing import Optional
 
 import numpy as np
 import torch
-from fairseq.data import BaseWrapperDataset, FairseqDataset, data_utils
+from fairseq.data import BaseWrapperDataset, FairseqDataset, data_utils, indexed_dataset
 
 from fairseq_smallvocab.caption_refs import captions_by_image, first_caption_of_each_image
+
+
+def token_stream(dataset):
+    """All items of a fairseq indexed dataset concatenated, as a numpy array of
+    its own: a copy, because the dataset unmaps its file when it is freed."""
+    if isinstance(dataset, indexed_dataset.MMapIndexedDataset):
+        return np.frombuffer(dataset._bin_buffer, dtype=dataset._index.dtype).copy()
+    return np.concatenate([dataset[i].numpy() for i in range(len(dataset))])
 
 
 class KeepLastBatchDataset(BaseWrapperDataset):

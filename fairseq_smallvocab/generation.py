@@ -1,14 +1,21 @@
 """Decoding inside each input's candidate vocabulary with fairseq's own
-``SequenceGenerator`` (greedy, beam search, sampling).
+``SequenceGenerator`` (greedy, beam search, sampling), for any restricted
+model (``candidate_model``).
 
 A small-vocabulary model scores only the K candidates of each example, so the
 generator works in *candidate space*: a hypothesis token is a position
-0..K-1 in the example's candidate row.  Two small changes make fairseq's
+0..K-1 in the example's candidate row.  Three small changes make fairseq's
 generator do that:
 
-- the decoder is fed target ids: before each decoder call, the positions
-  generated so far are looked up in the (beam-reordered) candidate rows that
-  travel in ``encoder_out["candidates"]``;
+- ``CandidateEnsembleModel.forward_encoder`` takes the batch's candidates out
+  of ``net_input`` (stock encoders do not take them) and prepares, once per
+  batch and model, the rows of the output layer for the batch's candidate
+  union (``UnionScorer``) and a decoding-row -> sentence map, which
+  ``reorder_encoder_out`` moves with the generator's ``new_order`` (beams,
+  finished sentences dropped): the beam layout is never guessed;
+- before each decoder call, the positions generated so far are looked up in
+  the rows' candidates, so the decoder is fed target ids, and its states are
+  scored inside each row's K candidates;
 - finished hypotheses are mapped back to target-dictionary ids, so callers
   (fairseq-generate, ``--eval-bleu``, fairseq-interactive, scorers) see
   ordinary token ids.
@@ -20,29 +27,81 @@ one-to-one to ids within an example) are unchanged.  Without candidates the
 classes behave exactly like fairseq's.
 """
 
+import math
 from typing import Dict, List, Optional
 
+import torch
+import torch.nn.functional as F
 from fairseq.sequence_generator import EnsembleModel, SequenceGenerator
 from torch import Tensor
 
+from fairseq_smallvocab.candidate_space import candidate_positions
+from fairseq_smallvocab.modules.candidate_output import UnionScorer, find_output_weights
 
-def _candidates(encoder_out) -> Optional[Tensor]:
-    if encoder_out is None:
-        return None
-    found = encoder_out.get("candidates") if isinstance(encoder_out, dict) else None
-    return found[0] if found else None
+
+def _output_weights(model):
+    if hasattr(model, "output_weights"):  # restricted by a plugin task
+        return model.output_weights()
+    return find_output_weights(model.decoder, type(model).__name__).get(model.decoder)
 
 
 class CandidateEnsembleModel(EnsembleModel):
-    """fairseq's ``EnsembleModel`` whose decoder input is given as candidate
-    positions and translated to target ids before the decoder sees it."""
+    """fairseq's ``EnsembleModel`` that decodes inside each row's candidates
+    when ``net_input`` has them."""
 
+    def __init__(self, models):
+        super().__init__(models)
+        self._candidates: Optional[Tensor] = None
+        self._scorers: List[UnionScorer] = []
+
+    @torch.jit.unused
+    def forward_encoder(self, net_input: Dict[str, Tensor]):
+        candidates = net_input.get("candidates")
+        self._candidates = candidates
+        self._scorers = [] if candidates is None else [UnionScorer(*_output_weights(m), candidates)
+                                                       for m in self.models]
+        return super().forward_encoder({k: v for k, v in net_input.items() if k != "candidates"})
+
+    @torch.jit.unused
+    def reorder_encoder_out(self, encoder_outs, new_order):
+        for scorer in self._scorers:
+            scorer.reorder(new_order)
+        return super().reorder_encoder_out(encoder_outs, new_order)
+
+    @torch.jit.unused
     def forward_decoder(self, tokens, encoder_outs: List[Dict[str, List[Tensor]]],
                         incremental_states, temperature: float = 1.0):
-        candidates = _candidates(encoder_outs[0]) if encoder_outs else None
-        if candidates is not None:
-            tokens = candidates.gather(1, tokens)
-        return super().forward_decoder(tokens, encoder_outs, incremental_states, temperature)
+        if self._candidates is None:
+            return super().forward_decoder(tokens, encoder_outs, incremental_states, temperature)
+        rows = self._candidates.index_select(0, self._scorers[0].sent)
+        ids = rows.gather(1, tokens)
+        log_probs, avg_attn = [], None
+        for i, model in enumerate(self.models):
+            encoder_out = encoder_outs[i] if self.has_encoder() else None
+            features, extra = model.decoder.extract_features(ids, encoder_out, incremental_state=incremental_states[i])
+            attn = _last_attention(extra)
+            logits = self._scorers[i](features[:, -1]).float().div_(temperature)
+            probs = F.log_softmax(logits, dim=-1)
+            if self.models_size == 1:
+                return probs, attn
+            log_probs.append(probs)
+            if attn is not None:
+                avg_attn = attn if avg_attn is None else avg_attn.add_(attn)
+        avg_probs = torch.logsumexp(torch.stack(log_probs, dim=0), dim=0) - math.log(self.models_size)
+        if avg_attn is not None:
+            avg_attn.div_(self.models_size)
+        return avg_probs, avg_attn
+
+
+def _last_attention(extra) -> Optional[Tensor]:
+    """The last step's attention from a decoder's extra output, as fairseq's EnsembleModel reads it."""
+    attn = None
+    if isinstance(extra, Tensor):
+        attn = extra
+    elif isinstance(extra, dict):
+        holder = extra.get("attn")
+        attn = holder if isinstance(holder, Tensor) else (holder[0] if holder else None)
+    return None if attn is None else attn[:, -1, :]
 
 
 class SmallVocabSequenceGenerator(SequenceGenerator):
@@ -83,8 +142,6 @@ class SmallVocabSequenceGenerator(SequenceGenerator):
         return finalized
 
     def _prefix_positions(self, candidates: Tensor, prefix_tokens: Tensor) -> Tensor:
-        from fairseq_smallvocab.models.lstm_smallvocab import candidate_positions
-
         positions = candidate_positions(candidates, prefix_tokens, self.unk)
         outside = candidates.gather(1, positions).ne(prefix_tokens)
         if outside.any():

@@ -7,8 +7,12 @@ from typing import Dict, Optional, Sequence
 
 import numpy as np
 import torch
+from fairseq import checkpoint_utils, tasks
+from fairseq.data import data_utils
 
-from fairseq_smallvocab.candidates import file_sha256
+from fairseq_smallvocab.candidates import candidate_file, file_sha256, split_digest, write_candidates
+from fairseq_smallvocab.data import single_dictionary_lang, token_stream
+from fairseq_smallvocab.models.vocab_predictor import dictionary_fingerprint
 from fairseq_smallvocab.vocab import check_k, multi_hot, recall_hits, select_candidates
 
 
@@ -22,10 +26,6 @@ def load_predictor(path, data: Optional[str] = None, **task_overrides):
     ``data`` replaces the data folder the predictor was trained on (the
     target dictionaries must be the same); ``task_overrides`` set other task
     options (e.g. ``source_features``)."""
-    from fairseq import checkpoint_utils, tasks
-
-    from fairseq_smallvocab.models.vocab_predictor import dictionary_fingerprint
-
     path = Path(path)
     if not path.is_file():
         raise PredictorError(f"vocabulary predictor checkpoint not found: {path}")
@@ -84,10 +84,6 @@ def _target_dictionary_file(folder, lang, reads_features) -> Optional[str]:
     """The target dictionary a predictor was trained with, as its data folder
     names it: dict.LANG.txt of the language it recorded, else of the folder's
     only dictionary (captions) or inferred language pair (sentence pairs)."""
-    from fairseq.data import data_utils
-
-    from fairseq_smallvocab.data import single_dictionary_lang
-
     folder = str(folder).split(os.pathsep)[0]
     if not lang and os.path.isdir(folder):
         lang = single_dictionary_lang(folder) if reads_features else data_utils.infer_language_pair(folder)[1]
@@ -102,6 +98,15 @@ def _batches(task, split, batch_size):
     itr = task.get_batch_iterator(dataset=dataset, max_sentences=batch_size, max_positions=None,
                                   required_batch_size_multiple=1, seed=1, num_workers=0)
     return len(dataset), itr.next_epoch_itr(shuffle=False)
+
+
+def predict_lists(model, net_input, k: int, tgt_dict, gold: Optional[torch.Tensor] = None,
+                  always: Optional[Sequence[int]] = None) -> torch.Tensor:
+    """Predict -> select: each example's K candidate ids (B x K, best first)
+    from a batch's ``net_input``; ``gold`` (B x V 0/1) and ``always``
+    (default: unk) are forced in."""
+    always = (tgt_dict.unk(),) if always is None else tuple(always)
+    return select_candidates(model.predict(**net_input), k, gold=gold, always=always)
 
 
 @torch.no_grad()
@@ -120,10 +125,9 @@ def predict_candidates(model, task, split, k, include_gold=False, batch_size=256
     out = np.empty((n, k), dtype=np.uint16 if vocab <= np.iinfo(np.uint16).max else np.int32)
     filled = np.zeros(n, dtype=bool)
     for sample in batches:
-        probs = model.predict(**sample["net_input"])
         gold = multi_hot(sample["target"], vocab, ignore=(d.pad(), d.bos())) if include_gold else None
         ids = sample["id"].numpy()
-        out[ids] = select_candidates(probs, k, gold=gold, always=always).numpy()
+        out[ids] = predict_lists(model, sample["net_input"], k, d, gold=gold, always=always).numpy()
         filled[ids] = True
     if not filled.all():
         raise RuntimeError(f"{int((~filled).sum())} examples of {split} got no prediction")
@@ -155,8 +159,6 @@ def recall_at(model, task, split, ks: Sequence[int], batch_size=256, scores: Opt
 def frequency_scores(task) -> torch.Tensor:
     """The frequency baseline's ranking: each target word's token count in the
     training split (eos included), no model."""
-    from fairseq_smallvocab.tasks.vocab_prediction import token_stream
-
     counts = np.bincount(token_stream(task.training_targets()).astype(np.int64),
                          minlength=len(task.target_dictionary))
     return torch.from_numpy(counts.astype(np.float64))
@@ -166,9 +168,6 @@ def export_split(model, task, split, k, out_dir, predictor_path, digest=None, go
     """Predict a split's K-candidate lists and write them as a candidate file
     (see candidates.py).  Returns (path, ids, seconds spent predicting)."""
     import time
-
-    from fairseq_smallvocab.candidates import candidate_file, split_digest, write_candidates
-    from fairseq_smallvocab.models.vocab_predictor import dictionary_fingerprint
 
     start = time.perf_counter()
     ids = predict_candidates(model, task, split, k, include_gold=gold, batch_size=batch_size)

@@ -2,8 +2,12 @@
 """Speed and peak memory of training steps, small vocabulary vs full softmax.
 
 Every configuration runs in a fresh process (so that peak memory is its own):
-the paper's model (``lstm_smallvocab``, d units) on random batches of B
-sentence pairs of exactly --max-len tokens.  Target words follow a Zipf law
+the paper's model (``lstm_smallvocab``, d units), or with ``--arch`` any
+fairseq translation arch (``transformer``: the base Transformer, d = 512,
+6 + 6 layers, with ``--share-all-embeddings``; ``--embed-dim`` and
+``--layers`` change d and the layers), restricted as ``translation_smallvocab``
+restricts it, on random batches of B sentence pairs of exactly --max-len
+tokens.  Target words follow a Zipf law
 over |V| (``--zipf S``: the word of frequency rank r with probability
 proportional to r^-S; 1.2 by default, about Multi30k German's slope; 0 draws
 them uniformly); the small-vocabulary batches carry K candidates per example,
@@ -36,6 +40,12 @@ length both set, so small and full decode the same number of steps).  The
 small-vocabulary time includes the vocabulary predictor (embed_dim 512, as the
 paper's) predicting each batch's candidates.  Reports ms per sentence.
 
+Small and full run interleaved, each in a fresh process: with ``--rounds R``
+the pair runs R times (small, full, small, full, ...) and each configuration
+reports the median over its rounds, and the speedup is the median of the
+rounds' pairwise ratios, so that the machine's drift between the two sides
+of a pair cancels.
+
 Peak memory: CUDA, ``torch.cuda.max_memory_allocated``; CPU, the growth of the
 process's peak resident set (VmHWM, reset just before the first step) over the
 resident set before the first step (``peak_mem_mb``); ``peak_rss_mb`` is the
@@ -49,6 +59,8 @@ full, CE and REINFORCE, 2 timed steps.  scripts/plot_benchmark.py draws the
 JSON records.
 
     python scripts/benchmark.py --quick
+    python scripts/benchmark.py --arch transformer --vocab-sizes 32000 64000 128000 --k 1000 --k-sweep \
+        --batch 32 --max-len 30 --rounds 3 --json docs/bench_transformer.json
     python scripts/benchmark.py --json docs/bench_synthetic.json --markdown docs/bench_synthetic.md
     python scripts/benchmark.py --vocab-sizes 24000 --k 1000 --modes ce reinforce --json bench.json
     python scripts/benchmark.py --modes reinforce --data data-bin/all/multi30k.en-de \
@@ -61,6 +73,7 @@ import argparse
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -151,13 +164,39 @@ def _setup(cfg: dict):
     torch.set_num_threads(cfg["threads"])
     torch.manual_seed(0)
 
+    shared = cfg.get("arch", "lstm_smallvocab") != "lstm_smallvocab"  # --share-all-embeddings: one dictionary
+
     class _Task:
-        source_dictionary = _dictionary(cfg["src_vocab_size"])
         target_dictionary = _dictionary(cfg["vocab_size"])
-        decoder_state_dim = cfg["d"]
+        source_dictionary = target_dictionary if shared else _dictionary(cfg["src_vocab_size"])
         uses_features = False
 
     return _Task
+
+
+def build_model(cfg: dict, task):
+    """The measured model, restricted as translation_smallvocab restricts it:
+    ``lstm_smallvocab`` (d = --embed-dim), or a fairseq arch built as
+    fairseq-train builds it (``transformer``: shared embeddings; d and the
+    layers from --embed-dim and --layers when given)."""
+    from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
+
+    from fairseq_smallvocab.candidate_model import restrict
+    from fairseq_smallvocab.models.lstm_smallvocab import LSTMSmallVocabConfig, LSTMSmallVocabModel
+
+    arch = cfg.get("arch", "lstm_smallvocab")
+    if arch == "lstm_smallvocab":
+        model = LSTMSmallVocabModel.build_model(LSTMSmallVocabConfig(embed_dim=cfg["d"], dropout=0.2), task)
+    else:
+        args = argparse.Namespace(share_all_embeddings=True, dropout=0.1, criterion="cross_entropy")
+        if cfg.get("d"):
+            args.encoder_embed_dim = args.decoder_embed_dim = cfg["d"]
+            args.encoder_ffn_embed_dim = args.decoder_ffn_embed_dim = 4 * cfg["d"]
+        if cfg.get("layers"):
+            args.encoder_layers = args.decoder_layers = cfg["layers"]
+        ARCH_CONFIG_REGISTRY[arch](args)
+        model = ARCH_MODEL_REGISTRY[arch].build_model(args, task)
+    return restrict(model, arch)
 
 
 def real_setup(cfg: dict, count: int):
@@ -210,7 +249,6 @@ def worker(cfg: dict) -> dict:
     from fairseq.criterions.cross_entropy import CrossEntropyCriterion
 
     from fairseq_smallvocab.criterions.reinforce_gleu import ReinforceGleuCriterion
-    from fairseq_smallvocab.models.lstm_smallvocab import LSTMSmallVocabConfig, LSTMSmallVocabModel
 
     device = torch.device(cfg["device"])
     count = cfg["warmup"] + cfg["steps"]
@@ -220,8 +258,8 @@ def worker(cfg: dict) -> dict:
         model, criterion = model.to(device), criterion.to(device)
     else:
         _Task = _setup(cfg)
-        model = LSTMSmallVocabModel.build_model(LSTMSmallVocabConfig(embed_dim=cfg["d"], dropout=0.2),
-                                                _Task).to(device)
+        model = build_model(cfg, _Task).to(device)
+        cfg["d"] = cfg["d"] or model.output_weights()[0].size(1)
         if cfg["mode"] == "ce":
             criterion = CrossEntropyCriterion(_Task, sentence_avg=False)
         else:
@@ -265,7 +303,7 @@ def worker(cfg: dict) -> dict:
     batches = math.ceil(epoch_sentences / cfg["batch"])
     tokens = sum(int(sample["ntokens"]) for sample in timed)
     record = {**{key: cfg[key] for key in ("device", "mode", "softmax", "vocab_size", "K", "d", "batch", "max_len",
-                                           "steps", "warmup", "threads", "zipf")},
+                                           "steps", "warmup", "threads", "zipf")}, "arch": cfg.get("arch"),
               "sec_per_step": round(sec_per_step, 4),
               "tokens_per_sec": round(tokens / (sec_per_step * cfg["steps"]), 1),
               "sec_per_epoch": round(batches * sec_per_step, 1), "epoch_sentences": epoch_sentences,
@@ -284,15 +322,15 @@ def worker(cfg: dict) -> dict:
 def decode_worker(cfg: dict) -> dict:
     import torch
 
+    from fairseq_smallvocab.candidate_space import candidate_rows
     from fairseq_smallvocab.generation import SmallVocabSequenceGenerator
-    from fairseq_smallvocab.models.lstm_smallvocab import LSTMSmallVocabConfig, LSTMSmallVocabModel
     from fairseq_smallvocab.models.vocab_predictor import VocabPredictor, VocabPredictorConfig
-    from fairseq_smallvocab.tasks.translation_smallvocab import candidate_rows
-    from fairseq_smallvocab.vocab import select_candidates
+    from fairseq_smallvocab.predictor import predict_lists
 
     _Task = _setup(cfg)
     tgt_dict = _Task.target_dictionary
-    model = LSTMSmallVocabModel.build_model(LSTMSmallVocabConfig(embed_dim=cfg["d"]), _Task).eval()
+    model = build_model(cfg, _Task).eval()
+    cfg["d"] = cfg["d"] or model.output_weights()[0].size(1)
     predictor = VocabPredictor.build_model(VocabPredictorConfig(), _Task).eval() if cfg["K"] else None
     if predictor is not None:
         with torch.no_grad():  # a predictor that ranks words in some order (its output layer starts at zero)
@@ -312,7 +350,7 @@ def decode_worker(cfg: dict) -> dict:
             src = sources[start: start + bsz]
             net_input = {"src_tokens": src, "src_lengths": torch.full((len(src),), src_len)}
             if predictor is not None:
-                lists = select_candidates(predictor.predict(src_tokens=src), cfg["K"], always=(tgt_dict.unk(),))
+                lists = predict_lists(predictor, {"src_tokens": src}, cfg["K"], tgt_dict)
                 rows = candidate_rows(lists.numpy(), cfg["K"], tgt_dict.nspecial, "benchmark")
                 net_input["candidates"] = torch.from_numpy(rows.astype("int64"))
             out = generator.generate([model], {"id": torch.arange(len(src)), "net_input": net_input})
@@ -326,7 +364,7 @@ def decode_worker(cfg: dict) -> dict:
         tokens = decode_all()
         seconds = time.perf_counter() - start
     return {**{key: cfg[key] for key in ("device", "mode", "softmax", "vocab_size", "K", "d", "max_len", "warmup",
-                                         "threads", "beam", "src_len")},
+                                         "threads", "beam", "src_len")}, "arch": cfg.get("arch"),
             "batch": bsz, "steps": n, "sentences": n, "ms_per_sentence": round(1000 * seconds / n, 2),
             "tokens_per_sec": round(tokens / seconds, 1), "sec_per_epoch": None, "peak_mem_mb": None,
             "torch": torch.__version__}
@@ -375,6 +413,7 @@ def configurations(args):
             for batch, beam in shapes:
                 for softmax, k in runs:
                     cfg = {"device": args.device, "mode": mode, "softmax": softmax, "vocab_size": vocab_size,
+                           "arch": args.arch, "layers": args.layers,
                            "src_vocab_size": args.src_vocab_size or vocab_size, "K": k, "d": args.embed_dim,
                            "batch": batch, "max_len": args.max_len, "steps": args.steps, "warmup": args.warmup,
                            "threads": args.threads, "epoch_sentences": args.epoch_sentences, "zipf": args.zipf}
@@ -386,6 +425,47 @@ def configurations(args):
                         cfg.update(beam=beam, decode_batch=batch, max_len=args.decode_len, src_len=args.src_len,
                                    decode_sentences=max(args.decode_sentences, batch), warmup=1)
                     yield cfg
+
+
+def pair_key(cfg: dict):
+    """Configurations that differ only in the output layer (small K, full) form one interleaved group."""
+    return tuple(sorted((key, json.dumps(value)) for key, value in cfg.items() if key not in ("softmax", "K")))
+
+
+def run_interleaved(cfgs, rounds: int, log=lambda message: None):
+    """Each group of configurations (small and full of one setting) run
+    ``rounds`` times in turn (A B A B ...); returns one record per
+    configuration: medians over its rounds, and for a small one, the median
+    of the rounds' ratios full / small (``speedup``)."""
+    groups = {}
+    for cfg in cfgs:
+        groups.setdefault(pair_key(cfg), []).append(cfg)
+    records = []
+    for group in groups.values():
+        runs = [[] for _ in group]
+        for r in range(rounds):
+            for i, cfg in enumerate(group):
+                k = f" K={cfg['K']}" if cfg["K"] else ""
+                label = f"{cfg['mode']} |V|={cfg['vocab_size']} {cfg['softmax']}{k}"
+                log(f"running {label}" + (f" (round {r + 1}/{rounds})" if rounds > 1 else "") + " ...")
+                record = run_isolated(cfg)
+                log("  " + (f"batch {cfg['batch']} beam {cfg['beam']}: {record['ms_per_sentence']:.2f} ms/sentence"
+                            if cfg["mode"] == "decode" else
+                            f"{record['sec_per_step']:.3f} s/step, peak {record['peak_mem_mb']:,.0f} MB"))
+                runs[i].append(record)
+        time_key = "ms_per_sentence" if group[0]["mode"] == "decode" else "sec_per_step"
+        full = next((i for i, cfg in enumerate(group) if cfg["softmax"] == "full"), None)
+        for i, cfg in enumerate(group):
+            record = dict(runs[i][0], rounds=rounds, **{f"{time_key}_rounds": [x[time_key] for x in runs[i]]})
+            for key in (time_key, "tokens_per_sec", "sec_per_epoch", "peak_mem_mb", "peak_rss_mb"):
+                values = [x[key] for x in runs[i] if x.get(key) is not None]
+                if values:
+                    record[key] = round(statistics.median(values), 4)
+            if full is not None and cfg["softmax"] == "small":
+                ratios = [f[time_key] / s[time_key] for f, s in zip(runs[full], runs[i])]
+                record["speedup"] = round(statistics.median(ratios), 3)
+            records.append(record)
+    return records
 
 
 def run_isolated(cfg: dict) -> dict:
@@ -405,11 +485,11 @@ def markdown(records) -> str:
         head = ("| device | mode | V | softmax | K | d | batch | len | s/step | tokens/s | s/epoch | peak MB | "
                 "peak RSS MB | speedup | memory ratio |")
         lines = [head, "|" + "---|" * (head.count("|") - 1)]
-        full = {(r["device"], r["mode"], r["vocab_size"]): r for r in train if r["softmax"] == "full"}
+        full = {(r["device"], r.get("arch"), r["mode"], r["vocab_size"]): r for r in train if r["softmax"] == "full"}
         for r in train:
-            ref = full.get((r["device"], r["mode"], r["vocab_size"]))
+            ref = full.get((r["device"], r.get("arch"), r["mode"], r["vocab_size"]))
             small = ref is not None and r["softmax"] == "small"
-            speedup = f"{ref['sec_per_step'] / r['sec_per_step']:.2f}x" if small else ""
+            speedup = f"{r.get('speedup') or ref['sec_per_step'] / r['sec_per_step']:.2f}x" if small else ""
             memory = f"{ref['peak_mem_mb'] / r['peak_mem_mb']:.2f}x less" if small and r["peak_mem_mb"] > 0 else ""
             lines.append(f"| {r['device']} | {r['mode']} | {r['vocab_size']:,} | {r['softmax']} | {r['K'] or '-'} | "
                          f"{r['d']} | {r['batch']} | {r['max_len']} | {r['sec_per_step']:.3f} | "
@@ -420,10 +500,11 @@ def markdown(records) -> str:
     if decode:
         head = "| device | V | softmax | K | batch | beam | len | ms/sentence | tokens/s | speedup |"
         lines = [head, "|" + "---|" * (head.count("|") - 1)]
-        full = {(r["device"], r["vocab_size"], r["batch"], r["beam"]): r for r in decode if r["softmax"] == "full"}
+        full = {(r["device"], r.get("arch"), r["vocab_size"], r["batch"], r["beam"]): r
+                for r in decode if r["softmax"] == "full"}
         for r in decode:
-            ref = full.get((r["device"], r["vocab_size"], r["batch"], r["beam"]))
-            speedup = (f"{ref['ms_per_sentence'] / r['ms_per_sentence']:.2f}x"
+            ref = full.get((r["device"], r.get("arch"), r["vocab_size"], r["batch"], r["beam"]))
+            speedup = (f"{r.get('speedup') or ref['ms_per_sentence'] / r['ms_per_sentence']:.2f}x"
                        if ref is not None and r["softmax"] == "small" else "")
             lines.append(f"| {r['device']} | {r['vocab_size']:,} | {r['softmax']} | {r['K'] or '-'} | {r['batch']} | "
                          f"{r['beam']} | {r['max_len']} | {r['ms_per_sentence']:.2f} | {r['tokens_per_sec']:,.0f} | "
@@ -453,7 +534,15 @@ def parse_args(argv=None):
                         help="exponent of the Zipf law of the synthetic target words (0: uniform words and random "
                              "candidates)")
     parser.add_argument("--no-full", action="store_true", help="skip the full-softmax runs")
-    parser.add_argument("--embed-dim", type=int, default=256)
+    parser.add_argument("--arch", default="lstm_smallvocab",
+                        help="lstm_smallvocab (default), or a fairseq translation arch, e.g. transformer (the base "
+                             "Transformer with shared embeddings), transformer_wmt_en_de")
+    parser.add_argument("--embed-dim", type=int, default=None,
+                        help="d (default: 256 for lstm_smallvocab, the arch's own otherwise)")
+    parser.add_argument("--layers", type=int, default=None, help="encoder and decoder layers (default: the arch's)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="run each small/full pair this many times, interleaved; medians and the median "
+                             "pairwise ratio are reported")
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--max-len", type=int, default=50)
     parser.add_argument("--steps", type=int, default=5, help="timed steps")
@@ -486,6 +575,12 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if args.worker:
         return args
+    if args.embed_dim is None and args.arch == "lstm_smallvocab":
+        args.embed_dim = 256
+    if args.rounds < 1:
+        parser.error(f"--rounds {args.rounds}: at least 1")
+    if args.arch != "lstm_smallvocab" and args.data:
+        parser.error("--arch goes with synthetic batches (--vocab-sizes); --data measures the recipe's model")
     if args.quick:  # --quick's settings become the defaults, so that options given explicitly win
         parser.set_defaults(modes=["ce", "reinforce"], vocab_sizes=[24000], k=[1000], k_sweep=[], steps=2, warmup=1)
         args = parser.parse_args(argv)
@@ -513,18 +608,8 @@ def main(argv=None):
     if args.worker:
         print(json.dumps(worker(json.loads(args.worker))))
         return 0
-    records = []
-    for cfg in configurations(args):
-        label = f"{cfg['mode']} |V|={cfg['vocab_size']} {cfg['softmax']}" + (f" K={cfg['K']}" if cfg["K"] else "")
-        print(f"running {label} ...", file=sys.stderr, flush=True)
-        record = run_isolated(cfg)
-        if cfg["mode"] == "decode":
-            print(f"  batch {cfg['batch']} beam {cfg['beam']}: {record['ms_per_sentence']:.2f} ms/sentence",
-                  file=sys.stderr, flush=True)
-        else:
-            print(f"  {record['sec_per_step']:.3f} s/step, {record['tokens_per_sec']:,.0f} tokens/s, "
-                  f"peak {record['peak_mem_mb']:,.0f} MB", file=sys.stderr, flush=True)
-        records.append(record)
+    records = run_interleaved(list(configurations(args)), args.rounds,
+                              log=lambda message: print(message, file=sys.stderr, flush=True))
     table = markdown(records)
     print(table)
     if args.json:

@@ -11,8 +11,9 @@
 #   DEMO_TRAIN (training sentences, default 25000), DEMO_VP_EPOCHS (predictor
 #   epochs, default 5), DEMO_DIM (model size d, default 256), DEMO_CE_UPDATES
 #   (default 600), DEMO_RL_UPDATES (default 150), DEMO_BENCH_STEPS (timed
-#   REINFORCE steps per softmax, default 3), DEMO_THREADS (torch threads,
-#   default 2).
+#   REINFORCE steps per softmax and round, default 2), DEMO_BENCH_ROUNDS
+#   (interleaved small/full rounds of the speed line, default 3),
+#   DEMO_THREADS (torch threads, default 2).
 set -euo pipefail
 shopt -s inherit_errexit  # a failing command inside $(...) stops the demo too
 cd "$(dirname "$0")/.."
@@ -23,7 +24,8 @@ DEMO_VP_EPOCHS=${DEMO_VP_EPOCHS:-5}
 DEMO_DIM=${DEMO_DIM:-256}
 DEMO_CE_UPDATES=${DEMO_CE_UPDATES:-600}
 DEMO_RL_UPDATES=${DEMO_RL_UPDATES:-150}
-DEMO_BENCH_STEPS=${DEMO_BENCH_STEPS:-3}
+DEMO_BENCH_STEPS=${DEMO_BENCH_STEPS:-2}
+DEMO_BENCH_ROUNDS=${DEMO_BENCH_ROUNDS:-3}
 DEMO_THREADS=${DEMO_THREADS:-2}
 export OMP_NUM_THREADS=$DEMO_THREADS MKL_NUM_THREADS=$DEMO_THREADS
 BEGIN=$(date +%s)
@@ -94,10 +96,12 @@ BLEU_RL=$(decode "$DEMO_DIR/rl/checkpoint_last.pt" "$DEMO_DIR/test-rl")
 echo "  BLEU after REINFORCE: $BLEU_RL"
 
 step "8/8 REINFORCE steps, small vocabulary vs full softmax (|V| = $V), same batches and weights"
-# each softmax in a fresh process: 1 untimed step, then $DEMO_BENCH_STEPS timed ones
+# each softmax in a fresh process: 1 untimed step, then $DEMO_BENCH_STEPS timed ones; small and full
+# alternate for $DEMO_BENCH_ROUNDS rounds, and the speed line is the median of the rounds' ratios
 python scripts/benchmark.py --data "$DEMO_DIR/data-bin" --source-lang src --target-lang tgt \
   --candidates-dir "$DEMO_DIR/candidates" --k "$K" --modes reinforce --embed-dim "$DEMO_DIM" \
   --checkpoint "$DEMO_DIR/rl/checkpoint_last.pt" --steps "$DEMO_BENCH_STEPS" --warmup 1 \
+  --rounds "$DEMO_BENCH_ROUNDS" \
   --threads "$DEMO_THREADS" --json "$DEMO_DIR/bench.json" > /dev/null
 
 step "done in $(( ($(date +%s) - BEGIN) / 60 )) min $(( ($(date +%s) - BEGIN) % 60 )) s"

@@ -11,7 +11,7 @@ def test_demo_script_end_to_end_small(tmp_path):
     result = run(["bash", REPO / "scripts" / "demo.sh"],
                  env={"DEMO_DIR": str(demo), "DEMO_VOCAB": "700", "DEMO_TRAIN": "500", "DEMO_VP_EPOCHS": "1",
                       "DEMO_DIM": "16", "DEMO_CE_UPDATES": "8", "DEMO_RL_UPDATES": "4", "DEMO_BENCH_STEPS": "1",
-                      "DEMO_THREADS": "1"})
+                      "DEMO_BENCH_ROUNDS": "2", "DEMO_THREADS": "1"})
     out = result.stdout
     for stage in range(1, 9):  # progress: every stage announced, in order
         assert f"] {stage}/8 " in out

@@ -1,5 +1,7 @@
-"""Decoding inside the candidates: the same hypotheses and scores as fairseq's
-stock generator on the full softmax masked to the same candidates."""
+"""Decoding inside the candidates with the plugin's LSTM (the oracle against
+fairseq's stock generator on the masked full softmax, for every model family,
+is in test_any_model.py): the stock path without candidates, sampling,
+prefixes, and the step-wise scorer's reorderings."""
 
 from types import SimpleNamespace
 
@@ -11,6 +13,7 @@ from fairseq.sequence_generator import SequenceGenerator
 
 from fairseq_smallvocab.generation import SmallVocabSequenceGenerator
 from fairseq_smallvocab.models.lstm_smallvocab import LSTMSmallVocabConfig, LSTMSmallVocabModel
+from fairseq_smallvocab.modules.candidate_output import UnionScorer
 
 V_SRC, V_TGT, B, T_SRC, K = 30, 80, 6, 7, 20
 
@@ -42,54 +45,6 @@ def setup():
     cands = torch.stack([torch.cat([torch.arange(4), 4 + torch.randperm(V_TGT - 4)[: K - 4]]) for _ in range(B)])
     sample = {"id": torch.arange(B), "net_input": {"src_tokens": src, "src_lengths": lengths, "candidates": cands}}
     return model, tgt_dict, sample
-
-
-def _masked_full_output_layer(decoder):
-    """The oracle's output layer: full-vocabulary logits with every
-    non-candidate at -inf (the stock generator then works on target ids)."""
-
-    def output_layer(features, candidates=None):
-        logits = type(decoder).output_layer(decoder, features, None)
-        keep = torch.zeros(candidates.size(0), logits.size(-1), dtype=torch.bool)
-        keep.scatter_(1, candidates, True)
-        return logits.masked_fill(~keep.unsqueeze(1), float("-inf"))
-
-    return output_layer
-
-
-def _decode(model, tgt_dict, sample, masked, **kw):
-    if masked:
-        masked_layer = _masked_full_output_layer(model.decoder)
-        model.decoder.output_layer = masked_layer
-        model.decoder._cached_output_layer = lambda features, candidates, state: masked_layer(features, candidates)
-        generator = SequenceGenerator([model], tgt_dict, **kw)
-    else:
-        generator = SmallVocabSequenceGenerator([model], tgt_dict, **kw)
-    try:
-        with torch.no_grad():
-            return generator.generate([model], sample)
-    finally:
-        model.decoder.__dict__.pop("output_layer", None)
-        model.decoder.__dict__.pop("_cached_output_layer", None)
-
-
-@pytest.mark.parametrize("options", [dict(beam_size=1), dict(beam_size=4), dict(beam_size=3, len_penalty=0.5),
-                                     dict(beam_size=4, unk_penalty=1.0, min_len=3, no_repeat_ngram_size=2)])
-def test_hypotheses_and_scores_equal_masked_full_softmax(setup, options):
-    model, tgt_dict, sample = setup
-    small = _decode(model, tgt_dict, sample, masked=False, max_len_b=12, **options)
-    full = _decode(model, tgt_dict, sample, masked=True, max_len_b=12, **options)
-    assert len(small) == len(full) == B
-    lengths = set()
-    for b, (hs, hf) in enumerate(zip(small, full)):
-        assert len(hs) == len(hf) == options["beam_size"]
-        for s, f in zip(hs, hf):
-            assert s["tokens"].tolist() == f["tokens"].tolist(), (b, options)
-            assert set(s["tokens"].tolist()) <= set(sample["net_input"]["candidates"][b].tolist())
-            torch.testing.assert_close(s["score"], f["score"], atol=1e-4, rtol=0)
-            torch.testing.assert_close(s["positional_scores"], f["positional_scores"], atol=1e-4, rtol=0)
-            lengths.add(len(s["tokens"]))
-    assert len(lengths) > 1  # hypotheses of different lengths, eos chosen at different steps
 
 
 def test_without_candidates_it_is_fairseqs_generator(setup):
@@ -131,24 +86,22 @@ def test_prefix_tokens_are_forced_and_checked(setup):
         generator.generate([model], sample, prefix_tokens=prefix)
 
 
-def test_cached_candidate_rows_follow_beam_reordering_and_finished_sentences(setup):
-    """The incremental output layer (rows of W_p for the union of the batch's
-    candidates gathered once, each row's K picked from the union's scores)
-    equals the plain output layer after the generator's reorderings: beams
-    within a sentence, finished sentences dropped, rows of one sentence apart."""
-    model, _, sample = setup
-    decoder = model.decoder
-    cands = sample["net_input"]["candidates"][:3].repeat_interleave(2, 0)  # 3 sentences x beam 2
-    decoder.set_beam_size(2)
-    state = {}
-    d = decoder.embed_tokens.embedding_dim
-    with torch.no_grad():
-        for order in (None, [1, 0, 3, 3, 4, 5], [0, 1, 4, 5], [2, 0, 1, 3]):
-            if order is not None:
-                order = torch.tensor(order)
-                decoder.reorder_incremental_state(state, order)
-                cands = cands.index_select(0, order)
-            features = torch.randn(len(cands), 1, d)
-            torch.testing.assert_close(decoder._cached_output_layer(features, cands, state),
-                                       decoder.output_layer(features, cands))
-    decoder.set_beam_size(1)
+def test_union_scorer_follows_beam_reordering_and_finished_sentences():
+    """Step-wise scoring (rows of W for the union of the batch's candidates
+    gathered once, each row's K picked from the union's scores) equals the
+    per-row candidate logits after the generator's reorderings: beams within
+    a sentence, finished sentences dropped, rows of one sentence apart."""
+    torch.manual_seed(0)
+    weight, bias = torch.randn(V_TGT, 8), torch.randn(V_TGT)
+    cands = torch.stack([torch.cat([torch.arange(4), 4 + torch.randperm(V_TGT - 4)[: K - 4]]) for _ in range(3)])
+    scorer = UnionScorer(weight, bias, cands)
+    rows = cands
+    for order in ([0, 0, 1, 1, 2, 2], [1, 0, 3, 3, 4, 5], [0, 1, 4, 5], [2, 0, 1, 3]):
+        order = torch.tensor(order)
+        scorer.reorder(order)
+        rows = rows.index_select(0, order)
+        features = torch.randn(len(rows), 8)
+        want = torch.stack([weight[r] @ f + bias[r] for r, f in zip(rows, features)])
+        torch.testing.assert_close(scorer(features), want)
+    full = UnionScorer(weight, None, None)
+    torch.testing.assert_close(full(features), features @ weight.T)

@@ -1,5 +1,7 @@
-"""lstm_smallvocab: the small-softmax output equals the full softmax masked to
-the same candidates (log-probabilities, loss, gradient), one code path."""
+"""lstm_smallvocab, restricted as the tasks restrict it: the small-softmax
+output equals the full softmax masked to the same candidates
+(log-probabilities, loss, gradient), one code path; the architecture's own
+incremental decoding and reordering; the restricted output layer's pieces."""
 
 from types import SimpleNamespace
 
@@ -8,13 +10,11 @@ import torch
 import torch.nn.functional as F
 from fairseq.data import Dictionary
 
-from fairseq_smallvocab.models.lstm_smallvocab import (
-    CandidateLogits,
-    LSTMSmallVocabConfig,
-    LSTMSmallVocabModel,
-    candidate_positions,
-    sample_categorical,
-)
+from fairseq_smallvocab.candidate_model import restrict
+from fairseq_smallvocab.candidate_space import candidate_positions
+from fairseq_smallvocab.models.lstm_smallvocab import LSTMSmallVocabConfig, LSTMSmallVocabModel
+from fairseq_smallvocab.modules.candidate_output import CandidateLogits
+from fairseq_smallvocab.sampler import sample_categorical
 
 V_SRC, V_TGT, B, T_SRC, T_TGT, K = 40, 60, 5, 7, 6, 16
 
@@ -31,7 +31,7 @@ def setup():
     torch.manual_seed(0)
     src_dict, tgt_dict = _dict(V_SRC), _dict(V_TGT)
     task = SimpleNamespace(source_dictionary=src_dict, target_dictionary=tgt_dict)
-    model = LSTMSmallVocabModel.build_model(LSTMSmallVocabConfig(embed_dim=12, layers=2, dropout=0.0), task)
+    model = restrict(LSTMSmallVocabModel.build_model(LSTMSmallVocabConfig(embed_dim=12, layers=2, dropout=0.0), task))
     with torch.no_grad():  # far from the small initialization, so that attention is sharp and matters
         for param in model.parameters():
             param.normal_(0, 0.5)
@@ -124,19 +124,19 @@ def test_loss_and_output_gradient_equal_masked_full_softmax(setup):
 
 def test_incremental_decoding_matches_full_forward(setup):
     model, src, lengths, prev, _, cands, _ = setup
-    full, _ = model(src, lengths, prev, candidates=cands)
-    encoder_out = model.encoder(src, lengths, candidates=cands)
+    full, _ = model(src, lengths, prev)
+    encoder_out = model.encoder(src, lengths)
     state = {}
     steps = [model.decoder(prev[:, : t + 1], encoder_out, incremental_state=state)[0] for t in range(T_TGT)]
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=0)
 
 
-def test_reordering_for_beam_search_keeps_candidates_with_their_example(setup):
+def test_reordering_for_beam_search_keeps_states_with_their_example(setup):
     model, src, lengths, _, _, cands, _ = setup
-    encoder_out = model.encoder(src, lengths, candidates=cands)
+    encoder_out = model.encoder(src, lengths)
     order = torch.tensor([4, 4, 0, 2])
     reordered = model.encoder.reorder_encoder_out(encoder_out, order)
-    assert torch.equal(reordered["candidates"][0], cands[order])
+    assert torch.equal(reordered["encoder_out"][0], encoder_out["encoder_out"][0][:, order])
     assert torch.equal(reordered["final_hidden"][0], encoder_out["final_hidden"][0][:, order])
 
 
@@ -165,8 +165,8 @@ def test_initialization_as_the_paper():
 def test_incremental_state_reordered_mid_decoding_matches_full_forward(setup):
     model, src, lengths, prev, _, cands, _ = setup
     order = torch.tensor([4, 4, 0, 2, 1])
-    expected, _ = model(src[order], lengths[order], prev[order], candidates=cands[order])
-    encoder_out = model.encoder(src, lengths, candidates=cands)
+    expected, _ = model(src[order], lengths[order], prev[order])
+    encoder_out = model.encoder(src, lengths)
     state, steps = {}, []
     for t in range(T_TGT):
         if t == 2:  # as beam search does between steps

@@ -11,6 +11,7 @@ from conftest import USER_DIR, run
 from fairseq import utils
 from fairseq.data import Dictionary
 
+from fairseq_smallvocab.candidate_model import restrict
 from fairseq_smallvocab.criterions.reinforce_gleu import ReinforceGleuCriterion
 from fairseq_smallvocab.models.lstm_smallvocab import LSTMSmallVocabConfig, LSTMSmallVocabModel
 from fairseq_smallvocab.rewards import gleu
@@ -28,8 +29,8 @@ def _dict(n):
 def _setup(small=True, seed=0):
     torch.manual_seed(seed)
     src_dict, tgt_dict = _dict(V_SRC), _dict(V_TGT)
-    task = SimpleNamespace(source_dictionary=src_dict, target_dictionary=tgt_dict, decoder_state_dim=D)
-    model = LSTMSmallVocabModel.build_model(LSTMSmallVocabConfig(embed_dim=D, dropout=0.0), task)
+    task = SimpleNamespace(source_dictionary=src_dict, target_dictionary=tgt_dict)
+    model = restrict(LSTMSmallVocabModel.build_model(LSTMSmallVocabConfig(embed_dim=D, dropout=0.0), task))
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(0, 0.4)
@@ -89,9 +90,9 @@ def test_policy_gradient_equals_hand_computation(small):
         prev = torch.tensor([[eos] + ys[:-1]])
         cands = sample["net_input"]["candidates"][b: b + 1] if small else None
         with torch.no_grad():
-            enc = model.encoder(sample["net_input"]["src_tokens"][b: b + 1], sample["net_input"]["src_lengths"][b:
-                                b + 1], candidates=cands)
-            logits = model.decoder(prev, enc)[0][0]  # steps x K (or V)
+            logits = model(src_tokens=sample["net_input"]["src_tokens"][b: b + 1],
+                           src_lengths=sample["net_input"]["src_lengths"][b: b + 1], prev_output_tokens=prev,
+                           candidates=cands)[0][0]  # steps x K (or V)
         logits[:, [pad, d.bos()]] = float("-inf")
         p = F.softmax(logits, -1)
         ids = cands[0] if small else torch.arange(V_TGT)
@@ -131,13 +132,12 @@ def test_nonfinite_batches_are_skipped_and_counted(monkeypatch):
     model, task, sample = _setup()
     crit = ReinforceGleuCriterion(task, rl_baseline="learned")
     monkeypatch.setattr(crit, "rewards", lambda *a: torch.full((B,), float("nan")))
-    before = crit.baseline_weight.clone()
     loss, _, log = crit(model, sample)
     assert log["nonfinite"] == 1 and loss.item() == 0.0
     model.zero_grad()
     loss.backward()
     assert all(p.grad is None or p.grad.abs().sum() == 0 for p in model.parameters())
-    assert torch.equal(crit.baseline_weight, before)  # the baseline did not learn from it either
+    assert crit.baseline.weight.abs().sum() == 0 and crit.baseline._adam is None  # nor did the baseline learn
 
 
 def test_bad_settings_are_named():
@@ -145,8 +145,6 @@ def test_bad_settings_are_named():
     for value in (-0.1, 1.5):
         with pytest.raises(ValueError, match=r"--rl-lambda must be in \[0, 1\]"):
             ReinforceGleuCriterion(task, rl_lambda=value)
-    with pytest.raises(ValueError, match="decoder's state size"):
-        ReinforceGleuCriterion(SimpleNamespace(target_dictionary=task.target_dictionary))
 
 
 def test_learned_baseline_fits_rewards_and_its_adam_state_round_trips():
@@ -160,11 +158,12 @@ def test_learned_baseline_fits_rewards_and_its_adam_state_round_trips():
         last = log["baseline_mse"]
     assert last < first / 4
     state = crit.state_dict()
-    assert {"baseline_weight", "baseline_bias", "_extra_state"} <= state.keys()
+    assert {"baseline.weight", "baseline.bias", "baseline._extra_state"} <= state.keys()
+    assert state["baseline.weight"].shape == (D,)  # its size came from the model's states
     fresh = ReinforceGleuCriterion(task, rl_baseline="learned", baseline_lr=0.05)
     fresh.load_state_dict(state)
-    torch.testing.assert_close(fresh.baseline_weight, crit.baseline_weight)
-    a, b = crit._optimizer().state_dict(), fresh._optimizer().state_dict()
+    torch.testing.assert_close(fresh.baseline.weight, crit.baseline.weight)
+    a, b = crit.baseline._optimizer().state_dict(), fresh.baseline._optimizer().state_dict()
     assert a["state"][0]["step"] == b["state"][0]["step"] == 30
     torch.testing.assert_close(a["state"][0]["exp_avg_sq"], b["state"][0]["exp_avg_sq"])
     # the next steps are identical
@@ -172,7 +171,7 @@ def test_learned_baseline_fits_rewards_and_its_adam_state_round_trips():
     crit(model, sample)
     torch.manual_seed(9)
     fresh(model, sample)
-    torch.testing.assert_close(fresh.baseline_weight, crit.baseline_weight)
+    torch.testing.assert_close(fresh.baseline.weight, crit.baseline.weight)
     # buffers, not parameters: fairseq never gives it to its main optimizer nor wraps it in DDP
     # (PyTorch's DDP rejects a module with no trainable parameter: --ddp-backend c10d would fail)
     assert list(crit.parameters()) == [] and not utils.has_parameters(crit)
@@ -209,15 +208,17 @@ def test_learned_baseline_stays_float32_when_fairseq_halves_the_criterion():
     (on CUDA it failed with 'expected scalar type Float but found Half')."""
     model, task, sample = _setup()
     crit = ReinforceGleuCriterion(task, rl_baseline="learned").half()
-    assert crit.baseline_weight.dtype == crit.baseline_bias.dtype == torch.float32
+    assert crit.baseline.weight.dtype == crit.baseline.bias.dtype == torch.float32
     model.train()
     _, _, log = crit(model, sample)
-    assert log["baseline_mse"] > 0 and crit.baseline_weight.abs().sum() > 0  # it learned
-    adam = crit._optimizer()
-    assert adam.param_groups[0]["params"][0] is crit.baseline_weight
+    assert log["baseline_mse"] > 0 and crit.baseline.weight.abs().sum() > 0  # it learned
+    assert crit.baseline.weight.dtype == torch.float32
+    adam = crit.baseline._optimizer()
+    assert adam.param_groups[0]["params"][0] is crit.baseline.weight
     crit.to(torch.float64)  # any other move: still float32, the Adam state follows the new buffers
     crit(model, sample)
-    assert crit.baseline_weight.dtype == torch.float32 and crit._optimizer().state_dict()["state"][0]["step"] == 2
+    assert crit.baseline.weight.dtype == torch.float32
+    assert crit.baseline._optimizer().state_dict()["state"][0]["step"] == 2
 
 
 def test_clip_norm_on_cpu_gradients_when_a_gpu_is_visible(monkeypatch):
@@ -284,7 +285,7 @@ def test_fairseq_train_fine_tunes_and_resumes_with_the_baseline_state(tiny_bin, 
 
     state = baseline_state()
     steps = state["_extra_state"]["adam"]["state"][0]["step"]
-    assert steps > 0 and state["baseline_weight"].abs().sum() > 0
+    assert steps > 0 and state["weight"].abs().sum() > 0
     out = run(["fairseq-train", tiny_bin, *rl, "--max-epoch", "2", "--batch-splits", "2"])  # resumes
     log = out.stdout + out.stderr
     assert "Loaded checkpoint" in log and "reward" in log and "baseline_mse" in log
@@ -311,8 +312,8 @@ def test_reinforce_raises_the_reward_on_a_tiny_learnable_task():
 def _learn_to_copy():
     torch.manual_seed(0)
     d = _dict(24)
-    task = SimpleNamespace(source_dictionary=d, target_dictionary=d, decoder_state_dim=32)
-    model = LSTMSmallVocabModel.build_model(LSTMSmallVocabConfig(embed_dim=32, dropout=0.0), task)
+    task = SimpleNamespace(source_dictionary=d, target_dictionary=d)
+    model = restrict(LSTMSmallVocabModel.build_model(LSTMSmallVocabConfig(embed_dim=32, dropout=0.0), task))
 
     def batch(n=32):
         length = int(torch.randint(3, 6, (1,)))
@@ -359,8 +360,9 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def _launch_two(tiny_bin, ce_ckpt, save, extra):
-    """Two fairseq-train workers (ranks 0 and 1) of one distributed run."""
+def _launch_two(tiny_bin, ce_ckpt, save, extra, model=MT):
+    """Two fairseq-train workers (ranks 0 and 1) of one distributed run
+    (fine-tuning ``ce_ckpt``, or from scratch when None)."""
     import os
     import subprocess
     import sys
@@ -370,9 +372,10 @@ def _launch_two(tiny_bin, ce_ckpt, save, extra):
     exe = str(Path(sys.executable).parent / "fairseq-train")
     procs = []
     for rank in (0, 1):
-        args = [exe, str(tiny_bin), *map(str, MT), "--small-vocab-size", "0", "--criterion", "reinforce_gleu",
+        args = [exe, str(tiny_bin), *map(str, model), "--small-vocab-size", "0", "--criterion", "reinforce_gleu",
                 "--optimizer", "sgd", "--lr", "0.01", "--max-epoch", "1", "--batch-size", "16",
-                "--finetune-from-model", str(ce_ckpt), "--save-dir", str(save), "--max-sample-len", "30",
+                *(["--finetune-from-model", str(ce_ckpt)] if ce_ckpt else []), "--save-dir", str(save),
+                "--max-sample-len", "30",
                 "--distributed-init-method", f"tcp://127.0.0.1:{port}", "--distributed-world-size", "2",
                 "--distributed-rank", str(rank), "--distributed-no-spawn", "--device-id", str(rank), *extra]
         procs.append(subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -394,6 +397,21 @@ def test_distributed_data_parallel_on_cpu_with_gloo(tiny_bin, ce_checkpoint, tmp
     assert (tmp_path / "rl" / "checkpoint_last.pt").exists()
 
 
+TRANSFORMER_MT = [*MT[:4], "--arch", "transformer", "--encoder-layers", "1", "--decoder-layers", "1",
+                  "--encoder-embed-dim", "16", "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32",
+                  "--decoder-ffn-embed-dim", "32", "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
+                  "--share-decoder-input-output-embed", *MT[8:]]
+
+
+def test_distributed_reinforce_on_a_transformer_with_gloo(tiny_bin, tmp_path):
+    """The generic sampler through fairseq's DDP: a stock transformer, 2 CPU processes."""
+    assert MT[4:8] == ["--arch", "lstm_smallvocab", "--embed-dim", "16"]
+    outs = _launch_two(tiny_bin, None, tmp_path / "rl", ["--cpu", "--distributed-backend", "gloo",
+                                                         "--ddp-backend", "legacy_ddp"], model=TRANSFORMER_MT)
+    assert re.search(r"train \| epoch 001 .*reward .*baseline_mse .*bsz 3\d", outs[0])
+    assert (tmp_path / "rl" / "checkpoint_last.pt").exists()
+
+
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs (PyTorch DDP, NCCL)")
 def test_distributed_data_parallel_on_gpus(tiny_bin, ce_checkpoint, tmp_path):
     _launch_two(tiny_bin, ce_checkpoint, tmp_path / "rl", ["--rl-baseline", "self-critical"])
@@ -405,8 +423,8 @@ def _baseline_worker(rank, port, out):
     crit = ReinforceGleuCriterion(task, rl_baseline="learned", baseline_lr=0.1)
     gen = torch.Generator().manual_seed(rank)  # each worker sees other states and rewards
     for _ in range(3):
-        crit.update_baseline(torch.randn(4, 3, D, generator=gen), torch.ones(4, 3), torch.rand(4, generator=gen))
-    torch.save(crit.state_dict()["baseline_weight"], out / f"w{rank}.pt")
+        crit.baseline.learn(torch.randn(4, 3, D, generator=gen), torch.ones(4, 3), torch.rand(4, generator=gen))
+    torch.save(crit.state_dict()["baseline.weight"], out / f"w{rank}.pt")
     torch.distributed.destroy_process_group()
 
 
@@ -423,7 +441,7 @@ def test_gleu_on_detokenized_words_for_subword_data():
     for piece in ["\u2581the", "\u2581th", "e", "\u2581cat", "\u2581sat"]:
         d.add_symbol(piece)
     ids = {d[i]: i for i in range(len(d))}
-    task = SimpleNamespace(target_dictionary=d, decoder_state_dim=4)
+    task = SimpleNamespace(target_dictionary=d)
     hyp = torch.tensor([[ids["\u2581the"], ids["\u2581cat"], ids["\u2581sat"]]])
     ref = torch.tensor([[ids["\u2581th"], ids["e"], ids["\u2581cat"], ids["\u2581sat"], d.eos()]])
     plain = ReinforceGleuCriterion(task, rl_baseline="none").rewards(hyp, torch.tensor([3]), ref)

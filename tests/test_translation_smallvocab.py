@@ -9,12 +9,10 @@ import pytest
 import torch
 from conftest import REPO, USER_DIR, run
 
+from fairseq_smallvocab.candidate_model import restrict
+from fairseq_smallvocab.candidate_space import candidate_rows
 from fairseq_smallvocab.candidates import read_candidates
-from fairseq_smallvocab.tasks.translation_smallvocab import (
-    TranslationSmallVocabConfig,
-    TranslationSmallVocabTask,
-    candidate_rows,
-)
+from fairseq_smallvocab.tasks.translation_smallvocab import TranslationSmallVocabConfig, TranslationSmallVocabTask
 
 MT_TRAIN = ["--user-dir", USER_DIR, "--task", "translation_smallvocab", "--arch", "lstm_smallvocab",
             "--embed-dim", "16", "--criterion", "cross_entropy", "--optimizer", "sgd", "--lr", "0.5",
@@ -160,7 +158,7 @@ def test_batch_splits_give_the_unsplit_gradient(predictor, tiny_bin, tmp_path, s
         batch = next(iter(task.get_batch_iterator(task.dataset("train"), max_sentences=20,
                                                   required_batch_size_multiple=1).next_epoch_itr(shuffle=False)))
         torch.manual_seed(0)
-        model = LSTMSmallVocabModel.build_model(LSTMSmallVocabConfig(embed_dim=12, dropout=0.0), task)
+        model = restrict(LSTMSmallVocabModel.build_model(LSTMSmallVocabConfig(embed_dim=12, dropout=0.0), task))
         criterion = CrossEntropyCriterion(task, sentence_avg=False)
         loss, size, log = task.train_step(batch, model, criterion, _BackwardOnly(), update_num=0)
         grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
@@ -196,7 +194,7 @@ def test_gold_outside_candidates_counts_reference_tokens_not_in_the_row():
     import torch
     from fairseq.data import Dictionary
 
-    from fairseq_smallvocab.tasks.translation_smallvocab import gold_outside_candidates
+    from fairseq_smallvocab.candidate_space import gold_outside_candidates
 
     d = Dictionary()
     for w in "abcdefgh":
@@ -316,8 +314,8 @@ def test_training_lists_cut_to_a_smaller_k_must_keep_every_gold_word(predictor, 
 def test_training_k_needed_by_brute_force(monkeypatch):
     from types import SimpleNamespace
 
-    import fairseq_smallvocab.tasks.vocab_prediction as vp
-    from fairseq_smallvocab.tasks.translation_smallvocab import training_k_needed
+    import fairseq_smallvocab.candidate_source as source
+    from fairseq_smallvocab.candidate_source import training_k_needed
 
     rng = np.random.default_rng(0)
     vocab, nspecial = 40, 4
@@ -326,7 +324,7 @@ def test_training_k_needed_by_brute_force(monkeypatch):
                       for _ in range(7)])
     targets = [np.append(rng.choice(row[row >= nspecial], size=3), 2) for row in lists]  # words, then eos
     fake = SimpleNamespace(sizes=np.array([len(t) for t in targets]))
-    monkeypatch.setattr(vp, "token_stream", lambda ds: np.concatenate(targets))
+    monkeypatch.setattr(source, "token_stream", lambda ds: np.concatenate(targets))
     room = nspecial + 19
 
     def holds_gold(k):

@@ -12,24 +12,16 @@ otherwise), up to a length limit.  Then
 
 summed over the batch; the sample size is the number of sentences.
 
-Baselines (``--rl-baseline``):
+Baselines (``--rl-baseline``, ``baselines.py``): ``learned`` (default, the
+paper's), ``self-critical`` and ``none``.  The learned baseline's state (w,
+b and its Adam state) is saved in fairseq checkpoints through the task's
+checkpoint dict (``extra_state``; fairseq's ``get_checkpoint_dict`` /
+``set_checkpoint_dict``) and restored when training resumes; fine-tuning
+from another checkpoint starts a fresh baseline.
 
-- ``learned`` (default): b_t = sigmoid(w . s_t + b) on the detached decoder
-  state s_t, fitted by MSE to the sentence's GLEU with its own Adam optimizer
-  (``--baseline-lr``, default 1e-3, the paper's).  w and b are buffers, not
-  parameters: fairseq's trainer gives a criterion with parameters to its main
-  optimizer's bookkeeping and wraps it in the distributed wrapper, and
-  PyTorch's DDP rejects a module none of whose parameters needs a gradient,
-  so ``--ddp-backend c10d`` (fairseq's default) would fail.  w, b and the
-  Adam state are saved in fairseq checkpoints through the task's checkpoint
-  dict (``extra_state``; fairseq's ``get_checkpoint_dict`` /
-  ``set_checkpoint_dict``) and restored when training resumes; fine-tuning
-  from another checkpoint starts a fresh baseline.  Under distributed
-  training the baseline's gradients are averaged over the workers, so every
-  worker keeps the same baseline, whatever the backend.
-- ``self-critical`` (Rennie et al. 2017): the reward of the model's greedy
-  decode of the same input.
-- ``none``.
+The model is any encoder-decoder restricted by the plugin's tasks
+(``candidate_model``): its forward with ``sample_lens`` draws the samples in
+eval mode without gradient and scores them with gradient (``sampler``).
 
 A batch whose reward or loss is not finite is skipped: its loss is replaced by
 an exact zero (so nothing reaches the optimizer) and ``nonfinite`` counts it;
@@ -37,7 +29,6 @@ the logged averages (loss, ce, reward, baseline, ...) are over the batches
 that produced them, so skipped batches do not pull them towards zero.
 """
 
-import copy
 import math
 from dataclasses import dataclass, field
 from typing import Optional
@@ -48,9 +39,11 @@ from fairseq import metrics
 from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 
+from fairseq_smallvocab.baselines import BASELINES as BASELINE_CLASSES
+from fairseq_smallvocab.baselines import build_baseline
 from fairseq_smallvocab.rewards import gleu_batch
 
-BASELINES = ChoiceEnum(["learned", "self-critical", "none"])
+BASELINES = ChoiceEnum(list(BASELINE_CLASSES))
 
 
 @dataclass
@@ -80,74 +73,12 @@ class ReinforceGleuCriterion(FairseqCriterion):
             raise ValueError(f"--sample-len-ratio must be >= 0, got {sample_len_ratio}")
         if gleu_max_order < 1:
             raise ValueError(f"--gleu-max-order must be >= 1, got {gleu_max_order}")
-        self.rl_lambda, self.baseline = rl_lambda, str(rl_baseline)
+        self.rl_lambda, self.baseline_name = rl_lambda, str(rl_baseline)
         self.max_sample_len, self.sample_len_ratio = max_sample_len, sample_len_ratio
         self.max_order, self.detok = gleu_max_order, gleu_detok
-        if self.baseline == "learned":
-            dim = task_decoder_dim(task)
-            # buffers, not parameters: see the module doc (never wrapped, never in the main optimizer)
-            self.register_buffer("baseline_weight", torch.zeros(dim))
-            self.register_buffer("baseline_bias", torch.zeros(()))
-            self.baseline_lr = baseline_lr
-            self._adam = None
-            if hasattr(task, "add_checkpoint_state"):  # the plugin's tasks (a bare test task has none)
-                task.add_checkpoint_state("reinforce_gleu.baseline", self)
-
-    # -- the learned baseline -----------------------------------------------------------------------
-
-    def _apply(self, fn, *args, **kwargs):
-        """Moves with the criterion (``.to(device)``) but stays float32 under
-        ``--fp16`` (fairseq's trainer calls ``criterion.half()``): the baseline
-        is fitted by its own Adam on float32 copies of the states."""
-        super()._apply(fn, *args, **kwargs)
-        for name in ("baseline_weight", "baseline_bias"):
-            buf = self._buffers.get(name)
-            if buf is not None and buf.dtype != torch.float32:
-                self._buffers[name] = buf.float()
-        return self
-
-    def _optimizer(self):
-        """The baseline's Adam, bound to the current buffers (moving the
-        criterion to another device or dtype replaces them; the Adam state
-        follows)."""
-        params = [self.baseline_weight, self.baseline_bias]
-        if self._adam is None or any(a is not b for a, b in zip(self._adam.param_groups[0]["params"], params)):
-            state = None if self._adam is None else self._adam.state_dict()
-            self._adam = torch.optim.Adam(params, lr=self.baseline_lr)
-            if state is not None:
-                self._adam.load_state_dict(state)
-        return self._adam
-
-    def get_extra_state(self):
-        """The baseline's Adam state, saved with the buffers."""
-        return {"adam": self._optimizer().state_dict()} if self.baseline == "learned" else {}
-
-    def set_extra_state(self, state):
-        if self.baseline == "learned" and state.get("adam"):
-            self._optimizer().load_state_dict(copy.deepcopy(state["adam"]))  # never share tensors with the source
-
-    def baseline_values(self, features):
-        return torch.sigmoid(features.float() @ self.baseline_weight + self.baseline_bias)
-
-    def update_baseline(self, features, mask, rewards):
-        """One Adam step on the MSE between b_t and the sentence's reward
-        (gradients averaged over distributed workers).  Returns the MSE."""
-        weight = self.baseline_weight.detach().requires_grad_()
-        bias = self.baseline_bias.detach().requires_grad_()
-        pred = torch.sigmoid(features.float() @ weight + bias)
-        err = ((pred - rewards.unsqueeze(1)) ** 2) * mask
-        mse = err.sum() / mask.sum().clamp(min=1)
-        grads = torch.autograd.grad(mse, [weight, bias])
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            world = torch.distributed.get_world_size()
-            for g in grads:
-                torch.distributed.all_reduce(g)
-                g.div_(world)
-        adam = self._optimizer()
-        self.baseline_weight.grad, self.baseline_bias.grad = grads
-        adam.step()
-        self.baseline_weight.grad = self.baseline_bias.grad = None
-        return mse.detach()
+        self.baseline = build_baseline(self.baseline_name, baseline_lr)
+        if self.baseline_name == "learned" and hasattr(task, "add_checkpoint_state"):  # a bare test task has none
+            task.add_checkpoint_state("reinforce_gleu.baseline", self.baseline)
 
     # -- rewards ------------------------------------------------------------------------------------
 
@@ -198,7 +129,7 @@ class ReinforceGleuCriterion(FairseqCriterion):
     def forward(self, model, sample, reduce=True):
         net_input = sample["net_input"]
         limits = self.sample_limits(net_input, sample["target"].size(0))
-        net_output = model(**net_input, sample_lens=limits, greedy_too=self.baseline == "self-critical")
+        net_output = model(**net_input, sample_lens=limits, greedy_too=self.baseline.needs_greedy)
         samples = net_output[1]["samples"]
         pad = self.padding_idx
 
@@ -206,29 +137,28 @@ class ReinforceGleuCriterion(FairseqCriterion):
         target = model.get_targets(sample, net_output)
         ce = F.nll_loss(lprobs.view(-1, lprobs.size(-1)), target.reshape(-1), ignore_index=pad, reduction="sum")
 
-        mask = samples["mask"].float()
+        mask = samples["mask"]
         with torch.no_grad():
             reward = self.rewards(samples["tokens"], samples["lengths"], sample["target"])
-        logs = {}
-        if self.baseline == "learned":
-            base = self.baseline_values(samples["features"])
-        elif self.baseline == "self-critical":
-            greedy = net_output[1]["greedy"]
-            greedy_reward = self.rewards(greedy["tokens"], greedy["lengths"], sample["target"])
-            base = greedy_reward.unsqueeze(1).expand_as(mask)
-            logs["greedy_reward"] = greedy_reward.sum().item()
-        else:
-            base = torch.zeros_like(mask)
+            greedy_reward = None
+            logs = {}
+            if self.baseline.needs_greedy:
+                greedy = net_output[1]["greedy"]
+                greedy_reward = self.rewards(greedy["tokens"], greedy["lengths"], sample["target"])
+                logs["greedy_reward"] = greedy_reward.sum().item()
+            base = self.baseline.values(samples["features"], mask, greedy_reward) * mask
         advantage = (reward.unsqueeze(1) - base) * mask
-        rl = -(advantage.detach() * samples["lprobs"] * mask).sum()
+        rl = -(advantage * samples["lprobs"] * mask).sum()
         loss = self.rl_lambda * ce + (1.0 - self.rl_lambda) * rl
 
         finite = bool(torch.isfinite(reward).all() and torch.isfinite(loss))
         if not finite:  # an exact zero that still touches every parameter (distributed wrappers expect that)
             loss = sum(p.reshape(-1)[:1].sum() * 0.0 for p in model.parameters() if p.requires_grad)
-        if self.baseline == "learned" and model.training:  # a skipped batch does not teach the baseline either
-            logs["baseline_mse"] = self.update_baseline(samples["features"], mask, reward).item() \
-                * sample["target"].size(0) if finite else 0.0
+        if model.training:  # a skipped batch does not teach the baseline either
+            learned = self.baseline.learn(samples["features"], mask, reward) if finite else {}
+            logs.update({key: value * sample["target"].size(0) for key, value in learned.items()})
+            if self.baseline_name == "learned" and not finite:
+                logs["baseline_mse"] = 0.0
 
         # The same keys for every batch (fairseq sums logging outputs key by key, across workers
         # too); a skipped batch adds zeros and no finite_* count, so it does not move the averages.
@@ -241,7 +171,7 @@ class ReinforceGleuCriterion(FairseqCriterion):
             "loss": kept(loss.data), "ce": kept(ce.data), "rl": kept(rl.data), "ntokens": sample["ntokens"],
             "nsentences": nsentences, "sample_size": nsentences, "nonfinite": 0 if finite else 1,
             "finite_sentences": kept(nsentences), "finite_tokens": kept(sample["ntokens"]),
-            "reward": kept(reward.sum().item()), "baseline": kept((base * mask).sum().item()),
+            "reward": kept(reward.sum().item()), "baseline": kept(base.sum().item()),
             "steps": kept(mask.sum().item()), "sample_len": kept(samples["lengths"].sum().item()),
             **{key: kept(value) for key, value in logs.items()}}
         return loss, nsentences, logging_output
@@ -271,16 +201,3 @@ class ReinforceGleuCriterion(FairseqCriterion):
     @staticmethod
     def logging_outputs_can_be_summed() -> bool:
         return True
-
-
-
-def task_decoder_dim(task) -> int:
-    """d of the decoder state s_t.  fairseq builds the model before the
-    criterion; the plugin's tasks note the built model's ``decoder.state_dim``
-    (and keep the baseline's state in checkpoints: ``add_checkpoint_state``)."""
-    dim = getattr(task, "decoder_state_dim", None)
-    if dim is None:
-        raise ValueError("--rl-baseline learned needs the decoder's state size: build the model with a "
-                         "fairseq_smallvocab task (translation_smallvocab, captioning_smallvocab) before the "
-                         "criterion, as fairseq-train does")
-    return int(dim)

@@ -6,11 +6,11 @@ decoder, without attention and without input feeding:
 
     h_0 = tanh(W_f f + b_f),   c_0 = tanh(W_c f + b_c)      (per LSTM layer)
     h_t = LSTM(emb(y_{t-1}), h_{t-1})
-    logits_t = W_p' h_t + b_p'
+    logits_t = W_p h_t + b_p
 
-W_p is tied to the target embedding; with ``candidates`` (B x K target ids)
-W_p' and b_p' are the example's K rows, by the same output layer, sampling and
-incremental decoding as ``lstm_smallvocab`` (``CandidateOutputDecoder``), so
+W_p is tied to the target embedding, as in ``lstm_smallvocab``
+(``TiedOutputDecoder``); ``captioning_smallvocab`` restricts the output layer
+to each image's K candidates as for any model (``candidate_model``), so
 REINFORCE (``reinforce_gleu``) and decoding inside the predicted vocabulary
 work unchanged.  Dropout on the word embeddings, between layers and on h_t
 before the output layer.  (c_0 from the image too, as in Xu et al.'s "Show,
@@ -28,12 +28,7 @@ from fairseq.dataclass import FairseqDataclass
 from fairseq.models import FairseqEncoder, FairseqEncoderDecoderModel, register_model
 from torch import Tensor
 
-from fairseq_smallvocab.models.lstm_smallvocab import (
-    INIT_SCALE,
-    CandidateModelMixin,
-    CandidateOutputDecoder,
-    _init_lstm,
-)
+from fairseq_smallvocab.models.lstm_smallvocab import INIT_SCALE, TiedOutputDecoder, _init_lstm
 
 
 @dataclass
@@ -60,26 +55,24 @@ class CaptionFeatureEncoder(FairseqEncoder):
         nn.init.uniform_(self.feature_proj.weight, -INIT_SCALE, INIT_SCALE)
         nn.init.zeros_(self.feature_proj.bias)
 
-    def forward(self, features, candidates: Optional[Tensor] = None, **unused):
+    def forward(self, features, **unused):
         if features.dim() != 2 or features.size(1) != self.feature_dim:
             raise ValueError(f"image features of shape {tuple(features.shape)}; this model reads B x "
                              f"{self.feature_dim} features (d_f it was trained with): use features from the "
                              "same extractor as the training data")
         state = torch.tanh(self.feature_proj(features)).view(features.size(0), 2, self.layers, self.embed_dim)
         h, c = (x.transpose(0, 1).contiguous() for x in state.unbind(1))  # layers x B x d each
-        return {"final_hidden": [h], "final_cell": [c],
-                "candidates": [] if candidates is None else [candidates]}
+        return {"final_hidden": [h], "final_cell": [c]}
 
     def reorder_encoder_out(self, encoder_out: Dict[str, List[Tensor]], new_order):
         return {"final_hidden": [encoder_out["final_hidden"][0].index_select(1, new_order)],
-                "final_cell": [encoder_out["final_cell"][0].index_select(1, new_order)],
-                "candidates": [c.index_select(0, new_order) for c in encoder_out["candidates"]]}
+                "final_cell": [encoder_out["final_cell"][0].index_select(1, new_order)]}
 
     def max_positions(self):
         return None
 
 
-class CaptionDecoder(CandidateOutputDecoder):
+class CaptionDecoder(TiedOutputDecoder):
     """An LSTM over the caption's words, started from the image's h_0."""
 
     STATE_BATCH_DIMS = {"h": 1, "c": 1}
@@ -106,7 +99,7 @@ class CaptionDecoder(CandidateOutputDecoder):
 
 
 @register_model("lstm_caption_smallvocab", dataclass=LSTMCaptionSmallVocabConfig)
-class LSTMCaptionSmallVocabModel(CandidateModelMixin, FairseqEncoderDecoderModel):
+class LSTMCaptionSmallVocabModel(FairseqEncoderDecoderModel):
     """The paper's captioning model (1 layer, d = 256 by default; a model with
     a dataclass config is also its own arch)."""
 
@@ -121,12 +114,9 @@ class LSTMCaptionSmallVocabModel(CandidateModelMixin, FairseqEncoderDecoderModel
                                  cfg.max_target_positions)
         return cls(encoder, decoder)
 
-    def forward(self, features, prev_output_tokens, candidates=None, sample_lens=None, greedy_too: bool = False,
-                **kwargs):
-        """Teacher-forced decoder output (and samples for REINFORCE, see
-        ``CandidateModelMixin.decode``)."""
-        encoder_out = self.encoder(features, candidates=candidates)
-        return self.decode(prev_output_tokens, encoder_out, sample_lens, greedy_too)
+    def forward(self, features, prev_output_tokens, **kwargs):
+        """Teacher-forced decoder output."""
+        return self.decoder(prev_output_tokens, self.encoder(features))
 
     def max_positions(self):
         return self.decoder.max_positions()

@@ -37,6 +37,7 @@ import numpy as np
 from fairseq import utils
 from fairseq.data import data_utils
 from fairseq.tasks import register_task
+from omegaconf import open_dict
 
 from fairseq_smallvocab.caption_refs import multi_reference_bleu
 from fairseq_smallvocab.data import (
@@ -85,6 +86,7 @@ class CaptioningSmallVocabTask(TranslationSmallVocabTask):
     def __init__(self, cfg, tgt_dict):
         super().__init__(cfg, None, tgt_dict)
         self.features_dir = cfg.features or utils.split_paths(cfg.data)[0]
+        self.candidates.predictor_overrides = {"source_features": self.features_dir}  # it reads image features
 
     @classmethod
     def setup_task(cls, cfg, **kwargs):
@@ -122,15 +124,10 @@ class CaptioningSmallVocabTask(TranslationSmallVocabTask):
             self.datasets[split] = KeepLastBatchDataset(dataset)
             return
         # one list per caption; the dataset may serve a subset (--one-caption-per-image)
-        rows = self._candidate_rows(split, dataset, len(captions), examples=dataset.examples)
+        rows = self.candidates.split_rows(split, dataset, len(captions), examples=dataset.examples)
         self.datasets[split] = CandidateDataset(dataset, rows)
 
-    def _predictor_overrides(self):
-        return {"source_features": self.features_dir}
-
     def build_model(self, cfg, from_checkpoint=False):
-        from omegaconf import open_dict
-
         saved = getattr(cfg, "feature_dim", None)
         if from_checkpoint and saved and int(saved) != int(self.feature_dim):
             raise ValueError(f"the model was trained on {saved}-d image features, but the features in "

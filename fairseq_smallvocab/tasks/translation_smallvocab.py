@@ -7,9 +7,14 @@ symbols first, at their own ids (positions 0..3 = bos, pad, eos, unk), then the
 example's predicted words.  Training lists hold every gold word (the
 predictor's top K plus the gold indicator; lists cut to a smaller K are
 checked to keep them); valid/test lists are the predicted top K.
-``lstm_smallvocab`` then scores only those K words, and fairseq's
-``cross_entropy`` / ``label_smoothed_cross_entropy`` work unchanged (the model
-maps gold ids into candidate space).
+Any fairseq encoder-decoder with a linear output layer and an incremental
+decoder (``transformer`` and its variants, fairseq's ``lstm``, the plugin's
+``lstm_smallvocab``) is restricted at build time (``candidate_model``) and
+then scores only those K words; its state-dict keys stay the stock ones, so
+checkpoints of the stock ``translation`` task fine-tune here and checkpoints
+written here decode with stock fairseq.  fairseq's ``cross_entropy`` /
+``label_smoothed_cross_entropy`` work unchanged (the model maps gold ids into
+candidate space; label smoothing then spreads over the K candidates).
 
 Candidates come from ``--candidates-dir`` (lists exported by
 ``scripts/export_candidates.py``) or ``--vocab-predictor`` (computed once per
@@ -23,9 +28,7 @@ softmax.
 
 import logging
 import os
-import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Optional
 
 import numpy as np
@@ -33,10 +36,14 @@ import torch
 from fairseq import metrics
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
-from omegaconf import II
+from omegaconf import II, DictConfig, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
+from fairseq_smallvocab.candidate_model import restrict
+from fairseq_smallvocab.candidate_source import CandidateSource
+from fairseq_smallvocab.candidate_space import default_small_vocab_size, gold_outside_candidates
 from fairseq_smallvocab.data import KeepLastBatchDataset
+from fairseq_smallvocab.generation import SmallVocabSequenceGenerator
 
 logger = logging.getLogger(__name__)
 
@@ -60,58 +67,6 @@ class TranslationSmallVocabConfig(TranslationConfig):
     bf16: bool = II("common.bf16")
 
 
-def default_small_vocab_size(vocab_size: int) -> int:
-    """The paper's rule."""
-    return 1000 if vocab_size > 10000 else 500
-
-
-def candidate_rows(lists: np.ndarray, k: int, nspecial: int, where: str) -> np.ndarray:
-    """(N, K) rows: the special ids 0..nspecial-1, then each list's first
-    K - nspecial non-special ids, in the list's order (best first)."""
-    lists = np.asarray(lists).astype(np.int64)
-    keep = lists >= nspecial
-    need = k - nspecial
-    short = keep.sum(1) < need
-    if short.any():
-        row = int(np.flatnonzero(short)[0])
-        raise ValueError(f"{where}: example {row} has only {int(keep[row].sum())} non-special candidates, "
-                         f"{need} are needed for K = {k}; export the lists with a larger K")
-    order = np.argsort(~keep, axis=1, kind="stable")[:, :need]
-    words = np.take_along_axis(lists, order, axis=1)
-    specials = np.broadcast_to(np.arange(nspecial, dtype=np.int64), (len(lists), nspecial))
-    dtype = np.int32 if lists.max(initial=0) > np.iinfo(np.uint16).max else np.uint16
-    return np.concatenate([specials, words], axis=1).astype(dtype)
-
-
-def training_k_needed(lists: np.ndarray, targets, nspecial: int, vocab_size: int, chunk=512) -> Optional[int]:
-    """The smallest K for which ``candidate_rows(lists, K)`` keeps every gold
-    word of every example (``targets``: the split's fairseq token dataset,
-    one target per list), or None when some gold word is not in its list at
-    all.  Special ids are always in a row and need no room."""
-    from fairseq_smallvocab.tasks.vocab_prediction import token_stream
-
-    lists = np.asarray(lists)
-    tokens = token_stream(targets).astype(np.int64)
-    example = np.repeat(np.arange(len(targets.sizes), dtype=np.int64), np.asarray(targets.sizes, dtype=np.int64))
-    words = tokens >= nspecial
-    tokens, example = tokens[words], example[words]  # example ids ascending
-    table = np.full((min(chunk, len(lists)), vocab_size), -1, dtype=np.int32)  # each word's rank in its row
-    worst = -1
-    for start in range(0, len(lists), chunk):
-        block = lists[start:start + chunk].astype(np.int64)
-        keep = block >= nspecial
-        rank = np.cumsum(keep, axis=1) - 1  # position among the row's non-special ids
-        r, c = np.nonzero(keep)
-        table[r, block[r, c]] = rank[r, c]
-        lo, hi = np.searchsorted(example, [start, start + len(block)])
-        ranks = table[example[lo:hi] - start, tokens[lo:hi]]
-        table[r, block[r, c]] = -1  # reset only what was set
-        if (ranks < 0).any():
-            return None
-        worst = max(worst, int(ranks.max(initial=-1)))
-    return nspecial + worst + 1
-
-
 def split_batch(sample, splits: int, pad: int):
     """Yield ``splits`` sub-batches of a collated translation batch: examples
     sorted by target length, tensors indexed per example, and the columns that
@@ -131,16 +86,6 @@ def split_batch(sample, splits: int, pad: int):
         tgt = tgt[:, cols]
         yield {"id": sample["id"][idx], "nsentences": len(idx), "ntokens": int(tgt.ne(pad).sum()),
                "net_input": part, "target": tgt}
-
-
-def gold_outside_candidates(candidates, target, tgt_dict):
-    """(reference tokens, how many of them are not in their example's
-    candidates), judged by the same mapping the model's get_targets uses."""
-    from fairseq_smallvocab.models.lstm_smallvocab import candidate_positions
-
-    real = target.ne(tgt_dict.pad())
-    mapped = candidates.gather(1, candidate_positions(candidates, target, tgt_dict.unk()))
-    return int(real.sum()), int((real & mapped.ne(target)).sum())
 
 
 def _fairseq_flag(cfg, name) -> bool:
@@ -203,21 +148,10 @@ class TranslationSmallVocabTask(TranslationTask):
         self.k = k
         if cfg.batch_splits < 1:
             raise ValueError(f"--batch-splits must be >= 1, got {cfg.batch_splits}")
-        self._predictor_sha256 = None  # of --vocab-predictor, computed once
-        self._predictor = None  # (model, task), loaded only when a split is not cached
-        self._lists_predictor = None  # the predictor named by exported lists' metadata
-        self._model_predictor = None  # the predictor recorded in a loaded model's config
+        # where the candidates come from; the predictor reads source sentences here (one trained on image
+        # features is refused)
+        self.candidates = CandidateSource(cfg, k, tgt_dict, predictor_overrides={"source_features": None})
         self._checkpoint_parts = {}  # name -> module whose state_dict travels with checkpoints
-
-    def _predictor_path(self) -> Optional[str]:
-        """--vocab-predictor, else the one recorded in the model checkpoint."""
-        return self.cfg.vocab_predictor or (None if self.cfg.candidates_dir else self._model_predictor)
-
-    def _require_source(self):
-        if not (self._predictor_path() or self.cfg.candidates_dir):
-            raise ValueError("a small vocabulary needs --vocab-predictor or --candidates-dir (or "
-                             "--small-vocab-size 0 for the full softmax); decoding also finds the predictor "
-                             "recorded in a checkpoint trained with --vocab-predictor")
 
     @property
     def small_vocab(self) -> bool:
@@ -229,126 +163,26 @@ class TranslationSmallVocabTask(TranslationTask):
         if not self.small_vocab:
             self.datasets[split] = KeepLastBatchDataset(dataset)
             return
-        self.datasets[split] = CandidateDataset(dataset, self._candidate_rows(split, dataset, len(dataset)))
-
-    def _candidate_rows(self, split, dataset, rows, examples=None) -> np.ndarray:
-        """The split's (examples x K) candidate rows from its lists (one list
-        per target sentence: ``rows`` of them); ``examples`` picks the rows
-        of the examples the dataset serves (default: all).  Training rows are
-        checked to hold every gold word, whichever path the lists came from."""
-        from fairseq_smallvocab.candidates import split_digest
-
-        self._require_source()
-        lists, where = self._candidate_lists(split, rows, split_digest(dataset))
-        if split == self.cfg.train_subset:
-            need = training_k_needed(lists, dataset.tgt, self.tgt_dict.nspecial, len(self.tgt_dict))
-            if need is None:
-                raise ValueError(f"{where}: some training lists lack gold words of their sentence; the training "
-                                 "split needs lists with every gold word (scripts/export_candidates.py includes "
-                                 "them for train by default): export them again")
-            if need > self.k:
-                raise ValueError(f"--small-vocab-size {self.k} is too small for the training lists of {where}: "
-                                 f"cut to K = {self.k} they would lose gold words (training lists must hold every "
-                                 f"gold word); K = {need} keeps them all: pass --small-vocab-size {need} or more")
-        if examples is not None:
-            lists = np.asarray(lists)[examples]
-        return candidate_rows(lists, self.k, self.tgt_dict.nspecial, where)
-
-    # -- where the lists come from -------------------------------------------------------------
-
-    def _data_folder(self) -> str:
-        """The (first) data folder, absolute: how candidate files name their data."""
-        return os.path.abspath(self.cfg.data.split(os.pathsep)[0])
-
-    def _data_name(self, split):
-        return f"split '{split}' of {self._data_folder()}"
-
-    def _candidate_lists(self, split, rows, digest):
-        from fairseq_smallvocab.candidates import read_candidates
-        from fairseq_smallvocab.models.vocab_predictor import dictionary_fingerprint
-
-        dict_hash = dictionary_fingerprint(self.tgt_dict)
-        train = split == self.cfg.train_subset
-        if self._predictor_path():
-            return self._predicted_lists(split, rows, dict_hash, train, digest)
-        path = self._exported_file(split)
-        ids, meta = read_candidates(path, dict_hash=dict_hash, rows=rows, data_digest=digest,
-                                    data_name=self._data_name(split))
-        self._lists_predictor = self._lists_predictor or meta.get("predictor")
-        if train and not meta.get("gold_included"):
-            raise ValueError(f"{path} was exported without the gold words; the training split needs them "
-                             "(scripts/export_candidates.py includes them for train by default)")
-        return ids, str(path)
-
-    def _exported_file(self, split):
-        """The split's exported list with the smallest K' >= K."""
-        folder = Path(self.cfg.candidates_dir)
-        found = {}
-        for path in folder.glob(f"{split}.k*.npy"):
-            m = re.fullmatch(rf"{re.escape(split)}\.k(\d+)\.npy", path.name)
-            if m and int(m.group(1)) >= self.k:
-                found[int(m.group(1))] = path
-        if not found:
-            raise FileNotFoundError(f"no candidate list for '{split}' with K >= {self.k} in {folder}; write one "
-                                    f"with scripts/export_candidates.py --splits {split} --k {self.k}")
-        return found[min(found)]
-
-    def _predicted_lists(self, split, rows, dict_hash, train, digest):
-        """Lists from --vocab-predictor, computed once per split and K and
-        cached on disk, keyed by the predictor's SHA-256 and the split's
-        content.  A cache of the same data folder whose content changed is
-        recomputed; one made from another data folder is refused (two data
-        sets must not share a cache folder)."""
-        from fairseq_smallvocab.candidates import DataMismatch, candidate_file, file_sha256, read_candidates
-        from fairseq_smallvocab.predictor import export_split
-
-        predictor = Path(self._predictor_path())
-        if not predictor.is_file():
-            given = "--vocab-predictor" if self.cfg.vocab_predictor else "the predictor recorded in the checkpoint"
-            raise FileNotFoundError(f"{given}, {predictor}, not found; give its location with --vocab-predictor")
-        cache = Path(self.cfg.candidates_dir or predictor.parent / "candidates")
-        if self._predictor_sha256 is None:
-            self._predictor_sha256 = file_sha256(predictor)
-        path = candidate_file(cache, split, self.k)
-        if path.exists():
-            try:
-                ids, meta = read_candidates(path, k=self.k, dict_hash=dict_hash, rows=rows, data_digest=digest,
-                                            data_name=self._data_name(split))
-                if meta.get("predictor_sha256") == self._predictor_sha256 and meta.get("gold_included") == train:
-                    logger.info(f"candidates for {split}: cached {path}")
-                    return ids, str(path)
-            except DataMismatch as err:
-                here = self._data_folder()
-                if err.made_from != here:
-                    raise DataMismatch(f"{err} Give this data a cache folder of its own with --candidates-dir "
-                                       "(or remove the cached file if the other data is gone).") from None
-                logger.warning(f"{path}: {here} changed since its candidates were cached; predicting them again")
-            except ValueError as err:  # an older or half-written cache: it is only a cache
-                logger.warning(f"{err}; predicting the candidates again")
-        model, ptask = self._load_predictor()
-        path, ids, seconds = export_split(model, ptask, split, self.k, cache, predictor, self._predictor_sha256,
-                                          gold=train)
-        logger.info(f"candidates for {split}: predicted in {seconds:.1f} s, cached in {path}")
-        return ids, str(path)
+        self.datasets[split] = CandidateDataset(dataset, self.candidates.split_rows(split, dataset, len(dataset)))
 
     def build_model(self, cfg, from_checkpoint=False):
-        from omegaconf import open_dict
-
         # a new model is built by fairseq-train; decoding builds from a checkpoint (and works in half precision
         # on the CPU), but fairseq's trainer fails where the flags cannot work: refuse before it does
         if not from_checkpoint:
             _check_training_precision(self.cfg)
-        if hasattr(cfg, "vocab_predictor"):
-            if from_checkpoint:  # decoding: the predictor behind the training candidates, unless one is given
-                self._model_predictor = getattr(cfg, "vocab_predictor", None)
-            else:  # training: record it in the model's config (saved with every checkpoint)
-                path = self.cfg.vocab_predictor or self._lists_predictor
+        if from_checkpoint:  # decoding: the predictor behind the training candidates, unless one is given
+            self.candidates.model_predictor = getattr(cfg, "vocab_predictor", None)
+        else:  # training: record it in the model's config (saved with every checkpoint)
+            path = self.cfg.vocab_predictor or self.candidates.lists_predictor
+            path = os.path.abspath(path) if path else None
+            if isinstance(cfg, DictConfig):
                 with open_dict(cfg):
-                    cfg.vocab_predictor = os.path.abspath(path) if path else None
+                    cfg.vocab_predictor = path
+            else:  # the argparse Namespace of a legacy arch (transformer, lstm): saved with the checkpoint too
+                cfg.vocab_predictor = path
         model = super().build_model(cfg, from_checkpoint)
-        # criteria built after the model (reinforce_gleu's learned baseline) read the decoder state size here
-        self.decoder_state_dim = getattr(model.decoder, "state_dim", None)
-        return model
+        # the same restricted model for the small vocabulary and the full softmax (candidates=None)
+        return restrict(model, getattr(cfg, "_name", None) or getattr(cfg, "arch", None))
 
     # -- decoding --------------------------------------------------------------------------------
 
@@ -364,8 +198,6 @@ class TranslationSmallVocabTask(TranslationTask):
         if not self.small_vocab or seq_gen_cls is not None:
             return super().build_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs,
                                            prefix_allowed_tokens_fn)
-        from fairseq_smallvocab.generation import SmallVocabSequenceGenerator
-
         unsupported = [flag for flag, used in [
             ("--score-reference", getattr(args, "score_reference", False)),
             ("--print-alignment", getattr(args, "print_alignment", False)),
@@ -378,41 +210,13 @@ class TranslationSmallVocabTask(TranslationTask):
         return super().build_generator(models, args, seq_gen_cls=SmallVocabSequenceGenerator,
                                        extra_gen_cls_kwargs=extra_gen_cls_kwargs)
 
-    def _load_predictor(self):
-        """(model, task) of the vocabulary predictor, loaded once."""
-        from fairseq_smallvocab.predictor import load_predictor
-
-        if self._predictor is None:
-            self._predictor = load_predictor(self._predictor_path(), self.cfg.data.split(os.pathsep)[0],
-                                             **self._predictor_overrides())
-        return self._predictor
-
-    def _predictor_overrides(self):
-        """Task options the predictor needs beside the data folder: none, it
-        reads source sentences (a predictor trained on image features is refused)."""
-        return {"source_features": None}
-
     def build_dataset_for_inference(self, src_tokens, src_lengths, constraints=None):
         """fairseq-interactive's batches, with each line's candidates predicted
         on the fly (the predictor is loaded once)."""
         dataset = super().build_dataset_for_inference(src_tokens, src_lengths, constraints)
         if not self.small_vocab:
             return dataset
-        self._require_source()
-        if not self._predictor_path():
-            raise ValueError("decoding raw text inside a small vocabulary needs the predictor (--vocab-predictor), "
-                             "not exported lists")
-        from fairseq_smallvocab.vocab import select_candidates
-
-        model, _ = self._load_predictor()
-        lists = []
-        with torch.no_grad():
-            for start in range(0, len(dataset), 256):
-                batch = dataset.collater([dataset[i] for i in range(start, min(start + 256, len(dataset)))])
-                probs = model.predict(**batch["net_input"])
-                lists.append(select_candidates(probs, self.k, always=(self.tgt_dict.unk(),))[
-                    batch["id"].argsort()].numpy())
-        rows = candidate_rows(np.concatenate(lists), self.k, self.tgt_dict.nspecial, "fairseq-interactive input")
+        rows = self.candidates.inference_rows(dataset)
         return CandidateDataset(dataset, rows)
 
     def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):

@@ -14,7 +14,6 @@ import os
 from dataclasses import dataclass, field
 from typing import Optional
 
-import numpy as np
 from fairseq import utils
 from fairseq.data import data_utils, indexed_dataset
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
@@ -27,6 +26,7 @@ from fairseq_smallvocab.data import (
     feature_target_dataset,
     features_width,
     single_dictionary_lang,
+    token_stream,
 )
 from fairseq_smallvocab.vocab import document_frequency
 
@@ -51,14 +51,6 @@ class VocabPredictionConfig(FairseqDataclass):
     train_subset: str = II("dataset.train_subset")
     dataset_impl: Optional[ChoiceEnum(indexed_dataset.get_available_dataset_impl())] = II(
         "dataset.dataset_impl")
-
-
-def token_stream(dataset):
-    """All items of a fairseq indexed dataset concatenated, as a numpy array of
-    its own: a copy, because the dataset unmaps its file when it is freed."""
-    if isinstance(dataset, indexed_dataset.MMapIndexedDataset):
-        return np.frombuffer(dataset._bin_buffer, dtype=dataset._index.dtype).copy()
-    return np.concatenate([dataset[i].numpy() for i in range(len(dataset))])
 
 
 @register_task("vocab_prediction", dataclass=VocabPredictionConfig)

@@ -1,0 +1,143 @@
+"""REINFORCE baselines b_t: what is subtracted from a sample's reward R before
+it weighs the sample's log-probabilities, (R - b_t) log p(y_t).  Each is a
+small module with its own state; ``reinforce_gleu`` picks one by name
+(``--rl-baseline``).
+
+- ``learned`` (the paper's): b_t = sigmoid(w . s_t + b) on the detached
+  decoder state s_t, fitted by MSE to the sentence's reward with its own Adam
+  optimizer (``--baseline-lr``, default 1e-3).  Its size, d of s_t, comes
+  from the model's states at the first batch (or from a checkpoint).  w and b
+  are buffers, not parameters: fairseq's trainer gives a criterion with
+  parameters to its main optimizer's bookkeeping and wraps it in the
+  distributed wrapper, and PyTorch's DDP rejects a module none of whose
+  parameters needs a gradient, so ``--ddp-backend c10d`` (fairseq's default)
+  would fail.  They stay float32 whatever fairseq does to the criterion
+  (``criterion.half()`` under ``--fp16``).  Under distributed training its
+  gradients are averaged over the workers, so every worker keeps the same
+  baseline.
+- ``self-critical`` (Rennie et al. 2017): the reward of the model's greedy
+  decode of the same input.
+- ``none``: b_t = 0.
+"""
+
+import copy
+from typing import Dict, Optional
+
+import torch
+from torch import Tensor, nn
+
+
+class Baseline(nn.Module):
+    """b_t for every sampled step (B x T)."""
+
+    needs_greedy = False  # whether ``values`` reads the greedy decode's reward
+
+    def values(self, features: Tensor, mask: Tensor, greedy_reward: Optional[Tensor] = None) -> Tensor:
+        raise NotImplementedError
+
+    def learn(self, features: Tensor, mask: Tensor, rewards: Tensor) -> Dict[str, float]:
+        """Fit what the baseline learns to this batch's rewards; returns what to log."""
+        return {}
+
+
+class NoBaseline(Baseline):
+    def values(self, features, mask, greedy_reward=None):
+        return torch.zeros_like(mask, dtype=torch.float)
+
+
+class SelfCriticalBaseline(Baseline):
+    needs_greedy = True
+
+    def values(self, features, mask, greedy_reward=None):
+        return greedy_reward.float().unsqueeze(1).expand(mask.shape)
+
+
+class LearnedBaseline(Baseline):
+    def __init__(self, lr: float = 1e-3):
+        super().__init__()
+        self.lr = lr
+        # empty until the first states (or a checkpoint) give d
+        self.register_buffer("weight", torch.zeros(0))
+        self.register_buffer("bias", torch.zeros(()))
+        self._adam: Optional[torch.optim.Adam] = None
+
+    def _materialize(self, features: Tensor):
+        dim = features.size(-1)
+        if self.weight.numel() == 0:
+            self.weight = torch.zeros(dim, device=features.device)
+            self.bias = self.bias.to(features.device)
+        elif self.weight.numel() != dim:
+            raise ValueError(f"the learned baseline was made for decoder states of size {self.weight.numel()}, "
+                             f"this model's are {dim}: fine-tune with a fresh criterion (--finetune-from-model "
+                             "or --reset-optimizer) or --rl-baseline self-critical/none")
+
+    def _apply(self, fn, *args, **kwargs):
+        """Moves with the criterion (``.to(device)``) but stays float32."""
+        super()._apply(fn, *args, **kwargs)
+        for name in ("weight", "bias"):
+            if self._buffers[name].dtype != torch.float32:
+                self._buffers[name] = self._buffers[name].float()
+        return self
+
+    def _optimizer(self):
+        """The Adam optimizer, bound to the current buffers (moving the
+        module to another device replaces them; the Adam state follows)."""
+        params = [self.weight, self.bias]
+        if self._adam is None or any(a is not b for a, b in zip(self._adam.param_groups[0]["params"], params)):
+            state = None if self._adam is None else self._adam.state_dict()
+            self._adam = torch.optim.Adam(params, lr=self.lr)
+            if state is not None and state["state"]:
+                self._adam.load_state_dict(state)
+        return self._adam
+
+    def get_extra_state(self):
+        """The Adam state, saved with the buffers."""
+        return {"adam": self._adam.state_dict() if self._adam is not None else None}
+
+    def set_extra_state(self, state):
+        if state.get("adam"):
+            self._optimizer().load_state_dict(copy.deepcopy(state["adam"]))  # never share tensors with the source
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        for old, new in (("baseline_weight", "weight"), ("baseline_bias", "bias")):  # checkpoints before 0.2
+            if prefix + old in state_dict:
+                state_dict[prefix + new] = state_dict.pop(prefix + old)
+        saved = state_dict.get(prefix + "weight")
+        if saved is not None and saved.shape != self.weight.shape and self.weight.numel() == 0:
+            self.weight = torch.zeros_like(saved, dtype=torch.float32, device=self.bias.device)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def values(self, features, mask, greedy_reward=None):
+        self._materialize(features)
+        return torch.sigmoid(features.float() @ self.weight + self.bias)
+
+    def learn(self, features, mask, rewards):
+        """One Adam step on the MSE between b_t and the sentence's reward
+        (gradients averaged over distributed workers)."""
+        self._materialize(features)
+        weight = self.weight.detach().requires_grad_()
+        bias = self.bias.detach().requires_grad_()
+        pred = torch.sigmoid(features.float() @ weight + bias)
+        mask = mask.float()
+        err = ((pred - rewards.float().unsqueeze(1)) ** 2) * mask
+        mse = err.sum() / mask.sum().clamp(min=1)
+        grads = torch.autograd.grad(mse, [weight, bias])
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            world = torch.distributed.get_world_size()
+            for g in grads:
+                torch.distributed.all_reduce(g)
+                g.div_(world)
+        adam = self._optimizer()
+        self.weight.grad, self.bias.grad = grads
+        adam.step()
+        self.weight.grad = self.bias.grad = None
+        return {"baseline_mse": mse.item()}
+
+
+BASELINES = {"learned": LearnedBaseline, "self-critical": SelfCriticalBaseline, "none": NoBaseline}
+
+
+def build_baseline(name: str, lr: float = 1e-3) -> Baseline:
+    if name == "learned":
+        return LearnedBaseline(lr)
+    return BASELINES[name]()

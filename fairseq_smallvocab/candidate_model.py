@@ -1,0 +1,174 @@
+"""Any fairseq encoder-decoder, restricted to each example's candidates.
+
+``restrict(model, arch)`` is what the plugin's tasks do to the model fairseq
+builds (``transformer``, fairseq's ``lstm``, the plugin's LSTMs, ...): it
+finds the decoder's linear output layer (``modules.candidate_output``), and
+gives the model instance the ``CandidateModel`` behaviour below by making it
+an instance of a subclass of its own class.  No parameter, buffer or
+submodule is added, so the state-dict keys stay the stock ones (a checkpoint
+of the stock ``translation`` task loads strictly, and a checkpoint written
+with the plugin decodes with stock fairseq) and the arch name in checkpoints
+is unchanged.
+
+The model then takes ``candidates`` (B x K target ids, ``candidate_space``)
+beside its usual ``net_input``: they travel beside ``encoder_out``, not
+inside it, so stock encoders need no change.  Its forward is the stock one
+split in two, encoder -> ``decoder.extract_features`` (the states s_t) ->
+the restricted output layer (B x T x K logits), and ``get_targets`` maps gold
+ids to candidate positions, so fairseq's ``cross_entropy`` and
+``label_smoothed_cross_entropy`` work unchanged (label smoothing then spreads
+its mass over the K candidates, not over V).  ``candidates=None`` is the full
+softmax through the same code.
+
+With ``sample_lens`` the same forward also samples a sequence per example for
+REINFORCE (``sampler``), with the whole model in eval mode (every dropout and
+LayerDrop off; each module's flag restored afterwards), and scores it: one
+forward, so that REINFORCE works through fairseq's distributed wrappers.
+"""
+
+import inspect
+from contextlib import contextmanager
+from typing import Dict, Optional
+
+import torch
+from fairseq.models import FairseqEncoderDecoderModel
+from fairseq.models.lstm import LSTMDecoder
+from torch import Tensor
+
+from fairseq_smallvocab import sampler
+from fairseq_smallvocab.candidate_space import candidate_positions
+from fairseq_smallvocab.modules.candidate_output import (
+    OutputWeights,
+    RestrictionError,
+    find_output_weights,
+    restricted_logits,
+)
+
+
+@contextmanager
+def eval_mode(module):
+    """Every submodule in eval mode inside the block, its own flag restored after."""
+    modes = [(m, m.training) for m in module.modules()]
+    module.eval()
+    try:
+        yield
+    finally:
+        for m, mode in modes:
+            m.training = mode
+
+
+def _extra_dict(extra) -> Dict:
+    """A decoder's second output as a dict (fairseq's ``lstm`` returns the attention tensor)."""
+    if isinstance(extra, dict):
+        return dict(extra)
+    return {"attn": [extra]}
+
+
+class CandidateModel:
+    """The behaviour ``restrict`` gives a model (listed first in its class's bases)."""
+
+    _output_weights: OutputWeights
+    sample_keeps_graph: bool
+
+    def output_weights(self):
+        """(W, b) of the decoder's output layer (b may be None)."""
+        return self._output_weights.get(self.decoder)
+
+    def _net_input(self, args, kwargs) -> Dict:
+        names = _positional_names(type(self))
+        if len(args) > len(names):
+            raise TypeError(f"{type(self).__name__}.forward takes {len(names)} positional inputs ({names})")
+        return {**dict(zip(names, args)), **kwargs}
+
+    def forward(self, *args, candidates: Optional[Tensor] = None, sample_lens: Optional[Tensor] = None,
+                greedy_too: bool = False, features_only: bool = False, **kwargs):
+        """Teacher-forced decoder output (B x T x K logits inside ``candidates``,
+        B x T x V without) and its extra dict, with ``"candidates"``; with
+        ``sample_lens`` (B: the longest sample of each example) also
+        ``"samples"`` (``sampler.sample`` + ``sampler.score``) and, with
+        ``greedy_too``, ``"greedy"`` (the greedy decode, without gradient)."""
+        net_input = self._net_input(args, kwargs)
+        prev_output_tokens = net_input.pop("prev_output_tokens")
+        if hasattr(self.decoder, "set_beam_size"):  # a generator may have left beam_size > 1 in attention
+            self.decoder.set_beam_size(1)
+        encoder_out = self.encoder(**net_input)
+        features, extra = self.decoder.extract_features(prev_output_tokens, encoder_out)
+        extra = _extra_dict(extra)
+        weight, bias = self.output_weights()
+        out = features if features_only else restricted_logits(features, weight, bias, candidates)
+        extra["candidates"] = [] if candidates is None else [candidates]
+        if sample_lens is not None:
+            extra.update(self.sample_and_score(net_input, candidates, sample_lens, greedy_too))
+        return out, extra
+
+    def sample_and_score(self, net_input, candidates, sample_lens, greedy_too=False) -> Dict:
+        """REINFORCE's policy: samples (and the greedy decode) drawn and scored
+        with the whole model in eval mode."""
+        weight, bias = self.output_weights()
+        out = {}
+        with eval_mode(self):
+            encoder_out = self.encoder(**net_input)
+            samples = sampler.sample(self.decoder, encoder_out, weight, bias, candidates, sample_lens,
+                                     keep_graph=self.sample_keeps_graph)
+            if greedy_too:
+                with torch.no_grad():
+                    out["greedy"] = sampler.sample(self.decoder, encoder_out, weight, bias, candidates,
+                                                   sample_lens, greedy=True)
+            samples.update(sampler.score(self.decoder, encoder_out, weight, bias, candidates, samples))
+        out["samples"] = samples
+        return out
+
+    def get_targets(self, sample, net_output):
+        """Gold ids as positions in the example's candidates (unchanged for the
+        full softmax).  A gold word outside the candidates (possible on
+        validation, never in training, whose candidates include the gold
+        words) maps to the position of <unk>."""
+        target = sample["target"]
+        extra = net_output[1] if len(net_output) > 1 else None
+        candidates = extra.get("candidates") if isinstance(extra, dict) else None
+        if not candidates:
+            return target
+        return candidate_positions(candidates[0], target, self.decoder.dictionary.unk())
+
+
+_POSITIONAL = {}
+_RESTRICTED = {}
+
+
+def _positional_names(cls):
+    """The stock forward's positional inputs (e.g. src_tokens, src_lengths, prev_output_tokens)."""
+    if cls not in _POSITIONAL:
+        stock = next(c for c in cls.__mro__[1:] if "forward" in c.__dict__ and c is not CandidateModel)
+        params = list(inspect.signature(stock.forward).parameters.values())[1:]
+        _POSITIONAL[cls] = [p.name for p in params if p.kind == p.POSITIONAL_OR_KEYWORD and p.default is p.empty]
+    return _POSITIONAL[cls]
+
+
+def _restricted_class(cls):
+    if cls not in _RESTRICTED:
+        _RESTRICTED[cls] = type(cls.__name__, (CandidateModel, cls),
+                                {"__module__": cls.__module__, "__qualname__": cls.__qualname__,
+                                 "__doc__": cls.__doc__})
+    return _RESTRICTED[cls]
+
+
+def is_recurrent(decoder) -> bool:
+    """Decoders whose sampling keeps the step graph (an RNN step's graph does not grow with t)."""
+    return isinstance(decoder, LSTMDecoder) or getattr(type(decoder), "recurrent", False)
+
+
+def restrict(model, arch: Optional[str] = None):
+    """Give ``model`` (in place) the ``CandidateModel`` behaviour; returns it.
+    Refuses, naming the arch and the reason, a model that cannot be restricted."""
+    if isinstance(model, CandidateModel):
+        return model
+    arch = arch or type(model).__name__
+    if not isinstance(model, FairseqEncoderDecoderModel):
+        raise RestrictionError(f"arch '{arch}' ({type(model).__name__}) is not a fairseq encoder-decoder model "
+                               "(FairseqEncoderDecoderModel): a small vocabulary restricts the output of an "
+                               "encoder-decoder's decoder")
+    spec = find_output_weights(model.decoder, arch)
+    model.__class__ = _restricted_class(type(model))
+    model._output_weights = spec
+    model.sample_keeps_graph = bool(is_recurrent(model.decoder))
+    return model

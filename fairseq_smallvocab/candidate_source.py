@@ -1,0 +1,209 @@
+"""Where a task's candidate lists come from, in one place.
+
+``CandidateSource`` gives the translation and captioning tasks each split's
+candidate rows (``candidate_space``) and fairseq-interactive's rows for raw
+input, from one of:
+
+- ``--vocab-predictor CKPT``: predicted once per split and K and cached on
+  disk in ``--candidates-dir`` (default: the predictor's folder/candidates),
+  keyed by the predictor's SHA-256 and the split's content;
+- ``--candidates-dir DIR`` alone: lists exported by
+  ``scripts/export_candidates.py`` (the smallest K' >= K);
+- the predictor recorded in the checkpoint being decoded (its model config's
+  ``vocab_predictor``), when neither is given.
+
+Either way the lists must have been made from this very split: their file
+records a digest of the split's content (``candidates.split_digest``),
+checked on load.  Training rows always hold every gold word: lists cut from
+K' to K are checked (``training_k_needed``) whichever way they came.
+"""
+
+import logging
+import os
+import re
+from pathlib import Path
+from typing import Dict, Optional
+
+import numpy as np
+import torch
+
+from fairseq_smallvocab.candidate_space import candidate_rows
+from fairseq_smallvocab.candidates import (
+    DataMismatch,
+    candidate_file,
+    file_sha256,
+    read_candidates,
+    split_digest,
+)
+from fairseq_smallvocab.data import token_stream
+from fairseq_smallvocab.models.vocab_predictor import dictionary_fingerprint
+from fairseq_smallvocab.predictor import export_split, load_predictor, predict_lists
+
+logger = logging.getLogger(__name__)
+
+
+def training_k_needed(lists: np.ndarray, targets, nspecial: int, vocab_size: int, chunk=512) -> Optional[int]:
+    """The smallest K for which ``candidate_rows(lists, K)`` keeps every gold
+    word of every example (``targets``: the split's fairseq token dataset,
+    one target per list), or None when some gold word is not in its list at
+    all.  Special ids are always in a row and need no room."""
+    lists = np.asarray(lists)
+    tokens = token_stream(targets).astype(np.int64)
+    example = np.repeat(np.arange(len(targets.sizes), dtype=np.int64), np.asarray(targets.sizes, dtype=np.int64))
+    words = tokens >= nspecial
+    tokens, example = tokens[words], example[words]  # example ids ascending
+    table = np.full((min(chunk, len(lists)), vocab_size), -1, dtype=np.int32)  # each word's rank in its row
+    worst = -1
+    for start in range(0, len(lists), chunk):
+        block = lists[start:start + chunk].astype(np.int64)
+        keep = block >= nspecial
+        rank = np.cumsum(keep, axis=1) - 1  # position among the row's non-special ids
+        r, c = np.nonzero(keep)
+        table[r, block[r, c]] = rank[r, c]
+        lo, hi = np.searchsorted(example, [start, start + len(block)])
+        ranks = table[example[lo:hi] - start, tokens[lo:hi]]
+        table[r, block[r, c]] = -1  # reset only what was set
+        if (ranks < 0).any():
+            return None
+        worst = max(worst, int(ranks.max(initial=-1)))
+    return nspecial + worst + 1
+
+
+class CandidateSource:
+    """The candidates of a task's splits and of raw input.  ``cfg``: the
+    task's config (``data``, ``train_subset``, ``vocab_predictor``,
+    ``candidates_dir``); ``predictor_overrides``: task options the predictor
+    needs beside the data folder (``source_features`` for image features)."""
+
+    def __init__(self, cfg, k: int, tgt_dict, predictor_overrides: Optional[Dict] = None):
+        self.cfg, self.k, self.tgt_dict = cfg, k, tgt_dict
+        self.predictor_overrides = dict(predictor_overrides or {})
+        self._predictor_sha256 = None  # of the predictor, computed once
+        self._predictor = None  # (model, task), loaded only when a split is not cached
+        self.lists_predictor = None  # the predictor named by exported lists' metadata
+        self.model_predictor = None  # the predictor recorded in a loaded model's config
+
+    def predictor_path(self) -> Optional[str]:
+        """--vocab-predictor, else the one recorded in the model checkpoint."""
+        return self.cfg.vocab_predictor or (None if self.cfg.candidates_dir else self.model_predictor)
+
+    def require(self):
+        if not (self.predictor_path() or self.cfg.candidates_dir):
+            raise ValueError("a small vocabulary needs --vocab-predictor or --candidates-dir (or "
+                             "--small-vocab-size 0 for the full softmax); decoding also finds the predictor "
+                             "recorded in a checkpoint trained with --vocab-predictor")
+
+    def split_rows(self, split, dataset, rows, examples=None) -> np.ndarray:
+        """The split's (examples x K) candidate rows from its lists (one list
+        per target sentence: ``rows`` of them); ``examples`` picks the rows
+        of the examples the dataset serves (default: all).  Training rows are
+        checked to hold every gold word, whichever path the lists came from."""
+        self.require()
+        lists, where = self._candidate_lists(split, rows, split_digest(dataset))
+        if split == self.cfg.train_subset:
+            need = training_k_needed(lists, dataset.tgt, self.tgt_dict.nspecial, len(self.tgt_dict))
+            if need is None:
+                raise ValueError(f"{where}: some training lists lack gold words of their sentence; the training "
+                                 "split needs lists with every gold word (scripts/export_candidates.py includes "
+                                 "them for train by default): export them again")
+            if need > self.k:
+                raise ValueError(f"--small-vocab-size {self.k} is too small for the training lists of {where}: "
+                                 f"cut to K = {self.k} they would lose gold words (training lists must hold every "
+                                 f"gold word); K = {need} keeps them all: pass --small-vocab-size {need} or more")
+        if examples is not None:
+            lists = np.asarray(lists)[examples]
+        return candidate_rows(lists, self.k, self.tgt_dict.nspecial, where)
+
+    # -- where the lists come from -------------------------------------------------------------
+
+    def _data_folder(self) -> str:
+        """The (first) data folder, absolute: how candidate files name their data."""
+        return os.path.abspath(self.cfg.data.split(os.pathsep)[0])
+
+    def _data_name(self, split):
+        return f"split '{split}' of {self._data_folder()}"
+
+    def _candidate_lists(self, split, rows, digest):
+        dict_hash = dictionary_fingerprint(self.tgt_dict)
+        train = split == self.cfg.train_subset
+        if self.predictor_path():
+            return self._predicted_lists(split, rows, dict_hash, train, digest)
+        path = self._exported_file(split)
+        ids, meta = read_candidates(path, dict_hash=dict_hash, rows=rows, data_digest=digest,
+                                    data_name=self._data_name(split))
+        self.lists_predictor = self.lists_predictor or meta.get("predictor")
+        if train and not meta.get("gold_included"):
+            raise ValueError(f"{path} was exported without the gold words; the training split needs them "
+                             "(scripts/export_candidates.py includes them for train by default)")
+        return ids, str(path)
+
+    def _exported_file(self, split):
+        """The split's exported list with the smallest K' >= K."""
+        folder = Path(self.cfg.candidates_dir)
+        found = {}
+        for path in folder.glob(f"{split}.k*.npy"):
+            m = re.fullmatch(rf"{re.escape(split)}\.k(\d+)\.npy", path.name)
+            if m and int(m.group(1)) >= self.k:
+                found[int(m.group(1))] = path
+        if not found:
+            raise FileNotFoundError(f"no candidate list for '{split}' with K >= {self.k} in {folder}; write one "
+                                    f"with scripts/export_candidates.py --splits {split} --k {self.k}")
+        return found[min(found)]
+
+    def _predicted_lists(self, split, rows, dict_hash, train, digest):
+        """Lists from --vocab-predictor, computed once per split and K and
+        cached on disk, keyed by the predictor's SHA-256 and the split's
+        content.  A cache of the same data folder whose content changed is
+        recomputed; one made from another data folder is refused (two data
+        sets must not share a cache folder)."""
+        predictor = Path(self.predictor_path())
+        if not predictor.is_file():
+            given = "--vocab-predictor" if self.cfg.vocab_predictor else "the predictor recorded in the checkpoint"
+            raise FileNotFoundError(f"{given}, {predictor}, not found; give its location with --vocab-predictor")
+        cache = Path(self.cfg.candidates_dir or predictor.parent / "candidates")
+        if self._predictor_sha256 is None:
+            self._predictor_sha256 = file_sha256(predictor)
+        path = candidate_file(cache, split, self.k)
+        if path.exists():
+            try:
+                ids, meta = read_candidates(path, k=self.k, dict_hash=dict_hash, rows=rows, data_digest=digest,
+                                            data_name=self._data_name(split))
+                if meta.get("predictor_sha256") == self._predictor_sha256 and meta.get("gold_included") == train:
+                    logger.info(f"candidates for {split}: cached {path}")
+                    return ids, str(path)
+            except DataMismatch as err:
+                here = self._data_folder()
+                if err.made_from != here:
+                    raise DataMismatch(f"{err} Give this data a cache folder of its own with --candidates-dir "
+                                       "(or remove the cached file if the other data is gone).") from None
+                logger.warning(f"{path}: {here} changed since its candidates were cached; predicting them again")
+            except ValueError as err:  # an older or half-written cache: it is only a cache
+                logger.warning(f"{err}; predicting the candidates again")
+        model, ptask = self.load_predictor()
+        path, ids, seconds = export_split(model, ptask, split, self.k, cache, predictor, self._predictor_sha256,
+                                          gold=train)
+        logger.info(f"candidates for {split}: predicted in {seconds:.1f} s, cached in {path}")
+        return ids, str(path)
+
+    def load_predictor(self):
+        """(model, task) of the vocabulary predictor, loaded once."""
+        if self._predictor is None:
+            self._predictor = load_predictor(self.predictor_path(), self.cfg.data.split(os.pathsep)[0],
+                                             **self.predictor_overrides)
+        return self._predictor
+
+    def inference_rows(self, dataset, where="fairseq-interactive input") -> np.ndarray:
+        """Rows for a dataset of raw input (fairseq-interactive), predicted
+        on the fly by the predictor (loaded once), in the dataset's order."""
+        self.require()
+        if not self.predictor_path():
+            raise ValueError("decoding raw text inside a small vocabulary needs the predictor (--vocab-predictor), "
+                             "not exported lists")
+        model, _ = self.load_predictor()
+        lists = []
+        with torch.no_grad():
+            for start in range(0, len(dataset), 256):
+                batch = dataset.collater([dataset[i] for i in range(start, min(start + 256, len(dataset)))])
+                lists.append(predict_lists(model, batch["net_input"], self.k, self.tgt_dict)[
+                    batch["id"].argsort()].numpy())
+        return candidate_rows(np.concatenate(lists), self.k, self.tgt_dict.nspecial, where)

@@ -1,0 +1,215 @@
+"""The restricted output layer: a decoder's own linear output layer, scoring
+only each example's K candidate words.
+
+A fairseq decoder ends with logits = W s_t + b over the whole target
+vocabulary V (W: |V| x d; ``output_projection`` of a Transformer, with W the
+target embedding when embeddings are tied; ``fc_out`` or the tied embedding
+of fairseq's ``lstm``; the target embedding and ``output_bias`` of the
+plugin's LSTMs).  With the candidates c_b of example b (K ids, see
+``candidate_space``), the restricted layer computes
+
+    logits[b, t, k] = W[c_b[k]] . s[b, t] + b[c_b[k]]        (B x T x K)
+
+with the decoder's own parameters: nothing is added to the model, so its
+state-dict keys stay the stock ones, and ``candidates=None`` gives the full
+softmax by the same code (one model, one code path).
+
+``find_output_weights`` discovers W and b and checks, on random features, that
+the decoder's ``output_layer`` is exactly that linear map; a model whose output
+cannot be restricted (adaptive softmax, a non-linear head, no incremental
+decoder) is refused, naming the arch and the reason.
+"""
+
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from fairseq.models import FairseqIncrementalDecoder
+from torch import Tensor
+
+from fairseq_smallvocab.candidate_space import batch_union
+
+
+class RestrictionError(ValueError):
+    """A model whose output layer cannot be restricted to candidates."""
+
+
+class CandidateLogits(torch.autograd.Function):
+    """logits[b, t, k] = W[c[b, k]] . s[b, t] + bias[c[b, k]], computed chunk by
+    chunk of examples, forward and backward: the gathered rows of a chunk
+    (chunk x K x d) are made, used and freed, and in the backward pass their
+    gradient goes straight into W's and bias's (index_add), so peak memory
+    holds neither all B x K x d gathered rows nor their gradient (131 MB
+    each at B = 128, K = 1000, d = 256).  Same values as
+    ``baddbmm(bias[c], s, W[c]^T)``, which the oracle tests check.
+
+    Mixed precision: the products run in the wider of the states' and the
+    weights' dtypes with autocast off inside (autocast rejects ``out=``), and
+    each gradient goes back in its input's dtype.  ``bias`` may be None (a
+    Transformer's ``output_projection`` has none)."""
+
+    CHUNK = 16
+
+    @staticmethod
+    def forward(ctx, features, weight, bias, candidates):
+        ctx.dtypes = features.dtype, weight.dtype, None if bias is None else bias.dtype
+        dtype = torch.promote_types(features.dtype, weight.dtype)
+        with torch.autocast(features.device.type, enabled=False):
+            features, weight = features.to(dtype), weight.to(dtype)
+            bias = None if bias is None else bias.to(dtype)
+            bsz, steps, _ = features.shape
+            out = features.new_empty(bsz, steps, candidates.size(1))
+            for start in range(0, bsz, CandidateLogits.CHUNK):
+                rows = candidates[start: start + CandidateLogits.CHUNK]
+                chunk = features[start: start + len(rows)]
+                if bias is None:
+                    torch.bmm(chunk, weight[rows].transpose(1, 2), out=out[start: start + len(rows)])
+                else:
+                    torch.baddbmm(bias[rows].unsqueeze(1), chunk, weight[rows].transpose(1, 2),
+                                  out=out[start: start + len(rows)])
+        ctx.save_for_backward(features, weight, candidates)
+        ctx.bias_shape = None if bias is None else bias.shape
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        features, weight, candidates = ctx.saved_tensors
+        need_f, need_w, need_b = ctx.needs_input_grad[:3]
+        need_b = need_b and ctx.bias_shape is not None
+        with torch.autocast(features.device.type, enabled=False):
+            grad_out = grad_out.to(features.dtype)
+            grad_f = torch.empty_like(features) if need_f else None
+            grad_w = torch.zeros_like(weight) if need_w else None
+            grad_b = grad_out.new_zeros(ctx.bias_shape) if need_b else None
+            for start in range(0, features.size(0), CandidateLogits.CHUNK):
+                rows = candidates[start: start + CandidateLogits.CHUNK]
+                g = grad_out[start: start + len(rows)]  # chunk x T x K
+                if need_f:
+                    torch.bmm(g, weight[rows], out=grad_f[start: start + len(rows)])
+                ids = rows.reshape(-1)
+                if need_w:
+                    grad_w.index_add_(0, ids, torch.bmm(g.transpose(1, 2), features[start: start + len(rows)])
+                                      .reshape(len(ids), -1))
+                if need_b:
+                    grad_b.index_add_(0, ids, g.sum(1).reshape(-1))
+        f_dtype, w_dtype, b_dtype = ctx.dtypes
+        return (None if grad_f is None else grad_f.to(f_dtype), None if grad_w is None else grad_w.to(w_dtype),
+                None if grad_b is None else grad_b.to(b_dtype), None)
+
+
+@dataclass(frozen=True)
+class OutputWeights:
+    """Where a decoder keeps W and b: parameter names inside the decoder
+    (looked up at every use, so that ``.to()``, ``.half()`` and loading a
+    state dict are always seen)."""
+
+    weight: str
+    bias: Optional[str] = None
+
+    def get(self, decoder) -> Tuple[Tensor, Optional[Tensor]]:
+        return (decoder.get_parameter(self.weight),
+                None if self.bias is None else decoder.get_parameter(self.bias))
+
+
+# where stock fairseq decoders and the plugin's keep their output layer, most specific first
+_WEIGHT_NAMES = ("output_projection.weight", "fc_out.weight", "embed_tokens.weight")
+
+
+def _named(decoder, name) -> Optional[Tensor]:
+    try:
+        return decoder.get_parameter(name)
+    except AttributeError:
+        return None
+
+
+def find_output_weights(decoder, arch: str) -> OutputWeights:
+    """W and b of ``decoder.output_layer``, checked to be that layer: on
+    random features, ``output_layer(x) == x W^T + b``."""
+    if not isinstance(decoder, FairseqIncrementalDecoder):
+        raise RestrictionError(f"arch '{arch}': its decoder ({type(decoder).__name__}) is not an incremental "
+                               "decoder (FairseqIncrementalDecoder), so it cannot sample or decode step by step "
+                               "inside a small vocabulary")
+    if getattr(decoder, "adaptive_softmax", None) is not None:
+        raise RestrictionError(f"arch '{arch}' uses an adaptive softmax, which has no output row per word for "
+                               "its tail clusters: train it without --adaptive-softmax-cutoff to use a small "
+                               "vocabulary")
+    vocab = len(decoder.dictionary)
+    tried = []
+    for weight_name in _WEIGHT_NAMES:
+        weight = _named(decoder, weight_name)
+        if weight is None or weight.dim() != 2 or weight.size(0) != vocab:
+            continue
+        module = weight_name.rsplit(".", 1)[0]
+        biases = [name for name in (f"{module}.bias", "output_bias") if _named(decoder, name) is not None]
+        for bias_name in biases + [None]:
+            spec = OutputWeights(weight_name, bias_name)
+            tried.append(f"{weight_name}{' + ' + bias_name if bias_name else ''}")
+            if _is_output_layer(decoder, spec):
+                return spec
+    detail = f"it is not x W^T + b with {' or '.join(tried)}" if tried else \
+        f"no {' / '.join(_WEIGHT_NAMES)} parameter with one row per target word ({vocab})"
+    raise RestrictionError(f"arch '{arch}': the decoder's output layer cannot be restricted to candidates: "
+                           f"{detail} (a small vocabulary needs a linear output layer over the target dictionary)")
+
+
+@torch.no_grad()
+def _is_output_layer(decoder, spec: OutputWeights) -> bool:
+    weight, bias = spec.get(decoder)
+    modes = {m: m.training for m in decoder.modules()}
+    decoder.eval()
+    try:
+        gen = torch.Generator(device="cpu").manual_seed(0)
+        x = torch.randn(2, 3, weight.size(1), generator=gen).to(device=weight.device, dtype=weight.dtype)
+        try:
+            got = decoder.output_layer(x)
+        except Exception:  # a head that does not take features of this size is not this linear map
+            return False
+        want = F.linear(x, weight, bias)
+        return torch.is_tensor(got) and got.shape == want.shape and torch.allclose(got, want, rtol=1e-4, atol=1e-5)
+    finally:
+        for m, mode in modes.items():
+            m.training = mode
+
+
+def restricted_logits(features: Tensor, weight: Tensor, bias: Optional[Tensor],
+                      candidates: Optional[Tensor]) -> Tensor:
+    """B x T x K logits over each example's candidates (B x K ids), or B x T x V
+    with ``candidates=None``."""
+    if candidates is None:
+        return F.linear(features, weight, bias)
+    return CandidateLogits.apply(features, weight, bias, candidates)
+
+
+class UnionScorer:
+    """Step-wise scoring (sampling, beam search) inside each row's candidates:
+    the rows of W and b for the union U of the batch's candidates are gathered
+    once; every step then scores U for all rows with one matrix product
+    (memory traffic |U| x d, against rows x K x d for per-example rows) and
+    picks each row's K out of it.  ``sent`` maps each decoding row to its
+    example and follows the generator's reorderings (``reorder``).  Without
+    candidates it scores the whole vocabulary.  No gradient."""
+
+    def __init__(self, weight: Tensor, bias: Optional[Tensor], candidates: Optional[Tensor]):
+        weight = weight.detach()
+        bias = None if bias is None else bias.detach()
+        if candidates is None:
+            self.weight, self.bias, self.pos = weight, bias, None
+        else:
+            union, self.pos = batch_union(candidates)
+            self.weight, self.bias = weight[union], None if bias is None else bias[union]
+        self.sent = None if candidates is None else torch.arange(len(candidates), device=candidates.device)
+
+    def reorder(self, new_order: Tensor):
+        if self.sent is not None:
+            self.sent = self.sent.index_select(0, new_order)
+
+    def __call__(self, features: Tensor) -> Tensor:
+        """rows x d (or rows x T x d) states -> rows x K (or rows x T x K) logits."""
+        scores = F.linear(features.to(self.weight.dtype), self.weight, self.bias)
+        if self.pos is None:
+            return scores
+        pos = self.pos.index_select(0, self.sent)
+        if scores.dim() == 3:
+            pos = pos.unsqueeze(1).expand(-1, scores.size(1), -1)
+        return scores.gather(-1, pos)

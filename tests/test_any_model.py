@@ -1,0 +1,324 @@
+"""Oracles for every model family the tasks restrict (``candidate_model``):
+small log-probs, loss and output-weight gradients equal the full softmax
+masked to the same candidates; greedy and beam search equal fairseq's stock
+generator on the masked full softmax; samples stay inside the candidates and
+the step-wise policy equals the rescoring pass; stock state-dict keys."""
+
+import argparse
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.nn.functional as F
+from fairseq.data import Dictionary
+from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
+from fairseq.sequence_generator import SequenceGenerator
+
+import fairseq_smallvocab  # noqa: F401  (registers the plugin's models)
+from fairseq_smallvocab.candidate_model import restrict
+from fairseq_smallvocab.candidate_space import candidate_positions
+from fairseq_smallvocab.generation import SmallVocabSequenceGenerator
+from fairseq_smallvocab.models.lstm_smallvocab import LSTMSmallVocabConfig, LSTMSmallVocabModel
+from fairseq_smallvocab.modules.candidate_output import RestrictionError
+
+V_SRC, V_TGT, B, T_SRC, T_TGT, K, D = 30, 70, 5, 7, 6, 18, 16
+
+
+def _dict(n):
+    d = Dictionary()
+    for i in range(n - d.nspecial):
+        d.add_symbol(f"w{i}")
+    return d
+
+
+def _stock(arch, tgt_dict=None, **overrides):
+    """A model of a registered fairseq arch, built as fairseq-train builds it
+    (--share-all-embeddings: one dictionary for both sides)."""
+    args = argparse.Namespace(**overrides)
+    ARCH_CONFIG_REGISTRY[arch](args)
+    tgt_dict = tgt_dict or _dict(V_TGT)
+    src_dict = tgt_dict if overrides.get("share_all_embeddings") else _dict(V_SRC)
+    task = SimpleNamespace(source_dictionary=src_dict, target_dictionary=tgt_dict)
+    return ARCH_MODEL_REGISTRY[arch].build_model(args, task)
+
+
+TRANSFORMER = dict(encoder_embed_dim=D, decoder_embed_dim=D, encoder_ffn_embed_dim=2 * D,
+                   decoder_ffn_embed_dim=2 * D, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
+                   decoder_attention_heads=2, dropout=0.1)
+LSTM = dict(encoder_embed_dim=D, encoder_hidden_size=D, decoder_embed_dim=D, decoder_hidden_size=D,
+            decoder_out_embed_dim=D, dropout=0.1, criterion="cross_entropy")
+
+FAMILIES = {
+    "lstm_smallvocab": lambda: LSTMSmallVocabModel.build_model(
+        LSTMSmallVocabConfig(embed_dim=D, layers=2, dropout=0.1),
+        SimpleNamespace(source_dictionary=_dict(V_SRC), target_dictionary=_dict(V_TGT))),
+    "lstm": lambda: _stock("lstm", **LSTM),
+    "lstm_tied": lambda: _stock("lstm", share_decoder_input_output_embed=True, **LSTM),
+    "transformer": lambda: _stock("transformer", share_decoder_input_output_embed=True, **TRANSFORMER),
+    "transformer_prenorm": lambda: _stock("transformer", encoder_normalize_before=True,
+                                          decoder_normalize_before=True, **TRANSFORMER),
+    "transformer_output_dim": lambda: _stock("transformer", decoder_output_dim=12, **TRANSFORMER),
+    "transformer_shared_all": lambda: _stock("transformer", share_all_embeddings=True, **TRANSFORMER),
+}
+
+
+@pytest.fixture(params=list(FAMILIES), scope="module")
+def family(request):
+    torch.manual_seed(0)
+    model = FAMILIES[request.param]()
+    keys = sorted(model.state_dict())
+    restrict(model, request.param)
+    with torch.no_grad():  # sharper distributions than the initialization's, so that mistakes show
+        for name, param in model.named_parameters():
+            if "lstm" in request.param:
+                param.normal_(0, 0.5)
+            elif "embed_tokens" in name or "output_projection" in name:
+                param.mul_(4.0)
+    src_dict, tgt_dict = model.encoder.dictionary, model.decoder.dictionary
+    pad, eos = tgt_dict.pad(), tgt_dict.eos()
+    lengths = torch.tensor([7, 6, 5, 4, 2])  # sorted: fairseq's lstm encoder needs it (as its batches are)
+    src = torch.randint(4, V_SRC, (B, T_SRC))
+    for b, n in enumerate(lengths.tolist()):  # left padding, as fairseq's translation data
+        src[b, : T_SRC - n] = pad
+        src[b, -1] = eos
+    tgt = torch.randint(4, V_TGT, (B, T_TGT))
+    tgt[:, -1] = eos
+    tgt[3, 3:] = pad
+    tgt[3, 2] = eos
+    prev = torch.cat([torch.full((B, 1), eos), tgt[:, :-1]], dim=1).masked_fill(tgt.eq(pad), pad)
+    cands = torch.zeros(B, K, dtype=torch.long)
+    for b in range(B):  # the specials at their own ids, then the gold words, then others
+        gold = [t for t in dict.fromkeys(tgt[b].tolist()) if t >= tgt_dict.nspecial]
+        rest = [t for t in torch.randperm(V_TGT).tolist() if t >= tgt_dict.nspecial and t not in gold]
+        cands[b] = torch.tensor(list(range(tgt_dict.nspecial)) + (gold + rest)[: K - tgt_dict.nspecial])
+    net = {"src_tokens": src, "src_lengths": lengths, "prev_output_tokens": prev}
+    _eos_likelier(model, net)
+    return SimpleNamespace(name=request.param, model=model, net=net, tgt=tgt, cands=cands, tgt_dict=tgt_dict,
+                           src_dict=src_dict, keys=keys)
+
+
+@torch.no_grad()
+def _eos_likelier(model, net):
+    """Raise eos's logit step by step (through the output bias where the model
+    has one, else along the decoder states' mean direction) until beam search
+    over these sources ends its hypotheses at different lengths within max_len,
+    so that the search oracle compares finished hypotheses and their scores."""
+    weight, bias = model.output_weights()
+    eos = model.decoder.dictionary.eos()
+    model.eval()
+    mean = model(**net, features_only=True)[0].mean((0, 1))
+    sources = {"id": torch.arange(B), "net_input": {k: net[k] for k in ("src_tokens", "src_lengths")}}
+    for _ in range(12):
+        hypos = SmallVocabSequenceGenerator([model], model.decoder.dictionary, beam_size=4, max_len_b=9).generate(
+            [model], sources)
+        lengths = {len(h["tokens"]) for hs in hypos for h in hs}
+        if len(lengths) > 2 and min(lengths) > 1:
+            return
+        if bias is not None:
+            bias[eos] += 0.5
+        else:
+            weight[eos] += 0.5 * mean / mean.pow(2).sum()
+    raise AssertionError("no eos bias gives hypotheses of different lengths")
+
+
+def _masked_full(model, net, cands):
+    full, _ = model(**net)
+    keep = torch.zeros(len(cands), full.size(-1), dtype=torch.bool).scatter_(1, cands, True)
+    return full.masked_fill(~keep.unsqueeze(1), float("-inf"))
+
+
+def test_state_dict_keys_stay_stock_and_load_strictly(family):
+    model = family.model
+    assert sorted(model.state_dict()) == family.keys
+    fresh = FAMILIES[family.name]()
+    fresh.load_state_dict(model.state_dict(), strict=True)  # a stock model reads the restricted one's weights
+    restrict(fresh).load_state_dict(model.state_dict(), strict=True)
+    assert type(fresh).__name__ == type(model).__name__ and isinstance(fresh, type(FAMILIES[family.name]()))
+
+
+def test_small_logprobs_equal_masked_full_softmax(family):
+    model = family.model.eval()
+    small = model(**family.net, candidates=family.cands)
+    assert small[0].shape == (B, T_TGT, K)
+    got = model.get_normalized_probs(small, log_probs=True)
+    oracle = F.log_softmax(_masked_full(model, family.net, family.cands), -1)
+    want = oracle.gather(2, family.cands.unsqueeze(1).expand(-1, T_TGT, -1))
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+    mapped = model.get_targets({"target": family.tgt}, small)
+    assert torch.equal(family.cands.gather(1, mapped), family.tgt)
+
+
+def test_loss_and_output_weight_gradients_equal_masked_full_softmax(family):
+    model = family.model.eval()
+    d = family.tgt_dict
+    weight = model.output_weights()[0]
+
+    def loss_and_grad(small):
+        model.zero_grad()
+        if small:
+            out = model(**family.net, candidates=family.cands)
+            lprobs = model.get_normalized_probs(out, log_probs=True)
+            target = model.get_targets({"target": family.tgt}, out)
+        else:
+            lprobs, target = F.log_softmax(_masked_full(model, family.net, family.cands), -1), family.tgt
+        loss = F.nll_loss(lprobs.reshape(-1, lprobs.size(-1)), target.reshape(-1), ignore_index=d.pad(),
+                          reduction="sum")
+        loss.backward()
+        encoder_grad = next(p.grad for p in model.encoder.parameters() if p.grad is not None)
+        return loss.detach(), weight.grad.clone(), encoder_grad.clone()
+
+    small, full = loss_and_grad(True), loss_and_grad(False)
+    for a, b in zip(small, full):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+def _sentence(family, b):
+    """Example b alone, without its padding."""
+    src = family.net["src_tokens"][b]
+    src = src[src.ne(family.src_dict.pad())].unsqueeze(0)
+    return {"id": torch.tensor([b]), "net_input": {"src_tokens": src, "src_lengths": torch.tensor([src.size(1)])}}
+
+
+SEARCHES = [dict(beam_size=1), dict(beam_size=4), dict(beam_size=3, len_penalty=0.5),
+            dict(beam_size=4, unk_penalty=1.0, min_len=3, no_repeat_ngram_size=2)]
+
+
+@pytest.mark.parametrize("options", SEARCHES)
+def test_search_equals_stock_generator_on_the_masked_full_softmax(family, options):
+    """Our generator on the whole batch == fairseq's SequenceGenerator on each
+    sentence alone, whose output layer puts every non-candidate at -inf."""
+    model = family.model.eval()
+    d, beam = family.tgt_dict, options["beam_size"]
+    net = {"src_tokens": family.net["src_tokens"], "src_lengths": family.net["src_lengths"],
+           "candidates": family.cands}
+    with torch.no_grad():
+        ours = SmallVocabSequenceGenerator([model], d, max_len_b=9, **options).generate(
+            [model], {"id": torch.arange(B), "net_input": net})
+    decoder = model.decoder
+    stock_layer = type(decoder).output_layer
+    lengths = set()
+    try:
+        for b in range(B):
+            keep = torch.zeros(V_TGT, dtype=torch.bool)
+            keep[family.cands[b]] = True
+            decoder.output_layer = lambda x, keep=keep: stock_layer(decoder, x).masked_fill(~keep, float("-inf"))
+            with torch.no_grad():
+                want = SequenceGenerator([model], d, max_len_b=9, **options).generate([model], _sentence(family, b))
+            assert len(ours[b]) == len(want[0]) == beam
+            for h, w in zip(ours[b], want[0]):
+                assert h["tokens"].tolist() == w["tokens"].tolist(), (family.name, b)
+                assert set(h["tokens"].tolist()) <= set(family.cands[b].tolist())
+                torch.testing.assert_close(h["score"], w["score"], atol=1e-4, rtol=0)
+                torch.testing.assert_close(h["positional_scores"], w["positional_scores"], atol=1e-4, rtol=0)
+                lengths.add(len(h["tokens"]))
+    finally:
+        decoder.__dict__.pop("output_layer", None)
+    assert beam == 1 or len(lengths) > 1  # beams of different lengths: eos chosen at different steps
+
+
+def test_samples_stay_inside_candidates_and_stepwise_logprobs_equal_rescoring(family):
+    """Sampling in eval mode (dropout off, the training flags restored), the
+    same draws scored by the kept step graph and by one teacher-forced pass."""
+    model = family.model.train()
+    lens = torch.full((B,), 8)
+    results, default = {}, model.sample_keeps_graph
+    assert default == ("lstm" in family.name)  # recurrent decoders keep the step graph, transformers rescore
+    try:
+        for keep in (True, False):
+            model.sample_keeps_graph = keep
+            torch.manual_seed(5)
+            out, extra = model(**family.net, candidates=family.cands, sample_lens=lens)
+            results[keep] = extra["samples"]
+    finally:
+        model.sample_keeps_graph = default
+    assert all(m.training for m in model.modules())  # restored
+    kept, rescored = results[True], results[False]
+    assert torch.equal(kept["tokens"], rescored["tokens"]) and kept["mask"].any()
+    torch.testing.assert_close(kept["lprobs"], rescored["lprobs"], atol=1e-5, rtol=1e-5)
+    assert rescored["lprobs"].requires_grad and (rescored["lprobs"] <= 0).all()
+    d = family.tgt_dict
+    for b in range(B):
+        steps = rescored["mask"][b]
+        assert set(rescored["tokens"][b][steps].tolist()) <= set(family.cands[b].tolist()) - {d.pad(), d.bos()}
+    positions = candidate_positions(family.cands, rescored["tokens"].masked_fill(~rescored["mask"], d.eos()),
+                                    d.unk())
+    assert torch.equal(positions, rescored["positions"])
+
+
+def test_models_that_cannot_be_restricted_are_named():
+    model = _stock("transformer", adaptive_softmax_cutoff="20,40", **TRANSFORMER)
+    with pytest.raises(RestrictionError, match="arch 'transformer' uses an adaptive softmax"):
+        restrict(model, "transformer")
+    model = _stock("transformer", **TRANSFORMER)
+    model.decoder.output_layer = lambda x: torch.tanh(model.decoder.output_projection(x))  # a non-linear head
+    with pytest.raises(RestrictionError, match="arch 'transformer'.*cannot be restricted.*not x W\\^T \\+ b"):
+        restrict(model, "transformer")
+
+
+def test_extra_special_symbols_and_language_tags():
+    """A target dictionary with an extra special symbol (<mask>: nspecial = 5,
+    at its own position in every row) and a language tag (an ordinary symbol,
+    a candidate like any word)."""
+    from fairseq_smallvocab.candidate_space import candidate_rows, check_rows
+
+    d = Dictionary(extra_special_symbols=["<mask>"])
+    tag = d.add_symbol("__de__")
+    for i in range(V_TGT - len(d)):
+        d.add_symbol(f"w{i}")
+    assert d.nspecial == 5 and d.index("<mask>") == 4
+    torch.manual_seed(0)
+    model = restrict(_stock("transformer", tgt_dict=d, **TRANSFORMER), "transformer").eval()
+    lists = torch.stack([torch.cat([torch.tensor([tag]), 6 + torch.randperm(V_TGT - 6)[:K]]) for _ in range(B)])
+    cands = torch.from_numpy(candidate_rows(lists.numpy(), K, d.nspecial, "x").astype("int64"))
+    check_rows(cands, d.nspecial, len(d))
+    assert cands[:, :5].tolist() == [[0, 1, 2, 3, 4]] * B and (cands[:, 5] == tag).all()
+    src = torch.randint(4, V_SRC, (B, T_SRC))
+    src[:, -1] = d.eos()
+    prev = torch.cat([torch.full((B, 1), d.eos()), cands.gather(1, torch.randint(4, K, (B, T_TGT - 1)))], 1)
+    net = {"src_tokens": src, "src_lengths": torch.full((B,), T_SRC), "prev_output_tokens": prev}
+    small = model.get_normalized_probs(model(**net, candidates=cands), log_probs=True)
+    want = F.log_softmax(_masked_full(model, net, cands), -1).gather(2, cands.unsqueeze(1).expand(-1, T_TGT, -1))
+    torch.testing.assert_close(small, want, atol=1e-5, rtol=0)
+    target = torch.full((B, 2), tag)
+    assert model.get_targets({"target": target}, (None, {"candidates": [cands]})).eq(5).all()
+    with pytest.raises(ValueError, match="does not start with the special symbols 0..4"):
+        check_rows(cands[:, 1:], d.nspecial, len(d))
+
+
+def test_mixed_precision_small_output_layer_and_reinforce():
+    """--amp (autocast) and --bf16/--fp16 (fairseq converts model and criterion):
+    the small output layer and reinforce_gleu run, values close to float32,
+    and the learned baseline stays float32 and learns."""
+    from fairseq_smallvocab.criterions.reinforce_gleu import ReinforceGleuCriterion
+
+    torch.manual_seed(0)
+    model = restrict(_stock("transformer", **TRANSFORMER), "transformer").train()
+    tgt_dict = model.decoder.dictionary
+    src = torch.randint(4, V_SRC, (B, T_SRC))
+    src[:, -1] = tgt_dict.eos()
+    cands = torch.stack([torch.cat([torch.arange(4), 4 + torch.randperm(V_TGT - 4)[: K - 4]]) for _ in range(B)])
+    tgt = cands.gather(1, torch.randint(4, K, (B, T_TGT)))
+    tgt[:, -1] = tgt_dict.eos()
+    prev = torch.cat([torch.full((B, 1), tgt_dict.eos()), tgt[:, :-1]], 1)
+    sample = {"id": torch.arange(B), "target": tgt, "nsentences": B, "ntokens": B * T_TGT,
+              "net_input": {"src_tokens": src, "src_lengths": torch.full((B,), T_SRC), "prev_output_tokens": prev,
+                            "candidates": cands}}
+    model.eval()
+    reference = model(**sample["net_input"])[0]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        amp = model(**sample["net_input"])[0]
+    torch.testing.assert_close(amp.float(), reference, atol=0.15, rtol=0.05)
+    task = SimpleNamespace(target_dictionary=tgt_dict, source_dictionary=model.encoder.dictionary)
+    model.train()
+    for precision in ("autocast", "bf16"):
+        crit = ReinforceGleuCriterion(task, max_sample_len=6)
+        if precision == "bf16":  # what fairseq's trainer does with --bf16 / --fp16
+            model, crit = model.to(torch.bfloat16), crit.to(torch.bfloat16)
+        model.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "autocast"):
+            loss, _, log = crit(model, sample)
+        loss.backward()
+        assert torch.isfinite(loss) and log["baseline_mse"] > 0, precision
+        assert crit.baseline.weight.dtype == torch.float32 and crit.baseline.weight.abs().sum() > 0
+        weight = model.output_weights()[0]
+        assert weight.grad is not None and torch.isfinite(weight.grad).all() and weight.grad.abs().sum() > 0

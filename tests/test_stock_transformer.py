@@ -1,0 +1,70 @@
+"""A user's stock fairseq transformer, end to end: trained with stock
+``--task translation``, fine-tuned inside predicted vocabularies (CE, with
+validation BLEU), then REINFORCE, interrupted and resumed (the baseline's
+state restored), decoded with fairseq-generate inside the predicted
+vocabulary, and the same checkpoint decoded by stock ``--task translation``."""
+
+import re
+
+import torch
+from conftest import USER_DIR, run
+
+ARCH = ["--arch", "transformer", "--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "16",
+        "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32", "--decoder-ffn-embed-dim", "32",
+        "--encoder-attention-heads", "2", "--decoder-attention-heads", "2", "--share-decoder-input-output-embed"]
+COMMON = ["--batch-size", "32", "--cpu", "--no-progress-bar", "--log-format", "simple", "--num-workers", "0",
+          "--no-epoch-checkpoints", "--log-interval", "1"]
+
+
+def _hyps(stdout):
+    return {int(m.group(1)): m.group(2) for m in re.finditer(r"^H-(\d+)\t\S+\t(.*)$", stdout, re.M)}
+
+
+def _keys(path):
+    return sorted(torch.load(path, weights_only=True)["model"])
+
+
+def test_stock_transformer_checkpoint_fine_tuned_with_reinforce_and_decoded(predictor, tiny_bin, tmp_path):
+    stock = tmp_path / "stock"
+    run(["fairseq-train", tiny_bin, "--task", "translation", *ARCH, *COMMON, "--criterion",
+         "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--optimizer", "adam", "--lr", "0.005",
+         "--max-epoch", "3", "--save-dir", stock])  # stock fairseq: no --user-dir
+    plugin = ["--user-dir", USER_DIR, "--task", "translation_smallvocab", "--vocab-predictor", predictor,
+              "--candidates-dir", tmp_path / "cands", "--small-vocab-size", "50", *ARCH, *COMMON]
+
+    ce = tmp_path / "ce"  # the stock checkpoint loads strictly (fairseq's default) into the restricted model
+    out = run(["fairseq-train", tiny_bin, *plugin, "--criterion", "label_smoothed_cross_entropy",
+               "--label-smoothing", "0.1", "--optimizer", "adam", "--lr", "0.002", "--max-epoch", "1",
+               "--finetune-from-model", stock / "checkpoint_last.pt", "--save-dir", ce, "--eval-bleu",
+               "--eval-bleu-args", '{"beam": 2, "max_len_b": 20}', "--best-checkpoint-metric", "bleu",
+               "--maximize-best-checkpoint-metric"])
+    log = out.stdout + out.stderr
+    valid = re.search(r"valid \| epoch 001 .*", log)
+    assert valid and re.search(r"\| bleu [\d.]+", valid[0]), log[-3000:]
+    assert re.search(r"gold_outside_cands [\d.]+", valid[0])
+
+    rl = tmp_path / "rl"
+    reinforce = ["fairseq-train", tiny_bin, *plugin, "--criterion", "reinforce_gleu", "--optimizer", "sgd",
+                 "--lr", "0.01", "--max-sample-len", "20", "--save-dir", rl]
+    out = run([*reinforce, "--max-epoch", "1", "--finetune-from-model", ce / "checkpoint_last.pt"])
+    assert re.search(r"train \| epoch 001 .*reward [\d.]+ .*baseline_mse", out.stdout + out.stderr)
+    state = torch.load(rl / "checkpoint_last.pt", weights_only=True)["extra_state"]["TranslationSmallVocabTask"]
+    assert state["reinforce_gleu.baseline"]["weight"].shape == (16,)  # d of the transformer's decoder states
+    out = run([*reinforce, "--max-epoch", "2"])  # interrupted after epoch 1, resumed
+    log = out.stdout + out.stderr
+    assert "restored reinforce_gleu.baseline from the checkpoint" in log and "epoch 002" in log
+    assert _keys(rl / "checkpoint_last.pt") == _keys(stock / "checkpoint_last.pt")  # stock keys, stock arch
+
+    ckpt = rl / "checkpoint_last.pt"
+    gen = ["fairseq-generate", tiny_bin, "--user-dir", USER_DIR, "--path", ckpt, "--gen-subset", "test",
+           "--beam", "3", "--max-len-b", "20", "--batch-size", "16", "--cpu"]
+    small = run([*gen, "--task", "translation_smallvocab", "--small-vocab-size", "50"])  # predictor from the ckpt
+    assert "candidates for test" in small.stderr
+    full = run([*gen, "--task", "translation_smallvocab", "--small-vocab-size", "0"])
+    plain = run([*gen, "--task", "translation"])  # stock task: the plugin only loads the checkpoint
+    hyps_small, hyps_full, hyps_plain = _hyps(small.stdout), _hyps(full.stdout), _hyps(plain.stdout)
+    assert len(hyps_small) == len(hyps_full) == 30 and len(hyps_plain) >= 20  # stock skips empty sources
+    # the restricted model with candidates=None is the stock model
+    assert {i: h for i, h in hyps_full.items() if i in hyps_plain} == hyps_plain
+    for out in (small, plain):
+        assert re.search(r"BLEU4? = [\d.]+", out.stdout + out.stderr)
