@@ -482,7 +482,7 @@ def markdown(records) -> str:
     out = []
     train = [r for r in records if r["mode"] != "decode"]
     if train:
-        head = ("| device | mode | V | softmax | K | d | batch | len | s/step | tokens/s | s/epoch | peak MB | "
+        head = ("| device | arch | mode | V | softmax | K | d | batch | len | s/step | tokens/s | s/epoch | peak MB | "
                 "peak RSS MB | speedup | memory ratio |")
         lines = [head, "|" + "---|" * (head.count("|") - 1)]
         full = {(r["device"], r.get("arch"), r["mode"], r["vocab_size"]): r for r in train if r["softmax"] == "full"}
@@ -491,14 +491,15 @@ def markdown(records) -> str:
             small = ref is not None and r["softmax"] == "small"
             speedup = f"{r.get('speedup') or ref['sec_per_step'] / r['sec_per_step']:.2f}x" if small else ""
             memory = f"{ref['peak_mem_mb'] / r['peak_mem_mb']:.2f}x less" if small and r["peak_mem_mb"] > 0 else ""
-            lines.append(f"| {r['device']} | {r['mode']} | {r['vocab_size']:,} | {r['softmax']} | {r['K'] or '-'} | "
-                         f"{r['d']} | {r['batch']} | {r['max_len']} | {r['sec_per_step']:.3f} | "
+            arch = r.get("arch") or "lstm_smallvocab"
+            lines.append(f"| {r['device']} | {arch} | {r['mode']} | {r['vocab_size']:,} | {r['softmax']} | "
+                         f"{r['K'] or '-'} | {r['d']} | {r['batch']} | {r['max_len']} | {r['sec_per_step']:.3f} | "
                          f"{r['tokens_per_sec']:,.0f} | {r['sec_per_epoch']:,.0f} | {r['peak_mem_mb']:,.0f} | "
                          f"{r.get('peak_rss_mb', 0):,.0f} | {speedup} | {memory} |")
         out.append("\n".join(lines))
     decode = [r for r in records if r["mode"] == "decode"]
     if decode:
-        head = "| device | V | softmax | K | batch | beam | len | ms/sentence | tokens/s | speedup |"
+        head = "| device | arch | V | softmax | K | batch | beam | len | ms/sentence | tokens/s | speedup |"
         lines = [head, "|" + "---|" * (head.count("|") - 1)]
         full = {(r["device"], r.get("arch"), r["vocab_size"], r["batch"], r["beam"]): r
                 for r in decode if r["softmax"] == "full"}
@@ -506,9 +507,10 @@ def markdown(records) -> str:
             ref = full.get((r["device"], r.get("arch"), r["vocab_size"], r["batch"], r["beam"]))
             speedup = (f"{r.get('speedup') or ref['ms_per_sentence'] / r['ms_per_sentence']:.2f}x"
                        if ref is not None and r["softmax"] == "small" else "")
-            lines.append(f"| {r['device']} | {r['vocab_size']:,} | {r['softmax']} | {r['K'] or '-'} | {r['batch']} | "
-                         f"{r['beam']} | {r['max_len']} | {r['ms_per_sentence']:.2f} | {r['tokens_per_sec']:,.0f} | "
-                         f"{speedup} |")
+            arch = r.get("arch") or "lstm_smallvocab"
+            lines.append(f"| {r['device']} | {arch} | {r['vocab_size']:,} | {r['softmax']} | {r['K'] or '-'} | "
+                         f"{r['batch']} | {r['beam']} | {r['max_len']} | {r['ms_per_sentence']:.2f} | "
+                         f"{r['tokens_per_sec']:,.0f} | {speedup} |")
         out.append("\n".join(lines))
     return "\n\n".join(out) + "\n"
 

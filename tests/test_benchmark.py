@@ -123,3 +123,26 @@ def test_benchmark_zipf_batches_look_like_real_ones():
     assert len(union) < 2 * 300  # a random fill would give about 8 x 300
     uniform = bench.make_batch(vocab_size=5000, k=300, batch=8, max_len=40, device="cpu", zipf=0)
     assert len(set(uniform["net_input"]["candidates"].flatten().tolist())) > 4 * 300
+
+
+def test_benchmark_interleaves_rounds_on_a_fairseq_arch(tmp_path):
+    """--rounds: small and full alternate, each record holds its rounds, its
+    time is their median and the small one's speedup the median of the
+    rounds' ratios; --arch: a stock fairseq arch, restricted like the task's."""
+    import statistics
+
+    run([REPO / "scripts" / "benchmark.py", "--arch", "transformer", "--embed-dim", "16", "--layers", "1",
+         "--modes", "reinforce", "--vocab-sizes", "300", "--k", "40", "--k-sweep", "--batch", "4",
+         "--max-len", "6", "--steps", "1", "--warmup", "0", "--threads", "1", "--rounds", "3",
+         "--json", tmp_path / "r.json", "--markdown", tmp_path / "r.md"])
+    records = json.loads((tmp_path / "r.json").read_text())
+    assert [(r["mode"], r["softmax"]) for r in records] == [("reinforce", "small"), ("reinforce", "full")]
+    for small, full in (records,):
+        assert small["arch"] == full["arch"] == "transformer" and small["d"] == 16
+        assert small["rounds"] == full["rounds"] == 3
+        for r in (small, full):
+            assert len(r["sec_per_step_rounds"]) == 3
+            assert r["sec_per_step"] == round(statistics.median(r["sec_per_step_rounds"]), 4)
+        ratios = [f / s for f, s in zip(full["sec_per_step_rounds"], small["sec_per_step_rounds"])]
+        assert small["speedup"] == round(statistics.median(ratios), 3) and "speedup" not in full
+    assert (tmp_path / "r.md").read_text().count("| transformer |") == 2

@@ -448,3 +448,23 @@ def test_gleu_on_detokenized_words_for_subword_data():
     words = ReinforceGleuCriterion(task, rl_baseline="none", gleu_detok="sentencepiece").rewards(
         hyp, torch.tensor([3]), ref)
     assert words.tolist() == [1.0] and plain.item() == pytest.approx(gleu([1, 2, 3], [4, 5, 2, 3]))
+
+
+def test_learned_baseline_reads_the_state_of_checkpoints_written_before_the_baselines_module():
+    """Checkpoints of 0.1 saved the criterion's buffers as baseline_weight / baseline_bias (and the Adam
+    state) under the task's "reinforce_gleu.baseline"; the baseline module reads them, and its size comes
+    from the saved weight (before any batch)."""
+    from fairseq_smallvocab.baselines import LearnedBaseline
+
+    old = LearnedBaseline(lr=0.1)
+    old.learn(torch.randn(3, 4, D), torch.ones(3, 4, dtype=torch.bool), torch.rand(3))
+    state = old.state_dict()
+    legacy = {"baseline_weight": state["weight"], "baseline_bias": state["bias"],
+              "_extra_state": state["_extra_state"]}
+    fresh = LearnedBaseline(lr=0.1)
+    assert fresh.weight.numel() == 0  # sized by the first states or by a checkpoint
+    fresh.load_state_dict(legacy)
+    assert torch.equal(fresh.weight, old.weight) and torch.equal(fresh.bias, old.bias)
+    assert fresh._optimizer().state_dict()["state"][0]["step"] == 1
+    with pytest.raises(ValueError, match=f"decoder states of size {D}, this model's are 3"):
+        fresh.values(torch.randn(2, 5, 3), torch.ones(2, 5, dtype=torch.bool))

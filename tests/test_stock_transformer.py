@@ -24,7 +24,7 @@ def _keys(path):
     return sorted(torch.load(path, weights_only=True)["model"])
 
 
-def test_stock_transformer_checkpoint_fine_tuned_with_reinforce_and_decoded(predictor, tiny_bin, tmp_path):
+def test_stock_transformer_checkpoint_fine_tuned_with_reinforce_and_decoded(predictor, tiny_bin, tiny_raw, tmp_path):
     stock = tmp_path / "stock"
     run(["fairseq-train", tiny_bin, "--task", "translation", *ARCH, *COMMON, "--criterion",
          "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--optimizer", "adam", "--lr", "0.005",
@@ -68,3 +68,8 @@ def test_stock_transformer_checkpoint_fine_tuned_with_reinforce_and_decoded(pred
     assert {i: h for i, h in hyps_full.items() if i in hyps_plain} == hyps_plain
     for out in (small, plain):
         assert re.search(r"BLEU4? = [\d.]+", out.stdout + out.stderr)
+    lines = (tiny_raw / "test.src").read_text().splitlines()[:2]  # raw text, candidates predicted per line
+    interactive = run(["fairseq-interactive", tiny_bin, "--user-dir", USER_DIR, "--path", ckpt, "--task",
+                       "translation_smallvocab", "--small-vocab-size", "50", "--beam", "3", "--max-len-b", "20",
+                       "--cpu", "--batch-size", "2", "--buffer-size", "2"], stdin="\n".join(lines) + "\n")
+    assert len(_hyps(interactive.stdout)) == 2

@@ -62,7 +62,7 @@ def test_predicted_candidates_are_cached_by_predictor_and_k(predictor, tiny_bin,
     again.load_dataset("valid")
     assert (tmp_path / "valid.k40.npy").stat().st_mtime_ns == first
     assert "cached" in caplog.text
-    assert again._predictor is None  # the predictor itself was not even loaded
+    assert again.candidates._predictor is None  # the predictor itself was not even loaded
 
 
 def test_exported_lists_are_used_and_checked(predictor, tiny_bin, tmp_path):

@@ -4,7 +4,10 @@
 # test2016.  Run from the project root with the project's environment active:
 #   source .venv/bin/activate && bash examples/translation/run_reinforce_multi30k.sh
 # Settings: K (0 = full softmax; use the CE run's K), DATA, CANDS, CE (the CE
-# checkpoint), SAVE, EPOCHS, THREADS, BASELINE (learned, self-critical, none), LR.
+# checkpoint), SAVE, EPOCHS, THREADS, BASELINE (learned, self-critical, none), LR,
+# ARCH_ARGS (the CE run's model flags; default the paper's LSTM; for the
+# model of run_transformer_multi30k.sh:
+# ARCH_ARGS="$(cat examples/translation/transformer_multi30k.args)").
 set -euo pipefail
 K=${K:-500}
 DATA=${DATA:-data-bin/multi30k.en-de}
@@ -15,13 +18,14 @@ EPOCHS=${EPOCHS:-3}
 THREADS=${THREADS:-2}
 BASELINE=${BASELINE:-learned}
 LR=${LR:-0.01}
+ARCH_ARGS=${ARCH_ARGS:---arch lstm_smallvocab}
 export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS
 
 mkdir -p "$SAVE"
 start=$(date +%s)
 fairseq-train "$DATA" --user-dir fairseq_smallvocab --task translation_smallvocab -s en -t de \
   --candidates-dir "$CANDS" --small-vocab-size "$K" \
-  --arch lstm_smallvocab --criterion reinforce_gleu --rl-lambda 0.005 --rl-baseline "$BASELINE" \
+  $ARCH_ARGS --criterion reinforce_gleu --rl-lambda 0.005 --rl-baseline "$BASELINE" \
   --max-sample-len 100 --sample-len-ratio 1.5 --finetune-from-model "$CE" \
   --optimizer sgd --lr "$LR" --clip-norm 1.0 --batch-size 128 \
   --eval-bleu --eval-bleu-args '{"beam": 1, "max_len_a": 1.5, "max_len_b": 10}' \
