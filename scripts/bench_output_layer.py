@@ -56,13 +56,14 @@ def main(argv=None):
     parser.add_argument("--d", type=int, default=512)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--zipf", type=float, default=1.2, help="as benchmark.py: 0 gives random candidates")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     print("| V | batch | T | d | K | union size | per-example ms | union ms | union / per-example |")
     print("|---|---|---|---|---|---|---|---|---|")
     for vocab in args.vocab_sizes:
         for batch in args.batch:
-            cands = make_batch(vocab, args.k, batch, args.len, "cpu", zipf=1.2)["net_input"]["candidates"]
+            cands = make_batch(vocab, args.k, batch, args.len, "cpu", zipf=args.zipf)["net_input"]["candidates"]
             weight = torch.randn(vocab, args.d, requires_grad=True)
             bias = torch.randn(vocab, requires_grad=True)
             features = torch.randn(batch, args.len, args.d, requires_grad=True)

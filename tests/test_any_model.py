@@ -322,3 +322,31 @@ def test_mixed_precision_small_output_layer_and_reinforce():
         assert crit.baseline.weight.dtype == torch.float32 and crit.baseline.weight.abs().sum() > 0
         weight = model.output_weights()[0]
         assert weight.grad is not None and torch.isfinite(weight.grad).all() and weight.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_teacher_forced_union_and_per_example_rows_agree(overlap, monkeypatch):
+    """restricted_logits scores the batch union with one product when the rows
+    overlap (|U| <= 2K) and each example's rows otherwise: the same logits and
+    gradients either way, forced both ways."""
+    import fairseq_smallvocab.modules.candidate_output as output
+
+    torch.manual_seed(0)
+    weight, bias = torch.randn(V_TGT, 8, requires_grad=True), torch.randn(V_TGT, requires_grad=True)
+    features = torch.randn(B, 4, 8, requires_grad=True)
+    if overlap:  # every row draws from the same 30 words
+        cands = torch.stack([torch.cat([torch.arange(4), 4 + torch.randperm(30)[: K - 4]]) for _ in range(B)])
+    else:
+        cands = torch.stack([torch.cat([torch.arange(4), 4 + torch.randperm(V_TGT - 4)[: K - 4]]) for _ in range(B)])
+    grad = torch.randn(B, 4, K)
+    results = []
+    for ratio in (1e9, 0.0):  # always the union, never the union
+        monkeypatch.setattr(output, "UNION_MAX_RATIO", ratio)
+        weight.grad = bias.grad = features.grad = None
+        out = output.restricted_logits(features, weight, bias, cands)
+        out.backward(grad)
+        results.append((out.detach(), weight.grad.clone(), bias.grad.clone(), features.grad.clone()))
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    monkeypatch.setattr(output, "UNION_MAX_RATIO", 2.0)
+    assert (len(torch.unique(cands)) <= 2 * K) == overlap  # the default picks the union exactly when they overlap
