@@ -9,7 +9,8 @@
 # Run from the project root with the project's environment active, after
 # examples/vocab_predictor/run_multi30k.sh (which exports the K=500 lists):
 #   source .venv/bin/activate && bash examples/translation/run_transformer_multi30k.sh
-# Settings: K, DATA, CANDS, SAVE, EPOCHS, THREADS, LR, WARMUP.
+# Settings: K, DATA, CANDS, SAVE, EPOCHS, THREADS, LR, WARMUP, EXTRA (more fairseq-train
+# flags, e.g. EXTRA="--stop-time-hours 0.3" for a fixed time budget).
 set -euo pipefail
 K=${K:-500}
 DATA=${DATA:-data-bin/multi30k.en-de}
@@ -19,6 +20,7 @@ EPOCHS=${EPOCHS:-20}
 THREADS=${THREADS:-2}
 LR=${LR:-0.001}
 WARMUP=${WARMUP:-400}
+EXTRA=${EXTRA:-}
 export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS
 
 mkdir -p "$SAVE"
@@ -32,7 +34,7 @@ fairseq-train "$DATA" --user-dir fairseq_smallvocab --task translation_smallvoca
   --eval-bleu --eval-bleu-args '{"beam": 1, "max_len_a": 1.5, "max_len_b": 10}' \
   --best-checkpoint-metric bleu --maximize-best-checkpoint-metric \
   --max-epoch "$EPOCHS" --save-dir "$SAVE" --no-epoch-checkpoints \
-  --cpu --num-workers 0 --seed 1 --no-progress-bar --log-format simple --log-interval 50 \
+  --cpu --num-workers 0 --seed 1 --no-progress-bar --log-format simple --log-interval 50 $EXTRA \
   2>&1 | tee -a "$SAVE/train.log" | grep -E "valid on|done training"
 echo "training wall time: $(( $(date +%s) - start )) s"
 
