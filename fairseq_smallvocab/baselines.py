@@ -31,6 +31,7 @@ class Baseline(nn.Module):
     """b_t for every sampled step (B x T)."""
 
     needs_greedy = False  # whether ``values`` reads the greedy decode's reward
+    log_keys = ()  # what ``learn`` returns (logged for every training batch: 0 for a skipped one)
 
     def values(self, features: Tensor, mask: Tensor, greedy_reward: Optional[Tensor] = None) -> Tensor:
         raise NotImplementedError
@@ -53,6 +54,8 @@ class SelfCriticalBaseline(Baseline):
 
 
 class LearnedBaseline(Baseline):
+    log_keys = ("baseline_mse",)
+
     def __init__(self, lr: float = 1e-3):
         super().__init__()
         self.lr = lr

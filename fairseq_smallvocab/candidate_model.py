@@ -27,7 +27,6 @@ forward, so that REINFORCE works through fairseq's distributed wrappers.
 """
 
 import inspect
-from contextlib import contextmanager
 from typing import Dict, Optional
 
 import torch
@@ -40,21 +39,10 @@ from fairseq_smallvocab.candidate_space import candidate_positions
 from fairseq_smallvocab.modules.candidate_output import (
     OutputWeights,
     RestrictionError,
+    eval_mode,
     find_output_weights,
     restricted_logits,
 )
-
-
-@contextmanager
-def eval_mode(module):
-    """Every submodule in eval mode inside the block, its own flag restored after."""
-    modes = [(m, m.training) for m in module.modules()]
-    module.eval()
-    try:
-        yield
-    finally:
-        for m, mode in modes:
-            m.training = mode
 
 
 def _extra_dict(extra) -> Dict:

@@ -154,11 +154,10 @@ class ReinforceGleuCriterion(FairseqCriterion):
         finite = bool(torch.isfinite(reward).all() and torch.isfinite(loss))
         if not finite:  # an exact zero that still touches every parameter (distributed wrappers expect that)
             loss = sum(p.reshape(-1)[:1].sum() * 0.0 for p in model.parameters() if p.requires_grad)
-        if model.training:  # a skipped batch does not teach the baseline either
-            learned = self.baseline.learn(samples["features"], mask, reward) if finite else {}
+        if model.training:  # a skipped batch does not teach the baseline either (its keys log 0)
+            learned = self.baseline.learn(samples["features"], mask, reward) if finite \
+                else dict.fromkeys(self.baseline.log_keys, 0.0)
             logs.update({key: value * sample["target"].size(0) for key, value in learned.items()})
-            if self.baseline_name == "learned" and not finite:
-                logs["baseline_mse"] = 0.0
 
         # The same keys for every batch (fairseq sums logging outputs key by key, across workers
         # too); a skipped batch adds zeros and no finite_* count, so it does not move the averages.

@@ -20,6 +20,7 @@ cannot be restricted (adaptive softmax, a non-linear head, no incremental
 decoder) is refused, naming the arch and the reason.
 """
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
@@ -153,23 +154,30 @@ def find_output_weights(decoder, arch: str) -> OutputWeights:
                            f"{detail} (a small vocabulary needs a linear output layer over the target dictionary)")
 
 
+@contextmanager
+def eval_mode(module):
+    """Every submodule in eval mode inside the block, its own flag restored after."""
+    modes = [(m, m.training) for m in module.modules()]
+    module.eval()
+    try:
+        yield
+    finally:
+        for m, mode in modes:
+            m.training = mode
+
+
 @torch.no_grad()
 def _is_output_layer(decoder, spec: OutputWeights) -> bool:
     weight, bias = spec.get(decoder)
-    modes = {m: m.training for m in decoder.modules()}
-    decoder.eval()
-    try:
-        gen = torch.Generator(device="cpu").manual_seed(0)
-        x = torch.randn(2, 3, weight.size(1), generator=gen).to(device=weight.device, dtype=weight.dtype)
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    x = torch.randn(2, 3, weight.size(1), generator=gen).to(device=weight.device, dtype=weight.dtype)
+    with eval_mode(decoder):
         try:
             got = decoder.output_layer(x)
         except Exception:  # a head that does not take features of this size is not this linear map
             return False
-        want = F.linear(x, weight, bias)
-        return torch.is_tensor(got) and got.shape == want.shape and torch.allclose(got, want, rtol=1e-4, atol=1e-5)
-    finally:
-        for m, mode in modes.items():
-            m.training = mode
+    want = F.linear(x, weight, bias)
+    return torch.is_tensor(got) and got.shape == want.shape and torch.allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
 # the batch union is scored with one product when it has at most this many words per candidate row:
