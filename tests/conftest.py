@@ -26,6 +26,43 @@ def run(args, cwd=None, check=True, stdin=None, env=None):
     return result
 
 
+def make_dictionary(n):
+    """A fairseq Dictionary of ``n`` entries: the 4 special symbols, then w0, w1, ..."""
+    from fairseq.data import Dictionary
+
+    d = Dictionary()
+    for i in range(n - d.nspecial):
+        d.add_symbol(f"w{i}")
+    return d
+
+
+def translation_batch(lengths, t_src, t_tgt, k, v_src, tgt_dict):
+    """A random batch as fairseq's translation data gives it: sources of
+    ``lengths`` words (eos included), left-padded to ``t_src``; targets of
+    ``t_tgt`` (example 3 ends early: padding after its eos) and the decoder
+    input; and K candidates per example with the special symbols at their own
+    ids, then the example's gold words, then other words.  Returns
+    (src, prev_output_tokens, target, candidates)."""
+    import torch
+
+    pad, eos, nspecial, bsz = tgt_dict.pad(), tgt_dict.eos(), tgt_dict.nspecial, len(lengths)
+    src = torch.randint(4, v_src, (bsz, t_src))
+    for b, n in enumerate(lengths.tolist()):
+        src[b, : t_src - n] = pad
+        src[b, -1] = eos
+    tgt = torch.randint(4, len(tgt_dict), (bsz, t_tgt))
+    tgt[:, -1] = eos
+    tgt[3, 3:] = pad
+    tgt[3, 2] = eos
+    prev = torch.cat([torch.full((bsz, 1), eos), tgt[:, :-1]], dim=1).masked_fill(tgt.eq(pad), pad)
+    cands = torch.zeros(bsz, k, dtype=torch.long)
+    for b in range(bsz):
+        gold = [t for t in dict.fromkeys(tgt[b].tolist()) if t >= nspecial]
+        rest = [t for t in torch.randperm(len(tgt_dict)).tolist() if t >= nspecial and t not in gold]
+        cands[b] = torch.tensor(list(range(nspecial)) + (gold + rest)[: k - nspecial])
+    return src, prev, tgt, cands
+
+
 @pytest.fixture(scope="session")
 def tiny_raw(tmp_path_factory):
     """A small synthetic corpus (raw text), shared by the tests that only read it."""

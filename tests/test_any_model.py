@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import make_dictionary, translation_batch
 from fairseq.data import Dictionary
 from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 from fairseq.sequence_generator import SequenceGenerator
@@ -24,20 +25,13 @@ from fairseq_smallvocab.modules.candidate_output import RestrictionError
 V_SRC, V_TGT, B, T_SRC, T_TGT, K, D = 30, 70, 5, 7, 6, 18, 16
 
 
-def _dict(n):
-    d = Dictionary()
-    for i in range(n - d.nspecial):
-        d.add_symbol(f"w{i}")
-    return d
-
-
 def _stock(arch, tgt_dict=None, **overrides):
     """A model of a registered fairseq arch, built as fairseq-train builds it
     (--share-all-embeddings: one dictionary for both sides)."""
     args = argparse.Namespace(**overrides)
     ARCH_CONFIG_REGISTRY[arch](args)
-    tgt_dict = tgt_dict or _dict(V_TGT)
-    src_dict = tgt_dict if overrides.get("share_all_embeddings") else _dict(V_SRC)
+    tgt_dict = tgt_dict or make_dictionary(V_TGT)
+    src_dict = tgt_dict if overrides.get("share_all_embeddings") else make_dictionary(V_SRC)
     task = SimpleNamespace(source_dictionary=src_dict, target_dictionary=tgt_dict)
     return ARCH_MODEL_REGISTRY[arch].build_model(args, task)
 
@@ -51,7 +45,7 @@ LSTM = dict(encoder_embed_dim=D, encoder_hidden_size=D, decoder_embed_dim=D, dec
 FAMILIES = {
     "lstm_smallvocab": lambda: LSTMSmallVocabModel.build_model(
         LSTMSmallVocabConfig(embed_dim=D, layers=2, dropout=0.1),
-        SimpleNamespace(source_dictionary=_dict(V_SRC), target_dictionary=_dict(V_TGT))),
+        SimpleNamespace(source_dictionary=make_dictionary(V_SRC), target_dictionary=make_dictionary(V_TGT))),
     "lstm": lambda: _stock("lstm", **LSTM),
     "lstm_tied": lambda: _stock("lstm", share_decoder_input_output_embed=True, **LSTM),
     "transformer": lambda: _stock("transformer", share_decoder_input_output_embed=True, **TRANSFORMER),
@@ -75,22 +69,8 @@ def family(request):
             elif "embed_tokens" in name or "output_projection" in name:
                 param.mul_(4.0)
     src_dict, tgt_dict = model.encoder.dictionary, model.decoder.dictionary
-    pad, eos = tgt_dict.pad(), tgt_dict.eos()
     lengths = torch.tensor([7, 6, 5, 4, 2])  # sorted: fairseq's lstm encoder needs it (as its batches are)
-    src = torch.randint(4, V_SRC, (B, T_SRC))
-    for b, n in enumerate(lengths.tolist()):  # left padding, as fairseq's translation data
-        src[b, : T_SRC - n] = pad
-        src[b, -1] = eos
-    tgt = torch.randint(4, V_TGT, (B, T_TGT))
-    tgt[:, -1] = eos
-    tgt[3, 3:] = pad
-    tgt[3, 2] = eos
-    prev = torch.cat([torch.full((B, 1), eos), tgt[:, :-1]], dim=1).masked_fill(tgt.eq(pad), pad)
-    cands = torch.zeros(B, K, dtype=torch.long)
-    for b in range(B):  # the specials at their own ids, then the gold words, then others
-        gold = [t for t in dict.fromkeys(tgt[b].tolist()) if t >= tgt_dict.nspecial]
-        rest = [t for t in torch.randperm(V_TGT).tolist() if t >= tgt_dict.nspecial and t not in gold]
-        cands[b] = torch.tensor(list(range(tgt_dict.nspecial)) + (gold + rest)[: K - tgt_dict.nspecial])
+    src, prev, tgt, cands = translation_batch(lengths, T_SRC, T_TGT, K, V_SRC, tgt_dict)
     net = {"src_tokens": src, "src_lengths": lengths, "prev_output_tokens": prev}
     _eos_likelier(model, net)
     return SimpleNamespace(name=request.param, model=model, net=net, tgt=tgt, cands=cands, tgt_dict=tgt_dict,

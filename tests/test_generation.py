@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import make_dictionary
 from fairseq import search
-from fairseq.data import Dictionary
 from fairseq.sequence_generator import SequenceGenerator
 
 from fairseq_smallvocab.generation import SmallVocabSequenceGenerator
@@ -18,17 +18,10 @@ from fairseq_smallvocab.modules.candidate_output import UnionScorer
 V_SRC, V_TGT, B, T_SRC, K = 30, 80, 6, 7, 20
 
 
-def _dict(n):
-    d = Dictionary()
-    for i in range(n - d.nspecial):
-        d.add_symbol(f"w{i}")
-    return d
-
-
 @pytest.fixture(scope="module")
 def setup():
     torch.manual_seed(1)
-    src_dict, tgt_dict = _dict(V_SRC), _dict(V_TGT)
+    src_dict, tgt_dict = make_dictionary(V_SRC), make_dictionary(V_TGT)
     task = SimpleNamespace(source_dictionary=src_dict, target_dictionary=tgt_dict)
     model = LSTMSmallVocabModel.build_model(LSTMSmallVocabConfig(embed_dim=16, dropout=0.0), task)
     with torch.no_grad():  # sharp distributions and attention, so that mistakes change the decodes

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.nn.functional as F
-from fairseq.data import Dictionary
+from conftest import make_dictionary, translation_batch
 
 from fairseq_smallvocab.candidate_model import restrict
 from fairseq_smallvocab.candidate_space import candidate_positions
@@ -19,40 +19,18 @@ from fairseq_smallvocab.sampler import sample_categorical
 V_SRC, V_TGT, B, T_SRC, T_TGT, K = 40, 60, 5, 7, 6, 16
 
 
-def _dict(n):
-    d = Dictionary()
-    for i in range(n - d.nspecial):
-        d.add_symbol(f"w{i}")
-    return d
-
-
 @pytest.fixture()
 def setup():
     torch.manual_seed(0)
-    src_dict, tgt_dict = _dict(V_SRC), _dict(V_TGT)
+    src_dict, tgt_dict = make_dictionary(V_SRC), make_dictionary(V_TGT)
     task = SimpleNamespace(source_dictionary=src_dict, target_dictionary=tgt_dict)
     model = restrict(LSTMSmallVocabModel.build_model(LSTMSmallVocabConfig(embed_dim=12, layers=2, dropout=0.0), task))
     with torch.no_grad():  # far from the small initialization, so that attention is sharp and matters
         for param in model.parameters():
             param.normal_(0, 0.5)
     model.eval()
-    pad, eos = tgt_dict.pad(), tgt_dict.eos()
     lengths = torch.tensor([7, 5, 7, 3, 6])
-    src = torch.randint(4, V_SRC, (B, T_SRC))
-    for b, n in enumerate(lengths.tolist()):  # left padding, as fairseq's translation data
-        src[b, : T_SRC - n] = pad
-        src[b, -1] = eos
-    tgt = torch.randint(4, V_TGT, (B, T_TGT))
-    tgt[:, -1] = eos
-    tgt[3, 3:] = pad
-    tgt[3, 2] = eos
-    prev = torch.cat([torch.full((B, 1), eos), tgt[:, :-1]], dim=1).masked_fill(tgt.eq(pad), pad)
-    # candidates: the special symbols at their own ids, then the gold words, then others
-    cands = torch.zeros(B, K, dtype=torch.long)
-    for b in range(B):
-        gold = [t for t in dict.fromkeys(tgt[b].tolist()) if t >= tgt_dict.nspecial]
-        rest = [t for t in torch.randperm(V_TGT).tolist() if t >= tgt_dict.nspecial and t not in gold]
-        cands[b] = torch.tensor(list(range(tgt_dict.nspecial)) + (gold + rest)[: K - tgt_dict.nspecial])
+    src, prev, tgt, cands = translation_batch(lengths, T_SRC, T_TGT, K, V_SRC, tgt_dict)
     return model, src, lengths, prev, tgt, cands, tgt_dict
 
 
@@ -149,7 +127,7 @@ def test_padding_does_not_change_the_output(setup):
 
 
 def test_initialization_as_the_paper():
-    task = SimpleNamespace(source_dictionary=_dict(V_SRC), target_dictionary=_dict(V_TGT))
+    task = SimpleNamespace(source_dictionary=make_dictionary(V_SRC), target_dictionary=make_dictionary(V_TGT))
     model = LSTMSmallVocabModel.build_model(LSTMSmallVocabConfig(embed_dim=8, layers=1), task)
     lstm = model.encoder.lstm
     assert lstm.weight_ih_l0.abs().max() <= 0.1 and lstm.weight_hh_l0_reverse.abs().max() <= 0.1

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import USER_DIR, run
+from conftest import USER_DIR, make_dictionary, run
 from fairseq import utils
 from fairseq.data import Dictionary
 
@@ -19,16 +19,9 @@ from fairseq_smallvocab.rewards import gleu
 V_SRC, V_TGT, B, T_SRC, T_TGT, K, D = 30, 50, 6, 6, 5, 14, 10
 
 
-def _dict(n):
-    d = Dictionary()
-    for i in range(n - d.nspecial):
-        d.add_symbol(f"w{i}")
-    return d
-
-
 def _setup(small=True, seed=0):
     torch.manual_seed(seed)
-    src_dict, tgt_dict = _dict(V_SRC), _dict(V_TGT)
+    src_dict, tgt_dict = make_dictionary(V_SRC), make_dictionary(V_TGT)
     task = SimpleNamespace(source_dictionary=src_dict, target_dictionary=tgt_dict)
     model = restrict(LSTMSmallVocabModel.build_model(LSTMSmallVocabConfig(embed_dim=D, dropout=0.0), task))
     with torch.no_grad():
@@ -311,7 +304,7 @@ def test_reinforce_raises_the_reward_on_a_tiny_learnable_task():
 
 def _learn_to_copy():
     torch.manual_seed(0)
-    d = _dict(24)
+    d = make_dictionary(24)
     task = SimpleNamespace(source_dictionary=d, target_dictionary=d)
     model = restrict(LSTMSmallVocabModel.build_model(LSTMSmallVocabConfig(embed_dim=32, dropout=0.0), task))
 
