@@ -15,9 +15,16 @@ small module with its own state; ``reinforce_gleu`` picks one by name
   (``criterion.half()`` under ``--fp16``).  Under distributed training its
   gradients are averaged over the workers, so every worker keeps the same
   baseline.
+- ``loo`` (leave-one-out; Kool et al. 2019, RLOO): with N >= 2 samples of
+  the same input, sample j's baseline is the mean reward of the other N - 1,
+  b_j = (sum_i R_i - R_j) / (N - 1), the same at every step.  Unbiased (b_j
+  does not depend on sample j) and free: no parameters, no extra decode.
 - ``self-critical`` (Rennie et al. 2017): the reward of the model's greedy
   decode of the same input.
 - ``none``: b_t = 0.
+
+``values(features, mask, rewards, greedy_reward, group_size)`` sees the B * N
+samples in groups of N consecutive rows (the samples of one input).
 """
 
 import copy
@@ -31,9 +38,11 @@ class Baseline(nn.Module):
     """b_t for every sampled step (B x T)."""
 
     needs_greedy = False  # whether ``values`` reads the greedy decode's reward
+    min_samples = 1  # samples per input that it needs
     log_keys = ()  # what ``learn`` returns (logged for every training batch: 0 for a skipped one)
 
-    def values(self, features: Tensor, mask: Tensor, greedy_reward: Optional[Tensor] = None) -> Tensor:
+    def values(self, features: Tensor, mask: Tensor, rewards: Tensor, greedy_reward: Optional[Tensor] = None,
+               group_size: int = 1) -> Tensor:
         raise NotImplementedError
 
     def learn(self, features: Tensor, mask: Tensor, rewards: Tensor) -> Dict[str, float]:
@@ -42,15 +51,26 @@ class Baseline(nn.Module):
 
 
 class NoBaseline(Baseline):
-    def values(self, features, mask, greedy_reward=None):
+    def values(self, features, mask, rewards, greedy_reward=None, group_size=1):
         return torch.zeros_like(mask, dtype=torch.float)
 
 
 class SelfCriticalBaseline(Baseline):
     needs_greedy = True
 
-    def values(self, features, mask, greedy_reward=None):
+    def values(self, features, mask, rewards, greedy_reward=None, group_size=1):
         return greedy_reward.float().unsqueeze(1).expand(mask.shape)
+
+
+class LeaveOneOutBaseline(Baseline):
+    min_samples = 2
+
+    def values(self, features, mask, rewards, greedy_reward=None, group_size=1):
+        if group_size < 2:
+            raise ValueError(f"the leave-one-out baseline needs >= 2 samples per input, got {group_size}")
+        grouped = rewards.double().view(-1, group_size)
+        others = (grouped.sum(1, keepdim=True) - grouped) / (group_size - 1)
+        return others.float().view(-1, 1).expand(mask.shape)
 
 
 class LearnedBaseline(Baseline):
@@ -110,7 +130,7 @@ class LearnedBaseline(Baseline):
             self.weight = torch.zeros_like(saved, dtype=torch.float32, device=self.bias.device)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
-    def values(self, features, mask, greedy_reward=None):
+    def values(self, features, mask, rewards, greedy_reward=None, group_size=1):
         self._materialize(features)
         return torch.sigmoid(features.float() @ self.weight + self.bias)
 
@@ -137,7 +157,8 @@ class LearnedBaseline(Baseline):
         return {"baseline_mse": mse.item()}
 
 
-BASELINES = {"learned": LearnedBaseline, "self-critical": SelfCriticalBaseline, "none": NoBaseline}
+BASELINES = {"learned": LearnedBaseline, "loo": LeaveOneOutBaseline, "self-critical": SelfCriticalBaseline,
+             "none": NoBaseline}
 
 
 def build_baseline(name: str, lr: float = 1e-3) -> Baseline:

@@ -20,10 +20,13 @@ ids to candidate positions, so fairseq's ``cross_entropy`` and
 its mass over the K candidates, not over V).  ``candidates=None`` is the full
 softmax through the same code.
 
-With ``sample_lens`` the same forward also samples a sequence per example for
-REINFORCE (``sampler``), with the whole model in eval mode (every dropout and
-LayerDrop off; each module's flag restored afterwards), and scores it: one
-forward, so that REINFORCE works through fairseq's distributed wrappers.
+With ``sample_lens`` the same forward also samples ``num_samples`` sequences
+per example for REINFORCE (``sampler``), with the whole model in eval mode
+(every dropout and LayerDrop off; each module's flag restored afterwards),
+and scores them: one forward, so that REINFORCE works through fairseq's
+distributed wrappers.  The N samples of an example come from one encoder
+pass, repeated N times by the encoder's own ``reorder_encoder_out`` (as beam
+search repeats it for its beams), so all B * N are drawn in one batched loop.
 """
 
 import inspect
@@ -69,12 +72,15 @@ class CandidateModel:
         return {**dict(zip(names, args)), **kwargs}
 
     def forward(self, *args, candidates: Optional[Tensor] = None, sample_lens: Optional[Tensor] = None,
-                greedy_too: bool = False, features_only: bool = False, **kwargs):
+                greedy_too: bool = False, features_only: bool = False, num_samples: int = 1,
+                temperature: float = 1.0, **kwargs):
         """Teacher-forced decoder output (B x T x K logits inside ``candidates``,
         B x T x V without) and its extra dict, with ``"candidates"``; with
         ``sample_lens`` (B: the longest sample of each example) also
-        ``"samples"`` (``sampler.sample`` + ``sampler.score``) and, with
-        ``greedy_too``, ``"greedy"`` (the greedy decode, without gradient)."""
+        ``"samples"`` (``sampler.sample`` + ``sampler.score``: B * N rows,
+        example b's N samples in rows b * N ... b * N + N - 1, drawn at
+        ``temperature``) and, with ``greedy_too``, ``"greedy"`` (B greedy
+        decodes, without gradient)."""
         net_input = self._net_input(args, kwargs)
         prev_output_tokens = net_input.pop("prev_output_tokens")
         if hasattr(self.decoder, "set_beam_size"):  # a generator may have left beam_size > 1 in attention
@@ -86,22 +92,29 @@ class CandidateModel:
         out = features if features_only else restricted_logits(features, weight, bias, candidates)
         extra["candidates"] = [] if candidates is None else [candidates]
         if sample_lens is not None:
-            extra.update(self.sample_and_score(net_input, candidates, sample_lens, greedy_too))
+            extra.update(self.sample_and_score(net_input, candidates, sample_lens, greedy_too, num_samples,
+                                               temperature))
         return out, extra
 
-    def sample_and_score(self, net_input, candidates, sample_lens, greedy_too=False) -> Dict:
+    def sample_and_score(self, net_input, candidates, sample_lens, greedy_too=False, num_samples=1,
+                         temperature=1.0) -> Dict:
         """REINFORCE's policy: samples (and the greedy decode) drawn and scored
         with the whole model in eval mode."""
         weight, bias = self.output_weights()
         out = {}
         with eval_mode(self):
             encoder_out = self.encoder(**net_input)
-            samples = sampler.sample(self.decoder, encoder_out, weight, bias, candidates, sample_lens,
-                                     keep_graph=self.sample_keeps_graph)
             if greedy_too:
                 with torch.no_grad():
                     out["greedy"] = sampler.sample(self.decoder, encoder_out, weight, bias, candidates,
                                                    sample_lens, greedy=True)
+            if num_samples > 1:
+                order = torch.arange(sample_lens.size(0), device=sample_lens.device).repeat_interleave(num_samples)
+                encoder_out = self.encoder.reorder_encoder_out(encoder_out, order)
+                candidates = None if candidates is None else candidates.index_select(0, order)
+                sample_lens = sample_lens.index_select(0, order)
+            samples = sampler.sample(self.decoder, encoder_out, weight, bias, candidates, sample_lens,
+                                     keep_graph=self.sample_keeps_graph, temperature=temperature)
             samples.update(sampler.score(self.decoder, encoder_out, weight, bias, candidates, samples))
         out["samples"] = samples
         return out

@@ -1,4 +1,27 @@
-"""Sentence-level GLEU (Wu et al. 2016, GNMT section 7), the REINFORCE reward.
+"""REINFORCE's sentence rewards: GLEU (the paper's), sentence BLEU and chrF
+(sacrebleu's), and a constant control.
+
+Every reward scores B sampled sentences against their references and gives
+B floats in [0, 1] (``SentenceReward``; ``build_reward`` by name):
+
+- ``gleu`` (default): sentence-level GLEU (Wu et al. 2016, GNMT section 7),
+  below, exact and vectorized over the batch;
+- ``bleu``: sacrebleu's sentence BLEU / 100 (``effective_order``, its
+  default ``exp`` smoothing, ``tokenize="none"``: the n-grams are the
+  words as the dictionary (and the post-processing) give them, the words
+  GLEU sees);
+- ``chrf``: sacrebleu's sentence chrF / 100 (character 6-grams, beta 2);
+- ``constant``: 1 for every sample (Choshen et al. 2020's control: whatever
+  it changes is not learning from the reward).  It ignores the sample
+  altogether, empty ones included, so that it stays a control (with the
+  leave-one-out baseline its advantage is exactly 0).
+
+An empty sample or reference scores 0 with gleu, bleu and chrf.  With a
+post-processing (``post_process``: sentencepiece, subword_nmt, ... as
+fairseq-generate's ``--post-process``) the rewards read the post-processed
+words, not the subword tokens.
+
+Sentence-level GLEU:
 
 For a hypothesis and a reference, collect all their n-grams for n = 1..N
 (N = ``max_order``, default 4) and count the matching ones with clipped counts
@@ -18,10 +41,12 @@ hypothesis positions.  Cost B x L^2 per order, no sorting and no n-gram ids
 (so no overflow, whatever the vocabulary).
 """
 
-from typing import Sequence
+from typing import List, Optional, Sequence
 
 import torch
 from torch import Tensor
+
+REWARDS = ("gleu", "bleu", "chrf", "constant")
 
 
 def gleu_batch(hyp: Tensor, hyp_lens: Tensor, ref: Tensor, ref_lens: Tensor, max_order: int = 4) -> Tensor:
@@ -68,3 +93,74 @@ def gleu(hyp: Sequence, ref: Sequence, max_order: int = 4) -> float:
     tensors = [torch.tensor([seq], dtype=torch.long).view(1, len(seq)) for seq in as_ids]
     lens = [torch.tensor([len(seq)]) for seq in as_ids]
     return float(gleu_batch(tensors[0], lens[0], tensors[1], lens[1], max_order)[0])
+
+
+class SentenceReward:
+    """``reward(tokens, lengths, target, ref_lens)``: B floats in [0, 1] for
+    B x T sampled ids (the first ``lengths[b]`` of row b count) against B x L
+    gold ids (the first ``ref_lens[b]``), on the samples' device."""
+
+    def __init__(self, dictionary, post_process: Optional[str] = None):
+        self.dictionary, self.post_process = dictionary, post_process
+
+    def words(self, ids: Tensor, lengths: Tensor) -> List[str]:
+        """Each row as text: its first ``lengths[b]`` ids, post-processed."""
+        return [self.dictionary.string(row[: int(n)], self.post_process)
+                for row, n in zip(ids.cpu(), lengths.cpu())]
+
+    def __call__(self, tokens: Tensor, lengths: Tensor, target: Tensor, ref_lens: Tensor) -> Tensor:
+        raise NotImplementedError
+
+
+class GleuReward(SentenceReward):
+    def __init__(self, dictionary, post_process=None, max_order: int = 4):
+        super().__init__(dictionary, post_process)
+        if max_order < 1:
+            raise ValueError(f"--gleu-max-order must be >= 1, got {max_order}")
+        self.max_order = max_order
+
+    def __call__(self, tokens, lengths, target, ref_lens):
+        if self.post_process is None:  # the ids are the words: no detour through strings
+            return gleu_batch(tokens, lengths, target, ref_lens, self.max_order)
+        vocab = {}
+        hyps = [[vocab.setdefault(w, len(vocab)) for w in text.split()] for text in self.words(tokens, lengths)]
+        refs = [[vocab.setdefault(w, len(vocab)) for w in text.split()] for text in self.words(target, ref_lens)]
+        (h, hl), (r, rl) = _pack(hyps), _pack(refs)
+        return gleu_batch(h, hl, r, rl, self.max_order).to(tokens.device)
+
+
+class SacreBleuReward(SentenceReward):
+    """sacrebleu's sentence BLEU or chrF, divided by 100."""
+
+    def __init__(self, dictionary, post_process=None, metric: str = "bleu"):
+        super().__init__(dictionary, post_process)
+        from sacrebleu.metrics import BLEU, CHRF
+        self.metric = BLEU(tokenize="none", effective_order=True) if metric == "bleu" else CHRF()
+
+    def __call__(self, tokens, lengths, target, ref_lens):
+        scores = [self.metric.sentence_score(hyp, [ref]).score / 100.0 if hyp.strip() and ref.strip() else 0.0
+                  for hyp, ref in zip(self.words(tokens, lengths), self.words(target, ref_lens))]
+        return torch.tensor(scores, dtype=torch.float).to(tokens.device)
+
+
+class ConstantReward(SentenceReward):
+    def __call__(self, tokens, lengths, target, ref_lens):
+        return torch.ones(tokens.size(0), dtype=torch.float, device=tokens.device)
+
+
+def build_reward(name: str, dictionary, post_process: Optional[str] = None, max_order: int = 4) -> SentenceReward:
+    if name == "gleu":
+        return GleuReward(dictionary, post_process, max_order)
+    if name in ("bleu", "chrf"):
+        return SacreBleuReward(dictionary, post_process, name)
+    if name == "constant":
+        return ConstantReward(dictionary, post_process)
+    raise ValueError(f"unknown reward '{name}': --reward must be one of {', '.join(REWARDS)}")
+
+
+def _pack(seqs):
+    """Lists of ids -> a padded B x L tensor and the lengths."""
+    out = torch.zeros(len(seqs), max([len(s) for s in seqs] + [1]), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        out[i, : len(s)] = torch.tensor(s, dtype=torch.long)
+    return out, torch.tensor([len(s) for s in seqs])

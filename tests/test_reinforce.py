@@ -460,4 +460,4 @@ def test_learned_baseline_reads_the_state_of_checkpoints_written_before_the_base
     assert torch.equal(fresh.weight, old.weight) and torch.equal(fresh.bias, old.bias)
     assert fresh._optimizer().state_dict()["state"][0]["step"] == 1
     with pytest.raises(ValueError, match=f"decoder states of size {D}, this model's are 3"):
-        fresh.values(torch.randn(2, 5, 3), torch.ones(2, 5, dtype=torch.bool))
+        fresh.values(torch.randn(2, 5, 3), torch.ones(2, 5, dtype=torch.bool), torch.rand(2))

@@ -1,23 +1,46 @@
-"""Criterion ``reinforce_gleu``: REINFORCE with sentence GLEU rewards, mixed with
-cross-entropy (the paper's section 2.2 / 4.2).
+"""Criterion ``reinforce_gleu``: REINFORCE with sentence rewards (GLEU by
+default), mixed with cross-entropy (the paper's section 2.2 / 4.2).
 
 Per batch the model (one forward) computes the teacher-forced output for the
-CE term and samples one sequence Y per example from its own distribution,
-inside the example's candidates when the batch has them (full vocabulary
-otherwise), up to a length limit.  Then
+CE term and samples N sequences Y_b1 .. Y_bN per example (``--rl-samples``,
+drawn in one batched pass) from its own distribution, inside the example's
+candidates when the batch has them (full vocabulary otherwise), up to a
+length limit.  Then, for sample j of example b,
 
-    R_t = GLEU(Y, Y_gold) - b_t
-    L_r = - sum_t R_t log p(y_t)          (steps after the sampled eos excluded)
-    L   = lambda L_c + (1 - lambda) L_r    (L_c: CE of the gold target)
+    A_bjt = R(Y_bj, Y_b^gold) - b_bjt
+    L_r   = - sum_b (1/N) sum_j sum_t A_bjt log p(y_bjt)   (steps after the sampled eos excluded)
+    L     = lambda L_c + (1 - lambda) L_r                  (L_c: CE of the gold target)
 
-summed over the batch; the sample size is the number of sentences.
+summed over the batch; the sample size is the number of sentences, so N
+samples give the average of N single-sample gradients, not N times one.
+
+Rewards (``--reward``, ``rewards.py``): ``gleu`` (the paper's), sacrebleu's
+sentence ``bleu`` and ``chrf``, and ``constant`` (1 for every sample: the
+control); ``--reward-post-process`` scores post-processed words of subword
+data.
+
+Exploration (``--sample-temperature`` tau): the samples are drawn from
+softmax(z / tau) (z the restricted logits), but the log-probabilities that
+the gradient weighs are the model's own, log softmax(z): the policy being
+trained is the model that decodes at test time, and tau only changes which
+sequences it is shown (tau = 1, the default, is plain REINFORCE; tau != 1
+trades the estimator's unbiasedness for exploration, as sampling-temperature
+studies of RL for translation do).
 
 Baselines (``--rl-baseline``, ``baselines.py``): ``learned`` (default, the
-paper's), ``self-critical`` and ``none``.  The learned baseline's state (w,
-b and its Adam state) is saved in fairseq checkpoints through the task's
-checkpoint dict (``extra_state``; fairseq's ``get_checkpoint_dict`` /
-``set_checkpoint_dict``) and restored when training resumes; fine-tuning
-from another checkpoint starts a fresh baseline.
+paper's), ``loo`` (the mean reward of the other N - 1 samples of the same
+input; Kool et al. 2019), ``self-critical`` and ``none``.  The learned
+baseline's state (w, b and its Adam state) is saved in fairseq checkpoints
+through the task's checkpoint dict (``extra_state``; fairseq's
+``get_checkpoint_dict`` / ``set_checkpoint_dict``) and restored when
+training resumes; fine-tuning from another checkpoint starts a fresh
+baseline.
+
+Logged besides the loss: ``reward`` (mean over samples, x 100),
+``reward_std`` (spread of the N rewards of one input, x 100; N >= 2),
+``baseline``, ``greedy_frac`` (the fraction of samples that equal the greedy
+decode: every token the argmax of its step), ``entropy`` (nats per sampled
+step, of the distribution sampled from) and ``sample_len``.
 
 The model is any encoder-decoder restricted by the plugin's tasks
 (``candidate_model``): its forward with ``sample_lens`` draws the samples in
@@ -41,30 +64,46 @@ from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 
 from fairseq_smallvocab.baselines import BASELINES as BASELINE_CLASSES
 from fairseq_smallvocab.baselines import build_baseline
-from fairseq_smallvocab.rewards import gleu_batch
+from fairseq_smallvocab.rewards import REWARDS, build_reward
 
 BASELINES = ChoiceEnum(list(BASELINE_CLASSES))
+REWARD_NAMES = ChoiceEnum(list(REWARDS))
 
 
 @dataclass
 class ReinforceGleuConfig(FairseqDataclass):
     rl_lambda: float = field(default=0.005, metadata={"help": "lambda: weight of the CE term, 1 - lambda: RL's"})
-    rl_baseline: BASELINES = field(default="learned", metadata={"help": "reward baseline"})
+    rl_baseline: BASELINES = field(default="learned", metadata={"help": "reward baseline (loo: needs --rl-samples >= 2)"})
+    rl_samples: int = field(default=1, metadata={"help": "samples per input, each rewarded against the reference"})
+    reward: REWARD_NAMES = field(default="gleu", metadata={"help": "sentence reward (constant: the control)"})
+    sample_temperature: float = field(
+        default=1.0, metadata={"help": "draw samples from softmax(logits / T); the gradient weighs the model's "
+                                       "own log-probabilities"})
     baseline_lr: float = field(default=1e-3, metadata={"help": "Adam learning rate of the learned baseline"})
     max_sample_len: int = field(default=100, metadata={"help": "longest sampled sequence (tokens, eos included)"})
     sample_len_ratio: float = field(
         default=0.0, metadata={"help": "if > 0, also limit each sample to ceil(ratio * source length) + 5 tokens"})
     gleu_max_order: int = field(default=4, metadata={"help": "GLEU's longest n-gram"})
-    gleu_detok: Optional[str] = field(
-        default=None, metadata={"help": "score GLEU on words after this post-processing of subword tokens "
+    reward_post_process: Optional[str] = field(
+        default=None, metadata={"help": "score the reward on words after this post-processing of subword tokens "
                                         "(e.g. sentencepiece, subword_nmt: as fairseq-generate's --post-process)"})
+    gleu_detok: Optional[str] = field(default=None, metadata={"help": "old name of --reward-post-process"})
 
 
 @register_criterion("reinforce_gleu", dataclass=ReinforceGleuConfig)
 class ReinforceGleuCriterion(FairseqCriterion):
     def __init__(self, task, rl_lambda=0.005, rl_baseline="learned", baseline_lr=1e-3, max_sample_len=100,
-                 sample_len_ratio=0.0, gleu_max_order=4, gleu_detok=None):
+                 sample_len_ratio=0.0, gleu_max_order=4, gleu_detok=None, rl_samples=1, reward="gleu",
+                 sample_temperature=1.0, reward_post_process=None):
         super().__init__(task)
+        if rl_samples < 1:
+            raise ValueError(f"--rl-samples must be >= 1 (samples per input), got {rl_samples}")
+        if not sample_temperature > 0:
+            raise ValueError(f"--sample-temperature must be > 0, got {sample_temperature}: for greedy sequences "
+                             "use --rl-baseline self-critical, whose baseline is the greedy decode")
+        if gleu_detok is not None and reward_post_process is not None and gleu_detok != reward_post_process:
+            raise ValueError(f"--gleu-detok {gleu_detok} and --reward-post-process {reward_post_process} disagree: "
+                             "--gleu-detok is the old name of --reward-post-process, give only that one")
         if not 0.0 <= rl_lambda <= 1.0:
             raise ValueError(f"--rl-lambda must be in [0, 1], got {rl_lambda}")
         if max_sample_len < 1:
@@ -75,8 +114,14 @@ class ReinforceGleuCriterion(FairseqCriterion):
             raise ValueError(f"--gleu-max-order must be >= 1, got {gleu_max_order}")
         self.rl_lambda, self.baseline_name = rl_lambda, str(rl_baseline)
         self.max_sample_len, self.sample_len_ratio = max_sample_len, sample_len_ratio
-        self.max_order, self.detok = gleu_max_order, gleu_detok
+        self.rl_samples, self.temperature = rl_samples, sample_temperature
+        self.reward_name = str(reward)
+        self.reward = build_reward(self.reward_name, task.target_dictionary, reward_post_process or gleu_detok,
+                                   gleu_max_order)
         self.baseline = build_baseline(self.baseline_name, baseline_lr)
+        if rl_samples < self.baseline.min_samples:
+            raise ValueError(f"--rl-baseline {self.baseline_name} needs --rl-samples >= {self.baseline.min_samples} "
+                             f"(the other samples of the same input make the baseline), got {rl_samples}")
         if self.baseline_name == "learned" and hasattr(task, "add_checkpoint_state"):  # a bare test task has none
             task.add_checkpoint_state("reinforce_gleu.baseline", self.baseline)
 
@@ -97,40 +142,20 @@ class ReinforceGleuCriterion(FairseqCriterion):
         return limit
 
     def rewards(self, tokens, lengths, target):
-        """GLEU of each sample against its gold target (eos and pad left out)."""
+        """The reward of each sample against its gold target (eos and pad left out)."""
         d = self.task.target_dictionary
         ref_lens = (target.ne(d.pad()) & target.ne(d.eos())).sum(1)
-        if self.detok is None:
-            return gleu_batch(tokens, lengths, target, ref_lens, self.max_order)
-        return self._detok_rewards(tokens, lengths, target, ref_lens)
-
-    def _detok_rewards(self, tokens, lengths, target, ref_lens):
-        d = self.task.target_dictionary
-        vocab = {}
-
-        def words(row, n):
-            text = d.string(row[:n], self.detok)
-            return [vocab.setdefault(w, len(vocab)) for w in text.split()]
-
-        hyps = [words(row, int(n)) for row, n in zip(tokens.cpu(), lengths.cpu())]
-        refs = [words(row, int(n)) for row, n in zip(target.cpu(), ref_lens.cpu())]
-
-        def pack(seqs):
-            out = torch.zeros(len(seqs), max([len(s) for s in seqs] + [1]), dtype=torch.long)
-            for i, s in enumerate(seqs):
-                out[i, : len(s)] = torch.tensor(s, dtype=torch.long)
-            return out, torch.tensor([len(s) for s in seqs])
-
-        (h, hl), (r, rl) = pack(hyps), pack(refs)
-        return gleu_batch(h, hl, r, rl, self.max_order).to(tokens.device)
+        return self.reward(tokens, lengths, target, ref_lens)
 
     # -- the loss -----------------------------------------------------------------------------------
 
     def forward(self, model, sample, reduce=True):
         net_input = sample["net_input"]
-        limits = self.sample_limits(net_input, sample["target"].size(0))
-        net_output = model(**net_input, sample_lens=limits, greedy_too=self.baseline.needs_greedy)
-        samples = net_output[1]["samples"]
+        nsentences, n = sample["target"].size(0), self.rl_samples
+        limits = self.sample_limits(net_input, nsentences)
+        net_output = model(**net_input, sample_lens=limits, greedy_too=self.baseline.needs_greedy,
+                           num_samples=n, temperature=self.temperature)
+        samples = net_output[1]["samples"]  # B * N rows, the N samples of example b in rows b * N ... b * N + N - 1
         pad = self.padding_idx
 
         lprobs = model.get_normalized_probs(net_output, log_probs=True)
@@ -138,17 +163,21 @@ class ReinforceGleuCriterion(FairseqCriterion):
         ce = F.nll_loss(lprobs.view(-1, lprobs.size(-1)), target.reshape(-1), ignore_index=pad, reduction="sum")
 
         mask = samples["mask"]
+        gold = sample["target"].repeat_interleave(n, 0) if n > 1 else sample["target"]
         with torch.no_grad():
-            reward = self.rewards(samples["tokens"], samples["lengths"], sample["target"])
+            reward = self.rewards(samples["tokens"], samples["lengths"], gold)
             greedy_reward = None
             logs = {}
             if self.baseline.needs_greedy:
                 greedy = net_output[1]["greedy"]
                 greedy_reward = self.rewards(greedy["tokens"], greedy["lengths"], sample["target"])
                 logs["greedy_reward"] = greedy_reward.sum().item()
-            base = self.baseline.values(samples["features"], mask, greedy_reward) * mask
+                greedy_reward = greedy_reward.repeat_interleave(n, 0)
+            base = self.baseline.values(samples["features"], mask, reward, greedy_reward, n) * mask
+            if n > 1:
+                logs["reward_std"] = reward.double().view(-1, n).std(1).sum().item()
         advantage = (reward.unsqueeze(1) - base) * mask
-        rl = -(advantage * samples["lprobs"] * mask).sum()
+        rl = -(advantage * samples["lprobs"] * mask).sum() / n
         loss = self.rl_lambda * ce + (1.0 - self.rl_lambda) * rl
 
         finite = bool(torch.isfinite(reward).all() and torch.isfinite(loss))
@@ -157,12 +186,10 @@ class ReinforceGleuCriterion(FairseqCriterion):
         if model.training:  # a skipped batch does not teach the baseline either (its keys log 0)
             learned = self.baseline.learn(samples["features"], mask, reward) if finite \
                 else dict.fromkeys(self.baseline.log_keys, 0.0)
-            logs.update({key: value * sample["target"].size(0) for key, value in learned.items()})
+            logs.update({key: value * nsentences for key, value in learned.items()})
 
         # The same keys for every batch (fairseq sums logging outputs key by key, across workers
         # too); a skipped batch adds zeros and no finite_* count, so it does not move the averages.
-        nsentences = sample["target"].size(0)
-
         def kept(value):  # a non-finite batch's numbers may be NaN: replaced, not multiplied by 0
             return value if finite else 0.0
 
@@ -170,8 +197,11 @@ class ReinforceGleuCriterion(FairseqCriterion):
             "loss": kept(loss.data), "ce": kept(ce.data), "rl": kept(rl.data), "ntokens": sample["ntokens"],
             "nsentences": nsentences, "sample_size": nsentences, "nonfinite": 0 if finite else 1,
             "finite_sentences": kept(nsentences), "finite_tokens": kept(sample["ntokens"]),
+            "finite_samples": kept(reward.numel()),
             "reward": kept(reward.sum().item()), "baseline": kept(base.sum().item()),
             "steps": kept(mask.sum().item()), "sample_len": kept(samples["lengths"].sum().item()),
+            "greedy_samples": kept(samples["is_greedy"].sum().item()),
+            "entropy": kept(samples["entropy"].sum().item()),
             **{key: kept(value) for key, value in logs.items()}}
         return loss, nsentences, logging_output
 
@@ -186,12 +216,18 @@ class ReinforceGleuCriterion(FairseqCriterion):
         sentences, tokens, steps = total("finite_sentences"), total("finite_tokens"), total("steps")
         if not sentences:  # every batch skipped: nothing to average
             return
+        samples = total("finite_samples") or sentences  # logs written before --rl-samples: one per sentence
         metrics.log_scalar("loss", total("loss") / sentences, sentences, round=3)
         metrics.log_scalar("ce", total("ce") / max(tokens, 1) / math.log(2), tokens, round=3)
         metrics.log_scalar("rl_loss", total("rl") / sentences, sentences, round=3)
-        metrics.log_scalar("reward", 100.0 * total("reward") / sentences, sentences, round=2)
+        metrics.log_scalar("reward", 100.0 * total("reward") / samples, samples, round=2)
         metrics.log_scalar("baseline", 100.0 * total("baseline") / max(steps, 1), steps, round=2)
-        metrics.log_scalar("sample_len", total("sample_len") / sentences, sentences, round=2)
+        metrics.log_scalar("sample_len", total("sample_len") / samples, samples, round=2)
+        if any("greedy_samples" in log for log in logging_outputs):
+            metrics.log_scalar("greedy_frac", total("greedy_samples") / samples, samples, round=3)
+            metrics.log_scalar("entropy", total("entropy") / max(steps, 1), steps, round=3)
+        if any("reward_std" in log for log in logging_outputs):
+            metrics.log_scalar("reward_std", 100.0 * total("reward_std") / sentences, sentences, round=2)
         if any("baseline_mse" in log for log in logging_outputs):
             metrics.log_scalar("baseline_mse", total("baseline_mse") / sentences, sentences, round=4)
         if any("greedy_reward" in log for log in logging_outputs):
