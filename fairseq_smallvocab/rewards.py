@@ -6,10 +6,11 @@ B floats in [0, 1] (``SentenceReward``; ``build_reward`` by name):
 
 - ``gleu`` (default): sentence-level GLEU (Wu et al. 2016, GNMT section 7),
   below, exact and vectorized over the batch;
-- ``bleu``: sacrebleu's sentence BLEU / 100 (``effective_order``, its
-  default ``exp`` smoothing, ``tokenize="none"``: the n-grams are the
-  words as the dictionary (and the post-processing) give them, the words
-  GLEU sees);
+- ``bleu``: sentence BLEU / 100 as sacrebleu's ``sentence_bleu`` scores it
+  (``effective_order``, its default ``exp`` smoothing, ``tokenize="none"``:
+  the n-grams are the words as the dictionary (and the post-processing)
+  give them, the words GLEU sees), computed like GLEU on the whole batch at
+  once (``bleu_batch``; equal to sacrebleu's, tested);
 - ``chrf``: sacrebleu's sentence chrF / 100 (character 6-grams, beta 2);
 - ``constant``: 1 for every sample (Choshen et al. 2020's control: whatever
   it changes is not learning from the reward).  It ignores the sample
@@ -49,11 +50,12 @@ from torch import Tensor
 REWARDS = ("gleu", "bleu", "chrf", "constant")
 
 
-def gleu_batch(hyp: Tensor, hyp_lens: Tensor, ref: Tensor, ref_lens: Tensor, max_order: int = 4) -> Tensor:
-    """GLEU of each hypothesis row against its reference row.
+def ngram_matches(hyp: Tensor, hyp_lens: Tensor, ref: Tensor, ref_lens: Tensor, max_order: int = 4) -> Tensor:
+    """The clipped n-gram matches of each hypothesis row against its reference
+    row, per order: B x ``max_order`` (float64, whole numbers).
 
     hyp: B x Lh ids, the first ``hyp_lens[b]`` of row b count (the rest may
-    be anything); ref: B x Lr ids and ``ref_lens`` likewise.  Returns B floats.
+    be anything); ref: B x Lr ids and ``ref_lens`` likewise.
     """
     if max_order < 1:
         raise ValueError(f"max_order must be >= 1, got {max_order}")
@@ -64,7 +66,7 @@ def gleu_batch(hyp: Tensor, hyp_lens: Tensor, ref: Tensor, ref_lens: Tensor, max
     same_h1 = hyp.unsqueeze(2) == hyp.unsqueeze(1)
     same_r1 = hyp.unsqueeze(2) == ref.unsqueeze(1)
     same_h, same_r = same_h1, same_r1
-    matches = torch.zeros(hyp.size(0), dtype=torch.float64, device=device)
+    matches = torch.zeros(hyp.size(0), max_order, dtype=torch.float64, device=device)
     for n in range(1, max_order + 1):
         if n > 1:  # n-grams at (i, j) are equal iff the (n-1)-grams are and the n-th tokens are
             same_h = same_h[:, :-1, :-1] & same_h1[:, n - 1:, n - 1:]
@@ -77,12 +79,47 @@ def gleu_batch(hyp: Tensor, hyp_lens: Tensor, ref: Tensor, ref_lens: Tensor, max
         in_ref = (same_r & valid_r.unsqueeze(1)).sum(2)  # ... and in the reference
         # each distinct n-gram's clipped count min(in_hyp, in_ref), shared among its in_hyp occurrences
         share = torch.minimum(in_hyp, in_ref).double() / in_hyp.clamp(min=1)
-        matches += (share * valid_h).sum(1)
-    orders = torch.arange(1, max_order + 1, device=device)
-    hyp_total = (hyp_lens.unsqueeze(1) - orders + 1).clamp(min=0).sum(1)
-    ref_total = (ref_lens.unsqueeze(1) - orders + 1).clamp(min=0).sum(1)
+        matches[:, n - 1] = (share * valid_h).sum(1)
+    return matches.round()
+
+
+def _ngram_totals(lens: Tensor, max_order: int) -> Tensor:
+    """B x max_order: the number of n-grams of each order in sentences of these lengths."""
+    orders = torch.arange(1, max_order + 1, device=lens.device)
+    return (lens.long().unsqueeze(1) - orders + 1).clamp(min=0)
+
+
+def gleu_batch(hyp: Tensor, hyp_lens: Tensor, ref: Tensor, ref_lens: Tensor, max_order: int = 4) -> Tensor:
+    """GLEU of each hypothesis row against its reference row (as
+    ``ngram_matches`` takes them).  Returns B floats."""
+    matches = ngram_matches(hyp, hyp_lens, ref, ref_lens, max_order).sum(1)
+    hyp_total = _ngram_totals(hyp_lens.to(matches.device), max_order).sum(1)
+    ref_total = _ngram_totals(ref_lens.to(matches.device), max_order).sum(1)
     denom = torch.maximum(hyp_total, ref_total)
-    return torch.where(denom > 0, matches.round() / denom.clamp(min=1), torch.zeros_like(matches)).float()
+    return torch.where(denom > 0, matches / denom.clamp(min=1), torch.zeros_like(matches)).float()
+
+
+def bleu_batch(hyp: Tensor, hyp_lens: Tensor, ref: Tensor, ref_lens: Tensor, max_order: int = 4) -> Tensor:
+    """Sentence BLEU / 100 of each hypothesis row against its reference row,
+    exactly as sacrebleu's ``sentence_bleu`` (``effective_order``, ``exp``
+    smoothing) computes it on the same words, without its Python loop: the
+    orders with n-grams in the hypothesis count (effective order); a matched
+    order's precision is m_n / t_n, the k-th order without a match gets
+    1 / (2^k t_n) (mteval's smoothing); BLEU = BP exp(mean log p_n),
+    BP = min(1, exp(1 - r / h)); 0 without any match."""
+    matches = ngram_matches(hyp, hyp_lens, ref, ref_lens, max_order)
+    device = matches.device
+    h, r = hyp_lens.to(device).double(), ref_lens.to(device).double()
+    totals = _ngram_totals(hyp_lens.to(device), max_order).double()
+    counted = totals > 0
+    unmatched = (matches == 0) & counted
+    smoothing = torch.pow(2.0, unmatched.double().cumsum(1))  # 2^k for the k-th order without a match
+    precision = torch.where(unmatched, 1.0 / (smoothing * totals.clamp(min=1)), matches / totals.clamp(min=1))
+    log_p = torch.where(counted, precision.clamp(min=1e-300).log(), torch.zeros_like(precision))
+    log_mean = log_p.sum(1) / counted.sum(1).clamp(min=1)
+    bp = torch.where(h < r, torch.exp(1 - r / h.clamp(min=1)), torch.ones_like(h))
+    score = bp * torch.exp(log_mean)
+    return torch.where((matches.sum(1) > 0) & (h > 0), score, torch.zeros_like(score)).float()
 
 
 def gleu(hyp: Sequence, ref: Sequence, max_order: int = 4) -> float:
@@ -112,30 +149,32 @@ class SentenceReward:
         raise NotImplementedError
 
 
-class GleuReward(SentenceReward):
-    def __init__(self, dictionary, post_process=None, max_order: int = 4):
+class NgramReward(SentenceReward):
+    """GLEU or BLEU, vectorized over the batch on word ids."""
+
+    def __init__(self, dictionary, post_process=None, max_order: int = 4, metric=gleu_batch):
         super().__init__(dictionary, post_process)
         if max_order < 1:
             raise ValueError(f"--gleu-max-order must be >= 1, got {max_order}")
-        self.max_order = max_order
+        self.max_order, self.metric = max_order, metric
 
     def __call__(self, tokens, lengths, target, ref_lens):
         if self.post_process is None:  # the ids are the words: no detour through strings
-            return gleu_batch(tokens, lengths, target, ref_lens, self.max_order)
+            return self.metric(tokens, lengths, target, ref_lens, self.max_order)
         vocab = {}
         hyps = [[vocab.setdefault(w, len(vocab)) for w in text.split()] for text in self.words(tokens, lengths)]
         refs = [[vocab.setdefault(w, len(vocab)) for w in text.split()] for text in self.words(target, ref_lens)]
         (h, hl), (r, rl) = _pack(hyps), _pack(refs)
-        return gleu_batch(h, hl, r, rl, self.max_order).to(tokens.device)
+        return self.metric(h, hl, r, rl, self.max_order).to(tokens.device)
 
 
-class SacreBleuReward(SentenceReward):
-    """sacrebleu's sentence BLEU or chrF, divided by 100."""
+class ChrfReward(SentenceReward):
+    """sacrebleu's sentence chrF, divided by 100 (one sentence at a time)."""
 
-    def __init__(self, dictionary, post_process=None, metric: str = "bleu"):
+    def __init__(self, dictionary, post_process=None):
         super().__init__(dictionary, post_process)
-        from sacrebleu.metrics import BLEU, CHRF
-        self.metric = BLEU(tokenize="none", effective_order=True) if metric == "bleu" else CHRF()
+        from sacrebleu.metrics import CHRF
+        self.metric = CHRF()
 
     def __call__(self, tokens, lengths, target, ref_lens):
         scores = [self.metric.sentence_score(hyp, [ref]).score / 100.0 if hyp.strip() and ref.strip() else 0.0
@@ -150,9 +189,11 @@ class ConstantReward(SentenceReward):
 
 def build_reward(name: str, dictionary, post_process: Optional[str] = None, max_order: int = 4) -> SentenceReward:
     if name == "gleu":
-        return GleuReward(dictionary, post_process, max_order)
-    if name in ("bleu", "chrf"):
-        return SacreBleuReward(dictionary, post_process, name)
+        return NgramReward(dictionary, post_process, max_order, gleu_batch)
+    if name == "bleu":  # BLEU's own four orders
+        return NgramReward(dictionary, post_process, 4, bleu_batch)
+    if name == "chrf":
+        return ChrfReward(dictionary, post_process)
     if name == "constant":
         return ConstantReward(dictionary, post_process)
     raise ValueError(f"unknown reward '{name}': --reward must be one of {', '.join(REWARDS)}")

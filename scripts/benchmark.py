@@ -18,7 +18,9 @@ fairseq-train does per update: forward, loss, backward, gradient clipping to
 1.0, an SGD (momentum 0.75) update.  The loss: ``ce``, fairseq's
 ``cross_entropy``; ``reinforce``, the plugin's ``reinforce_gleu`` (the
 teacher-forced CE term plus one sampled sequence per example of up to
---max-len tokens, GLEU rewards, the learned baseline and its Adam step).
+--max-len tokens, GLEU rewards, the learned baseline and its Adam step;
+``--rl-samples 1 2 4`` measures N samples per example, one configuration
+each, and ``--rl-baseline loo`` the leave-one-out baseline instead).
 After --warmup untimed steps, --steps steps are timed.
 
 With ``--data DIR`` (a binarized translation corpus, e.g. Multi30k) the
@@ -220,6 +222,8 @@ def real_setup(cfg: dict, count: int):
         argv += ["--task", "translation_smallvocab", "-s", cfg["source_lang"], "-t", cfg["target_lang"],
                  "--arch", "lstm_smallvocab"]
         argv += ["--max-sample-len", "100", "--sample-len-ratio", "1.5"] if cfg["mode"] == "reinforce" else []
+    if cfg["mode"] == "reinforce":
+        argv += ["--rl-samples", str(cfg["rl_samples"]), "--rl-baseline", cfg["rl_baseline"]]
     if cfg["K"]:
         argv += ["--candidates-dir", cfg["candidates_dir"]]
     args = options.parse_args_and_arch(options.get_training_parser(), argv)
@@ -263,7 +267,8 @@ def worker(cfg: dict) -> dict:
         if cfg["mode"] == "ce":
             criterion = CrossEntropyCriterion(_Task, sentence_avg=False)
         else:
-            criterion = ReinforceGleuCriterion(_Task, max_sample_len=cfg["max_len"]).to(device)
+            criterion = ReinforceGleuCriterion(_Task, max_sample_len=cfg["max_len"], rl_samples=cfg["rl_samples"],
+                                               rl_baseline=cfg["rl_baseline"]).to(device)
         samples = [make_batch(cfg["vocab_size"], cfg["K"], cfg["batch"], cfg["max_len"], device,
                               zipf=cfg["zipf"])] * count
         epoch_sentences = cfg["epoch_sentences"]
@@ -309,7 +314,8 @@ def worker(cfg: dict) -> dict:
               "sec_per_epoch": round(batches * sec_per_step, 1), "epoch_sentences": epoch_sentences,
               "peak_mem_mb": round(peak, 1), "peak_rss_mb": round(peak_total, 1), "torch": torch.__version__}
     if cfg["mode"] == "reinforce":
-        record["sample_len"] = round(sum(sample_lens) / len(sample_lens), 1)
+        record["sample_len"] = round(sum(sample_lens) / len(sample_lens) / cfg["rl_samples"], 1)
+        record.update(rl_samples=cfg["rl_samples"], rl_baseline=cfg["rl_baseline"])
     if cfg.get("data"):
         record.update(data=cfg["data"], zipf=None, task="captioning" if cfg.get("captions") else "translation",
                       checkpoint=cfg.get("checkpoint"),
@@ -410,13 +416,16 @@ def configurations(args):
             runs = [("small", k) for k in ks] + ([("full", 0)] if not args.no_full else [])
             shapes = ([(b, beam) for b in args.decode_batches for beam in args.beams] if mode == "decode"
                       else [(args.batch, None)])
-            for batch, beam in shapes:
+            for (batch, beam), n in [(shape, n) for shape in shapes
+                                     for n in (args.rl_samples if mode == "reinforce" else [None])]:
                 for softmax, k in runs:
                     cfg = {"device": args.device, "mode": mode, "softmax": softmax, "vocab_size": vocab_size,
                            "arch": args.arch, "layers": args.layers,
                            "src_vocab_size": args.src_vocab_size or vocab_size, "K": k, "d": args.embed_dim,
                            "batch": batch, "max_len": args.max_len, "steps": args.steps, "warmup": args.warmup,
                            "threads": args.threads, "epoch_sentences": args.epoch_sentences, "zipf": args.zipf}
+                    if n is not None:
+                        cfg.update(rl_samples=n, rl_baseline=args.rl_baseline)
                     if args.data:
                         cfg.update(data=str(args.data), candidates_dir=args.candidates_dir, captions=args.captions,
                                    checkpoint=str(args.checkpoint) if args.checkpoint else None,
@@ -446,7 +455,7 @@ def run_interleaved(cfgs, rounds: int, log=lambda message: None):
         for r in range(rounds):
             for i, cfg in enumerate(group):
                 k = f" K={cfg['K']}" if cfg["K"] else ""
-                label = f"{cfg['mode']} |V|={cfg['vocab_size']} {cfg['softmax']}{k}"
+                label = f"{_mode_label(cfg)} |V|={cfg['vocab_size']} {cfg['softmax']}{k}"
                 log(f"running {label}" + (f" (round {r + 1}/{rounds})" if rounds > 1 else "") + " ...")
                 record = run_isolated(cfg)
                 log("  " + (f"batch {cfg['batch']} beam {cfg['beam']}: {record['ms_per_sentence']:.2f} ms/sentence"
@@ -477,6 +486,12 @@ def run_isolated(cfg: dict) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+def _mode_label(record) -> str:
+    """reinforce with N > 1 samples per input: "reinforce xN"."""
+    n = record.get("rl_samples") or 1
+    return f"{record['mode']} x{n}" if n > 1 else record["mode"]
+
+
 def markdown(records) -> str:
     """Training steps, then decoding, each small beside its full softmax."""
     out = []
@@ -485,14 +500,15 @@ def markdown(records) -> str:
         head = ("| device | arch | mode | V | softmax | K | d | batch | len | s/step | tokens/s | s/epoch | peak MB | "
                 "peak RSS MB | speedup | memory ratio |")
         lines = [head, "|" + "---|" * (head.count("|") - 1)]
-        full = {(r["device"], r.get("arch"), r["mode"], r["vocab_size"]): r for r in train if r["softmax"] == "full"}
+        full = {(r["device"], r.get("arch"), _mode_label(r), r["vocab_size"]): r for r in train
+                if r["softmax"] == "full"}
         for r in train:
-            ref = full.get((r["device"], r.get("arch"), r["mode"], r["vocab_size"]))
+            ref = full.get((r["device"], r.get("arch"), _mode_label(r), r["vocab_size"]))
             small = ref is not None and r["softmax"] == "small"
             speedup = f"{r.get('speedup') or ref['sec_per_step'] / r['sec_per_step']:.2f}x" if small else ""
             memory = f"{ref['peak_mem_mb'] / r['peak_mem_mb']:.2f}x less" if small and r["peak_mem_mb"] > 0 else ""
             arch = r.get("arch") or "lstm_smallvocab"
-            lines.append(f"| {r['device']} | {arch} | {r['mode']} | {r['vocab_size']:,} | {r['softmax']} | "
+            lines.append(f"| {r['device']} | {arch} | {_mode_label(r)} | {r['vocab_size']:,} | {r['softmax']} | "
                          f"{r['K'] or '-'} | {r['d']} | {r['batch']} | {r['max_len']} | {r['sec_per_step']:.3f} | "
                          f"{r['tokens_per_sec']:,.0f} | {r['sec_per_epoch']:,.0f} | {r['peak_mem_mb']:,.0f} | "
                          f"{r.get('peak_rss_mb', 0):,.0f} | {speedup} | {memory} |")
@@ -545,6 +561,10 @@ def parse_args(argv=None):
     parser.add_argument("--rounds", type=int, default=1,
                         help="run each small/full pair this many times, interleaved; medians and the median "
                              "pairwise ratio are reported")
+    parser.add_argument("--rl-samples", nargs="+", type=int, default=[1],
+                        help="reinforce: samples per input (one configuration per value)")
+    parser.add_argument("--rl-baseline", default="learned", choices=["learned", "loo", "self-critical", "none"],
+                        help="reinforce: the baseline (loo needs --rl-samples >= 2)")
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--max-len", type=int, default=50)
     parser.add_argument("--steps", type=int, default=5, help="timed steps")
@@ -581,6 +601,9 @@ def parse_args(argv=None):
         args.embed_dim = 256
     if args.rounds < 1:
         parser.error(f"--rounds {args.rounds}: at least 1")
+    if min(args.rl_samples) < 1 or (args.rl_baseline == "loo" and min(args.rl_samples) < 2):
+        parser.error(f"--rl-samples {' '.join(map(str, args.rl_samples))}: each >= 1, and >= 2 with --rl-baseline "
+                     "loo (the other samples of an input are its baseline)")
     if args.arch != "lstm_smallvocab" and args.data:
         parser.error("--arch goes with synthetic batches (--vocab-sizes); --data measures the recipe's model")
     if args.quick:  # --quick's settings become the defaults, so that options given explicitly win

@@ -20,7 +20,7 @@ from fairseq_smallvocab.candidate_model import restrict
 from fairseq_smallvocab.candidate_space import candidate_positions
 from fairseq_smallvocab.generation import SmallVocabSequenceGenerator
 from fairseq_smallvocab.models.lstm_smallvocab import LSTMSmallVocabConfig, LSTMSmallVocabModel
-from fairseq_smallvocab.modules.candidate_output import RestrictionError
+from fairseq_smallvocab.modules.candidate_output import RestrictionError, eval_mode
 
 V_SRC, V_TGT, B, T_SRC, T_TGT, K, D = 30, 70, 5, 7, 6, 18, 16
 
@@ -223,6 +223,37 @@ def test_samples_stay_inside_candidates_and_stepwise_logprobs_equal_rescoring(fa
     positions = candidate_positions(family.cands, rescored["tokens"].masked_fill(~rescored["mask"], d.eos()),
                                     d.unk())
     assert torch.equal(positions, rescored["positions"])
+
+
+def test_several_samples_per_input_are_scored_against_their_own_source(family):
+    """N samples per input from one encoder pass repeated by the encoder's own
+    reorder_encoder_out: row r belongs to example r // N (inside its
+    candidates), and its log-probs equal a teacher-forced pass of that sequence
+    on that example alone; the greedy decode is per example."""
+    n = 3
+    model = family.model.train()
+    torch.manual_seed(4)
+    extra = model(**family.net, candidates=family.cands, sample_lens=torch.full((B,), 8), num_samples=n,
+                  greedy_too=True, temperature=5.0)[1]
+    samples, d = extra["samples"], family.tgt_dict
+    assert samples["tokens"].size(0) == B * n and extra["greedy"]["tokens"].size(0) == B
+    assert all(m.training for m in model.modules())
+    distinct = 0
+    with eval_mode(model), torch.no_grad():
+        for row in range(B * n):
+            b, steps = row // n, samples["mask"][row]
+            ys = samples["tokens"][row][steps].tolist()
+            assert set(ys) <= set(family.cands[b].tolist()) - {d.pad(), d.bos()}
+            length = int(family.net["src_lengths"][b])  # left-padded: example b alone, without its padding
+            one = {"src_tokens": family.net["src_tokens"][b: b + 1, T_SRC - length:],
+                   "src_lengths": family.net["src_lengths"][b: b + 1]}
+            prev = torch.tensor([[d.eos()] + ys[:-1]])
+            logits = model(**one, prev_output_tokens=prev, candidates=family.cands[b: b + 1])[0][0]
+            logits[:, [d.pad(), d.bos()]] = float("-inf")
+            want = F.log_softmax(logits, -1).gather(1, samples["positions"][row][steps].unsqueeze(1)).squeeze(1)
+            torch.testing.assert_close(samples["lprobs"][row][steps], want, atol=1e-5, rtol=1e-5)
+            distinct += row % n > 0 and ys != samples["tokens"][row - 1][samples["mask"][row - 1]].tolist()
+    assert distinct > 0  # the N samples of an input are separate draws
 
 
 def test_models_that_cannot_be_restricted_are_named():

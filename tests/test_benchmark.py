@@ -109,6 +109,26 @@ def test_benchmark_default_and_quick_configurations():
     assert quick.steps == 4 and quick.warmup == 1  # an explicit option wins over --quick's
 
 
+def test_benchmark_several_samples_per_input(tmp_path):
+    """--rl-samples 1 2: one REINFORCE configuration per N (CE unchanged), each small paired with its own full
+    softmax in the table; loo with one sample is refused."""
+    bench = _benchmark_module()
+    cfgs = list(bench.configurations(bench.parse_args(["--quick", "--rl-samples", "1", "2"])))
+    assert [(c["mode"], c.get("rl_samples"), c["softmax"]) for c in cfgs] == [
+        ("ce", None, "small"), ("ce", None, "full"), ("reinforce", 1, "small"), ("reinforce", 1, "full"),
+        ("reinforce", 2, "small"), ("reinforce", 2, "full")]
+    run([REPO / "scripts" / "benchmark.py", "--modes", "reinforce", "--vocab-sizes", "300", "--k", "60",
+         "--rl-samples", "2", "--rl-baseline", "loo", "--batch", "4", "--max-len", "6", "--embed-dim", "8",
+         "--steps", "1", "--warmup", "1", "--threads", "1", "--json", tmp_path / "r.json", "--markdown",
+         tmp_path / "r.md"])
+    records = json.loads((tmp_path / "r.json").read_text())
+    assert [(r["rl_samples"], r["rl_baseline"], r["softmax"]) for r in records] == [(2, "loo", "small"),
+                                                                                    (2, "loo", "full")]
+    assert 0 < records[0]["sample_len"] <= 6 and "| reinforce x2 | 300 | small | 60 |" in (tmp_path / "r.md").read_text()
+    bad = run([REPO / "scripts" / "benchmark.py", "--rl-samples", "1", "--rl-baseline", "loo"], check=False)
+    assert bad.returncode != 0 and ">= 2 with --rl-baseline loo" in bad.stderr
+
+
 def test_benchmark_zipf_batches_look_like_real_ones():
     """--zipf: frequent target words (low ids) dominate, and the candidate lists are the
     gold words plus the most frequent words, so that the lists of a batch overlap."""

@@ -49,13 +49,16 @@ def _setup(small=True, seed=0):
 
 
 @pytest.mark.parametrize("small", [True, False])
-def test_policy_gradient_equals_hand_computation(small):
-    """d L_r / d b_p (the output bias) = -sum_b sum_t (R_b - b_t) (onehot(y_bt) - p_bt),
-    over the sampled steps up to and including eos, with p_bt from a separate
-    teacher-forced pass over the sampled sequence; the fresh learned baseline
-    is b_t = sigmoid(0) = 0.5, so every step counts, rewarded or not."""
+@pytest.mark.parametrize("baseline,n", [("learned", 1), ("loo", 3)])
+def test_policy_gradient_equals_hand_computation(small, baseline, n):
+    """d L_r / d b_p (the output bias) = -(1/N) sum_b sum_j sum_t (R_bj - b_bjt) (onehot(y_bjt) - p_bjt),
+    over the sampled steps up to and including eos, with p_bjt from a separate
+    teacher-forced pass over the sampled sequence of example b alone.  The
+    fresh learned baseline is b_t = sigmoid(0) = 0.5, so every step counts,
+    rewarded or not; the leave-one-out baseline of sample j is the mean
+    reward of the other N - 1 samples of the same input."""
     model, task, sample = _setup(small)
-    crit = ReinforceGleuCriterion(task, rl_lambda=0.0, rl_baseline="learned", max_sample_len=7)
+    crit = ReinforceGleuCriterion(task, rl_lambda=0.0, rl_baseline=baseline, max_sample_len=7, rl_samples=n)
     torch.manual_seed(6)
     loss, size, log = crit(model, sample)
     model.zero_grad()
@@ -64,22 +67,22 @@ def test_policy_gradient_equals_hand_computation(small):
 
     torch.manual_seed(6)  # the same samples again
     with torch.no_grad():
-        samples = model(**sample["net_input"], sample_lens=torch.full((B,), 7))[1]["samples"]
+        samples = model(**sample["net_input"], sample_lens=torch.full((B,), 7), num_samples=n)[1]["samples"]
     tokens, mask = samples["tokens"], samples["mask"]
+    assert tokens.size(0) == B * n and size == B
     d = task.target_dictionary
     eos, pad = d.eos(), d.pad()
     assert mask.any(1).all() and (~mask).any()  # some samples ended early: steps after eos are masked
-    want = torch.zeros(V_TGT)
-    hand_rewards = []
-    for b in range(B):
-        steps = int(mask[b].sum())
-        ys = tokens[b, :steps].tolist()
-        assert all(t == pad for t in tokens[b, steps:].tolist())
+    hand_rewards, grads = [], []
+    for row in range(B * n):
+        b = row // n  # the N samples of example b are rows b * N ... b * N + N - 1
+        steps = int(mask[row].sum())
+        ys = tokens[row, :steps].tolist()
+        assert all(t == pad for t in tokens[row, steps:].tolist())
         assert eos not in ys[:-1]
         words = [t for t in ys if t != eos]
         ref = [t for t in sample["target"][b].tolist() if t not in (eos, pad)]
-        reward = gleu(words, ref)
-        hand_rewards.append(reward)
+        hand_rewards.append(gleu(words, ref))
         prev = torch.tensor([[eos] + ys[:-1]])
         cands = sample["net_input"]["candidates"][b: b + 1] if small else None
         with torch.no_grad():
@@ -89,13 +92,167 @@ def test_policy_gradient_equals_hand_computation(small):
         logits[:, [pad, d.bos()]] = float("-inf")
         p = F.softmax(logits, -1)
         ids = cands[0] if small else torch.arange(V_TGT)
+        grad = torch.zeros(V_TGT)
         for t, y in enumerate(ys):
             onehot = torch.zeros(V_TGT)
             onehot[y] = 1.0
-            full_p = torch.zeros(V_TGT).index_add_(0, ids, p[t])
-            want += -(reward - 0.5) * (onehot - full_p)
+            grad += onehot - torch.zeros(V_TGT).index_add_(0, ids, p[t])
+        grads.append(grad)
+    want = torch.zeros(V_TGT)
+    for row in range(B * n):
+        if baseline == "learned":
+            base = 0.5
+        else:
+            group = hand_rewards[row - row % n: row - row % n + n]
+            base = (sum(group) - hand_rewards[row]) / (n - 1)
+        want += -(hand_rewards[row] - base) * grads[row] / n
     assert log["reward"] == pytest.approx(sum(hand_rewards), abs=1e-5) and sum(hand_rewards) > 0
+    assert log["finite_samples"] == B * n
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
+def _ranked_choices(monkeypatch, rank_of_row):
+    """Replace the sampler's draw by a deterministic one: row r takes the
+    ``rank_of_row(r)``-th most likely word of its step (so the same sample can
+    be drawn in a batch of N samples per input and alone)."""
+    from fairseq_smallvocab import sampler
+
+    def draw(logits, with_entropy=False):
+        ranks = torch.tensor([rank_of_row(r) for r in range(logits.size(0))])
+        choice = logits.argsort(-1, descending=True).gather(1, ranks.unsqueeze(1))
+        return (choice, torch.zeros(logits.size(0))) if with_entropy else choice
+
+    monkeypatch.setattr(sampler, "sample_categorical", draw)
+
+
+@pytest.mark.parametrize("small", [True, False])
+def test_n_samples_give_the_average_of_n_single_sample_gradients(small, monkeypatch):
+    """One batched pass with N samples per input == the mean of N runs with one
+    sample each (the same N sequences), loss and every gradient, CE term included."""
+    n, lam = 3, 0.3
+    model, task, sample = _setup(small)
+    params = [p for p in model.parameters() if p.requires_grad]
+
+    def loss_and_grads(rl_samples):
+        crit = ReinforceGleuCriterion(task, rl_lambda=lam, rl_baseline="none", max_sample_len=7,
+                                      rl_samples=rl_samples)
+        model.zero_grad()
+        loss, size, log = crit(model, sample)
+        loss.backward()
+        assert size == B
+        return loss.detach(), [p.grad.clone() for p in params], log
+
+    _ranked_choices(monkeypatch, lambda r: r % n)
+    loss_n, grads_n, log_n = loss_and_grads(n)
+    singles = []
+    for j in range(n):
+        _ranked_choices(monkeypatch, lambda r, j=j: j)
+        singles.append(loss_and_grads(1))
+    assert log_n["reward"] == pytest.approx(sum(log["reward"] for _, _, log in singles))
+    assert len({round(log["reward"], 6) for _, _, log in singles}) > 1  # the N samples differ
+    torch.testing.assert_close(loss_n, sum(loss for loss, _, _ in singles) / n)
+    for i, grad in enumerate(grads_n):
+        torch.testing.assert_close(grad, sum(g[i] for _, g, _ in singles) / n, atol=1e-6, rtol=1e-5)
+
+
+def test_leave_one_out_baseline_by_hand():
+    from fairseq_smallvocab.baselines import LeaveOneOutBaseline
+
+    rewards = torch.tensor([0.2, 0.5, 0.9, 0.0, 0.0, 0.6])  # two inputs, three samples each
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0], [1, 1, 1], [1, 1, 1], [1, 0, 0], [1, 1, 0]], dtype=torch.bool)
+    got = LeaveOneOutBaseline().values(None, mask, rewards, None, 3)
+    want = torch.tensor([(0.5 + 0.9) / 2, (0.2 + 0.9) / 2, (0.2 + 0.5) / 2, 0.3, 0.3, 0.0])
+    torch.testing.assert_close(got, want.unsqueeze(1).expand(6, 3))
+    with pytest.raises(ValueError, match="needs >= 2 samples per input"):
+        LeaveOneOutBaseline().values(None, mask, rewards, None, 1)
+
+
+@pytest.mark.parametrize("small", [True, False])
+def test_constant_reward_with_leave_one_out_leaves_only_the_ce_term(small):
+    """Every sample rewarded 1, the others' mean is 1: zero advantage, so the
+    loss and its gradients are lambda * CE alone."""
+    model, task, sample = _setup(small)
+    crit = ReinforceGleuCriterion(task, rl_lambda=0.3, rl_baseline="loo", rl_samples=4, reward="constant")
+    loss, _, log = crit(model, sample)
+    assert log["rl"] == 0.0 and log["reward"] == 4 * B and log["baseline"] == log["steps"] > 0
+    model.zero_grad()
+    loss.backward()
+    got = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    (0.3 * ReinforceGleuCriterion(task, rl_lambda=1.0, rl_baseline="none")(model, sample)[0]).backward()
+    for g, want in zip(got, [p.grad for p in model.parameters()]):
+        torch.testing.assert_close(g, want)
+
+
+@pytest.mark.parametrize("small", [True, False])
+def test_n_samples_stay_inside_their_example_candidates_and_temperature_explores(small):
+    model, task, sample = _setup(small)
+    d = task.target_dictionary
+    lens = torch.full((B,), 7)
+    cold, hot = ({"samples": None} for _ in range(2))
+    for out, temp in ((cold, 1e-4), (hot, 3.0)):
+        torch.manual_seed(2)
+        out.update(model(**sample["net_input"], sample_lens=lens, num_samples=4, temperature=temp,
+                         greedy_too=True)[1])
+    for row in range(B * 4):
+        allowed = set(sample["net_input"]["candidates"][row // 4].tolist()) if small else set(range(V_TGT))
+        steps = hot["samples"]["mask"][row]
+        assert set(hot["samples"]["tokens"][row][steps].tolist()) <= allowed - {d.pad(), d.bos()}
+    def sequences(out):
+        return [out["tokens"][r][out["mask"][r]].tolist() for r in range(out["tokens"].size(0))]
+
+    # near-zero temperature: every sample is the greedy decode, and says so
+    greedy = [seq for seq in sequences(cold["greedy"]) for _ in range(4)]
+    assert sequences(cold["samples"]) == greedy and cold["samples"]["is_greedy"].all()
+    # a hot one: is_greedy says exactly which samples equal the greedy decode; the entropy is higher
+    same = [seq == want for seq, want in zip(sequences(hot["samples"]), greedy)]
+    assert hot["samples"]["is_greedy"].tolist() == same and 0 < sum(same) < len(same)
+    per_step = [x["samples"]["entropy"].sum() / x["samples"]["mask"].sum() for x in (cold, hot)]
+    assert per_step[0] < 0.01 < 1.0 < per_step[1]
+
+
+def test_sampling_entropy_equals_the_softmax_entropy():
+    from fairseq_smallvocab.sampler import sample_categorical
+
+    logits = torch.randn(5, 9) * 3
+    logits[:, [1, 4]] = float("-inf")  # excluded words (pad, bos)
+    logits[3] = float("-inf")
+    logits[3, 6] = 2.0  # one word left: entropy 0
+    _, entropy = sample_categorical(logits.clone(), with_entropy=True)
+    p = F.softmax(logits, -1)
+    want = -(p * F.log_softmax(logits, -1)).nan_to_num(0.0).sum(-1)
+    torch.testing.assert_close(entropy, want, atol=1e-5, rtol=1e-5)
+
+
+def test_logged_metrics_of_several_samples():
+    from fairseq.logging import metrics
+
+    model, task, sample = _setup()
+    crit = ReinforceGleuCriterion(task, rl_baseline="loo", rl_samples=3, reward="chrf", max_sample_len=7)
+    logs = [crit(model, sample)[2] for _ in range(2)]
+    with metrics.aggregate() as agg:
+        ReinforceGleuCriterion.reduce_metrics(logs)
+        got = agg.get_smoothed_values()
+    samples = sum(log["finite_samples"] for log in logs)
+    assert samples == 2 * 3 * B
+    assert got["reward"] == pytest.approx(100 * sum(log["reward"] for log in logs) / samples, abs=0.01)
+    assert got["greedy_frac"] == pytest.approx(sum(log["greedy_samples"] for log in logs) / samples, abs=1e-3)
+    assert got["entropy"] == pytest.approx(sum(log["entropy"] for log in logs) / sum(log["steps"] for log in logs),
+                                           abs=1e-3)
+    assert 0 < got["reward_std"] == pytest.approx(100 * sum(log["reward_std"] for log in logs) / (2 * B), abs=0.01)
+
+
+def test_bad_rl_settings_are_named_at_start_up():
+    _, task, _ = _setup()
+    cases = [(dict(rl_samples=0), r"--rl-samples must be >= 1"),
+             (dict(rl_baseline="loo"), r"--rl-baseline loo needs --rl-samples >= 2"),
+             (dict(reward="rouge"), r"unknown reward 'rouge': --reward must be one of gleu, bleu, chrf, constant"),
+             (dict(sample_temperature=0.0), r"--sample-temperature must be > 0"),
+             (dict(sample_temperature=-1.0), r"--sample-temperature must be > 0"),
+             (dict(gleu_detok="sentencepiece", reward_post_process="subword_nmt"), r"--gleu-detok .* disagree")]
+    for kwargs, message in cases:
+        with pytest.raises(ValueError, match=message):
+            ReinforceGleuCriterion(task, **kwargs)
 
 
 def test_ce_term_and_mixing():
@@ -287,6 +444,31 @@ def test_fairseq_train_fine_tunes_and_resumes_with_the_baseline_state(tiny_bin, 
     # the resumed epoch continued the saved Adam: the same updates, each now two chunks (--batch-splits 2)
     # with one baseline step each; a fresh baseline would count 2 * steps
     assert state2["_extra_state"]["adam"]["state"][0]["step"] == steps + 2 * steps
+
+
+def test_fairseq_train_with_several_samples_a_sacrebleu_reward_and_temperature(tiny_bin, ce_checkpoint, tmp_path):
+    """--rl-samples 3 --rl-baseline loo --reward chrf --sample-temperature 0.8 through fairseq-train: the
+    new metrics are logged, a resumed run continues (the leave-one-out baseline keeps no state), and bad
+    settings stop fairseq-train at start-up with the criterion's message."""
+    rl = [*MT, "--small-vocab-size", "0", "--criterion", "reinforce_gleu", "--optimizer", "sgd", "--lr", "0.01",
+          "--save-dir", tmp_path / "rl", "--max-sample-len", "20", "--rl-samples", "3", "--rl-baseline", "loo",
+          "--reward", "chrf", "--sample-temperature", "0.8"]
+    out = run(["fairseq-train", tiny_bin, *rl, "--max-epoch", "1", "--finetune-from-model", ce_checkpoint])
+    log = out.stdout + out.stderr
+    values = {key: float(re.findall(rf"\| {key} ([-\d.]+)", log)[-1])
+              for key in ("reward", "reward_std", "greedy_frac", "entropy", "baseline")}
+    assert 0 < values["reward"] < 100 and values["reward_std"] > 0 and 0 <= values["greedy_frac"] <= 1
+    assert values["entropy"] > 0 and "baseline_mse" not in log
+    ckpt = torch.load(tmp_path / "rl" / "checkpoint_last.pt", weights_only=False)
+    assert "reinforce_gleu.baseline" not in str(ckpt["extra_state"].get("TranslationSmallVocabTask", {}))
+    out = run(["fairseq-train", tiny_bin, *rl, "--max-epoch", "2"])
+    assert "Loaded checkpoint" in out.stdout + out.stderr and "epoch 002" in out.stdout + out.stderr
+    for flags, message in ((["--rl-samples", "0"], "--rl-samples must be >= 1"),
+                           (["--rl-samples", "1"], "--rl-baseline loo needs --rl-samples >= 2"),
+                           (["--sample-temperature", "0"], "--sample-temperature must be > 0"),
+                           (["--reward", "rouge"], "invalid choice: 'rouge'")):
+        bad = run(["fairseq-train", tiny_bin, *rl, *flags, "--max-epoch", "3"], check=False)
+        assert bad.returncode != 0 and message in bad.stderr, bad.stderr[-2000:]
 
 
 def test_reinforce_raises_the_reward_on_a_tiny_learnable_task():

@@ -72,3 +72,72 @@ def test_many_distinct_tokens_and_high_orders_stay_exact():
     want = [brute_gleu(hyp[b, : lens[b]].tolist(), ref[b, : max(int(lens.flip(0)[b]), int(lens.min()))].tolist(),
                        8) for b in range(bsz)]
     assert got.tolist() == pytest.approx(want, abs=1e-6) and max(want) > 0.3
+
+
+def _reward_batch(dictionary, sentences):
+    """Words -> a padded id tensor (unknown words added) and lengths."""
+    ids = [[dictionary.add_symbol(w) for w in s.split()] for s in sentences]
+    out = torch.full((len(ids), max([len(x) for x in ids] + [1]) + 2), dictionary.pad())
+    for i, row in enumerate(ids):
+        out[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+        out[i, len(row)] = dictionary.eos()  # what follows the length never counts
+    return out, torch.tensor([len(x) for x in ids])
+
+
+def test_bleu_and_chrf_rewards_equal_sacrebleu_sentence_scores():
+    import sacrebleu
+    from fairseq.data import Dictionary
+
+    from fairseq_smallvocab.rewards import build_reward
+
+    rng = random.Random(3)
+    words = "a man in blue shirt is riding bike down the street , . two dogs play ein mann".split()
+    refs = [" ".join(rng.choice(words) for _ in range(rng.randint(1, 14))) for _ in range(300)]
+    hyps = [" ".join(w if rng.random() < 0.6 else rng.choice(words) for w in r.split()[: rng.randint(1, 16)])
+            for r in refs]
+    hyps[0] = refs[0]  # one perfect sample
+    d = Dictionary()
+    (h, hl), (r, rl) = _reward_batch(d, hyps), _reward_batch(d, refs)
+    bleu = build_reward("bleu", d)(h, hl, r, rl)
+    chrf = build_reward("chrf", d)(h, hl, r, rl)
+    want_bleu = [sacrebleu.sentence_bleu(x, [y], tokenize="none").score / 100 for x, y in zip(hyps, refs)]
+    want_chrf = [sacrebleu.sentence_chrf(x, [y]).score / 100 for x, y in zip(hyps, refs)]
+    assert bleu.tolist() == pytest.approx(want_bleu, abs=1e-6) and chrf.tolist() == pytest.approx(want_chrf, abs=1e-6)
+    assert bleu[0] == pytest.approx(1.0) and chrf[0] == pytest.approx(1.0)
+    assert len(set(bleu.tolist())) > 100 and 0 < float(bleu.mean()) < float(chrf.mean()) < 1
+    gleu_reward = build_reward("gleu", d)(h, hl, r, rl)
+    assert gleu_reward.tolist() == pytest.approx([gleu(x.split(), y.split()) for x, y in zip(hyps, refs)])
+    assert build_reward("constant", d)(h, hl, r, rl).tolist() == [1.0] * len(hyps)
+
+
+def test_rewards_of_post_processed_words():
+    """With a post-processing (sentencepiece), every reward reads the words:
+    differently split but equal sentences score 1."""
+    from fairseq.data import Dictionary
+
+    from fairseq_smallvocab.rewards import build_reward
+
+    d = Dictionary()
+    (h, hl) = _reward_batch(d, ["\u2581the \u2581cat \u2581sat"])
+    (r, rl) = _reward_batch(d, ["\u2581th e \u2581cat \u2581sat"])
+    for name in ("gleu", "bleu", "chrf"):
+        assert build_reward(name, d, "sentencepiece")(h, hl, r, rl).tolist() == [pytest.approx(1.0)]
+        if name != "chrf":  # chrF ignores spaces: the pieces already score 1
+            assert build_reward(name, d)(h, hl, r, rl).item() < 0.9
+
+
+@pytest.mark.parametrize("name", ["gleu", "bleu", "chrf", "constant"])
+def test_empty_samples_and_references_score_zero_without_a_crash(name):
+    from fairseq.data import Dictionary
+
+    from fairseq_smallvocab.rewards import build_reward
+
+    d = Dictionary()
+    (h, hl), (r, rl) = _reward_batch(d, ["", "a b", "", "a b c"]), _reward_batch(d, ["a b", "", "", "a b c"])
+    got = build_reward(name, d)(h, hl, r, rl).tolist()
+    if name == "constant":  # the control rewards every sample alike, empty ones too
+        assert got == [1.0] * 4
+    else:
+        assert got == [0.0, 0.0, 0.0, pytest.approx(1.0)]
+    (h0, hl0) = _reward_batch(d, [])  # no sample at all
+    assert build_reward(name, d)(h0, hl0, h0, hl0).tolist() == []

@@ -5,8 +5,11 @@
 # examples/vocab_predictor/run_multi30k.sh (which exports the K=500 lists):
 #   source .venv/bin/activate && bash examples/translation/run_multi30k.sh
 # Settings: K (small vocabulary size, 0 = full softmax), DATA, CANDS, SAVE,
-# EPOCHS, THREADS (torch CPU threads). Rerunning with a larger EPOCHS continues
-# from SAVE/checkpoint_last.pt (the log is appended to).
+# EPOCHS, THREADS (torch CPU threads), DEVICE (cpu or cuda), SEED, EXTRA (more
+# fairseq-train flags, e.g. "--stop-time-hours 0.1"; without
+# --no-epoch-checkpoints in it, KEEP_EPOCHS=1 keeps checkpointN.pt of every
+# epoch). Rerunning with a larger EPOCHS continues from SAVE/checkpoint_last.pt
+# (the log is appended to).
 set -euo pipefail
 K=${K:-500}
 DATA=${DATA:-data-bin/multi30k.en-de}
@@ -14,6 +17,11 @@ CANDS=${CANDS:-checkpoints/vp-multi30k.en-de/candidates}
 SAVE=${SAVE:-checkpoints/mt-multi30k.en-de.k$K}
 EPOCHS=${EPOCHS:-15}
 THREADS=${THREADS:-2}
+DEVICE=${DEVICE:-cpu}
+SEED=${SEED:-1}
+EXTRA=${EXTRA:-}
+DEV_ARGS=$([ "$DEVICE" = cpu ] && echo --cpu || true)
+EPOCH_ARGS=$([ "${KEEP_EPOCHS:-0}" = 1 ] || echo --no-epoch-checkpoints)
 export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS
 
 mkdir -p "$SAVE"
@@ -25,9 +33,9 @@ fairseq-train "$DATA" --user-dir fairseq_smallvocab --task translation_smallvoca
   --lr-scheduler reduce_lr_on_plateau --lr-shrink 0.5 --lr-patience 0 \
   --eval-bleu --eval-bleu-args '{"beam": 1, "max_len_a": 1.5, "max_len_b": 10}' \
   --best-checkpoint-metric bleu --maximize-best-checkpoint-metric \
-  --max-epoch "$EPOCHS" --save-dir "$SAVE" --no-epoch-checkpoints \
-  --cpu --num-workers 0 --seed 1 --no-progress-bar --log-format simple --log-interval 100 \
+  --max-epoch "$EPOCHS" --save-dir "$SAVE" $EPOCH_ARGS $EXTRA \
+  $DEV_ARGS --num-workers 0 --seed "$SEED" --no-progress-bar --log-format simple --log-interval 100 \
   2>&1 | tee -a "$SAVE/train.log" | grep -E "valid on|done training"
 echo "training wall time: $(( $(date +%s) - start )) s"
 
-DATA=$DATA CANDS=$CANDS K=$K SAVE=$SAVE bash "$(dirname "$0")/decode_multi30k.sh"
+DATA=$DATA CANDS=$CANDS K=$K SAVE=$SAVE DEVICE=$DEVICE bash "$(dirname "$0")/decode_multi30k.sh"

@@ -4,7 +4,11 @@
 # test2016.  Run from the project root with the project's environment active:
 #   source .venv/bin/activate && bash examples/translation/run_reinforce_multi30k.sh
 # Settings: K (0 = full softmax; use the CE run's K), DATA, CANDS, CE (the CE
-# checkpoint), SAVE, EPOCHS, THREADS, BASELINE (learned, self-critical, none), LR,
+# checkpoint), SAVE, EPOCHS, THREADS, BASELINE (learned, loo, self-critical,
+# none), SAMPLES (per input; loo needs >= 2), REWARD (gleu, bleu, chrf,
+# constant), TEMP (sampling temperature), LAMBDA (the CE weight; 1 = CE alone
+# with the same optimizer: the control), LR, SEED, DEVICE (cpu or cuda), EXTRA
+# (more fairseq-train flags),
 # ARCH_ARGS (the CE run's model flags; default the paper's LSTM; for the
 # model of run_transformer_multi30k.sh:
 # ARCH_ARGS="$(cat examples/translation/transformer_multi30k.args)").
@@ -18,6 +22,14 @@ EPOCHS=${EPOCHS:-3}
 THREADS=${THREADS:-2}
 BASELINE=${BASELINE:-learned}
 LR=${LR:-0.01}
+SAMPLES=${SAMPLES:-1}
+REWARD=${REWARD:-gleu}
+TEMP=${TEMP:-1.0}
+LAMBDA=${LAMBDA:-0.005}
+SEED=${SEED:-1}
+DEVICE=${DEVICE:-cpu}
+EXTRA=${EXTRA:-}
+DEV_ARGS=$([ "$DEVICE" = cpu ] && echo --cpu || true)
 ARCH_ARGS=${ARCH_ARGS:---arch lstm_smallvocab}
 export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS
 
@@ -25,14 +37,15 @@ mkdir -p "$SAVE"
 start=$(date +%s)
 fairseq-train "$DATA" --user-dir fairseq_smallvocab --task translation_smallvocab -s en -t de \
   --candidates-dir "$CANDS" --small-vocab-size "$K" \
-  $ARCH_ARGS --criterion reinforce_gleu --rl-lambda 0.005 --rl-baseline "$BASELINE" \
+  $ARCH_ARGS --criterion reinforce_gleu --rl-lambda "$LAMBDA" --rl-baseline "$BASELINE" \
+  --rl-samples "$SAMPLES" --reward "$REWARD" --sample-temperature "$TEMP" \
   --max-sample-len 100 --sample-len-ratio 1.5 --finetune-from-model "$CE" \
   --optimizer sgd --lr "$LR" --clip-norm 1.0 --batch-size 128 \
   --eval-bleu --eval-bleu-args '{"beam": 1, "max_len_a": 1.5, "max_len_b": 10}' \
   --best-checkpoint-metric bleu --maximize-best-checkpoint-metric \
-  --max-epoch "$EPOCHS" --save-dir "$SAVE" --no-epoch-checkpoints \
-  --cpu --num-workers 0 --seed 1 --no-progress-bar --log-format simple --log-interval 50 \
+  --max-epoch "$EPOCHS" --save-dir "$SAVE" --no-epoch-checkpoints $EXTRA \
+  $DEV_ARGS --num-workers 0 --seed "$SEED" --no-progress-bar --log-format simple --log-interval 50 \
   2>&1 | tee -a "$SAVE/train.log" | grep -E "valid on|done training"
 echo "training wall time: $(( $(date +%s) - start )) s"
 
-DATA=$DATA CANDS=$CANDS K=$K SAVE=$SAVE bash "$(dirname "$0")/decode_multi30k.sh"
+DATA=$DATA CANDS=$CANDS K=$K SAVE=$SAVE DEVICE=$DEVICE bash "$(dirname "$0")/decode_multi30k.sh"
