@@ -73,7 +73,8 @@ REWARD_NAMES = ChoiceEnum(list(REWARDS))
 @dataclass
 class ReinforceGleuConfig(FairseqDataclass):
     rl_lambda: float = field(default=0.005, metadata={"help": "lambda: weight of the CE term, 1 - lambda: RL's"})
-    rl_baseline: BASELINES = field(default="learned", metadata={"help": "reward baseline (loo: needs --rl-samples >= 2)"})
+    rl_baseline: BASELINES = field(default="learned",
+                                   metadata={"help": "reward baseline (loo: needs --rl-samples >= 2)"})
     rl_samples: int = field(default=1, metadata={"help": "samples per input, each rewarded against the reference"})
     reward: REWARD_NAMES = field(default="gleu", metadata={"help": "sentence reward (constant: the control)"})
     sample_temperature: float = field(
