@@ -256,6 +256,42 @@ def test_several_samples_per_input_are_scored_against_their_own_source(family):
     assert distinct > 0  # the N samples of an input are separate draws
 
 
+def test_recurrent_layers_sample_in_training_mode_with_their_dropout_off(monkeypatch):
+    """cuDNN refuses the backward of an nn.LSTM run in eval mode, so the policy's
+    recurrent layers stay in training mode with their inter-layer dropout at 0
+    (restored after): the samples' log-probs still equal the model's in eval mode."""
+    model = restrict(_stock("lstm", encoder_layers=2, decoder_layers=2, **dict(LSTM, dropout=0.5)), "lstm").train()
+    tgt_dict = model.decoder.dictionary
+    lengths = torch.tensor([7, 6, 5, 4, 2])
+    src, prev, _, cands = translation_batch(lengths, T_SRC, T_TGT, K, V_SRC, tgt_dict)
+    net = {"src_tokens": src, "src_lengths": lengths, "prev_output_tokens": prev}
+    rnns = [m for m in model.modules() if isinstance(m, torch.nn.RNNBase)]
+    assert rnns and all(m.dropout == 0.5 for m in rnns)
+    seen, forward = [], torch.nn.LSTM.forward
+
+    def spy(self, *args, **kwargs):
+        seen.append((self.training, self.dropout))
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.LSTM, "forward", spy)
+    torch.manual_seed(3)
+    samples = model(**net, candidates=cands, sample_lens=torch.full((B,), 6))[1]["samples"]
+    assert seen == [(True, 0.5), (True, 0.0)]  # the CE pass with its dropout, the policy without
+    assert all(m.training and m.dropout == 0.5 for m in rnns)
+    samples["lprobs"].sum().backward()  # what cuDNN would refuse after an eval-mode forward
+    model.eval()
+    with torch.no_grad():
+        for b in range(B):
+            steps = samples["mask"][b]
+            ys = samples["tokens"][b][steps].tolist()
+            one = {"src_tokens": src[b: b + 1, T_SRC - int(lengths[b]):], "src_lengths": lengths[b: b + 1]}
+            logits = model(**one, prev_output_tokens=torch.tensor([[tgt_dict.eos()] + ys[:-1]]),
+                           candidates=cands[b: b + 1])[0][0]
+            logits[:, [tgt_dict.pad(), tgt_dict.bos()]] = float("-inf")
+            want = F.log_softmax(logits, -1).gather(1, samples["positions"][b][steps].unsqueeze(1)).squeeze(1)
+            torch.testing.assert_close(samples["lprobs"][b][steps].detach(), want, atol=1e-5, rtol=1e-5)
+
+
 def test_models_that_cannot_be_restricted_are_named():
     model = _stock("transformer", adaptive_softmax_cutoff="20,40", **TRANSFORMER)
     with pytest.raises(RestrictionError, match="arch 'transformer' uses an adaptive softmax"):

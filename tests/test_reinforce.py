@@ -255,6 +255,20 @@ def test_bad_rl_settings_are_named_at_start_up():
             ReinforceGleuCriterion(task, **kwargs)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (cuDNN's LSTM)")
+@pytest.mark.parametrize("baseline,n", [("learned", 1), ("loo", 2)])
+def test_reinforce_backward_on_cuda(baseline, n):
+    """On a GPU the encoder's nn.LSTM runs through cuDNN, whose backward refuses
+    a forward made in eval mode: the policy's forward must not be one."""
+    model, task, sample = _setup(True)
+    model, sample = model.cuda().train(), utils.move_to_cuda(sample)
+    crit = ReinforceGleuCriterion(task, rl_baseline=baseline, rl_samples=n, max_sample_len=7).cuda()
+    loss, _, log = crit(model, sample)
+    loss.backward()
+    assert log["nonfinite"] == 0 and all(torch.isfinite(p.grad).all() for p in model.parameters()
+                                         if p.grad is not None)
+
+
 def test_ce_term_and_mixing():
     model, task, sample = _setup()
     only_ce = ReinforceGleuCriterion(task, rl_lambda=1.0, rl_baseline="none")

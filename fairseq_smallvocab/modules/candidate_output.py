@@ -27,7 +27,7 @@ from typing import Optional, Tuple
 import torch
 import torch.nn.functional as F
 from fairseq.models import FairseqIncrementalDecoder
-from torch import Tensor
+from torch import Tensor, nn
 
 from fairseq_smallvocab.candidate_space import batch_union
 
@@ -156,14 +156,28 @@ def find_output_weights(decoder, arch: str) -> OutputWeights:
 
 @contextmanager
 def eval_mode(module):
-    """Every submodule in eval mode inside the block, its own flag restored after."""
+    """Every submodule computes as in eval mode inside the block (no dropout,
+    no LayerDrop), its own flag restored after.
+
+    PyTorch's recurrent layers (``nn.LSTM``, ``nn.GRU``, ...) are the
+    exception in form, not in effect: they stay in training mode with their
+    inter-layer dropout set to 0, which computes exactly what eval mode
+    computes (that dropout is their only train/eval difference), because
+    cuDNN refuses the backward of an RNN run in eval mode ("cudnn RNN
+    backward can only be called in training mode"), and REINFORCE
+    differentiates through the policy's encoder."""
     modes = [(m, m.training) for m in module.modules()]
+    rnn_dropouts = [(m, m.dropout) for m in module.modules() if isinstance(m, nn.RNNBase)]
     module.eval()
+    for m, _ in rnn_dropouts:
+        m.training, m.dropout = True, 0.0
     try:
         yield
     finally:
         for m, mode in modes:
             m.training = mode
+        for m, dropout in rnn_dropouts:
+            m.dropout = dropout
 
 
 @torch.no_grad()
