@@ -1,5 +1,5 @@
-"""scripts/rare_words.py (output tokens per frequency decile) and
-scripts/plot_benchmark.py (plots of benchmark.py's records)."""
+"""scripts/rare_words.py (output tokens per frequency decile), scripts/plot_benchmark.py (plots of
+benchmark.py's records) and scripts/rl_logs.py (summaries of fairseq-train logs)."""
 
 import json
 
@@ -60,3 +60,39 @@ def test_plot_benchmark_draws_the_three_plots(tmp_path):
     assert speedups(records)[("cpu", "decode", 1, 128)] == [(4500, 1.5)]
     assert k_curves(records) == {("cpu", "reinforce", 24000): ([(64, 1.5), (1000, 2.0)], 8.0)}
     assert [(s, f) for _, s, f in memory_pairs(records)] == [(100, 300), (200, 900)]
+
+
+def _train_log(path, start, valid, train):
+    """A fairseq-train log (--log-format simple) with its config line, validations and training epochs."""
+    lines = [f"2026 | INFO | fairseq_cli.train | {{'checkpoint': {{'finetune_from_model': '{start}'}}}}"]
+    for epoch, (bleu, updates) in enumerate(valid, 1):
+        lines.append(f"2026 | INFO | valid | epoch {epoch:03d} | valid on 'valid' subset | loss 2.1 | bleu {bleu} | "
+                     f"num_updates {updates}")
+    for epoch, (reward, frac) in enumerate(train, 1):
+        lines.insert(epoch, f"2026 | INFO | train | epoch {epoch:03d} | loss 0.1 | reward {reward} | "
+                            f"greedy_frac {frac} | entropy 1.5 | num_updates {100 * epoch}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_rl_logs_table_and_start_epochs(tmp_path):
+    """scripts/rl_logs.py: dev BLEU per validation, best, first/last epoch metrics; Figure 3's pairs of
+    (CE dev BLEU at epoch e, dev BLEU after REINFORCE started from checkpoint e)."""
+    rl = _train_log(tmp_path / "rl-a-k500.train.log", "/x/ce/checkpoint_best.pt", [(30.5, 100), (31.25, 200)],
+                    [(28.0, 0.05), (29.5, 0.08)])
+    out = run([REPO / "scripts" / "rl_logs.py", "table", rl, "--json", tmp_path / "r.json"]).stdout
+    assert "| rl-a-k500 | 200 | 30.50 31.25 | 31.25 | 28 / 29.5 | 0.05 / 0.08 | 1.5 / 1.5 |" in out
+    assert json.loads((tmp_path / "r.json").read_text())[0]["valid"][1]["bleu"] == 31.25
+    ce = {k: _train_log(tmp_path / f"ce-{k}.train.log", "None", [(5.0, 1), (9.0, 2), (12.0, 3), (15.0, 4)], [])
+          for k in ("small", "full")}
+    runs = [_train_log(tmp_path / f"rl-{k}-e{e}.train.log", f"/x/ce/checkpoint{e}.pt", [(bleu, 1)], [])
+            for k, e, bleu in (("small", 4, 16.5), ("small", 1, 4.0), ("full", 2, 9.5))]
+    args = [REPO / "scripts" / "rl_logs.py", "start-epochs", "--ce", f"small={ce['small']}", "--ce",
+            f"full={ce['full']}", *[f for r in runs for f in ("--rl", f"{r.name.split('-')[1]}={r}")]]
+    out = run([*args, "--out", tmp_path / "fig3.png"]).stdout
+    rows = [line for line in out.splitlines() if line.startswith("| small") or line.startswith("| full")]
+    assert rows == ["| small | 1 | 5.0 | 4.00 | -1.00 |", "| small | 4 | 15.0 | 16.50 | +1.50 |",
+                    "| full | 2 | 9.0 | 9.50 | +0.50 |"]
+    assert (tmp_path / "fig3.png").stat().st_size > 1000
+    bad = run([*args[:4], "--rl", f"other={runs[0]}"], check=False)
+    assert bad.returncode != 0 and "--rl other: no --ce log with that label" in bad.stderr
