@@ -19,7 +19,9 @@ setup(
     long_description_content_type="text/markdown",
     license="MIT",
     python_requires=">=3.8",
-    packages=find_packages(include=["fairseq_smallvocab", "fairseq_smallvocab.*"]),
+    # the plugin (what --user-dir loads) and the tools (data preparation, benchmarks, analyses: scripts/)
+    packages=find_packages(include=["fairseq_smallvocab", "fairseq_smallvocab.*", "smallvocab_tools",
+                                    "smallvocab_tools.*"]),
     install_requires=["numpy", "sacrebleu>=2.0", "sentencepiece"],
     classifiers=[
         "Programming Language :: Python :: 3",

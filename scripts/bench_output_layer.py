@@ -16,18 +16,14 @@ gives.  Prints one line per setting.
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchmark import make_batch  # noqa: E402
-
-from fairseq_smallvocab.candidate_space import batch_union  # noqa: E402
-from fairseq_smallvocab.modules.candidate_output import CandidateLogits  # noqa: E402
+from fairseq_smallvocab.candidate_space import batch_union
+from fairseq_smallvocab.modules.candidate_output import CandidateLogits
+from smallvocab_tools.bench.benchmark import make_batch
 
 
 def union_logits(features, weight, bias, candidates):

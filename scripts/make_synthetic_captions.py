@@ -2,7 +2,7 @@
 """Generate the project's embedded synthetic captioning set: scenes (objects
 with attributes, counts and positions, and a place) rendered into d_f-value
 image features by a fixed sparse random projection plus noise, each with several
-differently worded captions (see fairseq_smallvocab/synthetic_captions.py).
+differently worded captions (see smallvocab_tools/data/synthetic_captions.py).
 The same arguments always give the same bytes.
 
 Writes OUT/{train,valid,test}.LANG (one caption per line), OUT/{split}.npy
@@ -15,8 +15,8 @@ row) and OUT/config.json; binarize with scripts/prepare_captions.py.
 import argparse
 import sys
 
-from fairseq_smallvocab.prep import DataError, add_config_args, atomic_output_dir, config_from_args
-from fairseq_smallvocab.synthetic_captions import CaptionConfig, write_captions
+from smallvocab_tools.data.prep import DataError, add_config_args, atomic_output_dir, config_from_args
+from smallvocab_tools.data.synthetic_captions import CaptionConfig, write_captions
 
 
 def main(argv=None):

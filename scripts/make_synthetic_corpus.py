@@ -4,7 +4,7 @@
 Zipfian word frequencies, a target vocabulary of the requested size (every
 target word occurs in train), sentence lengths in [min-len, max-len], and a
 seeded source-to-target mapping with one-to-many and many-to-one words, gender
-agreement and local reordering (see fairseq_smallvocab/synthetic.py).  The
+agreement and local reordering (see smallvocab_tools/data/synthetic.py).  The
 same arguments always give the same bytes.
 
 Writes OUT/{train,valid,test}.{src,tgt} (ready for fairseq-preprocess, or
@@ -17,8 +17,8 @@ OUT/corpus.json (the settings and counts).
 import argparse
 import sys
 
-from fairseq_smallvocab.prep import DataError, add_config_args, config_from_args
-from fairseq_smallvocab.synthetic import SyntheticConfig, write_corpus
+from smallvocab_tools.data.prep import DataError, add_config_args, config_from_args
+from smallvocab_tools.data.synthetic import SyntheticConfig, write_corpus
 
 
 def main(argv=None):

@@ -23,8 +23,8 @@ import argparse
 import json
 import sys
 
-from fairseq_smallvocab.caption_prep import prepare_captions
-from fairseq_smallvocab.prep import DataError
+from smallvocab_tools.data.caption_prep import prepare_captions
+from smallvocab_tools.data.prep import DataError
 
 
 def main(argv=None):

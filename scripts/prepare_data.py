@@ -23,7 +23,7 @@ leaves nothing that looks finished.
 import argparse
 import sys
 
-from fairseq_smallvocab import prep
+from smallvocab_tools.data import prep
 
 
 def main(argv=None):

@@ -23,7 +23,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from fairseq_smallvocab import prep
+from smallvocab_tools.data import prep
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_SOURCE = REPO.parent / "shared" / "data" / "multi30k"

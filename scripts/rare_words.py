@@ -81,7 +81,7 @@ def markdown(results):
 
 
 def plot(results, path, title):
-    from plotting import finish, new_figure
+    from smallvocab_tools.analysis.plotting import finish, new_figure
 
     plt, fig, ax = new_figure((7, 4))
     width = 0.8 / len(results)

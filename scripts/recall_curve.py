@@ -15,9 +15,8 @@ import argparse
 import logging
 import sys
 
-from plotting import finish, new_figure
-
 from fairseq_smallvocab.predictor import PredictorError, frequency_scores, load_predictor, recall_at
+from smallvocab_tools.analysis.plotting import finish, new_figure
 
 DEFAULT_KS = [50, 100, 200, 300, 500, 750, 1000, 1500, 2000, 3000, 5000, 10000]
 

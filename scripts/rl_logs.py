@@ -128,7 +128,7 @@ def main(argv=None):
             change = f"{after - before:+.2f}" if before is not None else "-"
             print(f"| {label} | {epoch} | {before if before is not None else '-'} | {after:.2f} | {change} |")
     if args.out:
-        from plotting import finish, new_figure  # beside this script
+        from smallvocab_tools.analysis.plotting import finish, new_figure
 
         plt, fig, ax = new_figure()
         for label, rows in points.items():

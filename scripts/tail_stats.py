@@ -7,7 +7,7 @@
 import argparse
 from collections import Counter
 
-from fairseq_smallvocab.prep import read_lines, tail_stats
+from smallvocab_tools.data.prep import read_lines, tail_stats
 
 
 def main(argv=None):

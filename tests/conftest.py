@@ -66,7 +66,7 @@ def translation_batch(lengths, t_src, t_tgt, k, v_src, tgt_dict):
 @pytest.fixture(scope="session")
 def tiny_raw(tmp_path_factory):
     """A small synthetic corpus (raw text), shared by the tests that only read it."""
-    from fairseq_smallvocab.synthetic import SyntheticConfig, write_corpus
+    from smallvocab_tools.data.synthetic import SyntheticConfig, write_corpus
 
     out = tmp_path_factory.mktemp("corpus") / "raw"
     write_corpus(out, SyntheticConfig(tgt_vocab_size=300, train_size=400, valid_size=40, test_size=30))
@@ -76,7 +76,7 @@ def tiny_raw(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_bin(tiny_raw, tmp_path_factory):
     """``tiny_raw`` binarized with every word kept."""
-    from fairseq_smallvocab.prep import prepare
+    from smallvocab_tools.data.prep import prepare
 
     dest = tmp_path_factory.mktemp("bin") / "data-bin"
     splits = {"train": "train", "valid": "valid", "test": "test"}

@@ -51,10 +51,7 @@ def test_plot_benchmark_draws_the_three_plots(tmp_path):
     for name in ("speedup", "time_vs_k", "memory"):
         assert (tmp_path / "plots" / f"t_{name}.png").stat().st_size > 1000
 
-    import sys
-
-    sys.path.insert(0, str(REPO / "scripts"))
-    from plot_benchmark import k_curves, memory_pairs, speedups
+    from smallvocab_tools.analysis.plot_benchmark import k_curves, memory_pairs, speedups
 
     assert speedups(records)[("cpu", "reinforce", None, 128)] == [(4500, 2.0), (24000, 4.0)]  # paper's K only
     assert speedups(records)[("cpu", "decode", 1, 128)] == [(4500, 1.5)]

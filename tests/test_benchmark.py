@@ -24,10 +24,7 @@ def test_benchmark_writes_records_and_table(tmp_path):
 
 
 def test_benchmark_batch_candidates_hold_the_gold_words():
-    import sys
-
-    sys.path.insert(0, str(REPO / "scripts"))
-    from benchmark import make_batch
+    from smallvocab_tools.bench.benchmark import make_batch
 
     sample = make_batch(vocab_size=500, k=60, batch=3, max_len=20, device="cpu")
     cands = sample["net_input"]["candidates"]
@@ -76,10 +73,7 @@ def test_benchmark_on_real_batches_of_a_corpus(tiny_raw, tiny_bin, predictor, tm
 
 
 def _benchmark_module():
-    import sys
-
-    sys.path.insert(0, str(REPO / "scripts"))
-    import benchmark
+    from smallvocab_tools.bench import benchmark
 
     return benchmark
 

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from conftest import USER_DIR, VP_TRAIN, run
 
-from fairseq_smallvocab.synthetic_captions import CaptionConfig, generate
+from smallvocab_tools.data.synthetic_captions import CaptionConfig, generate
 
 TINY = CaptionConfig(n_objects=60, n_attributes=20, n_places=15, train_images=150, valid_images=20,
                      test_images=16, feature_dim=256, active_units=8)
@@ -26,7 +26,7 @@ DECODE = ["--cpu", "--batch-size", "8", "--max-len-b", "30", "--small-vocab-size
 
 @pytest.fixture(scope="module")
 def cap_raw(tmp_path_factory):
-    from fairseq_smallvocab.synthetic_captions import write_captions
+    from smallvocab_tools.data.synthetic_captions import write_captions
 
     out = tmp_path_factory.mktemp("captions") / "raw"
     write_captions(out, TINY)
@@ -35,7 +35,7 @@ def cap_raw(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def cap_bin(cap_raw, tmp_path_factory):
-    from fairseq_smallvocab.caption_prep import prepare_captions
+    from smallvocab_tools.data.caption_prep import prepare_captions
 
     dest = tmp_path_factory.mktemp("capbin") / "bin"
     prepare_captions(cap_raw, dest, log=lambda m: None)
@@ -161,7 +161,7 @@ def _kiros_files(folder, name, per_caption_rows, rng):
 
 @pytest.mark.parametrize("per_caption_rows", [False, True])
 def test_kiros_layout_is_converted(tmp_path, per_caption_rows):
-    from fairseq_smallvocab.caption_prep import prepare_captions
+    from smallvocab_tools.data.caption_prep import prepare_captions
 
     raw = tmp_path / "f8k"
     raw.mkdir()
@@ -177,8 +177,8 @@ def test_kiros_layout_is_converted(tmp_path, per_caption_rows):
 
 
 def test_kiros_layout_errors_are_named(tmp_path):
-    from fairseq_smallvocab.caption_prep import prepare_captions
-    from fairseq_smallvocab.prep import DataError
+    from smallvocab_tools.data.caption_prep import prepare_captions
+    from smallvocab_tools.data.prep import DataError
 
     raw = tmp_path / "coco"
     raw.mkdir()
@@ -433,8 +433,8 @@ def test_predictors_of_the_other_input_kind_are_named(cap_predictor, cap_bin, ti
 
 
 def test_prepare_captions_names_the_file_and_split_of_a_nan_feature(cap_raw, tmp_path):
-    from fairseq_smallvocab.caption_prep import prepare_captions
-    from fairseq_smallvocab.prep import DataError
+    from smallvocab_tools.data.caption_prep import prepare_captions
+    from smallvocab_tools.data.prep import DataError
 
     raw = shutil.copytree(cap_raw, tmp_path / "raw")
     feats = np.load(raw / "valid.npy")

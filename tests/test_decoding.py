@@ -73,7 +73,7 @@ def test_interactive_decodes_raw_text_and_empty_lines(small_model, tiny_bin, tin
 def test_predictor_with_another_dictionary_is_refused(small_model, tiny_bin, tiny_raw, tmp_path):
     from conftest import VP_TRAIN
 
-    from fairseq_smallvocab.prep import prepare
+    from smallvocab_tools.data.prep import prepare
 
     other = tmp_path / "other"
     prepare(tiny_raw, other, "src", "tgt", {"train": "train", "valid": "valid", "test": "test"}, min_count=2,

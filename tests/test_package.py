@@ -52,3 +52,23 @@ def test_user_dir_after_import_of_installed_package():
 def test_fairseq_cli_sees_user_dir():
     result = run(["fairseq-train", "--user-dir", USER_DIR, "--help"])
     assert "--user-dir" in result.stdout
+
+
+def test_the_plugin_package_holds_only_the_plugin():
+    """--user-dir fairseq_smallvocab loads no tool: no module of the plugin imports smallvocab_tools or
+    parses a command line, and loading it (fairseq's way, in a fresh interpreter) imports no tool module;
+    the tools import as a package of their own (no sys.path edits)."""
+    for path in sorted(USER_DIR.rglob("*.py")):
+        text = path.read_text()
+        assert "smallvocab_tools" not in text and "ArgumentParser" not in text, path
+    code = (
+        "import argparse, sys\n"
+        "from fairseq import utils\n"
+        f"utils.import_user_module(argparse.Namespace(user_dir={str(USER_DIR)!r}))\n"
+        "print(sorted(m for m in sys.modules if m.startswith('smallvocab_tools')))\n"
+        "import smallvocab_tools.data.prep, smallvocab_tools.bench.benchmark, smallvocab_tools.analysis.plot_benchmark\n"
+        "print('tools ok')\n"
+    )
+    assert run([sys.executable, "-c", code], cwd="/").stdout.split("\n")[-3:-1] == ["[]", "tools ok"]
+    for script in sorted((REPO / "scripts").glob("*.py")):
+        assert "sys.path.insert" not in script.read_text(), script

@@ -7,7 +7,7 @@ import shutil
 import pytest
 from conftest import MULTI30K, REPO, run
 
-from fairseq_smallvocab import prep
+from smallvocab_tools.data import prep
 
 SPLITS = {"train": "train", "valid": "valid", "test": "test"}
 PREPARE = REPO / "scripts" / "prepare_data.py"
@@ -239,7 +239,7 @@ def test_dest_overlapping_the_input_is_refused_before_anything_is_touched(tiny_r
 
 
 def test_other_scripts_refuse_an_output_overlapping_their_input(tiny_raw, tmp_path):
-    from fairseq_smallvocab.caption_prep import prepare_captions
+    from smallvocab_tools.data.caption_prep import prepare_captions
 
     source = _copy_raw(tiny_raw, tmp_path / "m30k")
     for ours, theirs in (("train", "train"), ("valid", "val"), ("test", "test2016")):

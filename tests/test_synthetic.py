@@ -6,7 +6,7 @@ import json
 import pytest
 from conftest import REPO, run
 
-from fairseq_smallvocab.synthetic import SyntheticConfig, generate, write_corpus, zipf_slope
+from smallvocab_tools.data.synthetic import SyntheticConfig, generate, write_corpus, zipf_slope
 
 SMALL = dict(tgt_vocab_size=500, train_size=600, valid_size=50, test_size=50)
 

@@ -9,12 +9,12 @@ import torch
 import torch.nn.functional as F
 from conftest import REPO, USER_DIR, run
 
-from fairseq_smallvocab import prep
 from fairseq_smallvocab.candidates import read_candidates, write_candidates
 from fairseq_smallvocab.data import KeepLastBatchDataset
 from fairseq_smallvocab.predictor import PredictorError, frequency_scores, load_predictor, predict_candidates, recall_at
-from fairseq_smallvocab.synthetic import SyntheticConfig, write_corpus
 from fairseq_smallvocab.vocab import recall_hits, select_candidates
+from smallvocab_tools.data import prep
+from smallvocab_tools.data.synthetic import SyntheticConfig, write_corpus
 
 SPLITS = {"train": "train", "valid": "valid", "test": "test"}
 TRAIN_ARGS = ["--user-dir", USER_DIR, "--task", "vocab_prediction", "--arch", "vocab_predictor",

@@ -20,7 +20,7 @@ from typing import Dict, Optional, Tuple
 
 import numpy as np
 
-from fairseq_smallvocab.prep import (
+from smallvocab_tools.data.prep import (
     DataError,
     atomic_output_dir,
     check_dest_apart_from_inputs,

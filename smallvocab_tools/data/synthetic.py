@@ -359,7 +359,7 @@ def write_corpus(out_dir, cfg: SyntheticConfig, src_lang="src", tgt_lang="tgt", 
     """Generate the corpus into ``out_dir`` (a new folder: written to a
     temporary sibling and renamed at the end, so it is never half-written).
     Writes {train,valid,test}.{src_lang,tgt_lang}, lexicon.tsv and corpus.json."""
-    from fairseq_smallvocab.prep import atomic_output_dir
+    from smallvocab_tools.data.prep import atomic_output_dir
 
     if src_lang == tgt_lang:
         raise ValueError(f"source and target language names must differ, both are {src_lang!r}")

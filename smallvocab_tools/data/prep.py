@@ -259,7 +259,7 @@ def tail_stats(counts: Iterable[int]) -> Dict:
     """How heavy the rare-word tail of a word-count distribution is: the share
     of types seen once and at most three times, the share of tokens covered by
     the 10% most frequent types, and the Zipf slope."""
-    from fairseq_smallvocab.synthetic import zipf_slope
+    from smallvocab_tools.data.synthetic import zipf_slope
 
     freqs = sorted(counts, reverse=True)
     n = max(1, len(freqs))
