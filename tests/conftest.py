@@ -55,12 +55,26 @@ def translation_batch(lengths, t_src, t_tgt, k, v_src, tgt_dict):
     tgt[3, 3:] = pad
     tgt[3, 2] = eos
     prev = torch.cat([torch.full((bsz, 1), eos), tgt[:, :-1]], dim=1).masked_fill(tgt.eq(pad), pad)
-    cands = torch.zeros(bsz, k, dtype=torch.long)
-    for b in range(bsz):
-        gold = [t for t in dict.fromkeys(tgt[b].tolist()) if t >= nspecial]
-        rest = [t for t in torch.randperm(len(tgt_dict)).tolist() if t >= nspecial and t not in gold]
-        cands[b] = torch.tensor(list(range(nspecial)) + (gold + rest)[: k - nspecial])
-    return src, prev, tgt, cands
+    return src, prev, tgt, candidate_batch(k, len(tgt_dict), gold=tgt, nspecial=nspecial)
+
+
+def candidate_batch(k, vocab_size, gold=None, bsz=None, nspecial=4, shuffle=True):
+    """B x K candidate rows as training lists give them (the plugin's
+    ``candidate_space.candidate_rows``): the special ids, then each row's gold
+    words (``gold[b]``'s ids >= nspecial, in order of first occurrence), then
+    other words in a random order (torch's generator) or, without
+    ``shuffle``, in id order."""
+    import numpy as np
+    import torch
+
+    from fairseq_smallvocab.candidate_space import candidate_rows
+
+    lists = []
+    for b in range(len(gold) if gold is not None else bsz):
+        first = [t for t in dict.fromkeys(gold[b].tolist()) if t >= nspecial] if gold is not None else []
+        order = torch.randperm(vocab_size).tolist() if shuffle else range(vocab_size)
+        lists.append(first + [t for t in order if t >= nspecial and t not in first][: k - nspecial - len(first)])
+    return torch.from_numpy(candidate_rows(np.array(lists), k, nspecial, "test candidates").astype(np.int64))
 
 
 @pytest.fixture(scope="session")

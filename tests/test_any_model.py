@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import make_dictionary, translation_batch
+from conftest import candidate_batch, make_dictionary, translation_batch
 from fairseq.data import Dictionary
 from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 from fairseq.sequence_generator import SequenceGenerator
@@ -343,7 +343,7 @@ def test_mixed_precision_small_output_layer_and_reinforce():
     tgt_dict = model.decoder.dictionary
     src = torch.randint(4, V_SRC, (B, T_SRC))
     src[:, -1] = tgt_dict.eos()
-    cands = torch.stack([torch.cat([torch.arange(4), 4 + torch.randperm(V_TGT - 4)[: K - 4]]) for _ in range(B)])
+    cands = candidate_batch(K, V_TGT, bsz=B)
     tgt = cands.gather(1, torch.randint(4, K, (B, T_TGT)))
     tgt[:, -1] = tgt_dict.eos()
     prev = torch.cat([torch.full((B, 1), tgt_dict.eos()), tgt[:, :-1]], 1)
@@ -382,9 +382,9 @@ def test_teacher_forced_union_and_per_example_rows_agree(overlap, monkeypatch):
     weight, bias = torch.randn(V_TGT, 8, requires_grad=True), torch.randn(V_TGT, requires_grad=True)
     features = torch.randn(B, 4, 8, requires_grad=True)
     if overlap:  # every row draws from the same 30 words
-        cands = torch.stack([torch.cat([torch.arange(4), 4 + torch.randperm(30)[: K - 4]]) for _ in range(B)])
+        cands = candidate_batch(K, 34, bsz=B)
     else:
-        cands = torch.stack([torch.cat([torch.arange(4), 4 + torch.randperm(V_TGT - 4)[: K - 4]]) for _ in range(B)])
+        cands = candidate_batch(K, V_TGT, bsz=B)
     grad = torch.randn(B, 4, K)
     results = []
     for ratio in (1e9, 0.0):  # always the union, never the union

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import USER_DIR, VP_TRAIN, run
+from conftest import USER_DIR, VP_TRAIN, candidate_batch, run
 
 from smallvocab_tools.data.synthetic_captions import CaptionConfig, generate
 
@@ -224,8 +224,7 @@ def test_small_logits_equal_full_softmax_masked():
     model, d = _model()
     bsz, steps, k = 4, 6, 14
     feats = torch.randn(bsz, 20)
-    cands = torch.cat([torch.arange(4).expand(bsz, 4), torch.stack([torch.randperm(len(d) - 4)[:k - 4] + 4
-                                                                    for _ in range(bsz)])], 1)
+    cands = candidate_batch(k, len(d), bsz=bsz)
     prev = cands.gather(1, torch.randint(2, k, (bsz, steps)))
     full, _ = model(feats, prev)
     small, extra = model(feats, prev, candidates=cands)

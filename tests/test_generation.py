@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import make_dictionary
+from conftest import candidate_batch, make_dictionary
 from fairseq import search
 from fairseq.sequence_generator import SequenceGenerator
 
@@ -35,7 +35,7 @@ def setup():
     for b, n in enumerate(lengths.tolist()):
         src[b, : T_SRC - n] = pad
         src[b, -1] = eos
-    cands = torch.stack([torch.cat([torch.arange(4), 4 + torch.randperm(V_TGT - 4)[: K - 4]]) for _ in range(B)])
+    cands = candidate_batch(K, V_TGT, bsz=B)
     sample = {"id": torch.arange(B), "net_input": {"src_tokens": src, "src_lengths": lengths, "candidates": cands}}
     return model, tgt_dict, sample
 
@@ -86,7 +86,7 @@ def test_union_scorer_follows_beam_reordering_and_finished_sentences():
     a sentence, finished sentences dropped, rows of one sentence apart."""
     torch.manual_seed(0)
     weight, bias = torch.randn(V_TGT, 8), torch.randn(V_TGT)
-    cands = torch.stack([torch.cat([torch.arange(4), 4 + torch.randperm(V_TGT - 4)[: K - 4]]) for _ in range(3)])
+    cands = candidate_batch(K, V_TGT, bsz=3)
     scorer = UnionScorer(weight, bias, cands)
     rows = cands
     for order in ([0, 0, 1, 1, 2, 2], [1, 0, 3, 3, 4, 5], [0, 1, 4, 5], [2, 0, 1, 3]):

@@ -66,7 +66,8 @@ def test_the_plugin_package_holds_only_the_plugin():
         "from fairseq import utils\n"
         f"utils.import_user_module(argparse.Namespace(user_dir={str(USER_DIR)!r}))\n"
         "print(sorted(m for m in sys.modules if m.startswith('smallvocab_tools')))\n"
-        "import smallvocab_tools.data.prep, smallvocab_tools.bench.benchmark, smallvocab_tools.analysis.plot_benchmark\n"
+        "import smallvocab_tools.data.prep, smallvocab_tools.bench.benchmark\n"
+        "import smallvocab_tools.analysis.plot_benchmark\n"
         "print('tools ok')\n"
     )
     assert run([sys.executable, "-c", code], cwd="/").stdout.split("\n")[-3:-1] == ["[]", "tools ok"]

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import USER_DIR, make_dictionary, run
+from conftest import USER_DIR, candidate_batch, make_dictionary, run
 from fairseq import utils
 from fairseq.data import Dictionary
 
@@ -37,12 +37,7 @@ def _setup(small=True, seed=0):
     prev = torch.cat([torch.full((B, 1), eos), tgt[:, :-1]], 1).masked_fill(tgt.eq(pad), pad)
     net_input = {"src_tokens": src, "src_lengths": torch.full((B,), T_SRC), "prev_output_tokens": prev}
     if small:
-        rows = []
-        for b in range(B):
-            gold = [t for t in dict.fromkeys(tgt[b].tolist()) if t >= 4]
-            rest = [t for t in range(4, V_TGT) if t not in gold]
-            rows.append(list(range(4)) + (gold + rest)[: K - 4])
-        net_input["candidates"] = torch.tensor(rows)
+        net_input["candidates"] = candidate_batch(K, V_TGT, gold=tgt, shuffle=False)
     sample = {"id": torch.arange(B), "net_input": net_input, "target": tgt, "nsentences": B,
               "ntokens": int(tgt.ne(pad).sum())}
     return model, task, sample

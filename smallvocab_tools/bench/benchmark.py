@@ -128,6 +128,8 @@ def make_batch(vocab_size, k, batch, max_len, device, seed=0, zipf=0.0):
     is the frequency rank, as in a fairseq dictionary), uniform when 0."""
     import torch
 
+    from fairseq_smallvocab.candidate_space import candidate_rows
+
     gen = torch.Generator().manual_seed(seed)
     nspecial, eos = 4, 2
     src = torch.randint(nspecial, vocab_size, (batch, max_len), generator=gen)
@@ -147,8 +149,9 @@ def make_batch(vocab_size, k, batch, max_len, device, seed=0, zipf=0.0):
             score = torch.rand(batch, vocab_size, generator=gen)
         score.scatter_(1, tgt, 2.0)  # gold words first
         score[:, :nspecial] = -1.0
-        words = score.topk(k - nspecial, dim=1).indices
-        net_input["candidates"] = torch.cat([torch.arange(nspecial).expand(batch, -1), words], dim=1)
+        lists = score.topk(k - nspecial, dim=1).indices.numpy()
+        rows = candidate_rows(lists, k, nspecial, "benchmark batch")
+        net_input["candidates"] = torch.from_numpy(rows.astype("int64"))
     sample = {"id": torch.arange(batch), "net_input": net_input, "target": tgt,
               "nsentences": batch, "ntokens": batch * max_len}
     return _to(sample, device)
