@@ -1,6 +1,7 @@
 # fairseq-smallvocab: set-up, demo and tests.
 #   make demo    set up .venv, then run the demo on data the project generates
-#   make test    set up .venv, then run the test suite
+#   make test    set up .venv, then run the test suite (every test: what CI runs)
+#   make test-fast  the tests that run no subprocess (not marked slow): the inner loop
 # Variables: PYTHON (the interpreter that creates .venv), VENV,
 #   SYSTEM_SITE_PACKAGES=1 (a new .venv sees the system's packages, e.g. its torch),
 #   TORCH_REQUIREMENT (what to install when there is no torch; default torch==2.13.0),
@@ -13,7 +14,7 @@ STAMP := $(VENV)/.smallvocab-setup
 PYTEST_ARGS ?=
 SETUP_FLAGS := $(if $(filter 1 yes true,$(SYSTEM_SITE_PACKAGES)),--system-site-packages,)
 
-.PHONY: setup test demo lint check-python clean-demo
+.PHONY: setup test test-fast demo lint check-python clean-demo
 
 check-python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 8) else 1)' 2>/dev/null || { \
@@ -32,6 +33,9 @@ setup: $(STAMP)
 
 test: $(STAMP)
 	$(VPY) -m pytest tests $(PYTEST_ARGS)
+
+test-fast: $(STAMP)
+	$(VPY) -m pytest tests -m "not slow" $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

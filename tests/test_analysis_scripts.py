@@ -3,7 +3,8 @@ benchmark.py's records) and scripts/rl_logs.py (summaries of fairseq-train logs)
 
 import json
 
-from conftest import REPO, run
+import pytest
+from helpers import REPO, run
 
 
 def _dict_file(path, n=20):
@@ -13,6 +14,7 @@ def _dict_file(path, n=20):
     return path
 
 
+@pytest.mark.slow
 def test_rare_words_shares_per_decile(tmp_path):
     """20 words: decile d holds w{2d-2}, w{2d-1}; padding entries are not words."""
     dictionary = _dict_file(tmp_path / "dict.tgt.txt")
@@ -35,6 +37,7 @@ def test_rare_words_shares_per_decile(tmp_path):
     assert bad.returncode != 0 and "not a fairseq dictionary line" in bad.stderr
 
 
+@pytest.mark.slow
 def test_plot_benchmark_draws_the_three_plots(tmp_path):
     def rec(mode, vocab, softmax, k, sec, mem, **extra):
         return {"device": "cpu", "mode": mode, "softmax": softmax, "vocab_size": vocab, "K": k, "batch": 128,
@@ -72,6 +75,7 @@ def _train_log(path, start, valid, train):
     return path
 
 
+@pytest.mark.slow
 def test_rl_logs_table_and_start_epochs(tmp_path):
     """scripts/rl_logs.py: dev BLEU per validation, best, first/last epoch metrics; Figure 3's pairs of
     (CE dev BLEU at epoch e, dev BLEU after REINFORCE started from checkpoint e)."""

@@ -10,10 +10,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import candidate_batch, make_dictionary, translation_batch
 from fairseq.data import Dictionary
 from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 from fairseq.sequence_generator import SequenceGenerator
+from helpers import candidate_batch, make_dictionary, translation_batch
 
 import fairseq_smallvocab  # noqa: F401  (registers the plugin's models)
 from fairseq_smallvocab.candidate_model import restrict

@@ -4,9 +4,11 @@ fields the results tables use (the numbers themselves are not tested)."""
 import json
 import re
 
-from conftest import REPO, run
+import pytest
+from helpers import REPO, run
 
 
+@pytest.mark.slow
 def test_benchmark_writes_records_and_table(tmp_path):
     out = run([REPO / "scripts" / "benchmark.py", "--modes", "ce", "reinforce", "--vocab-sizes", "300", "--k", "40",
                "--batch", "4", "--max-len", "6", "--embed-dim", "8", "--steps", "1", "--warmup", "1", "--threads", "1",
@@ -33,6 +35,7 @@ def test_benchmark_batch_candidates_hold_the_gold_words():
         assert set(target) <= set(row) and len(set(row)) == 60
 
 
+@pytest.mark.slow
 def test_benchmark_decode_records(tmp_path):
     run([REPO / "scripts" / "benchmark.py", "--modes", "decode", "--vocab-sizes", "300", "--k", "40",
          "--embed-dim", "8", "--threads", "1", "--decode-batches", "1", "2", "--beams", "2", "--decode-len", "5",
@@ -46,6 +49,7 @@ def test_benchmark_decode_records(tmp_path):
     assert len(re.findall(r"\| \d+\.\d\dx \|", (tmp_path / "d.md").read_text())) == 2  # speedups
 
 
+@pytest.mark.slow
 def test_benchmark_on_real_batches_of_a_corpus(tiny_raw, tiny_bin, predictor, tmp_path):
     """--data: real batches (distinct per step, the same for small and full) with
     exported candidates; |V| is the corpus's dictionary, len its longest target."""
@@ -103,6 +107,7 @@ def test_benchmark_default_and_quick_configurations():
     assert quick.steps == 4 and quick.warmup == 1  # an explicit option wins over --quick's
 
 
+@pytest.mark.slow
 def test_benchmark_several_samples_per_input(tmp_path):
     """--rl-samples 1 2: one REINFORCE configuration per N (CE unchanged), each small paired with its own full
     softmax in the table; loo with one sample is refused."""
@@ -140,6 +145,7 @@ def test_benchmark_zipf_batches_look_like_real_ones():
     assert len(set(uniform["net_input"]["candidates"].flatten().tolist())) > 4 * 300
 
 
+@pytest.mark.slow
 def test_benchmark_interleaves_rounds_on_a_fairseq_arch(tmp_path):
     """--rounds: small and full alternate, each record holds its rounds, its
     time is their median and the small one's speedup the median of the

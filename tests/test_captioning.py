@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import USER_DIR, VP_TRAIN, candidate_batch, run
+from helpers import USER_DIR, VP_TRAIN, candidate_batch, run
 
 from smallvocab_tools.data.synthetic_captions import CaptionConfig, generate
 
@@ -278,6 +278,7 @@ def _hyps(stdout):
     return {int(m.group(1)): m.group(2) for m in re.finditer(r"^H-(\d+)\t\S+\t(.*)$", stdout, re.M)}
 
 
+@pytest.mark.slow
 def test_train_generate_and_multi_reference_bleu(cap_model, cap_bin, cap_predictor, tmp_path):
     out = run(["fairseq-generate", cap_bin, *CAP, *DECODE, "--path", cap_model, "--gen-subset", "test",
                "--one-caption-per-image", "--beam", "2"])
@@ -305,6 +306,7 @@ def test_train_generate_and_multi_reference_bleu(cap_model, cap_bin, cap_predict
     assert again.stdout == bleu.stdout
 
 
+@pytest.mark.slow
 def test_reinforce_through_fairseq_train(cap_model, cap_bin, cap_predictor, tmp_path):
     out = run(["fairseq-train", cap_bin, *CAP, *TRAIN, "--criterion", "reinforce_gleu", "--max-sample-len", "30",
                "--finetune-from-model", cap_model, "--small-vocab-size", "40", "--max-epoch", "1",
@@ -365,6 +367,7 @@ def test_nan_feature_row_is_named(cap_bin, tmp_path):
         _task(data, small_vocab_size=0).load_dataset("test")
 
 
+@pytest.mark.slow
 def test_feature_dimension_unlike_the_checkpoints_is_refused(cap_model, cap_bin, tmp_path):
     data = _copy(cap_bin, tmp_path)
     for split in ("train", "valid", "test"):
@@ -375,6 +378,7 @@ def test_feature_dimension_unlike_the_checkpoints_is_refused(cap_model, cap_bin,
     assert f"trained on {TINY.feature_dim}-d image features" in out.stderr and "are 32-d" in out.stderr
 
 
+@pytest.mark.slow
 def test_benchmark_on_a_captioning_folder(cap_model, cap_bin, cap_predictor, tmp_path):
     """(cap_model wrote the training split's K = 40 lists.)"""
     import json
@@ -399,6 +403,7 @@ def test_benchmark_on_a_captioning_folder(cap_model, cap_bin, cap_predictor, tmp
     assert all(r["checkpoint"] == str(cap_model) for r in json.loads((tmp_path / "t.json").read_text()))
 
 
+@pytest.mark.slow
 def test_interactive_is_refused_at_start(cap_model, cap_bin):
     out = run(["fairseq-interactive", cap_bin, *CAP, *DECODE, "--buffer-size", "8", "--path", cap_model], stdin="",
               check=False)
@@ -407,6 +412,7 @@ def test_interactive_is_refused_at_start(cap_model, cap_bin):
     assert "encode_line" not in out.stderr
 
 
+@pytest.mark.slow
 def test_predictors_of_the_other_input_kind_are_named(cap_predictor, cap_bin, tiny_bin, predictor, tmp_path):
     from fairseq_smallvocab.predictor import PredictorError, load_predictor
     from fairseq_smallvocab.tasks.translation_smallvocab import TranslationSmallVocabConfig, TranslationSmallVocabTask

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from conftest import USER_DIR, run
+from helpers import USER_DIR, run
 from omegaconf import OmegaConf
 
 import fairseq_smallvocab  # noqa: F401  (registers the allow-list)
@@ -51,6 +51,7 @@ def _allowed_names():
     return names
 
 
+@pytest.mark.slow
 def test_every_global_in_a_real_checkpoint_is_allow_listed(checkpoint):
     # asked in a fresh interpreter: in this one the allow-list is registered,
     # and torch does not report globals that are already allowed
@@ -62,6 +63,7 @@ def test_every_global_in_a_real_checkpoint_is_allow_listed(checkpoint):
     assert found <= _allowed_names(), found - _allowed_names()
 
 
+@pytest.mark.slow
 def test_torch_load_default_reads_checkpoint(checkpoint):
     state = torch.load(checkpoint.path, map_location="cpu")  # weights_only default
     if checkpoint.arch == "lstm":
@@ -71,6 +73,7 @@ def test_torch_load_default_reads_checkpoint(checkpoint):
     assert state["model"]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not TORCH_WEIGHTS_ONLY_DEFAULT, reason="torch < 2.6 loads with weights_only=False")
 def test_stock_fairseq_generate_fails_without_plugin(checkpoint, tiny_bin):
     result = run(["fairseq-generate", tiny_bin, "--path", checkpoint.path, "--cpu", "--beam", "1",
@@ -79,6 +82,7 @@ def test_stock_fairseq_generate_fails_without_plugin(checkpoint, tiny_bin):
     assert "weights_only" in result.stderr or "Weights only" in result.stderr
 
 
+@pytest.mark.slow
 def test_fairseq_generate_with_user_dir(checkpoint, tiny_bin):
     result = run(["fairseq-generate", tiny_bin, "--user-dir", USER_DIR, "--path", checkpoint.path,
                   "--cpu", "--beam", "2", "--batch-size", "16", "--max-len-b", "10",
@@ -88,6 +92,7 @@ def test_fairseq_generate_with_user_dir(checkpoint, tiny_bin):
     assert "BLEU" in result.stdout
 
 
+@pytest.mark.slow
 def test_fairseq_interactive_with_user_dir(checkpoint, tiny_bin, tiny_raw):
     lines = (tiny_raw / "test.src").read_text().splitlines()[:3]
     result = run(["fairseq-interactive", tiny_bin, "--user-dir", USER_DIR, "--path", checkpoint.path,
@@ -96,6 +101,7 @@ def test_fairseq_interactive_with_user_dir(checkpoint, tiny_bin, tiny_raw):
     assert len([line for line in result.stdout.splitlines() if line.startswith("H-")]) == 3
 
 
+@pytest.mark.slow
 def test_fairseq_train_resumes_from_checkpoint(checkpoint, tiny_bin, tmp_path):
     resumed = run(["fairseq-train", tiny_bin, "--user-dir", USER_DIR, *ARCHS[checkpoint.arch], *TRAIN,
                    "--max-epoch", "3", "--save-dir", tmp_path, "--restore-file", checkpoint.path,
@@ -142,6 +148,7 @@ def test_allow_list_holds_only_classes_and_numpy_reconstructors():
             assert isinstance(obj, type) or obj is __import__("typing").Any, obj
 
 
+@pytest.mark.slow
 def test_fairseq_checkpoint_loading_passes_weights_only_explicitly(checkpoint, monkeypatch):
     """torch 2.4 and 2.5 (set-up accepts them) still default to weights_only=False:
     the plugin's loader must ask for it, whatever torch's default."""
@@ -175,6 +182,7 @@ def test_malicious_checkpoint_is_refused_through_fairseq(tmp_path):
     assert not marker.exists()
 
 
+@pytest.mark.slow
 def test_truncated_checkpoint_via_path_gets_a_clear_error(checkpoint, tiny_bin, tmp_path):
     broken = tmp_path / "truncated.pt"
     data = checkpoint.path.read_bytes()

@@ -3,7 +3,7 @@
 import re
 
 import pytest
-from conftest import USER_DIR, run
+from helpers import USER_DIR, run
 
 TRAIN = ["--user-dir", USER_DIR, "--task", "translation_smallvocab", "--arch", "lstm_smallvocab", "--embed-dim",
          "16", "--criterion", "cross_entropy", "--optimizer", "adam", "--lr", "0.01", "--batch-size", "32",
@@ -26,6 +26,7 @@ def _hypotheses(stdout):
     return {int(m.group(1)): m.group(2) for m in re.finditer(r"^H-(\d+)\t\S+\t(.*)$", stdout, re.M)}
 
 
+@pytest.mark.slow
 def test_generate_finds_the_predictor_in_the_checkpoint_and_k_is_a_decoding_option(small_model, tiny_bin,
                                                                                    predictor, tmp_path):
     out = run(["fairseq-generate", tiny_bin, *DECODE, "--path", small_model, "--small-vocab-size", "40",
@@ -39,6 +40,7 @@ def test_generate_finds_the_predictor_in_the_checkpoint_and_k_is_a_decoding_opti
     assert (predictor.parent / "candidates" / "test.k40.npy").exists()
 
 
+@pytest.mark.slow
 def test_full_softmax_checkpoint_decodes_inside_predicted_candidates(tiny_bin, predictor, tmp_path):
     run(["fairseq-train", tiny_bin, *TRAIN, "--small-vocab-size", "0", "--save-dir", tmp_path / "full"])
     ckpt = tmp_path / "full" / "checkpoint_last.pt"
@@ -58,6 +60,7 @@ def test_full_softmax_checkpoint_decodes_inside_predicted_candidates(tiny_bin, p
         assert set(hyp.split()) <= allowed
 
 
+@pytest.mark.slow
 def test_interactive_decodes_raw_text_and_empty_lines(small_model, tiny_bin, tiny_raw):
     lines = (tiny_raw / "test.src").read_text().splitlines()[:3]
     stdin = "\n".join([lines[0], "", lines[1], lines[2]]) + "\n"
@@ -70,8 +73,9 @@ def test_interactive_decodes_raw_text_and_empty_lines(small_model, tiny_bin, tin
     assert hyps[0] == generated[0]  # the same candidates and decode as fairseq-generate's
 
 
+@pytest.mark.slow
 def test_predictor_with_another_dictionary_is_refused(small_model, tiny_bin, tiny_raw, tmp_path):
-    from conftest import VP_TRAIN
+    from helpers import VP_TRAIN
 
     from smallvocab_tools.data.prep import prepare
 
@@ -87,6 +91,7 @@ def test_predictor_with_another_dictionary_is_refused(small_model, tiny_bin, tin
     assert not (tmp_path / "c").exists() or not any((tmp_path / "c").iterdir())  # nothing half-written
 
 
+@pytest.mark.slow
 def test_a_predictor_given_as_path_is_named(predictor, tiny_bin):
     out = run(["fairseq-generate", tiny_bin, *DECODE, "--path", predictor, "--small-vocab-size", "0"], check=False)
     assert out.returncode != 0
@@ -95,6 +100,7 @@ def test_a_predictor_given_as_path_is_named(predictor, tiny_bin):
     assert "uses_features" not in out.stderr
 
 
+@pytest.mark.slow
 def test_decoding_limits_that_allow_no_token_are_refused(small_model, tiny_bin):
     out = run(["fairseq-generate", tiny_bin, *DECODE[:-2], "--path", small_model, "--max-len-a", "0",
                "--max-len-b", "0"], check=False)
@@ -102,6 +108,7 @@ def test_decoding_limits_that_allow_no_token_are_refused(small_model, tiny_bin):
     assert "--max-len-b N" in out.stderr and "AssertionError" not in out.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flag", ["--fp16", "--bf16"])
 def test_half_precision_training_that_fairseq_cannot_run_is_refused_early(tiny_bin, tmp_path, flag):
     import importlib.util

@@ -3,9 +3,11 @@ version of the demo: every stage runs, the summary adds up)."""
 
 import json
 
-from conftest import REPO, run
+import pytest
+from helpers import REPO, run
 
 
+@pytest.mark.slow
 def test_demo_script_end_to_end_small(tmp_path):
     demo = tmp_path / "demo"
     result = run(["bash", REPO / "scripts" / "demo.sh"],

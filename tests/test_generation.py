@@ -7,9 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import candidate_batch, make_dictionary
 from fairseq import search
 from fairseq.sequence_generator import SequenceGenerator
+from helpers import candidate_batch, make_dictionary
 
 from fairseq_smallvocab.generation import SmallVocabSequenceGenerator
 from fairseq_smallvocab.models.lstm_smallvocab import LSTMSmallVocabConfig, LSTMSmallVocabModel

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import make_dictionary, translation_batch
+from helpers import make_dictionary, translation_batch
 
 from fairseq_smallvocab.candidate_model import restrict
 from fairseq_smallvocab.candidate_space import candidate_positions

@@ -4,8 +4,9 @@ import argparse
 import importlib.util
 import sys
 
+import pytest
 import torch
-from conftest import REPO, USER_DIR, run
+from helpers import REPO, USER_DIR, run
 
 
 def test_import_registers_checkpoint_allow_list():
@@ -22,6 +23,7 @@ def test_installed_package_is_this_checkout():
     assert spec.origin.startswith(str(USER_DIR))
 
 
+@pytest.mark.slow
 def test_user_dir_import_by_path_in_fresh_interpreter():
     # fairseq's own mechanism: import_user_module(--user-dir PATH)
     code = (
@@ -37,6 +39,7 @@ def test_user_dir_import_by_path_in_fresh_interpreter():
     assert out[-1] == "True"
 
 
+@pytest.mark.slow
 def test_user_dir_after_import_of_installed_package():
     # `import fairseq_smallvocab` first, then --user-dir to the same folder:
     # fairseq must accept it as already imported, not raise "not globally unique".
@@ -49,11 +52,13 @@ def test_user_dir_after_import_of_installed_package():
     assert run([sys.executable, "-c", code], cwd=REPO).stdout.strip().endswith("ok")
 
 
+@pytest.mark.slow
 def test_fairseq_cli_sees_user_dir():
     result = run(["fairseq-train", "--user-dir", USER_DIR, "--help"])
     assert "--user-dir" in result.stdout
 
 
+@pytest.mark.slow
 def test_the_plugin_package_holds_only_the_plugin():
     """--user-dir fairseq_smallvocab loads no tool: no module of the plugin imports smallvocab_tools or
     parses a command line, and loading it (fairseq's way, in a fresh interpreter) imports no tool module;

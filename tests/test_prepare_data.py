@@ -5,7 +5,7 @@ import os
 import shutil
 
 import pytest
-from conftest import MULTI30K, REPO, run
+from helpers import MULTI30K, REPO, run
 
 from smallvocab_tools.data import prep
 
@@ -142,6 +142,7 @@ def test_sentencepiece_subwords_round_trip_through_fairseq_post_process(tiny_raw
     assert tgt_dict.string(ds[3], "sentencepiece") == reference[3]
 
 
+@pytest.mark.slow
 def test_cli_reports_errors_with_exit_code_2(tiny_raw, tmp_path):
     raw = _copy_raw(tiny_raw, tmp_path / "raw")
     (raw / "train.src").unlink()
@@ -152,6 +153,7 @@ def test_cli_reports_errors_with_exit_code_2(tiny_raw, tmp_path):
     assert not (tmp_path / "bin").exists()
 
 
+@pytest.mark.slow
 def test_cli_prints_statistics(tiny_raw, tmp_path):
     result = run([PREPARE, "--raw-dir", tiny_raw, "--src", "src", "--tgt", "tgt", "--dest",
                   tmp_path / "bin", "--min-count", "1"])
@@ -166,6 +168,7 @@ def _fake_official_repo(tiny_raw, folder):
             shutil.copy(tiny_raw / f"{ours}.{ours_lang}", folder / f"{theirs}.lc.norm.tok.{lang}")
 
 
+@pytest.mark.slow
 def test_multi30k_download_path(tiny_raw, tmp_path):
     official = tmp_path / "official"
     official.mkdir()
@@ -178,6 +181,7 @@ def test_multi30k_download_path(tiny_raw, tmp_path):
     assert (dest / "raw" / "valid.de").read_text() == (tiny_raw / "valid.tgt").read_text()
 
 
+@pytest.mark.slow
 def test_multi30k_download_failure_is_clear(tmp_path):
     result = run([MULTI, "--download", "--download-url", (tmp_path / "nothing").as_uri(),
                   "--out-dir", tmp_path / "out"], check=False)
@@ -185,11 +189,13 @@ def test_multi30k_download_failure_is_clear(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_multi30k_missing_source_folder(tmp_path):
     result = run([MULTI, "--source", tmp_path / "absent", "--out-dir", tmp_path / "out"], check=False)
     assert result.returncode == 2 and "no Multi30k folder" in result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not (MULTI30K / "train.de").exists(), reason="../shared/data/multi30k is absent")
 def test_real_multi30k_en_de_word_level(tmp_path):
     result = run([MULTI, "--source", MULTI30K, "--out-dir", tmp_path, "--pairs", "en-de", "--workers", "2"])
@@ -224,6 +230,7 @@ def _snapshot(folder):
     return sorted((p.relative_to(folder).as_posix(), p.read_bytes()) for p in folder.rglob("*") if p.is_file())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["same", "parent", "inside"])
 def test_dest_overlapping_the_input_is_refused_before_anything_is_touched(tiny_raw, tmp_path, where):
     raw = _copy_raw(tiny_raw, tmp_path / "work" / "raw")
@@ -238,6 +245,7 @@ def test_dest_overlapping_the_input_is_refused_before_anything_is_touched(tiny_r
     assert _snapshot(tmp_path / "work") == before  # not a byte changed, nothing added
 
 
+@pytest.mark.slow
 def test_other_scripts_refuse_an_output_overlapping_their_input(tiny_raw, tmp_path):
     from smallvocab_tools.data.caption_prep import prepare_captions
 
@@ -256,6 +264,7 @@ def test_other_scripts_refuse_an_output_overlapping_their_input(tiny_raw, tmp_pa
     assert _snapshot(source) == before
 
 
+@pytest.mark.slow
 def test_force_replaces_only_folders_the_tools_wrote(tmp_path):
     gen = REPO / "scripts" / "make_synthetic_corpus.py"
     args = ["--tgt-vocab-size", "200", "--train-size", "250", "--valid-size", "5", "--test-size", "5"]
@@ -277,6 +286,7 @@ def test_force_replaces_only_folders_the_tools_wrote(tmp_path):
     assert (empty / "train.tgt").is_file()
 
 
+@pytest.mark.slow
 def test_stale_temporary_folders_of_killed_runs_are_removed(tiny_raw, tmp_path):
     import subprocess
     import sys
@@ -303,6 +313,7 @@ def test_non_utf8_input_names_the_line(tiny_raw, tmp_path):
         prep.prepare(raw, tmp_path / "bin", "src", "tgt", SPLITS)
 
 
+@pytest.mark.slow
 def test_literal_special_tokens_are_reported(tiny_raw, tmp_path):
     raw = _copy_raw(tiny_raw, tmp_path / "raw")
     lines = (raw / "train.src").read_text().splitlines()

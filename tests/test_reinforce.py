@@ -7,9 +7,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import USER_DIR, candidate_batch, make_dictionary, run
 from fairseq import utils
 from fairseq.data import Dictionary
+from helpers import USER_DIR, candidate_batch, make_dictionary, run
 
 from fairseq_smallvocab.candidate_model import restrict
 from fairseq_smallvocab.criterions.reinforce_gleu import ReinforceGleuCriterion
@@ -433,6 +433,7 @@ def ce_checkpoint(tiny_bin, tmp_path_factory):
     return save / "checkpoint_best.pt"
 
 
+@pytest.mark.slow
 def test_fairseq_train_fine_tunes_and_resumes_with_the_baseline_state(tiny_bin, ce_checkpoint, tmp_path):
     rl = [*MT, "--small-vocab-size", "0", "--criterion", "reinforce_gleu", "--optimizer", "sgd", "--lr", "0.01",
           "--save-dir", tmp_path / "rl", "--max-sample-len", "20"]
@@ -455,6 +456,7 @@ def test_fairseq_train_fine_tunes_and_resumes_with_the_baseline_state(tiny_bin, 
     assert state2["_extra_state"]["adam"]["state"][0]["step"] == steps + 2 * steps
 
 
+@pytest.mark.slow
 def test_fairseq_train_with_several_samples_a_sacrebleu_reward_and_temperature(tiny_bin, ce_checkpoint, tmp_path):
     """--rl-samples 3 --rl-baseline loo --reward chrf --sample-temperature 0.8 through fairseq-train: the
     new metrics are logged, a resumed run continues (the leave-one-out baseline keeps no state), and bad
@@ -480,6 +482,7 @@ def test_fairseq_train_with_several_samples_a_sacrebleu_reward_and_temperature(t
         assert bad.returncode != 0 and message in bad.stderr, bad.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_reinforce_raises_the_reward_on_a_tiny_learnable_task():
     """Copying 3-5 words: after a short CE warm-up, 300 REINFORCE steps (pure
     RL, learned baseline, Adam 0.003) raise the mean sample GLEU on held-out
@@ -570,6 +573,7 @@ def _launch_two(tiny_bin, ce_ckpt, save, extra, model=MT):
     return outs
 
 
+@pytest.mark.slow
 def test_distributed_data_parallel_on_cpu_with_gloo(tiny_bin, ce_checkpoint, tmp_path):
     """fairseq's DDP with 2 CPU processes: gloo, --ddp-backend legacy_ddp (PyTorch's
     DDP wrapper wants devices), fine-tuning from a checkpoint (rank 0 broadcasts
@@ -587,6 +591,7 @@ TRANSFORMER_MT = [*MT[:4], "--arch", "transformer", "--encoder-layers", "1", "--
                   "--share-decoder-input-output-embed", *MT[8:]]
 
 
+@pytest.mark.slow
 def test_distributed_reinforce_on_a_transformer_with_gloo(tiny_bin, tmp_path):
     """The generic sampler through fairseq's DDP: a stock transformer, 2 CPU processes."""
     assert MT[4:8] == ["--arch", "lstm_smallvocab", "--embed-dim", "16"]
@@ -596,6 +601,7 @@ def test_distributed_reinforce_on_a_transformer_with_gloo(tiny_bin, tmp_path):
     assert (tmp_path / "rl" / "checkpoint_last.pt").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs (PyTorch DDP, NCCL)")
 def test_distributed_data_parallel_on_gpus(tiny_bin, ce_checkpoint, tmp_path):
     _launch_two(tiny_bin, ce_checkpoint, tmp_path / "rl", ["--rl-baseline", "self-critical"])
@@ -612,6 +618,7 @@ def _baseline_worker(rank, port, out):
     torch.distributed.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_learned_baseline_stays_identical_across_workers(tmp_path):
     torch.multiprocessing.spawn(_baseline_worker, args=(_free_port(), tmp_path), nprocs=2, join=True)
     w0, w1 = torch.load(tmp_path / "w0.pt"), torch.load(tmp_path / "w1.pt")

@@ -6,7 +6,7 @@ import stat
 import subprocess
 
 import pytest
-from conftest import REPO
+from helpers import REPO
 
 spec = importlib.util.spec_from_file_location("setup_venv", REPO / "scripts" / "setup_venv.py")
 setup_venv = importlib.util.module_from_spec(spec)
@@ -49,6 +49,7 @@ def _fake_python(path, script):
     return path
 
 
+@pytest.mark.slow
 def test_make_stops_on_old_python(tmp_path):
     fake = _fake_python(tmp_path / "python3.7",
                         'if [ "$1" = "--version" ]; then echo "Python 3.7.9"; exit 0; fi\n'

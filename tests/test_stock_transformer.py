@@ -6,8 +6,9 @@ vocabulary, and the same checkpoint decoded by stock ``--task translation``."""
 
 import re
 
+import pytest
 import torch
-from conftest import USER_DIR, run
+from helpers import USER_DIR, run
 
 ARCH = ["--arch", "transformer", "--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "16",
         "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32", "--decoder-ffn-embed-dim", "32",
@@ -24,6 +25,7 @@ def _keys(path):
     return sorted(torch.load(path, weights_only=True)["model"])
 
 
+@pytest.mark.slow
 def test_stock_transformer_checkpoint_fine_tuned_with_reinforce_and_decoded(predictor, tiny_bin, tiny_raw, tmp_path):
     stock = tmp_path / "stock"
     run(["fairseq-train", tiny_bin, "--task", "translation", *ARCH, *COMMON, "--criterion",

@@ -4,7 +4,7 @@ import collections
 import json
 
 import pytest
-from conftest import REPO, run
+from helpers import REPO, run
 
 from smallvocab_tools.data.synthetic import SyntheticConfig, generate, write_corpus, zipf_slope
 
@@ -111,6 +111,7 @@ def test_bad_settings_are_named(bad, message):
         generate(SyntheticConfig(**{**SMALL, **bad}))
 
 
+@pytest.mark.slow
 def test_cli_refuses_existing_output_and_bad_size(tmp_path):
     script = REPO / "scripts" / "make_synthetic_corpus.py"
     out = tmp_path / "raw"

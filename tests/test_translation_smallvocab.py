@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pytest
 import torch
-from conftest import REPO, USER_DIR, run
+from helpers import REPO, USER_DIR, run
 
 from fairseq_smallvocab.candidate_model import restrict
 from fairseq_smallvocab.candidate_space import candidate_rows
@@ -34,6 +34,7 @@ def test_candidate_rows_put_specials_at_their_ids_then_words_in_order():
         candidate_rows(lists, k=9, nspecial=4, where="x")
 
 
+@pytest.mark.slow
 def test_batches_carry_candidates_with_every_gold_word_in_training(predictor, tiny_bin, tmp_path):
     task = _task(tiny_bin, vocab_predictor=str(predictor), candidates_dir=str(tmp_path), small_vocab_size=60)
     for split in ("train", "valid"):
@@ -53,6 +54,7 @@ def test_batches_carry_candidates_with_every_gold_word_in_training(predictor, ti
     assert meta["gold_included"] and meta["predictor"] == str(predictor)
 
 
+@pytest.mark.slow
 def test_predicted_candidates_are_cached_by_predictor_and_k(predictor, tiny_bin, tmp_path, caplog):
     caplog.set_level(logging.INFO)
     _task(tiny_bin, vocab_predictor=str(predictor), candidates_dir=str(tmp_path),
@@ -65,6 +67,7 @@ def test_predicted_candidates_are_cached_by_predictor_and_k(predictor, tiny_bin,
     assert again.candidates._predictor is None  # the predictor itself was not even loaded
 
 
+@pytest.mark.slow
 def test_exported_lists_are_used_and_checked(predictor, tiny_bin, tmp_path):
     run([REPO / "scripts" / "export_candidates.py", "--predictor", predictor, "--splits", "train", "valid",
          "--k", "50", "--out-dir", tmp_path])
@@ -97,6 +100,7 @@ def test_bad_settings_are_named(tiny_bin):
         _task(tiny_bin, small_vocab_size=3, candidates_dir="x")
 
 
+@pytest.mark.slow
 def test_fairseq_train_with_small_vocabulary(predictor, tiny_bin, tmp_path):
     result = run(["fairseq-train", tiny_bin, *MT_TRAIN, "--vocab-predictor", predictor,
                   "--candidates-dir", tmp_path, "--small-vocab-size", "60", "--batch-splits", "2"])
@@ -105,6 +109,7 @@ def test_fairseq_train_with_small_vocabulary(predictor, tiny_bin, tmp_path):
     assert (tmp_path / "train.k60.npy").exists() and (tmp_path / "valid.k60.npy").exists()
 
 
+@pytest.mark.slow
 def test_validation_bleu_inside_the_small_vocabulary_selects_checkpoints(predictor, tiny_bin, tmp_path):
     """--eval-bleu decodes greedily inside the candidates; BLEU drives the best
     checkpoint; over-long sentences are skipped and counted in the log."""
@@ -142,6 +147,7 @@ class _BackwardOnly:
         loss.backward()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("small", [True, False])
 def test_batch_splits_give_the_unsplit_gradient(predictor, tiny_bin, tmp_path, small):
     import torch
@@ -225,6 +231,7 @@ def _reordered_copy(src_folder, dest):
     return dest
 
 
+@pytest.mark.slow
 def test_cached_lists_are_keyed_by_the_data_not_only_its_size(predictor, tiny_bin, tmp_path, caplog):
     import shutil
 
@@ -254,6 +261,7 @@ def test_cached_lists_are_keyed_by_the_data_not_only_its_size(predictor, tiny_bi
     np.testing.assert_array_equal(again.dataset("test").rows, second.dataset("test").rows)
 
 
+@pytest.mark.slow
 def test_exported_lists_of_other_data_are_refused(predictor, tiny_bin, tmp_path):
     other = _reordered_copy(tiny_bin, tmp_path / "other")
     run([REPO / "scripts" / "export_candidates.py", "--predictor", predictor, "--data", tiny_bin, "--splits",
@@ -291,6 +299,7 @@ def test_a_pair_not_written_together_is_refused(tmp_path, monkeypatch):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary file left
 
 
+@pytest.mark.slow
 def test_training_lists_cut_to_a_smaller_k_must_keep_every_gold_word(predictor, tiny_bin, tmp_path):
     run([REPO / "scripts" / "export_candidates.py", "--predictor", predictor, "--splits", "train",
          "--k", "60", "--out-dir", tmp_path])

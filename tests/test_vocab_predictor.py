@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import REPO, USER_DIR, run
+from helpers import REPO, USER_DIR, run
 
 from fairseq_smallvocab.candidates import read_candidates, write_candidates
 from fairseq_smallvocab.data import KeepLastBatchDataset
@@ -152,6 +152,7 @@ def test_select_candidates_forces_gold_and_unk_and_keeps_order():
         select_candidates(scores, 1, gold=gold, always=(5,))
 
 
+@pytest.mark.slow
 def test_training_candidates_contain_every_gold_word(predictor, tiny_bin):
     model, task = load_predictor(predictor, tiny_bin)
     d = task.target_dictionary
@@ -165,6 +166,7 @@ def test_training_candidates_contain_every_gold_word(predictor, tiny_bin):
         assert d.unk() in row
 
 
+@pytest.mark.slow
 def test_valid_candidates_are_the_top_k(predictor, tiny_bin):
     model, task = load_predictor(predictor, tiny_bin)
     ids = predict_candidates(model, task, "valid", k=25, batch_size=7)
@@ -177,6 +179,7 @@ def test_valid_candidates_are_the_top_k(predictor, tiny_bin):
         assert set(ids[example].tolist()) - {unk} <= top
 
 
+@pytest.mark.slow
 def test_recall_at_k_is_100_at_full_vocabulary_and_monotone(predictor, tiny_bin):
     model, task = load_predictor(predictor, tiny_bin)
     vocab = len(task.target_dictionary)
@@ -185,6 +188,7 @@ def test_recall_at_k_is_100_at_full_vocabulary_and_monotone(predictor, tiny_bin)
     assert values == sorted(values) and values[-1] == pytest.approx(100.0)
 
 
+@pytest.mark.slow
 def test_export_and_read_round_trip(predictor, tiny_bin, tmp_path):
     result = run([REPO / "scripts" / "export_candidates.py", "--predictor", predictor, "--data", tiny_bin,
                   "--splits", "train", "valid", "--k", "50", "--out-dir", tmp_path])
@@ -228,6 +232,7 @@ def test_keep_last_batch_keeps_every_example(tiny_bin):
 # ---- a real training run ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_short_training_run_beats_the_frequency_baseline(tmp_path):
     write_corpus(tmp_path / "raw", SyntheticConfig(tgt_vocab_size=600, train_size=2500, valid_size=200,
                                                    test_size=10, seed=4))
@@ -260,6 +265,7 @@ def _features_for(bin_dir, folder, dim=32, seed=0):
     return folder
 
 
+@pytest.mark.slow
 def test_feature_input_trains_and_predicts(tiny_bin, tmp_path):
     feats = _features_for(tiny_bin, tmp_path / "feats")
     ckpt, result = _train(tiny_bin, tmp_path / "ckpt", "--source-features", feats, "--feature-dim", "32",
@@ -289,6 +295,7 @@ def test_feature_errors_are_named(tiny_bin, tmp_path):
 # ---- bad input ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_k_out_of_range(predictor, tiny_bin, tmp_path):
     model, task = load_predictor(predictor, tiny_bin)
     vocab = len(task.target_dictionary)
@@ -304,6 +311,7 @@ def test_k_out_of_range(predictor, tiny_bin, tmp_path):
     assert bad.returncode != 0 and "a --recall-at value" in bad.stderr
 
 
+@pytest.mark.slow
 def test_dictionary_mismatch_names_both(predictor, tmp_path):
     write_corpus(tmp_path / "raw", SyntheticConfig(tgt_vocab_size=250, train_size=200, valid_size=10,
                                                    test_size=10, seed=9))
@@ -316,6 +324,7 @@ def test_dictionary_mismatch_names_both(predictor, tmp_path):
     assert str(other / "dict.tgt.txt") in message and "dict.tgt.txt (" in message
 
 
+@pytest.mark.slow
 def test_missing_corrupt_and_foreign_checkpoints(predictor, tmp_path):
     with pytest.raises(PredictorError, match="not found"):
         load_predictor(tmp_path / "absent.pt")

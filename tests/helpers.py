@@ -1,0 +1,97 @@
+"""What the tests share besides fixtures (conftest.py holds those): the
+repository's paths, ``run`` (a command in a subprocess, for tests marked
+``slow``), the tiny fairseq-train settings of the predictor, and builders of
+dictionaries and batches."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+USER_DIR = REPO / "fairseq_smallvocab"
+MULTI30K = REPO.parent / "shared" / "data" / "multi30k"
+
+
+# set by conftest.py for each test before its fixtures: whether the test is marked slow
+RUNNING = {"slow": True}
+
+
+def run(args, cwd=None, check=True, stdin=None, env=None):
+    """Run a command with this interpreter's environment; returns the
+    CompletedProcess (stdout/stderr as text).  ``args[0]`` may be a fairseq
+    console script name or a path to one of the project's scripts.  Only
+    tests marked ``slow`` (and their fixtures) may: ``make test-fast`` leaves
+    them out."""
+    if not RUNNING["slow"]:
+        raise AssertionError(f"{args[0]}: a test that runs commands in subprocesses must be marked "
+                             "@pytest.mark.slow (make test-fast leaves those out)")
+    full_env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
+    full_env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{full_env.get('PATH', '')}"
+    if str(args[0]).endswith(".py"):
+        args = [sys.executable, *map(str, args)]
+    result = subprocess.run([str(a) for a in args], cwd=cwd, capture_output=True, text=True,
+                            input=stdin, env=full_env, check=False)
+    if check and result.returncode != 0:
+        raise AssertionError(f"{args} exited {result.returncode}\nstdout:\n{result.stdout[-3000:]}"
+                             f"\nstderr:\n{result.stderr[-5000:]}")
+    return result
+
+
+def make_dictionary(n):
+    """A fairseq Dictionary of ``n`` entries: the 4 special symbols, then w0, w1, ..."""
+    from fairseq.data import Dictionary
+
+    d = Dictionary()
+    for i in range(n - d.nspecial):
+        d.add_symbol(f"w{i}")
+    return d
+
+
+def translation_batch(lengths, t_src, t_tgt, k, v_src, tgt_dict):
+    """A random batch as fairseq's translation data gives it: sources of
+    ``lengths`` words (eos included), left-padded to ``t_src``; targets of
+    ``t_tgt`` (example 3 ends early: padding after its eos) and the decoder
+    input; and K candidates per example with the special symbols at their own
+    ids, then the example's gold words, then other words.  Returns
+    (src, prev_output_tokens, target, candidates)."""
+    import torch
+
+    pad, eos, nspecial, bsz = tgt_dict.pad(), tgt_dict.eos(), tgt_dict.nspecial, len(lengths)
+    src = torch.randint(4, v_src, (bsz, t_src))
+    for b, n in enumerate(lengths.tolist()):
+        src[b, : t_src - n] = pad
+        src[b, -1] = eos
+    tgt = torch.randint(4, len(tgt_dict), (bsz, t_tgt))
+    tgt[:, -1] = eos
+    tgt[3, 3:] = pad
+    tgt[3, 2] = eos
+    prev = torch.cat([torch.full((bsz, 1), eos), tgt[:, :-1]], dim=1).masked_fill(tgt.eq(pad), pad)
+    return src, prev, tgt, candidate_batch(k, len(tgt_dict), gold=tgt, nspecial=nspecial)
+
+
+def candidate_batch(k, vocab_size, gold=None, bsz=None, nspecial=4, shuffle=True):
+    """B x K candidate rows as training lists give them (the plugin's
+    ``candidate_space.candidate_rows``): the special ids, then each row's gold
+    words (``gold[b]``'s ids >= nspecial, in order of first occurrence), then
+    other words in a random order (torch's generator) or, without
+    ``shuffle``, in id order."""
+    import numpy as np
+    import torch
+
+    from fairseq_smallvocab.candidate_space import candidate_rows
+
+    lists = []
+    for b in range(len(gold) if gold is not None else bsz):
+        first = [t for t in dict.fromkeys(gold[b].tolist()) if t >= nspecial] if gold is not None else []
+        order = torch.randperm(vocab_size).tolist() if shuffle else range(vocab_size)
+        lists.append(first + [t for t in order if t >= nspecial and t not in first][: k - nspecial - len(first)])
+    return torch.from_numpy(candidate_rows(np.array(lists), k, nspecial, "test candidates").astype(np.int64))
+
+
+VP_TRAIN = ["--user-dir", USER_DIR, "--task", "vocab_prediction", "--arch", "vocab_predictor", "--criterion",
+            "vocab_prediction_bce", "--recall-at", "50", "--optimizer", "adagrad", "--lr", "0.08",
+            "--batch-size", "64", "--max-epoch", "2", "--cpu", "--no-progress-bar", "--num-workers", "0",
+            "--no-epoch-checkpoints"]
+
+
