@@ -5,13 +5,14 @@
 # Variables: PYTHON (the interpreter that creates .venv), VENV,
 #   SYSTEM_SITE_PACKAGES=1 (a new .venv sees the system's packages, e.g. its torch),
 #   TORCH_REQUIREMENT (what to install when there is no torch; default torch==2.13.0),
-#   PYTEST_ARGS (extra pytest arguments).
+#   PYTEST_ARGS (extra pytest arguments), TEST_WORKERS (pytest-xdist processes; default: one per CPU core).
 
 PYTHON ?= python3
 VENV ?= .venv
 VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.smallvocab-setup
 PYTEST_ARGS ?=
+TEST_WORKERS ?= auto
 SETUP_FLAGS := $(if $(filter 1 yes true,$(SYSTEM_SITE_PACKAGES)),--system-site-packages,)
 
 .PHONY: setup test test-fast demo lint check-python clean-demo
@@ -32,10 +33,10 @@ $(STAMP): scripts/setup_venv.py setup.py
 setup: $(STAMP)
 
 test: $(STAMP)
-	$(VPY) -m pytest tests $(PYTEST_ARGS)
+	$(VPY) -m pytest tests -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
-	$(VPY) -m pytest tests -m "not slow" $(PYTEST_ARGS)
+	$(VPY) -m pytest tests -m "not slow" -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -39,7 +39,7 @@ FAIRSEQ_RUNTIME_DEPS = [
     "cffi",
     "packaging",
 ]
-PROJECT_DEPS = ["sentencepiece", "matplotlib", "pytest", "ruff"]
+PROJECT_DEPS = ["sentencepiece", "matplotlib", "pytest", "pytest-xdist", "ruff"]
 REPO = Path(__file__).resolve().parent.parent
 
 

@@ -474,10 +474,8 @@ def test_fairseq_train_with_several_samples_a_sacrebleu_reward_and_temperature(t
     assert "reinforce_gleu.baseline" not in str(ckpt["extra_state"].get("TranslationSmallVocabTask", {}))
     out = run(["fairseq-train", tiny_bin, *rl, "--max-epoch", "2"])
     assert "Loaded checkpoint" in out.stdout + out.stderr and "epoch 002" in out.stdout + out.stderr
-    for flags, message in ((["--rl-samples", "0"], "--rl-samples must be >= 1"),
-                           (["--rl-samples", "1"], "--rl-baseline loo needs --rl-samples >= 2"),
-                           (["--sample-temperature", "0"], "--sample-temperature must be > 0"),
-                           (["--reward", "rouge"], "invalid choice: 'rouge'")):
+    for flags, message in ((["--rl-samples", "1"], "--rl-baseline loo needs --rl-samples >= 2"),
+                           (["--reward", "rouge"], "invalid choice: 'rouge'")):  # the others: test_bad_rl_settings
         bad = run(["fairseq-train", tiny_bin, *rl, *flags, "--max-epoch", "3"], check=False)
         assert bad.returncode != 0 and message in bad.stderr, bad.stderr[-2000:]
 

@@ -91,7 +91,8 @@ class CaptioningSmallVocabTask(TranslationSmallVocabTask):
     @classmethod
     def setup_task(cls, cfg, **kwargs):
         if not cfg.data:
-            raise ValueError("give the data folder (captions and features) as the first argument")
+            raise ValueError("no data folder: give the captions and features folder as the first argument of "
+                             "fairseq-train (task.data=DIR with fairseq-hydra-train)")
         path = utils.split_paths(cfg.data)[0]
         cfg.target_lang = caption_lang(cfg, path)
         tgt_dict = cls.load_dictionary(os.path.join(path, f"dict.{cfg.target_lang}.txt"))

@@ -129,6 +129,10 @@ class CandidateDataset(KeepLastBatchDataset):
         return batch
 
 
+NO_DATA = ("no data folder: give the fairseq-preprocess output as the first argument of fairseq-train "
+           "(task.data=DIR with fairseq-hydra-train)")
+
+
 @register_task("translation_smallvocab", dataclass=TranslationSmallVocabConfig)
 class TranslationSmallVocabTask(TranslationTask):
     cfg: TranslationSmallVocabConfig
@@ -164,6 +168,12 @@ class TranslationSmallVocabTask(TranslationTask):
             self.datasets[split] = KeepLastBatchDataset(dataset)
             return
         self.datasets[split] = CandidateDataset(dataset, self.candidates.split_rows(split, dataset, len(dataset)))
+
+    @classmethod
+    def setup_task(cls, cfg, **kwargs):
+        if not cfg.data:
+            raise ValueError(NO_DATA)
+        return super().setup_task(cfg, **kwargs)
 
     def build_model(self, cfg, from_checkpoint=False):
         # a new model is built by fairseq-train; decoding builds from a checkpoint (and works in half precision

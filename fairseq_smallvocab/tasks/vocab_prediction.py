@@ -65,7 +65,8 @@ class VocabPredictionTask(FairseqTask):
     @classmethod
     def setup_task(cls, cfg: VocabPredictionConfig, **kwargs):
         if not cfg.data:
-            raise ValueError("give the data folder (fairseq-preprocess output) as the first argument")
+            raise ValueError("no data folder: give the fairseq-preprocess output as the first argument of "
+                             "fairseq-train (task.data=DIR with fairseq-hydra-train)")
         path = utils.split_paths(cfg.data)[0]
         if cfg.source_features is not None and cfg.target_lang is None:
             cfg.target_lang = single_dictionary_lang(path)
