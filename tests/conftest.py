@@ -1,7 +1,7 @@
 """Shared fixtures (helpers.py holds the rest); the ``slow`` tier."""
 
 import pytest
-from helpers import RUNNING, VP_TRAIN, run
+from helpers import CAP, RUNNING, TINY, TRAIN, VP_TRAIN, run
 
 
 def pytest_runtest_setup(item):
@@ -36,3 +36,36 @@ def predictor(tiny_bin, tmp_path_factory):
     save = tmp_path_factory.mktemp("vp")
     run(["fairseq-train", tiny_bin, *VP_TRAIN, "--save-dir", save])
     return save / "checkpoint_last.pt"
+
+
+@pytest.fixture(scope="session")
+def cap_raw(tmp_path_factory):
+    from smallvocab_tools.data.synthetic_captions import write_captions
+
+    out = tmp_path_factory.mktemp("captions") / "raw"
+    write_captions(out, TINY)
+    return out
+
+@pytest.fixture(scope="session")
+def cap_bin(cap_raw, tmp_path_factory):
+    from smallvocab_tools.data.caption_prep import prepare_captions
+
+    dest = tmp_path_factory.mktemp("capbin") / "bin"
+    prepare_captions(cap_raw, dest, log=lambda m: None)
+    return dest
+
+@pytest.fixture(scope="session")
+def cap_predictor(cap_bin, tmp_path_factory):
+    save = tmp_path_factory.mktemp("capvp")
+    run(["fairseq-train", cap_bin, *VP_TRAIN, "--source-features", cap_bin, "--save-dir", save])
+    return save / "checkpoint_last.pt"
+
+@pytest.fixture(scope="session")
+def cap_model(cap_bin, cap_predictor, tmp_path_factory):
+    """A small-vocabulary captioner (K = 40), 2 CE epochs, predictor given."""
+    save = tmp_path_factory.mktemp("capmodel")
+    run(["fairseq-train", cap_bin, *CAP, *TRAIN, "--criterion", "cross_entropy", "--max-epoch", "2",
+         "--vocab-predictor", cap_predictor, "--small-vocab-size", "40", "--save-dir", save,
+         "--eval-bleu", "--eval-bleu-args", '{"beam": 1, "max_len_b": 30}', "--one-caption-per-image"])
+    return save / "checkpoint_last.pt"
+

@@ -95,3 +95,38 @@ VP_TRAIN = ["--user-dir", USER_DIR, "--task", "vocab_prediction", "--arch", "voc
             "--no-epoch-checkpoints"]
 
 
+
+
+# -- captioning (tests/test_caption_*.py) ------------------------------------------------------------
+
+def _caption_config():
+    from smallvocab_tools.data.synthetic_captions import CaptionConfig
+
+    return CaptionConfig(n_objects=60, n_attributes=20, n_places=15, train_images=150, valid_images=20,
+                         test_images=16, feature_dim=256, active_units=8)
+
+
+TINY = _caption_config()  # the tiny synthetic captioning set of the captioning fixtures
+CAP = ["--user-dir", USER_DIR, "--task", "captioning_smallvocab"]
+TRAIN = ["--arch", "lstm_caption_smallvocab", "--embed-dim", "24", "--optimizer", "adam", "--lr", "0.01",
+         "--batch-size", "32", "--cpu", "--no-progress-bar", "--num-workers", "0", "--no-epoch-checkpoints",
+         "--seed", "1"]
+DECODE = ["--cpu", "--batch-size", "8", "--max-len-b", "30", "--small-vocab-size", "40"]
+
+
+def caption_task(cap_bin, **overrides):
+    """captioning_smallvocab set up on a prepared folder."""
+    from fairseq_smallvocab.tasks.captioning_smallvocab import CaptioningSmallVocabConfig, CaptioningSmallVocabTask
+
+    cfg = CaptioningSmallVocabConfig(data=str(cap_bin), **overrides)
+    cfg.train_subset, cfg.dataset_impl = "train", None
+    return CaptioningSmallVocabTask.setup_task(cfg)
+
+
+def copy_folder(folder, tmp_path):
+    """A copy of a prepared folder that a test may damage."""
+    import shutil
+
+    data = tmp_path / "data"
+    shutil.copytree(folder, data)
+    return data

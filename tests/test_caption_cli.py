@@ -1,0 +1,140 @@
+"""Captioning through fairseq's commands: training, decoding and multi-reference BLEU, REINFORCE,
+the benchmark on a captioning folder, and what the commands refuse."""
+
+import re
+
+import numpy as np
+import pytest
+from helpers import CAP, DECODE, TINY, TRAIN, USER_DIR, caption_task, copy_folder, run
+
+
+def _hyps(stdout):
+    return {int(m.group(1)): m.group(2) for m in re.finditer(r"^H-(\d+)\t\S+\t(.*)$", stdout, re.M)}
+
+
+@pytest.mark.slow
+def test_train_generate_and_multi_reference_bleu(cap_model, cap_bin, cap_predictor, tmp_path):
+    out = run(["fairseq-generate", cap_bin, *CAP, *DECODE, "--path", cap_model, "--gen-subset", "test",
+               "--one-caption-per-image", "--beam", "2"])
+    hyps = _hyps(out.stdout)
+    assert sorted(hyps) == list(range(TINY.test_images))
+    # decoded inside the predicted candidates (predictor recorded in the checkpoint)
+    from fairseq.data import Dictionary
+
+    d = Dictionary.load(str(cap_bin / "dict.en.txt"))
+    rows = np.load(cap_predictor.parent / "candidates" / "test.k40.npy")
+    firsts = np.sort(np.unique(np.loadtxt(cap_bin / "test.index", dtype=int), return_index=True)[1])
+    for i, hyp in hyps.items():
+        assert set(hyp.split()) <= {d[j] for j in rows[firsts[i]]} | {"<unk>"}
+    (tmp_path / "gen.txt").write_text(out.stdout)
+    bleu = run(["scripts/caption_bleu.py", "--data", cap_bin, "--split", "test", tmp_path / "gen.txt"],
+               cwd=USER_DIR.parent)
+    assert f"{TINY.test_images} images" in bleu.stdout and "BLEU = " in bleu.stdout
+    # every caption decoded: the same hypotheses per image, the same score
+    every = run(["fairseq-generate", cap_bin, *CAP, *DECODE, "--path", cap_model, "--gen-subset", "test",
+                 "--beam", "2"])
+    assert len(_hyps(every.stdout)) == TINY.test_images * TINY.captions_per_image
+    (tmp_path / "every.txt").write_text(every.stdout)
+    again = run(["scripts/caption_bleu.py", "--data", cap_bin, "--split", "test", tmp_path / "every.txt"],
+                cwd=USER_DIR.parent)
+    assert again.stdout == bleu.stdout
+
+
+@pytest.mark.slow
+def test_reinforce_through_fairseq_train(cap_model, cap_bin, cap_predictor, tmp_path):
+    out = run(["fairseq-train", cap_bin, *CAP, *TRAIN, "--criterion", "reinforce_gleu", "--max-sample-len", "30",
+               "--finetune-from-model", cap_model, "--small-vocab-size", "40", "--max-epoch", "1",
+               "--vocab-predictor", cap_predictor,
+               "--optimizer", "sgd", "--lr", "0.05", "--save-dir", tmp_path / "rl", "--log-interval", "1"])
+    log = out.stdout + out.stderr
+    rewards = [float(r) for r in re.findall(r"reward=([\d.]+)", log)]
+    assert len(rewards) >= 5 and "nonfinite=0" in log and (tmp_path / "rl" / "checkpoint_last.pt").exists()
+
+
+def test_multi_reference_bleu_uses_every_caption():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("caption_bleu", USER_DIR.parent / "scripts" / "caption_bleu.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    captions = ["a red dog on the left", "one red dog at the left side", "a cat in the middle of the room",
+                "two cats in the middle", "there is a cat at the center"]
+    index = np.array([0, 0, 1, 1, 1])
+    # each hypothesis equals some reference of its image, never the first one: 100 only with every reference
+    bleu, images = mod.score({0: "one red dog at the left side", 1: "there is a cat at the center"}, captions, index)
+    assert images == 2 and bleu.score == pytest.approx(100.0)
+    single, _ = mod.score({0: captions[1], 1: captions[4]}, captions[::2][:2] + captions[1:2], np.array([0, 1, 0]))
+    assert single.score < 100.0
+    with pytest.raises(ValueError, match="3 hypotheses"):
+        mod.score({0: "a", 1: "b", 2: "c"}, captions, index)
+
+
+@pytest.mark.slow
+def test_feature_dimension_unlike_the_checkpoints_is_refused(cap_model, cap_bin, tmp_path):
+    data = copy_folder(cap_bin, tmp_path)
+    for split in ("train", "valid", "test"):
+        np.save(data / f"{split}.npy", np.zeros((len(np.load(data / f"{split}.npy")), 32), dtype=np.float32))
+    out = run(["fairseq-generate", data, *CAP, *DECODE[:-2], "--path", cap_model, "--gen-subset", "test",
+               "--small-vocab-size", "0"], check=False)
+    assert out.returncode != 0
+    assert f"trained on {TINY.feature_dim}-d image features" in out.stderr and "are 32-d" in out.stderr
+
+
+@pytest.mark.slow
+def test_benchmark_on_a_captioning_folder(cap_model, cap_bin, cap_predictor, tmp_path):
+    """(cap_model wrote the training split's K = 40 lists.)"""
+    import json
+
+    from fairseq.data import Dictionary
+
+    run(["scripts/benchmark.py", "--data", cap_bin, "--captions", "--candidates-dir",
+         cap_predictor.parent / "candidates", "--k", "40", "--modes", "ce", "reinforce", "--batch", "8",
+         "--embed-dim", "8", "--steps", "2", "--warmup", "1", "--threads", "1", "--json", tmp_path / "r.json"],
+        cwd=USER_DIR.parent)
+    records = json.loads((tmp_path / "r.json").read_text())
+    assert [(r["mode"], r["softmax"], r["K"]) for r in records] == [
+        ("ce", "small", 40), ("ce", "full", 0), ("reinforce", "small", 40), ("reinforce", "full", 0)]
+    vocab = len(Dictionary.load(str(cap_bin / "dict.en.txt")))
+    assert all(r["task"] == "captioning" and r["vocab_size"] == vocab for r in records)
+    assert 0 < records[2]["sample_len"] <= 50
+    # from trained weights (the checkpoint's d = 24)
+    run(["scripts/benchmark.py", "--data", cap_bin, "--captions", "--candidates-dir",
+         cap_predictor.parent / "candidates", "--k", "40", "--modes", "reinforce", "--batch", "8", "--embed-dim", "24",
+         "--steps", "1", "--warmup", "1", "--threads", "1", "--checkpoint", cap_model, "--json", tmp_path / "t.json"],
+        cwd=USER_DIR.parent)
+    assert all(r["checkpoint"] == str(cap_model) for r in json.loads((tmp_path / "t.json").read_text()))
+
+
+@pytest.mark.slow
+def test_interactive_is_refused_at_start(cap_model, cap_bin):
+    out = run(["fairseq-interactive", cap_bin, *CAP, *DECODE, "--buffer-size", "8", "--path", cap_model], stdin="",
+              check=False)
+    assert out.returncode != 0  # no input at all: refused before reading any
+    assert "not lines of text: fairseq-interactive cannot be used with it" in out.stderr
+    assert "encode_line" not in out.stderr
+
+
+@pytest.mark.slow
+def test_predictors_of_the_other_input_kind_are_named(cap_predictor, cap_bin, tiny_bin, predictor, tmp_path):
+    from fairseq_smallvocab.predictor import PredictorError, load_predictor
+    from fairseq_smallvocab.tasks.translation_smallvocab import TranslationSmallVocabConfig, TranslationSmallVocabTask
+
+    cfg = TranslationSmallVocabConfig(data=str(tiny_bin), vocab_predictor=str(cap_predictor),
+                                      candidates_dir=str(tmp_path / "c"), small_vocab_size=40)
+    cfg.train_subset, cfg.dataset_impl, cfg.required_seq_len_multiple = "train", None, 1
+    with pytest.raises(PredictorError, match=r"predicts words from image features .* these data .* are sentence "
+                                             r"pairs"):
+        TranslationSmallVocabTask.setup_task(cfg).load_dataset("valid")
+    with pytest.raises(PredictorError, match="predicts words from source sentences .* captioning reads image"):
+        caption_task(cap_bin, vocab_predictor=str(predictor), candidates_dir=str(tmp_path / "d"),
+              small_vocab_size=40).load_dataset("valid")
+    # export_candidates.py: a caption predictor with a text data folder names the dictionaries that exist
+    with pytest.raises(PredictorError, match="target dictionaries differ") as err:
+        load_predictor(cap_predictor, tiny_bin)
+    assert f"trained with {cap_bin / 'dict.en.txt'} (" in str(err.value)
+    assert f"the data uses {tiny_bin / 'dict.tgt.txt'} (" in str(err.value)
+    assert not (cap_bin / "dict.tgt.txt").exists()
+    out = run(["scripts/export_candidates.py", "--predictor", cap_predictor, "--data", tiny_bin, "--k", "40",
+               "--out-dir", tmp_path / "e"], cwd=USER_DIR.parent, check=False)
+    assert out.returncode == 2 and f"trained with {cap_bin / 'dict.en.txt'}" in out.stderr
+
