@@ -6,21 +6,17 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import candidate_batch
+from helpers import candidate_batch, make_dictionary
 
 
 def _model():
-    from fairseq.data import Dictionary
-
+    from fairseq_smallvocab.candidate_model import restrict
     from fairseq_smallvocab.models.lstm_caption_smallvocab import (
         LSTMCaptionSmallVocabConfig,
         LSTMCaptionSmallVocabModel,
     )
 
-    d = Dictionary()
-    for i in range(50):
-        d.add_symbol(f"w{i}")
-    from fairseq_smallvocab.candidate_model import restrict
+    d = make_dictionary(54)  # the specials and 50 words
 
     task = SimpleNamespace(target_dictionary=d, feature_dim=20)
     torch.manual_seed(0)
