@@ -153,9 +153,7 @@ class NgramReward(SentenceReward):
     """GLEU or BLEU, vectorized over the batch on word ids."""
 
     def __init__(self, dictionary, post_process=None, max_order: int = 4, metric=gleu_batch):
-        super().__init__(dictionary, post_process)
-        if max_order < 1:
-            raise ValueError(f"--gleu-max-order must be >= 1, got {max_order}")
+        super().__init__(dictionary, post_process)  # max_order: checked by the criterion and by ngram_matches
         self.max_order, self.metric = max_order, metric
 
     def __call__(self, tokens, lengths, target, ref_lens):
