@@ -3,6 +3,7 @@ repository's paths, ``run`` (a command in a subprocess, for tests marked
 ``slow``), the tiny fairseq-train settings of the predictor, and builders of
 dictionaries and batches."""
 
+import json
 import os
 import subprocess
 import sys
@@ -20,22 +21,93 @@ RUNNING = {"slow": True}
 def run(args, cwd=None, check=True, stdin=None, env=None):
     """Run a command with this interpreter's environment; returns the
     CompletedProcess (stdout/stderr as text).  ``args[0]`` may be a fairseq
-    console script name or a path to one of the project's scripts.  Only
-    tests marked ``slow`` (and their fixtures) may: ``make test-fast`` leaves
-    them out."""
+    console script name or a path to one of the project's scripts.  Python
+    entry points run in a process forked from a server that has imported
+    torch and fairseq once (``forkserver.py``; ``SMALLVOCAB_TEST_FORK=0``
+    runs every command as a plain subprocess).  Only tests marked ``slow``
+    (and their fixtures) may: ``make test-fast`` leaves them out."""
     if not RUNNING["slow"]:
         raise AssertionError(f"{args[0]}: a test that runs commands in subprocesses must be marked "
                              "@pytest.mark.slow (make test-fast leaves those out)")
     full_env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
     full_env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{full_env.get('PATH', '')}"
-    if str(args[0]).endswith(".py"):
-        args = [sys.executable, *map(str, args)]
-    result = subprocess.run([str(a) for a in args], cwd=cwd, capture_output=True, text=True,
-                            input=stdin, env=full_env, check=False)
+    args = [str(a) for a in args]
+    if args[0].endswith(".py"):
+        args = [sys.executable, *args]
+    if _forkable(args):
+        if args[0] != sys.executable:  # a console script, by its path as the shell would find it
+            command = [str(Path(sys.executable).parent / args[0]), *args[1:]]
+        else:
+            command = args[1:] if args[1].endswith(".py") else args
+        result = _SERVER.run(command, cwd, stdin, full_env)
+    else:
+        result = subprocess.run(args, cwd=cwd, capture_output=True, text=True, input=stdin, env=full_env,
+                                check=False)
     if check and result.returncode != 0:
         raise AssertionError(f"{args} exited {result.returncode}\nstdout:\n{result.stdout[-3000:]}"
                              f"\nstderr:\n{result.stderr[-5000:]}")
     return result
+
+
+def _forkable(args) -> bool:
+    """A Python entry point of this environment: a script, ``python -m``, or a console script beside
+    this interpreter."""
+    if os.environ.get("SMALLVOCAB_TEST_FORK", "1") == "0":
+        return False
+    if args[0] == sys.executable:
+        return len(args) > 1 and (args[1].endswith(".py") or (args[1] == "-m" and len(args) > 2))
+    return "/" not in args[0] and args[0].startswith("fairseq-") and \
+        (Path(sys.executable).parent / args[0]).exists()
+
+
+class _ForkServer:
+    """This test process's ``forkserver.py`` (started at its first command, stopped at exit)."""
+
+    def __init__(self):
+        self.proc = None
+        self.dir = None
+
+    def _start(self):
+        import atexit
+        import tempfile
+
+        self.dir = Path(tempfile.mkdtemp(prefix="smallvocab-forkserver-"))
+        self.log = open(self.dir / "server.log", "w")
+        self.proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("forkserver.py"))],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
+                                     env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        if self.proc.stdout.readline() != "ready\n":
+            raise RuntimeError(f"forkserver.py did not start: {(self.dir / 'server.log').read_text()[-3000:]}")
+        atexit.register(self.stop)
+
+    def stop(self):
+        import shutil
+
+        if self.proc is not None:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=60)
+            self.log.close()
+            self.proc = None
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def run(self, args, cwd, stdin, env):
+        if self.proc is None or self.proc.poll() is not None:
+            self._start()
+        files = {name: self.dir / name for name in ("stdin", "stdout", "stderr")}
+        files["stdin"].write_text(stdin or "")
+        request = {"argv": args, "cwd": str(cwd or os.getcwd()), "env": env,
+                   **{name: str(path) for name, path in files.items()}}
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        answer = self.proc.stdout.readline()
+        if not answer:
+            raise RuntimeError(f"forkserver.py died: {(self.dir / 'server.log').read_text()[-3000:]}")
+        returncode = json.loads(answer)["returncode"]
+        return subprocess.CompletedProcess(args, returncode, files["stdout"].read_text(errors="replace"),
+                                           files["stderr"].read_text(errors="replace"))
+
+
+_SERVER = _ForkServer()
 
 
 def make_dictionary(n):

@@ -21,8 +21,16 @@ def _hyps(stdout):
     return {int(m.group(1)): m.group(2) for m in re.finditer(r"^H-(\d+)\t\S+\t(.*)$", stdout, re.M)}
 
 
+def _load(path):
+    """A fairseq checkpoint, loaded as the plugin loads them (its globals allow-listed for weights_only)."""
+    from fairseq_smallvocab.checkpoint_compat import allow_fairseq_checkpoint_globals
+
+    allow_fairseq_checkpoint_globals()
+    return torch.load(path, weights_only=True)
+
+
 def _keys(path):
-    return sorted(torch.load(path, weights_only=True)["model"])
+    return sorted(_load(path)["model"])
 
 
 @pytest.mark.slow
@@ -50,7 +58,7 @@ def test_stock_transformer_checkpoint_fine_tuned_with_reinforce_and_decoded(pred
                  "--lr", "0.01", "--max-sample-len", "20", "--save-dir", rl]
     out = run([*reinforce, "--max-epoch", "1", "--finetune-from-model", ce / "checkpoint_last.pt"])
     assert re.search(r"train \| epoch 001 .*reward [\d.]+ .*baseline_mse", out.stdout + out.stderr)
-    state = torch.load(rl / "checkpoint_last.pt", weights_only=True)["extra_state"]["TranslationSmallVocabTask"]
+    state = _load(rl / "checkpoint_last.pt")["extra_state"]["TranslationSmallVocabTask"]
     assert state["reinforce_gleu.baseline"]["weight"].shape == (16,)  # d of the transformer's decoder states
     out = run([*reinforce, "--max-epoch", "2"])  # interrupted after epoch 1, resumed
     log = out.stdout + out.stderr
