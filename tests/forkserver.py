@@ -17,7 +17,9 @@ forking, so no thread pool exists to be broken by ``fork``.  Importing
 fairseq configures the root logger, which decides where a command's log
 lines go (fairseq-train configures logging before it imports fairseq,
 fairseq-generate after): the server undoes it, and a child redoes it at its
-command's first ``import fairseq...`` statement, as in a fresh process.
+command's first ``import fairseq...`` statement, as in a fresh process, and
+hands the command's logging the records the import logged (a warning about
+tensorboardX).
 
 Commands that are not Python entry points (``bash``, ``make``,
 ``python -c``), and every command when ``SMALLVOCAB_TEST_FORK=0``, run as
@@ -51,15 +53,18 @@ def _target(argv):
     return "entry", found[0]
 
 
-# how importing fairseq leaves the root logger in a fresh interpreter (basicConfig's arguments), or None
+# how importing fairseq leaves the root logger in a fresh interpreter (basicConfig's arguments), or None,
+# and the log records that the import emits
 _FAIRSEQ_LOGGING = None
+_IMPORT_RECORDS = []
 
 
 def _log_like_a_fresh_import():
     """Until the command first imports fairseq, the root logger is a fresh
     interpreter's; at that import statement it is configured as fairseq's
     import configures it, unless the command configured logging before (as
-    fairseq-train does: its basicConfig then wins, as in a fresh process)."""
+    fairseq-train does: its basicConfig then wins, as in a fresh process),
+    and the records the import logged are handed to the command's logging."""
     import builtins
 
     original = builtins.__import__
@@ -69,6 +74,10 @@ def _log_like_a_fresh_import():
             builtins.__import__ = original
             if not logging.root.handlers and _FAIRSEQ_LOGGING is not None:
                 logging.basicConfig(**_FAIRSEQ_LOGGING)
+            for record in _IMPORT_RECORDS:
+                logger = logging.getLogger(record.name)
+                if logger.isEnabledFor(record.levelno):
+                    logger.handle(record)
         return original(name, *args, **kwargs)
 
     if _FAIRSEQ_LOGGING is not None:
@@ -135,6 +144,9 @@ def _child(request):
 
 
 def serve():
+    records = []  # what the imports log, replayed in each child at the same point
+    handle = logging.Logger.handle
+    logging.Logger.handle = lambda logger, record: (records.append(record), handle(logger, record))[1]
     import fairseq  # noqa: F401
     import fairseq.checkpoint_utils  # noqa: F401
     import fairseq.options  # noqa: F401
@@ -144,6 +156,8 @@ def serve():
     import sacrebleu  # noqa: F401
     import torch  # noqa: F401
 
+    logging.Logger.handle = handle
+    _IMPORT_RECORDS.extend(records)
     # importing fairseq configures the root logger (a model module calls basicConfig(level=DEBUG)): the
     # children start from a fresh interpreter's logging and redo that at their first import of fairseq
     global _FAIRSEQ_LOGGING

@@ -1,0 +1,55 @@
+"""The slow tier's fork server (forkserver.py) runs a command as a fresh interpreter would:
+the same arguments, directory, environment, input, output streams, exit status and logging."""
+
+import sys
+
+import pytest
+from helpers import run
+
+SCRIPT = r'''
+import logging, os, sys
+print("argv", sys.argv[1:], "cwd", os.getcwd(), "env", os.environ.get("PROBE"), "stdin", sys.stdin.read().strip())
+print("path0", sys.path[0] == os.path.dirname(os.path.abspath(__file__)), "main", __name__)
+if sys.argv[1] == "log":
+    if sys.argv[2] == "first":  # a command that configures logging before it imports fairseq
+        logging.basicConfig(format="mine %(message)s", level=logging.INFO, stream=sys.stdout)
+    import fairseq  # noqa: F401  (its import configures the root logger unless the command did)
+    logging.getLogger("probe").info("logged")
+print("to stderr", file=sys.stderr)
+sys.exit(int(sys.argv[-1]))
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args", [["plain", "0"], ["plain", "3"], ["log", "late", "0"], ["log", "first", "0"]])
+def test_a_forked_command_behaves_as_a_fresh_interpreter(args, tmp_path, monkeypatch):
+    script = tmp_path / "probe.py"
+    script.write_text(SCRIPT)
+    results = {}
+    for fork in ("1", "0"):
+        monkeypatch.setenv("SMALLVOCAB_TEST_FORK", fork)
+        results[fork] = run([script, *args], cwd=tmp_path, stdin="hello\n", env={"PROBE": f"p{fork}"}, check=False)
+    forked, fresh = results["1"], results["0"]
+    assert forked.returncode == fresh.returncode == int(args[-1])
+    assert forked.stdout == fresh.stdout.replace("p0", "p1")
+    assert f"cwd {tmp_path} env p1 stdin hello" in forked.stdout and "path0 True main __main__" in forked.stdout
+    assert forked.stderr.count("to stderr") == 1
+    for stream in ("stdout", "stderr"):  # log lines land in the same stream, formatted alike
+        assert [line for line in getattr(forked, stream).splitlines() if "logged" in line] == \
+            [line for line in getattr(fresh, stream).splitlines() if "logged" in line]
+    if args[0] == "log":
+        assert "logged" in (forked.stdout if args[1] == "first" else forked.stderr)
+
+
+@pytest.mark.slow
+def test_console_scripts_and_modules_are_forked_with_their_exit_status(monkeypatch):
+    bad = {}
+    for fork in ("1", "0"):
+        monkeypatch.setenv("SMALLVOCAB_TEST_FORK", fork)
+        bad[fork] = run(["fairseq-train", "--no-such-option"], check=False)
+    assert bad["1"].returncode == bad["0"].returncode != 0  # fairseq raises RuntimeError after argparse's message
+    assert "unrecognized arguments: --no-such-option" in bad["1"].stderr
+    monkeypatch.setenv("SMALLVOCAB_TEST_FORK", "1")
+    assert "--user-dir" in run(["fairseq-train", "--help"]).stdout
+    out = run([sys.executable, "-m", "smallvocab_tools.bench.benchmark", "--help"]).stdout
+    assert "--sample-limit" in out
