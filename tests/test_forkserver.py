@@ -49,7 +49,6 @@ def test_console_scripts_and_modules_are_forked_with_their_exit_status(monkeypat
         bad[fork] = run(["fairseq-train", "--no-such-option"], check=False)
     assert bad["1"].returncode == bad["0"].returncode != 0  # fairseq raises RuntimeError after argparse's message
     assert bad["1"].stderr.splitlines()[-1] == bad["0"].stderr.splitlines()[-1] == "RuntimeError"
-    assert "--no-such-option" in bad["1"].stdout + bad["1"].stderr
     monkeypatch.setenv("SMALLVOCAB_TEST_FORK", "1")
     assert "--user-dir" in run(["fairseq-train", "--help"]).stdout
     out = run([sys.executable, "-m", "smallvocab_tools.bench.benchmark", "--help"]).stdout
