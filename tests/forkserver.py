@@ -25,9 +25,11 @@ Commands that are not Python entry points (``bash``, ``make``,
 ``python -c``), and every command when ``SMALLVOCAB_TEST_FORK=0``, run as
 plain subprocesses (``helpers.run`` decides).
 
-Protocol (one JSON object per line): the test writes
-{"argv", "cwd", "env", "stdin", "stdout", "stderr"} (the last three are
-file paths) to the server's stdin; the server answers {"returncode"}.
+Protocol (one JSON object per line): the test writes {"kind", "argv",
+"cwd", "env", "stdin", "stdout", "stderr"} (kind: "script", "module" or
+"entry"; argv: the script, module or console script path, then its
+arguments; the last three are file paths) to the server's stdin; the server
+answers {"returncode"}.
 """
 
 import json
@@ -36,21 +38,15 @@ import os
 import sys
 
 
-def _target(argv):
-    """(kind, what) for a command: a console script's entry point, a script
-    path, or a module run with ``python -m``."""
-    first = argv[0]
-    if first.endswith(".py"):
-        return "path", first
-    if first == sys.executable and len(argv) > 2 and argv[1] == "-m":
-        return "module", argv[2]
+def _entry_point(path):
+    """The console script at ``path`` (e.g. .venv/bin/fairseq-train): its entry point's function."""
     from importlib.metadata import entry_points
 
-    name = os.path.basename(first)
+    name = os.path.basename(path)
     found = [ep for ep in entry_points(group="console_scripts") if ep.name == name]
     if not found:
-        raise ValueError(f"{first}: not a console script of this environment")
-    return "entry", found[0]
+        raise ValueError(f"{path}: not a console script of this environment")
+    return found[0].load
 
 
 # how importing fairseq leaves the root logger in a fresh interpreter (basicConfig's arguments), or None,
@@ -101,23 +97,20 @@ def _child(request):
         sys.stdin = sys.__stdin__ = open(0, closefd=False)
         sys.stdout = sys.__stdout__ = open(1, "w", buffering=1, closefd=False)
         sys.stderr = sys.__stderr__ = open(2, "w", buffering=1, closefd=False)
-        argv = request["argv"]
-        kind, what = _target(argv)
+        kind, argv = request["kind"], request["argv"]
         _log_like_a_fresh_import()
         import runpy
 
-        if kind == "path":
-            sys.argv = list(argv)
-            sys.path[0] = os.path.dirname(os.path.abspath(what))
-            runpy.run_path(what, run_name="__main__")
-        elif kind == "module":
-            sys.argv = [what, *argv[3:]]
+        sys.argv = list(argv)
+        if kind == "script":  # python path/to/script.py ...
+            sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))
+            runpy.run_path(argv[0], run_name="__main__")
+        elif kind == "module":  # python -m module ...
             sys.path[0] = os.getcwd()
-            runpy.run_module(what, run_name="__main__", alter_sys=True)
-        else:
-            sys.argv = list(argv)
+            runpy.run_module(argv[0], run_name="__main__", alter_sys=True)
+        else:  # a console script, by its path
             sys.path[0] = os.path.dirname(argv[0])
-            sys.exit(what.load()())
+            sys.exit(_entry_point(argv[0])()())
         code = 0
     except SystemExit as stop:
         if stop.code is None:

@@ -34,12 +34,11 @@ def run(args, cwd=None, check=True, stdin=None, env=None):
     args = [str(a) for a in args]
     if args[0].endswith(".py"):
         args = [sys.executable, *args]
-    if _forkable(args):
-        if args[0] != sys.executable:  # a console script, by its path as the shell would find it
-            command = [str(Path(sys.executable).parent / args[0]), *args[1:]]
-        else:
-            command = args[1:] if args[1].endswith(".py") else args
-        result = _SERVER.run(command, cwd, stdin, full_env)
+    kind = _forkable(args)
+    if kind == "entry":  # a console script, by its path as the shell would find it
+        result = _SERVER.run(kind, [str(Path(sys.executable).parent / args[0]), *args[1:]], cwd, stdin, full_env)
+    elif kind is not None:  # python script.py ..., python -m module ...
+        result = _SERVER.run(kind, args[1:] if kind == "script" else args[2:], cwd, stdin, full_env)
     else:
         result = subprocess.run(args, cwd=cwd, capture_output=True, text=True, input=stdin, env=full_env,
                                 check=False)
@@ -49,15 +48,18 @@ def run(args, cwd=None, check=True, stdin=None, env=None):
     return result
 
 
-def _forkable(args) -> bool:
-    """A Python entry point of this environment: a script, ``python -m``, or a console script beside
-    this interpreter."""
+def _forkable(args):
+    """How forkserver.py runs the command: "script" (python script.py), "module" (python -m), "entry" (a
+    console script beside this interpreter), or None: a plain subprocess."""
     if os.environ.get("SMALLVOCAB_TEST_FORK", "1") == "0":
-        return False
+        return None
     if args[0] == sys.executable:
-        return len(args) > 1 and (args[1].endswith(".py") or (args[1] == "-m" and len(args) > 2))
-    return "/" not in args[0] and args[0].startswith("fairseq-") and \
-        (Path(sys.executable).parent / args[0]).exists()
+        if len(args) > 1 and args[1].endswith(".py"):
+            return "script"
+        return "module" if len(args) > 2 and args[1] == "-m" else None
+    if "/" not in args[0] and args[0].startswith("fairseq-") and (Path(sys.executable).parent / args[0]).exists():
+        return "entry"
+    return None
 
 
 class _ForkServer:
@@ -90,12 +92,12 @@ class _ForkServer:
             self.proc = None
             shutil.rmtree(self.dir, ignore_errors=True)
 
-    def run(self, args, cwd, stdin, env):
+    def run(self, kind, args, cwd, stdin, env):
         if self.proc is None or self.proc.poll() is not None:
             self._start()
         files = {name: self.dir / name for name in ("stdin", "stdout", "stderr")}
         files["stdin"].write_text(stdin or "")
-        request = {"argv": args, "cwd": str(cwd or os.getcwd()), "env": env,
+        request = {"kind": kind, "argv": args, "cwd": str(cwd or os.getcwd()), "env": env,
                    **{name: str(path) for name, path in files.items()}}
         self.proc.stdin.write(json.dumps(request) + "\n")
         self.proc.stdin.flush()
