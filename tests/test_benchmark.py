@@ -75,6 +75,41 @@ def test_benchmark_on_real_batches_of_a_corpus(tiny_raw, tiny_bin, predictor, tm
     bad = run([*common, "--modes", "ce"], check=False)
     assert bad.returncode != 0 and "--data needs --candidates-dir" in bad.stderr
 
+    # a flat limit of 3 tokens (the recipe's untrained samples: about 30); every phase timed
+    out = run([*common, "--modes", "reinforce", "--k", "50", "--candidates-dir", tmp_path / "cands", "--no-full",
+               "--sample-limit", "flat", "--max-sample-len", "3", "--phases", "--json", tmp_path / "f.json"]).stdout
+    flat, = json.loads((tmp_path / "f.json").read_text())
+    assert flat["sample_limit"] == "flat" and flat["max_sample_len"] == 3 and small["sample_limit"] == "recipe"
+    assert 2 < flat["sample_len"] <= 3 < 10 < small["sample_len"] <= longest * 1.5 + 5
+    from smallvocab_tools.bench.phases import PHASES
+
+    assert list(flat["phases"]) == list(PHASES) and "phases" not in small
+    assert all(flat["phases"][name] > 0 for name in PHASES)
+    assert sum(flat["phases"].values()) <= flat["sec_per_step"]
+    assert "Seconds per step by phase" in out and "| flat 3 |" in out
+
+
+def test_phase_timer_charges_nested_calls_to_the_inner_phase():
+    import time
+
+    from smallvocab_tools.bench.phases import PhaseTimer
+
+    timer = PhaseTimer()
+
+    class Owner:
+        @staticmethod
+        def work(seconds):
+            time.sleep(seconds)
+            return seconds
+
+    timer.wrap(Owner, "work", "sampling")
+    with timer.phase("loss"):
+        time.sleep(0.05)
+        assert Owner.work(0.1) == 0.1
+    assert 0.1 <= timer.spans["sampling"] < 0.15 and 0.05 <= timer.spans["loss"] < 0.1
+    timer.reset()
+    assert set(timer.spans.values()) == {0.0}
+
 
 def _benchmark_module():
     from smallvocab_tools.bench import benchmark

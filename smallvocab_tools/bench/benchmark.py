@@ -21,14 +21,19 @@ teacher-forced CE term plus one sampled sequence per example of up to
 --max-len tokens, GLEU rewards, the learned baseline and its Adam step;
 ``--rl-samples 1 2 4`` measures N samples per example, one configuration
 each, and ``--rl-baseline loo`` the leave-one-out baseline instead).
-After --warmup untimed steps, --steps steps are timed.
+After --warmup untimed steps, --steps steps are timed; ``--phases`` also
+times the phases of each step (encoder, CE pass, sampling loop, scoring,
+rewards, the rest of the loss, backward, optimizer: ``phases.py``).
 
 With ``--data DIR`` (a binarized translation corpus, e.g. Multi30k) the
 batches are real instead: the training split's first --warmup + --steps
 batches of B sentences in fairseq's shuffled order (seed 1), with the K
 candidates of ``--candidates-dir`` (lists from scripts/export_candidates.py;
 gold words included, as in training); samples are limited as the Multi30k
-recipe limits them (1.5 x the source length + 5 tokens, at most 100).  Small
+recipe limits them (1.5 x the source length + 5 tokens, at most 100), or,
+with ``--sample-limit flat --max-sample-len N``, may all run to N tokens (an
+untrained model's do: the setting in which the steps of two implementations
+compare per sampled token).  Small
 and full softmax see the same batches; |V| is the corpus's target dictionary.
 ``--captions`` reads a captioning folder (scripts/prepare_captions.py) with
 captioning_smallvocab and lstm_caption_smallvocab (samples up to 50 tokens).
@@ -67,11 +72,15 @@ JSON records.
     python scripts/benchmark.py --vocab-sizes 24000 --k 1000 --modes ce reinforce --json bench.json
     python scripts/benchmark.py --modes reinforce --data data-bin/all/multi30k.en-de \
         --candidates-dir checkpoints/vp-multi30k.en-de.all/candidates --k 1000
+    python scripts/benchmark.py --modes reinforce --data data-bin/all/multi30k.en-de \
+        --candidates-dir checkpoints/vp-multi30k.en-de.all/candidates --k 1000 \
+        --sample-limit flat --max-sample-len 99 --phases --rounds 2 --steps 8
     python scripts/benchmark.py --modes ce reinforce --data data-bin/captions --captions \
         --candidates-dir checkpoints/vp-captions/candidates --k 500 --epoch-sentences 50000
 """
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -225,13 +234,14 @@ def real_setup(cfg: dict, count: int):
             "--criterion", "cross_entropy" if cfg["mode"] == "ce" else "reinforce_gleu", "--cpu"]
     if captions:  # image features -> captions: samples limited by length only
         argv += ["--task", "captioning_smallvocab", "--arch", "lstm_caption_smallvocab"]
-        argv += ["--max-sample-len", "50"] if cfg["mode"] == "reinforce" else []
     else:
         argv += ["--task", "translation_smallvocab", "-s", cfg["source_lang"], "-t", cfg["target_lang"],
                  "--arch", "lstm_smallvocab"]
-        argv += ["--max-sample-len", "100", "--sample-len-ratio", "1.5"] if cfg["mode"] == "reinforce" else []
     if cfg["mode"] == "reinforce":
-        argv += ["--rl-samples", str(cfg["rl_samples"]), "--rl-baseline", cfg["rl_baseline"]]
+        argv += ["--rl-samples", str(cfg["rl_samples"]), "--rl-baseline", cfg["rl_baseline"],
+                 "--max-sample-len", str(cfg["max_sample_len"])]
+        if cfg["sample_limit"] == "recipe" and not captions:
+            argv += ["--sample-len-ratio", "1.5"]
     if cfg["K"]:
         argv += ["--candidates-dir", cfg["candidates_dir"]]
     args = options.parse_args_and_arch(options.get_training_parser(), argv)
@@ -275,26 +285,37 @@ def worker(cfg: dict) -> dict:
         if cfg["mode"] == "ce":
             criterion = CrossEntropyCriterion(_Task, sentence_avg=False)
         else:
-            criterion = ReinforceGleuCriterion(_Task, max_sample_len=cfg["max_len"], rl_samples=cfg["rl_samples"],
-                                               rl_baseline=cfg["rl_baseline"]).to(device)
+            criterion = ReinforceGleuCriterion(_Task, max_sample_len=cfg["max_sample_len"],
+                                               rl_samples=cfg["rl_samples"], rl_baseline=cfg["rl_baseline"]).to(device)
         samples = [make_batch(cfg["vocab_size"], cfg["K"], cfg["batch"], cfg["max_len"], device,
                               zipf=cfg["zipf"])] * count
         epoch_sentences = cfg["epoch_sentences"]
     model.train()
     sample_lens = []
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0, momentum=0.75, weight_decay=1e-6)
+    cuda = device.type == "cuda"
+    timer = None
+    if cfg.get("phases"):
+        from smallvocab_tools.bench.phases import instrument
+
+        timer = instrument(model, criterion, sync=torch.cuda.synchronize if cuda else lambda: None)
+
+    def phase(name):
+        return timer.phase(name) if timer is not None else contextlib.nullcontext()
 
     def step(sample):
         optimizer.zero_grad(set_to_none=True)
-        loss, _, log = criterion(model, sample)
+        with phase("loss"):
+            loss, _, log = criterion(model, sample)
         sample_lens.append(log.get("sample_len", 0) / sample["target"].size(0))
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
+        with phase("backward"):
+            loss.backward()
+        with phase("optimizer"):
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
         if device.type == "cuda":
             torch.cuda.synchronize()
 
-    cuda = device.type == "cuda"
     if cuda:
         torch.cuda.reset_peak_memory_stats(device)
         base = torch.cuda.memory_allocated(device) / 2**20
@@ -304,10 +325,13 @@ def worker(cfg: dict) -> dict:
     for sample in samples[: cfg["warmup"]]:
         step(sample)
     timed = samples[cfg["warmup"]:]
+    if timer is not None:
+        timer.reset()
     start = time.perf_counter()
     for sample in timed:
         step(sample)
     sec_per_step = (time.perf_counter() - start) / cfg["steps"]
+    phases = None if timer is None else {name: round(span / cfg["steps"], 4) for name, span in timer.spans.items()}
     if cuda:
         peak_total = torch.cuda.max_memory_allocated(device) / 2**20
     else:
@@ -323,7 +347,10 @@ def worker(cfg: dict) -> dict:
               "peak_mem_mb": round(peak, 1), "peak_rss_mb": round(peak_total, 1), "torch": torch.__version__}
     if cfg["mode"] == "reinforce":
         record["sample_len"] = round(sum(sample_lens) / len(sample_lens) / cfg["rl_samples"], 1)
-        record.update(rl_samples=cfg["rl_samples"], rl_baseline=cfg["rl_baseline"])
+        record.update(rl_samples=cfg["rl_samples"], rl_baseline=cfg["rl_baseline"],
+                      sample_limit=cfg["sample_limit"], max_sample_len=cfg["max_sample_len"])
+    if phases is not None:
+        record["phases"] = phases
     if cfg.get("data"):
         record.update(data=cfg["data"], zipf=None, task="captioning" if cfg.get("captions") else "translation",
                       checkpoint=cfg.get("checkpoint"),
@@ -433,7 +460,10 @@ def configurations(args):
                            "batch": batch, "max_len": args.max_len, "steps": args.steps, "warmup": args.warmup,
                            "threads": args.threads, "epoch_sentences": args.epoch_sentences, "zipf": args.zipf}
                     if n is not None:
-                        cfg.update(rl_samples=n, rl_baseline=args.rl_baseline)
+                        cfg.update(rl_samples=n, rl_baseline=args.rl_baseline, sample_limit=args.sample_limit,
+                                   max_sample_len=args.max_sample_len)
+                    if args.phases and mode != "decode":
+                        cfg["phases"] = True
                     if args.data:
                         cfg.update(data=str(args.data), candidates_dir=args.candidates_dir, captions=args.captions,
                                    checkpoint=str(args.checkpoint) if args.checkpoint else None,
@@ -478,6 +508,9 @@ def run_interleaved(cfgs, rounds: int, log=lambda message: None):
                 values = [x[key] for x in runs[i] if x.get(key) is not None]
                 if values:
                     record[key] = round(statistics.median(values), 4)
+            if "phases" in record:  # each phase's median over the rounds
+                record["phases"] = {name: round(statistics.median(x["phases"][name] for x in runs[i]), 4)
+                                    for name in record["phases"]}
             if full is not None and cfg["softmax"] == "small":
                 ratios = [f[time_key] / s[time_key] for f, s in zip(runs[full], runs[i])]
                 record["speedup"] = round(statistics.median(ratios), 3)
@@ -522,6 +555,21 @@ def markdown(records) -> str:
                          f"{r['tokens_per_sec']:,.0f} | {r['sec_per_epoch']:,.0f} | {r['peak_mem_mb']:,.0f} | "
                          f"{r.get('peak_rss_mb', 0):,.0f} | {speedup} | {memory} |")
         out.append("\n".join(lines))
+    timed = [r for r in train if r.get("phases")]
+    if timed:
+        from smallvocab_tools.bench.phases import PHASES
+
+        head = ("| mode | V | softmax | K | sample limit | sample len | s/step | " + " | ".join(PHASES) +
+                " | rest |")
+        lines = [head, "|" + "---|" * (head.count("|") - 1)]
+        for r in timed:
+            limit = (f"{r['sample_limit']} {r['max_sample_len']}" if r["mode"] == "reinforce" else "-")
+            rest = r["sec_per_step"] - sum(r["phases"].values())
+            lines.append(f"| {_mode_label(r)} | {r['vocab_size']:,} | {r['softmax']} | {r['K'] or '-'} | {limit} | "
+                         f"{r.get('sample_len', '-')} | {r['sec_per_step']:.3f} | " +
+                         " | ".join(f"{r['phases'][name]:.3f}" for name in PHASES) + f" | {rest:.3f} |")
+        out.append("Seconds per step by phase (means over the timed steps; smallvocab_tools/bench/phases.py):\n\n"
+                   + "\n".join(lines))
     decode = [r for r in records if r["mode"] == "decode"]
     if decode:
         head = "| device | arch | V | softmax | K | batch | beam | len | ms/sentence | tokens/s | speedup |"
@@ -574,6 +622,17 @@ def parse_args(argv=None):
                         help="reinforce: samples per input (one configuration per value)")
     parser.add_argument("--rl-baseline", default="learned", choices=["learned", "loo", "self-critical", "none"],
                         help="reinforce: the baseline (loo needs --rl-samples >= 2)")
+    parser.add_argument("--sample-limit", choices=["recipe", "flat"], default="recipe",
+                        help="reinforce: how long samples may run. recipe: as the recipes limit them (with --data "
+                             "translation, ceil(1.5 x source length) + 5 and at most --max-sample-len); flat: every "
+                             "sample may run to --max-sample-len tokens (an untrained model does), the setting in "
+                             "which steps of different implementations compare")
+    parser.add_argument("--max-sample-len", type=int, default=None,
+                        help="reinforce: the longest sample, eos included (default: 100 with --data, 50 with "
+                             "--captions, --max-len otherwise)")
+    parser.add_argument("--phases", action="store_true",
+                        help="ce / reinforce: also time each phase of the step (encoder, CE pass, sampling, scoring, "
+                             "rewards, loss, backward, optimizer; smallvocab_tools/bench/phases.py)")
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--max-len", type=int, default=50)
     parser.add_argument("--steps", type=int, default=5, help="timed steps")
@@ -618,6 +677,10 @@ def parse_args(argv=None):
     if args.quick:  # --quick's settings become the defaults, so that options given explicitly win
         parser.set_defaults(modes=["ce", "reinforce"], vocab_sizes=[24000], k=[1000], k_sweep=[], steps=2, warmup=1)
         args = parser.parse_args(argv)
+    if args.max_sample_len is None:
+        args.max_sample_len = (50 if args.captions else 100) if args.data else args.max_len
+    if args.max_sample_len < 1:
+        parser.error(f"--max-sample-len {args.max_sample_len}: at least 1")
     if args.zipf < 0:
         parser.error(f"--zipf {args.zipf}: the exponent must be >= 0 (0: uniform)")
     for k in (args.k or []) + args.k_sweep:
