@@ -22,13 +22,14 @@ the caller arranges (``candidate_model``).
   t.  Both ways give the same log-probabilities (tested).
 """
 
+from contextlib import nullcontext
 from typing import Dict, Optional
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
-from fairseq_smallvocab.modules.candidate_output import UnionScorer, restricted_logits
+from fairseq_smallvocab.modules.candidate_output import UnionScorer, candidate_log_probs
+from fairseq_smallvocab.modules.gathered_embedding_grad import gathered_embedding_grads
 
 
 def sample_categorical(logits: Tensor, with_entropy: bool = False):
@@ -85,35 +86,38 @@ def sample(decoder, encoder_out, weight: Tensor, bias: Optional[Tensor], candida
     state: Dict[str, Dict[str, Optional[Tensor]]] = {}
     states = []
     done = 0
-    for t in range(steps):
-        prefix = tokens[:, : t + 1]
-        with torch.set_grad_enabled(keep_graph and torch.is_grad_enabled()):
-            # a kept graph may hold the input ids (an embedding's backward does): not a view of ``tokens``,
-            # which the next steps write into
-            s, _ = decoder.extract_features(prefix.clone() if keep_graph else prefix, encoder_out,
-                                            incremental_state=state)
-            s = s[:, -1]
-        if keep_graph:
-            states.append(s)
-        with torch.no_grad():
-            logits = scorer(s).float()
-            logits[:, _excluded(d)] = float("-inf")
-            if greedy:
-                choice = logits.argmax(-1)
-            else:
-                choice, step_entropy = sample_categorical(logits if temperature == 1.0 else logits / temperature,
-                                                          with_entropy=True)
-                choice = choice.squeeze(1)
-                entropy += step_entropy.masked_fill(~alive, 0.0)
-                is_greedy &= choice.eq(logits.argmax(-1)) | ~alive
-        ids = choice if candidates is None else candidates.gather(1, choice.unsqueeze(1)).squeeze(1)
-        positions[:, t] = choice
-        mask[:, t] = alive
-        tokens[:, t + 1] = ids.masked_fill(~alive, pad)
-        alive = alive & ids.ne(eos) & (max_lens > t + 1)
-        done = t + 1
-        if not alive.any():
-            break
+    kept = keep_graph and torch.is_grad_enabled()
+    # the kept graph's embedding lookups gather their weight gradient into one tensor (see the module)
+    with gathered_embedding_grads(decoder) if kept else nullcontext():
+        for t in range(steps):
+            prefix = tokens[:, : t + 1]
+            with torch.set_grad_enabled(kept):
+                # a kept graph may hold the input ids (an embedding's backward does): not a view of ``tokens``,
+                # which the next steps write into
+                s, _ = decoder.extract_features(prefix.clone() if keep_graph else prefix, encoder_out,
+                                                incremental_state=state)
+                s = s[:, -1]
+            if keep_graph:
+                states.append(s)
+            with torch.no_grad():
+                logits = scorer(s).float()
+                logits[:, _excluded(d)] = float("-inf")
+                if greedy:
+                    choice = logits.argmax(-1)
+                else:
+                    choice, step_entropy = sample_categorical(logits if temperature == 1.0 else logits / temperature,
+                                                              with_entropy=True)
+                    choice = choice.squeeze(1)
+                    entropy += step_entropy.masked_fill(~alive, 0.0)
+                    is_greedy &= choice.eq(logits.argmax(-1)) | ~alive
+            ids = choice if candidates is None else candidates.gather(1, choice.unsqueeze(1)).squeeze(1)
+            positions[:, t] = choice
+            mask[:, t] = alive
+            tokens[:, t + 1] = ids.masked_fill(~alive, pad)
+            alive = alive & ids.ne(eos) & (max_lens > t + 1)
+            done = t + 1
+            if not alive.any():
+                break
     out = tokens[:, 1: done + 1]
     result = {"tokens": out, "positions": positions[:, :done].masked_fill(~mask[:, :done], eos),
               "mask": mask[:, :done], "lengths": (mask[:, :done] & out.ne(eos)).sum(1)}
@@ -139,7 +143,5 @@ def score(decoder, encoder_out, weight: Tensor, bias: Optional[Tensor], candidat
     else:
         prev = torch.cat([tokens.new_full((tokens.size(0), 1), d.eos()), tokens[:, :-1]], dim=1)
         s, _ = decoder.extract_features(prev, encoder_out)
-    logits = restricted_logits(s, weight, bias, candidates).float()
-    logits[:, :, _excluded(d)] = float("-inf")
-    lprobs = F.log_softmax(logits, dim=-1).gather(2, samples["positions"].unsqueeze(2)).squeeze(2)
+    lprobs = candidate_log_probs(s, weight, bias, candidates, samples["positions"], _excluded(d))
     return {"lprobs": lprobs.masked_fill(~mask, 0.0), "features": s.detach()}

@@ -99,6 +99,117 @@ class CandidateLogits(torch.autograd.Function):
                 None if grad_b is None else grad_b.to(b_dtype), None)
 
 
+class CandidateLogProbs(torch.autograd.Function):
+    """The log-probabilities of chosen words, log p(y[b, t]) = z[b, t, y] -
+    logsumexp_k z[b, t, k] with z the restricted logits (``positions``: the
+    chosen index among the example's candidates, or the word id when
+    ``candidates`` is None; ``excluded``: indices whose logit is -inf), made
+    chunk by chunk of examples without the B x T x K logits ever existing
+    whole, forward and backward.
+
+    This is what REINFORCE needs of the output layer for its T sampled steps:
+    composed from ``restricted_logits``, masking, ``log_softmax`` and
+    ``gather``, the full softmax's step (T = 99, |V| = 18.7K, B = 128) made
+    and passed over four B x T x V tensors of 950 MB (logits, log-softmax,
+    and their gradients, plus copies for the in-place masking), which took
+    most of its time (torch.profiler: copy_, fill_, log_softmax and its
+    backward).  Here a chunk's logits are made, used and freed; the backward
+    makes them again (one more product, in place of reading 950 MB tensors)
+    and forms the gradient of the chosen log-probabilities directly,
+    dL/dz = g (onehot(y) - softmax(z)).  Same values and gradients as the
+    composition (the oracle tests check both, small and full softmax).
+
+    Products run in the wider of the states' and the weights' dtypes, the
+    softmax in float32; gradients go back in their inputs' dtypes."""
+
+    # logits per chunk (elements): 32 MB of float32
+    CHUNK_ELEMENTS = 2 ** 23
+    MAX_EXAMPLES = 16  # per chunk with candidates: their gathered rows (chunk x K x d)
+
+    @staticmethod
+    def _chunks(bsz, steps, width, candidates):
+        per_chunk = max(1, CandidateLogProbs.CHUNK_ELEMENTS // max(1, steps * width))
+        if candidates is not None:
+            per_chunk = min(per_chunk, CandidateLogProbs.MAX_EXAMPLES)
+        return [slice(start, min(bsz, start + per_chunk)) for start in range(0, bsz, per_chunk)]
+
+    @staticmethod
+    def _logits(features, weight, bias, rows):
+        """float32 logits of a chunk (chunk x T x K, or x V with ``rows`` None) and the chunk's gathered rows."""
+        if rows is None:
+            return F.linear(features, weight, bias).float(), None
+        gathered = weight[rows]  # chunk x K x d
+        if bias is None:
+            return torch.bmm(features, gathered.transpose(1, 2)).float(), gathered
+        return torch.baddbmm(bias[rows].unsqueeze(1), features, gathered.transpose(1, 2)).float(), gathered
+
+    @staticmethod
+    def forward(ctx, features, weight, bias, candidates, positions, excluded):
+        ctx.dtypes = features.dtype, weight.dtype, None if bias is None else bias.dtype
+        dtype = torch.promote_types(features.dtype, weight.dtype)
+        with torch.autocast(features.device.type, enabled=False):
+            features, weight = features.to(dtype), weight.to(dtype)
+            bias = None if bias is None else bias.to(dtype)
+            bsz, steps, _ = features.shape
+            width = weight.size(0) if candidates is None else candidates.size(1)
+            out = features.new_empty(bsz, steps, dtype=torch.float)
+            lse = features.new_empty(bsz, steps, dtype=torch.float)
+            for sl in CandidateLogProbs._chunks(bsz, steps, width, candidates):
+                z, _ = CandidateLogProbs._logits(features[sl], weight, bias,
+                                                 None if candidates is None else candidates[sl])
+                z[:, :, excluded] = float("-inf")
+                lse[sl] = torch.logsumexp(z, -1)
+                out[sl] = z.gather(-1, positions[sl].unsqueeze(-1)).squeeze(-1) - lse[sl]
+        ctx.save_for_backward(features, weight, bias, candidates, positions, lse)
+        ctx.excluded, ctx.width = excluded, width
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        features, weight, bias, candidates, positions, lse = ctx.saved_tensors
+        need_f, need_w, need_b = ctx.needs_input_grad[:3]
+        need_b = need_b and bias is not None
+        bsz, steps, dim = features.shape
+        with torch.autocast(features.device.type, enabled=False):
+            grad_out = grad_out.float()
+            grad_f = torch.empty_like(features) if need_f else None
+            grad_w = torch.zeros_like(weight) if need_w else None
+            grad_b = torch.zeros_like(bias) if need_b else None
+            for sl in CandidateLogProbs._chunks(bsz, steps, ctx.width, candidates):
+                rows = None if candidates is None else candidates[sl]
+                z, gathered = CandidateLogProbs._logits(features[sl], weight, bias, rows)
+                z[:, :, ctx.excluded] = float("-inf")
+                g = grad_out[sl].unsqueeze(-1)  # chunk x T x 1
+                # dL/dz = g * (onehot(y) - softmax(z)), in place over the chunk's logits
+                dz = z.sub_(lse[sl].unsqueeze(-1)).exp_().mul_(-g)
+                dz.scatter_add_(-1, positions[sl].unsqueeze(-1), g)
+                dz = dz.to(features.dtype)
+                if rows is None:
+                    if need_f:
+                        torch.matmul(dz, weight, out=grad_f[sl])
+                    if need_w:
+                        grad_w.addmm_(dz.reshape(-1, dz.size(-1)).t(), features[sl].reshape(-1, dim))
+                    if need_b:
+                        grad_b += dz.sum((0, 1))
+                else:
+                    ids = rows.reshape(-1)
+                    if need_f:
+                        torch.bmm(dz, gathered, out=grad_f[sl])
+                    if need_w:
+                        grad_w.index_add_(0, ids, torch.bmm(dz.transpose(1, 2), features[sl]).reshape(len(ids), -1))
+                    if need_b:
+                        grad_b.index_add_(0, ids, dz.sum(1).reshape(-1))
+        f_dtype, w_dtype, b_dtype = ctx.dtypes
+        return (None if grad_f is None else grad_f.to(f_dtype), None if grad_w is None else grad_w.to(w_dtype),
+                None if grad_b is None else grad_b.to(b_dtype), None, None, None)
+
+
+def candidate_log_probs(features: Tensor, weight: Tensor, bias: Optional[Tensor], candidates: Optional[Tensor],
+                        positions: Tensor, excluded) -> Tensor:
+    """B x T float32 log p(chosen word) under the restricted softmax (``CandidateLogProbs``)."""
+    return CandidateLogProbs.apply(features, weight, bias, candidates, positions, list(excluded))
+
+
 @dataclass(frozen=True)
 class OutputWeights:
     """Where a decoder keeps W and b: parameter names inside the decoder

@@ -1,0 +1,114 @@
+"""The REINFORCE scoring path's two gradient helpers against their plain
+compositions: ``CandidateLogProbs`` (chosen log-probabilities under the
+restricted softmax, chunked) and ``gathered_embedding_grads`` (step-by-step
+lookups whose weight gradient is gathered into one tensor)."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from helpers import candidate_batch
+from torch import nn
+
+from fairseq_smallvocab.modules.candidate_output import CandidateLogProbs, candidate_log_probs
+from fairseq_smallvocab.modules.gathered_embedding_grad import gathered_embedding_grads
+
+EXCLUDED = [1, 0]  # pad and bos: positions equal ids for the specials
+
+
+def _composed(features, weight, bias, candidates, positions):
+    """restricted logits -> -inf at the excluded -> log_softmax -> the chosen entries."""
+    if candidates is None:
+        logits = F.linear(features, weight, bias)
+    else:
+        logits = torch.einsum("btd,bkd->btk", features, weight[candidates])
+        if bias is not None:
+            logits = logits + bias[candidates].unsqueeze(1)
+    logits = logits.float().masked_fill(torch.isin(torch.arange(logits.size(-1)), torch.tensor(EXCLUDED)),
+                                        float("-inf"))
+    return F.log_softmax(logits, -1).gather(-1, positions.unsqueeze(-1)).squeeze(-1)
+
+
+@pytest.mark.parametrize("small", [True, False])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_candidate_log_probs_equal_the_composition_values_and_gradients(small, with_bias, monkeypatch):
+    monkeypatch.setattr(CandidateLogProbs, "CHUNK_ELEMENTS", 7 * 40)  # several chunks, the last one short
+    monkeypatch.setattr(CandidateLogProbs, "MAX_EXAMPLES", 2)
+    gen = torch.Generator().manual_seed(0)
+    bsz, steps, dim, vocab, k = 5, 7, 6, 60, 20
+    features = torch.randn(bsz, steps, dim, generator=gen, dtype=torch.double, requires_grad=True)
+    weight = torch.randn(vocab, dim, generator=gen, dtype=torch.double, requires_grad=True)
+    bias = torch.randn(vocab, generator=gen, dtype=torch.double, requires_grad=True) if with_bias else None
+    candidates = candidate_batch(k, vocab, bsz=bsz) if small else None
+    width = k if small else vocab
+    positions = torch.randint(2, width, (bsz, steps), generator=gen)
+    grad = torch.randn(bsz, steps, generator=gen, dtype=torch.double)
+    inputs = [x for x in (features, weight, bias) if x is not None]
+
+    got = candidate_log_probs(features, weight, bias, candidates, positions, EXCLUDED)
+    want = _composed(features, weight, bias, candidates, positions)
+    assert got.dtype == torch.float and torch.allclose(got.double(), want.double(), atol=1e-5)
+    got_grads = torch.autograd.grad(got, inputs, grad.float())
+    want_grads = torch.autograd.grad(want, inputs, grad.to(want.dtype))
+    for g, w in zip(got_grads, want_grads):
+        assert g.dtype == torch.double and torch.allclose(g, w.double(), atol=1e-5)
+    # the excluded words get no probability: their output rows get no gradient from the softmax
+    rows = EXCLUDED if not small else candidates[:, EXCLUDED].unique()
+    assert got_grads[1][rows].abs().max() == 0 and (not with_bias or got_grads[2][rows].abs().max() == 0)
+
+
+def test_candidate_log_probs_gradcheck():
+    gen = torch.Generator().manual_seed(1)
+    features = torch.randn(3, 4, 5, generator=gen, dtype=torch.double, requires_grad=True)
+    weight = torch.randn(30, 5, generator=gen, dtype=torch.double, requires_grad=True)
+    bias = torch.randn(30, generator=gen, dtype=torch.double, requires_grad=True)
+    candidates = candidate_batch(12, 30, bsz=3)
+    positions = torch.randint(2, 12, (3, 4), generator=gen)
+
+    def f(features, weight, bias):  # float32 softmax inside: compare in double through a float64 copy of it
+        return CandidateLogProbs.apply(features, weight, bias, candidates, positions, EXCLUDED).double()
+
+    assert torch.autograd.gradcheck(f, (features, weight, bias), eps=1e-3, atol=1e-3, rtol=1e-3)
+
+
+class _Steps(nn.Module):
+    """A toy recurrent use: one lookup per step (pad included), the weight also used as an output layer."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(40, 8, padding_idx=1)
+        self.other = nn.Embedding(40, 8, max_norm=1.0)  # not plain: keeps nn.Embedding's own forward
+
+    def forward(self, ids):
+        h = torch.zeros(ids.size(0), 8, dtype=torch.double)
+        for t in range(ids.size(1)):
+            h = torch.tanh(h + self.embed(ids[:, t]).double() + self.other(ids[:, t]).double())
+        return (F.linear(h.float(), self.embed.weight) ** 2).sum()
+
+
+def test_gathered_embedding_grads_equal_the_plain_gradient():
+    torch.manual_seed(0)
+    model = _Steps()
+    ids = torch.randint(0, 40, (6, 9))
+    ids[0, 3] = ids[2, 5] = 1  # padding: no gradient to its row, as F.embedding
+    ids[:, 4] = 7  # one word at every row of a step
+    model(ids).backward()
+    want = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad(set_to_none=True)
+    with gathered_embedding_grads(model):
+        assert "forward" in model.embed.__dict__ and "forward" not in model.other.__dict__
+        loss = model(ids)
+    assert "forward" not in model.embed.__dict__  # restored
+    loss.backward(retain_graph=True)
+    got = [p.grad.clone() for p in model.parameters()]
+    for g, w in zip(got, want):
+        assert torch.allclose(g, w, atol=1e-6)
+    assert got[0].abs().sum() > 0 and got[1].abs().sum() > 0
+    loss.backward()  # a second backward through the retained graph adds the same again
+    assert torch.allclose(model.embed.weight.grad, 2 * want[0], atol=1e-5)
+
+
+def test_gathered_embedding_grads_leave_lookups_without_gradient_plain():
+    model = _Steps()
+    with gathered_embedding_grads(model), torch.no_grad():
+        out = model.embed(torch.tensor([[2, 3]]))
+    assert out.grad_fn is None and torch.equal(out, model.embed.weight[[2, 3]].unsqueeze(0))
