@@ -114,7 +114,8 @@ class CandidateModel:
                 candidates = None if candidates is None else candidates.index_select(0, order)
                 sample_lens = sample_lens.index_select(0, order)
             samples = sampler.sample(self.decoder, encoder_out, weight, bias, candidates, sample_lens,
-                                     keep_graph=self.sample_keeps_graph, temperature=temperature)
+                                     keep_graph=self.sample_keeps_graph, temperature=temperature,
+                                     keep_probs=torch.is_grad_enabled())
             samples.update(sampler.score(self.decoder, encoder_out, weight, bias, candidates, samples))
         out["samples"] = samples
         return out

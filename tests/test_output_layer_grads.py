@@ -56,6 +56,35 @@ def test_candidate_log_probs_equal_the_composition_values_and_gradients(small, w
     assert got_grads[1][rows].abs().max() == 0 and (not with_bias or got_grads[2][rows].abs().max() == 0)
 
 
+@pytest.mark.parametrize("small", [True, False])
+def test_candidate_log_probs_from_kept_probabilities_equal_the_composition(small):
+    """The sampler's kept softmax and chosen log-probabilities give the composition's values and gradients."""
+    gen = torch.Generator().manual_seed(2)
+    bsz, steps, dim, vocab, k = 4, 6, 5, 50, 16
+    features = torch.randn(bsz, steps, dim, generator=gen, requires_grad=True)
+    weight = torch.randn(vocab, dim, generator=gen, requires_grad=True)
+    bias = torch.randn(vocab, generator=gen, requires_grad=True)
+    candidates = candidate_batch(k, vocab, bsz=bsz) if small else None
+    positions = torch.randint(2, k if small else vocab, (bsz, steps), generator=gen)
+    with torch.no_grad():  # what the sampler keeps: each step's softmax, the drawn words' log p
+        if small:
+            logits = torch.einsum("btd,bkd->btk", features, weight[candidates]) + bias[candidates].unsqueeze(1)
+        else:
+            logits = F.linear(features, weight, bias)
+        logits[:, :, EXCLUDED] = float("-inf")
+        probs = logits.softmax(-1)
+        chosen = logits.log_softmax(-1).gather(-1, positions.unsqueeze(-1)).squeeze(-1)
+    grad = torch.randn(bsz, steps, generator=gen)
+    got = candidate_log_probs(features, weight, bias, candidates, positions, EXCLUDED, probs=probs, chosen=chosen)
+    want = _composed(features, weight, bias, candidates, positions)
+    assert torch.allclose(got, want, atol=1e-5)
+    for g, w in zip(torch.autograd.grad(got, (features, weight, bias), grad),
+                    torch.autograd.grad(want, (features, weight, bias), grad)):
+        assert torch.allclose(g, w, atol=1e-5)
+    with pytest.raises(ValueError, match="probs and chosen go together"):
+        candidate_log_probs(features, weight, bias, candidates, positions, EXCLUDED, probs=probs)
+
+
 def test_candidate_log_probs_gradcheck():
     gen = torch.Generator().manual_seed(1)
     features = torch.randn(3, 4, 5, generator=gen, dtype=torch.double, requires_grad=True)

@@ -45,13 +45,19 @@ def _setup(small=True, seed=0):
 
 @pytest.mark.parametrize("small", [True, False])
 @pytest.mark.parametrize("baseline,n", [("learned", 1), ("loo", 3)])
-def test_policy_gradient_equals_hand_computation(small, baseline, n):
+@pytest.mark.parametrize("keep_probs", [True, False])
+def test_policy_gradient_equals_hand_computation(small, baseline, n, keep_probs, monkeypatch):
     """d L_r / d b_p (the output bias) = -(1/N) sum_b sum_j sum_t (R_bj - b_bjt) (onehot(y_bjt) - p_bjt),
     over the sampled steps up to and including eos, with p_bjt from a separate
     teacher-forced pass over the sampled sequence of example b alone.  The
     fresh learned baseline is b_t = sigmoid(0) = 0.5, so every step counts,
     rewarded or not; the leave-one-out baseline of sample j is the mean
-    reward of the other N - 1 samples of the same input."""
+    reward of the other N - 1 samples of the same input.  With the sampler's
+    kept step distributions (the default) and without (the logits made again)."""
+    from fairseq_smallvocab import sampler
+
+    if not keep_probs:
+        monkeypatch.setattr(sampler, "STORED_PROBS_MAX_ELEMENTS", 0)
     model, task, sample = _setup(small)
     crit = ReinforceGleuCriterion(task, rl_lambda=0.0, rl_baseline=baseline, max_sample_len=7, rl_samples=n)
     torch.manual_seed(6)

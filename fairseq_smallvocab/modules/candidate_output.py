@@ -119,6 +119,13 @@ class CandidateLogProbs(torch.autograd.Function):
     dL/dz = g (onehot(y) - softmax(z)).  Same values and gradients as the
     composition (the oracle tests check both, small and full softmax).
 
+    With ``probs`` (B x T x K, the softmax each step was sampled from at
+    temperature 1, kept by the sampler) and ``chosen`` (B x T, the drawn
+    words' log-probabilities), the forward returns ``chosen`` and the
+    backward forms dL/dz from ``probs``: no logits are made at all, and the
+    backward's only products are the two that give the gradients of the
+    states and of W.
+
     Products run in the wider of the states' and the weights' dtypes, the
     softmax in float32; gradients go back in their inputs' dtypes."""
 
@@ -144,8 +151,12 @@ class CandidateLogProbs(torch.autograd.Function):
         return torch.baddbmm(bias[rows].unsqueeze(1), features, gathered.transpose(1, 2)).float(), gathered
 
     @staticmethod
-    def forward(ctx, features, weight, bias, candidates, positions, excluded):
+    def forward(ctx, features, weight, bias, candidates, positions, excluded, probs=None, chosen=None):
         ctx.dtypes = features.dtype, weight.dtype, None if bias is None else bias.dtype
+        if probs is not None:
+            ctx.save_for_backward(features, weight, bias, candidates, positions, probs)
+            ctx.excluded, ctx.width, ctx.stored = excluded, probs.size(-1), True
+            return chosen.clone()
         dtype = torch.promote_types(features.dtype, weight.dtype)
         with torch.autocast(features.device.type, enabled=False):
             features, weight = features.to(dtype), weight.to(dtype)
@@ -161,27 +172,34 @@ class CandidateLogProbs(torch.autograd.Function):
                 lse[sl] = torch.logsumexp(z, -1)
                 out[sl] = z.gather(-1, positions[sl].unsqueeze(-1)).squeeze(-1) - lse[sl]
         ctx.save_for_backward(features, weight, bias, candidates, positions, lse)
-        ctx.excluded, ctx.width = excluded, width
+        ctx.excluded, ctx.width, ctx.stored = excluded, width, False
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
-        features, weight, bias, candidates, positions, lse = ctx.saved_tensors
+        features, weight, bias, candidates, positions, kept = ctx.saved_tensors  # kept: probs, or the lse
         need_f, need_w, need_b = ctx.needs_input_grad[:3]
         need_b = need_b and bias is not None
         bsz, steps, dim = features.shape
+        dtype = torch.promote_types(features.dtype, weight.dtype)
         with torch.autocast(features.device.type, enabled=False):
             grad_out = grad_out.float()
+            features, weight = features.to(dtype), weight.to(dtype)  # no-ops unless the probs were kept
+            bias = None if bias is None else bias.to(dtype)
             grad_f = torch.empty_like(features) if need_f else None
             grad_w = torch.zeros_like(weight) if need_w else None
             grad_b = torch.zeros_like(bias) if need_b else None
             for sl in CandidateLogProbs._chunks(bsz, steps, ctx.width, candidates):
                 rows = None if candidates is None else candidates[sl]
-                z, gathered = CandidateLogProbs._logits(features[sl], weight, bias, rows)
-                z[:, :, ctx.excluded] = float("-inf")
                 g = grad_out[sl].unsqueeze(-1)  # chunk x T x 1
-                # dL/dz = g * (onehot(y) - softmax(z)), in place over the chunk's logits
-                dz = z.sub_(lse[sl].unsqueeze(-1)).exp_().mul_(-g)
+                # dL/dz = g * (onehot(y) - softmax(z))
+                if ctx.stored:
+                    dz = kept[sl].mul(-g)
+                    gathered = None if rows is None else weight[rows]
+                else:  # in place over the chunk's logits, made again
+                    z, gathered = CandidateLogProbs._logits(features[sl], weight, bias, rows)
+                    z[:, :, ctx.excluded] = float("-inf")
+                    dz = z.sub_(kept[sl].unsqueeze(-1)).exp_().mul_(-g)
                 dz.scatter_add_(-1, positions[sl].unsqueeze(-1), g)
                 dz = dz.to(features.dtype)
                 if rows is None:
@@ -201,13 +219,18 @@ class CandidateLogProbs(torch.autograd.Function):
                         grad_b.index_add_(0, ids, dz.sum(1).reshape(-1))
         f_dtype, w_dtype, b_dtype = ctx.dtypes
         return (None if grad_f is None else grad_f.to(f_dtype), None if grad_w is None else grad_w.to(w_dtype),
-                None if grad_b is None else grad_b.to(b_dtype), None, None, None)
+                None if grad_b is None else grad_b.to(b_dtype), None, None, None, None, None)
 
 
 def candidate_log_probs(features: Tensor, weight: Tensor, bias: Optional[Tensor], candidates: Optional[Tensor],
-                        positions: Tensor, excluded) -> Tensor:
-    """B x T float32 log p(chosen word) under the restricted softmax (``CandidateLogProbs``)."""
-    return CandidateLogProbs.apply(features, weight, bias, candidates, positions, list(excluded))
+                        positions: Tensor, excluded, probs: Optional[Tensor] = None,
+                        chosen: Optional[Tensor] = None) -> Tensor:
+    """B x T float32 log p(chosen word) under the restricted softmax
+    (``CandidateLogProbs``; with the sampler's kept ``probs`` and ``chosen``
+    log-probabilities, no logits are made)."""
+    if (probs is None) != (chosen is None):
+        raise ValueError("candidate_log_probs: probs and chosen go together (both kept by the sampler, or neither)")
+    return CandidateLogProbs.apply(features, weight, bias, candidates, positions, list(excluded), probs, chosen)
 
 
 @dataclass(frozen=True)
