@@ -40,7 +40,7 @@ from fairseq_smallvocab.modules.candidate_output import UnionScorer, candidate_l
 from fairseq_smallvocab.modules.gathered_embedding_grad import gathered_embedding_grads
 
 
-def sample_categorical(logits: Tensor, with_entropy: bool = False):
+def sample_categorical(logits: Tensor, with_entropy: bool = False, with_probs: bool = False):
     """One draw per row from softmax(logits) (B x N -> B x 1), by inverse
     transform sampling: the index where a uniform draw, scaled to the row's
     total weight, falls in the cumulative weights.  The distribution of
@@ -48,7 +48,9 @@ def sample_categorical(logits: Tensor, with_entropy: bool = False):
     (N = 1K) faster on the CPU; words with weight 0 (-inf logits) are never
     chosen.  With ``with_entropy`` also the entropy of each row's
     distribution (B, nats), from the same weights: with z = logits - max,
-    w = exp(z), Z = sum w, H = log Z - sum(w z) / Z."""
+    w = exp(z), Z = sum w, H = log Z - sum(w z) / Z.  With ``with_probs``
+    (and ``with_entropy``) also softmax(logits) itself, w / Z, made in place
+    of the weights (B x N)."""
     shifted = logits - logits.max(-1, keepdim=True).values
     weights = torch.exp(shifted)
     cdf = weights.cumsum(-1)
@@ -59,7 +61,8 @@ def sample_categorical(logits: Tensor, with_entropy: bool = False):
         return choice
     # -inf logits have weight 0: clamped so that 0 * z stays 0 (a batched dot product, no B x N temporary)
     weighted = torch.bmm(weights.unsqueeze(1), shifted.clamp_(min=-1e4).unsqueeze(2)).view(-1, 1)
-    return choice, (total.log() - weighted / total).squeeze(1)
+    entropy = (total.log() - weighted / total).squeeze(1)
+    return (choice, entropy, weights.div_(total)) if with_probs else (choice, entropy)
 
 
 def _excluded(dictionary):
@@ -126,15 +129,18 @@ def sample(decoder, encoder_out, weight: Tensor, bias: Optional[Tensor], candida
                 if greedy:
                     choice = logits.argmax(-1)
                 else:
-                    choice, step_entropy = sample_categorical(logits if temperature == 1.0 else logits / temperature,
-                                                              with_entropy=True)
-                    choice = choice.squeeze(1)
+                    # at temperature 1 the draw's own weights, normalized, are the model's distribution
+                    reuse = keep and temperature == 1.0
+                    drawn = sample_categorical(logits if temperature == 1.0 else logits / temperature,
+                                               with_entropy=True, with_probs=reuse)
+                    choice, step_entropy = drawn[0].squeeze(1), drawn[1]
                     entropy += step_entropy.masked_fill(~alive, 0.0)
                     is_greedy &= choice.eq(logits.argmax(-1)) | ~alive
                     if keep:  # the model's own distribution (temperature 1), for the gradient
-                        logp = logits.log_softmax(-1)
-                        chosen[:, t] = logp.gather(1, choice.unsqueeze(1)).squeeze(1)
-                        torch.exp(logp, out=probs[:, t])
+                        p = drawn[2] if reuse else logits.softmax(-1)
+                        probs[:, t] = p
+                        # a drawn word has weight > 0, so its log-probability is finite
+                        chosen[:, t] = p.gather(1, choice.unsqueeze(1)).squeeze(1).log()
             ids = choice if candidates is None else candidates.gather(1, choice.unsqueeze(1)).squeeze(1)
             positions[:, t] = choice
             mask[:, t] = alive

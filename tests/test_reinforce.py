@@ -118,9 +118,11 @@ def _ranked_choices(monkeypatch, rank_of_row):
     be drawn in a batch of N samples per input and alone)."""
     from fairseq_smallvocab import sampler
 
-    def draw(logits, with_entropy=False):
+    def draw(logits, with_entropy=False, with_probs=False):
         ranks = torch.tensor([rank_of_row(r) for r in range(logits.size(0))])
         choice = logits.argsort(-1, descending=True).gather(1, ranks.unsqueeze(1))
+        if with_probs:
+            return choice, torch.zeros(logits.size(0)), logits.softmax(-1)
         return (choice, torch.zeros(logits.size(0))) if with_entropy else choice
 
     monkeypatch.setattr(sampler, "sample_categorical", draw)
@@ -223,6 +225,9 @@ def test_sampling_entropy_equals_the_softmax_entropy():
     p = F.softmax(logits, -1)
     want = -(p * F.log_softmax(logits, -1)).nan_to_num(0.0).sum(-1)
     torch.testing.assert_close(entropy, want, atol=1e-5, rtol=1e-5)
+    _, entropy_too, probs = sample_categorical(logits.clone(), with_entropy=True, with_probs=True)
+    torch.testing.assert_close(entropy_too, want, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(probs, p, atol=1e-6, rtol=1e-5)  # the softmax the sampler keeps for scoring
 
 
 def test_logged_metrics_of_several_samples():
