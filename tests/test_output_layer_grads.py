@@ -60,8 +60,9 @@ def test_candidate_log_probs_equal_the_composition_values_and_gradients(small, w
 def test_candidate_log_probs_from_kept_probabilities_equal_the_composition(small):
     """The sampler's kept softmax and chosen log-probabilities give the composition's values and gradients."""
     gen = torch.Generator().manual_seed(2)
-    bsz, steps, dim, vocab, k = 4, 6, 5, 50, 16
-    features = torch.randn(bsz, steps, dim, generator=gen, requires_grad=True)
+    bsz, steps, dim, vocab, k = 9, 6, 5, 50, 16
+    # a transposed view, as a Transformer's decoder states are
+    features = torch.randn(steps, bsz, dim, generator=gen).transpose(0, 1).requires_grad_()
     weight = torch.randn(vocab, dim, generator=gen, requires_grad=True)
     bias = torch.randn(vocab, generator=gen, requires_grad=True)
     candidates = candidate_batch(k, vocab, bsz=bsz) if small else None

@@ -186,7 +186,9 @@ class CandidateLogProbs(torch.autograd.Function):
             grad_out = grad_out.float()
             features, weight = features.to(dtype), weight.to(dtype)  # no-ops unless the probs were kept
             bias = None if bias is None else bias.to(dtype)
-            grad_f = torch.empty_like(features) if need_f else None
+            # contiguous (a Transformer's states are a transposed view, whose strides empty_like would keep): the
+            # chunks' products write into slices of it
+            grad_f = features.new_empty(features.shape) if need_f else None
             grad_w = torch.zeros_like(weight) if need_w else None
             grad_b = torch.zeros_like(bias) if need_b else None
             for sl in CandidateLogProbs._chunks(bsz, steps, ctx.width, candidates):
