@@ -355,41 +355,33 @@ def restricted_logits(features: Tensor, weight: Tensor, bias: Optional[Tensor],
 
 class UnionScorer:
     """Step-wise scoring (sampling, beam search) inside each row's candidates:
-    the rows of W for the union U of the batch's candidates are gathered
+    the rows of W and b for the union U of the batch's candidates are gathered
     once; every step then scores U for all rows with one matrix product
-    (memory traffic |U| x d, against rows x K x d for per-example rows),
-    picks each row's K out of it and adds the row's K biases (gathered once:
-    adding b_U inside the product would first copy it into every row's |U|
-    scores).  ``sent`` maps each decoding row to its example and follows the
-    generator's reorderings (``reorder``).  Without candidates it scores the
-    whole vocabulary.  No gradient."""
+    (memory traffic |U| x d, against rows x K x d for per-example rows) and
+    picks each row's K out of it.  ``sent`` maps each decoding row to its
+    example and follows the generator's reorderings (``reorder``).  Without
+    candidates it scores the whole vocabulary.  No gradient."""
 
     def __init__(self, weight: Tensor, bias: Optional[Tensor], candidates: Optional[Tensor]):
         weight = weight.detach()
         bias = None if bias is None else bias.detach()
         if candidates is None:
             self.weight, self.bias, self.pos = weight, bias, None
-            self.sent = None
-            return
-        union, self.pos = batch_union(candidates)
-        self.weight, self.bias = weight[union], None if bias is None else bias[candidates]  # bias: B x K
-        self.sent = torch.arange(len(candidates), device=candidates.device)
-        self.row_pos, self.row_bias = self.pos, self.bias  # per decoding row: the identity until a reorder
+        else:
+            union, self.pos = batch_union(candidates)
+            self.weight, self.bias = weight[union], None if bias is None else bias[union]
+        self.sent = None if candidates is None else torch.arange(len(candidates), device=candidates.device)
 
     def reorder(self, new_order: Tensor):
         if self.sent is not None:
             self.sent = self.sent.index_select(0, new_order)
-            self.row_pos = self.pos.index_select(0, self.sent)
-            self.row_bias = None if self.bias is None else self.bias.index_select(0, self.sent)
 
     def __call__(self, features: Tensor) -> Tensor:
         """rows x d (or rows x T x d) states -> rows x K (or rows x T x K) logits."""
+        scores = F.linear(features.to(self.weight.dtype), self.weight, self.bias)
         if self.pos is None:
-            return F.linear(features.to(self.weight.dtype), self.weight, self.bias)
-        scores = F.linear(features.to(self.weight.dtype), self.weight)
-        pos, bias = self.row_pos, self.row_bias
+            return scores
+        pos = self.pos.index_select(0, self.sent)
         if scores.dim() == 3:
             pos = pos.unsqueeze(1).expand(-1, scores.size(1), -1)
-            bias = None if bias is None else bias.unsqueeze(1)
-        picked = scores.gather(-1, pos)
-        return picked if bias is None else picked.add_(bias)
+        return scores.gather(-1, pos)
