@@ -22,12 +22,15 @@ the caller arranges (``candidate_model``).
   through a softmax: the gradient of log p(y_t) with respect to the logits is
   onehot(y_t) - p_t, formed from the kept p_t (``CandidateLogProbs``).  The
   full softmax's REINFORCE step at T = 99, |V| = 18.7K keeps 950 MB this way
-  and saves two of its four B x T x V x d products; above
+  and makes two B x T x V x d products instead of four (scoring's forward and
+  the backward's recomputed logits are gone); above
   ``STORED_PROBS_MAX_ELEMENTS`` the logits are made again instead.
 - ``keep_graph=True`` (recurrent decoders): the sampling steps keep their
   graph and ``score`` reads the log-probabilities from the kept states, with
   no second pass through the decoder; an RNN step's graph does not grow with
-  t.  Both ways give the same log-probabilities (tested).
+  t.  Both ways give the same log-probabilities (tested).  The kept steps'
+  embedding lookups give their weight one gradient, not one per step
+  (``modules/gathered_embedding_grad.py``).
 """
 
 from contextlib import nullcontext
