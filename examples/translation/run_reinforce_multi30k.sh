@@ -8,7 +8,10 @@
 # none), SAMPLES (per input; loo needs >= 2), REWARD (gleu, bleu, chrf,
 # constant), TEMP (sampling temperature), LAMBDA (the CE weight; 1 = CE alone
 # with the same optimizer: the control), LR, SEED, DEVICE (cpu or cuda), EXTRA
-# (more fairseq-train flags),
+# (more fairseq-train flags; for a budget use --max-update or EPOCHS, not
+# --stop-time-hours: fairseq counts the CE checkpoint's training time, restored
+# by --finetune-from-model, towards it: measured in docs/RESULTS.md, "REINFORCE
+# that pays off"),
 # ARCH_ARGS (the CE run's model flags; default the paper's LSTM; for the
 # model of run_transformer_multi30k.sh:
 # ARCH_ARGS="$(cat examples/translation/transformer_multi30k.args)").
