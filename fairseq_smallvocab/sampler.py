@@ -106,10 +106,10 @@ def sample(decoder, encoder_out, weight: Tensor, bias: Optional[Tensor], candida
     is_greedy = alive.clone()
     entropy = weight.new_zeros(bsz, dtype=torch.float)
     width = weight.size(0) if candidates is None else candidates.size(1)
-    keep = keep_probs and not greedy and bsz * steps * width <= STORED_PROBS_MAX_ELEMENTS
+    store_probs = keep_probs and not greedy and bsz * steps * width <= STORED_PROBS_MAX_ELEMENTS
     # pages of the buffer are touched only by the steps that run
-    probs = weight.new_empty(bsz, steps, width, dtype=torch.float) if keep else None
-    chosen = weight.new_zeros(bsz, steps, dtype=torch.float) if keep else None
+    probs = weight.new_empty(bsz, steps, width, dtype=torch.float) if store_probs else None
+    chosen = weight.new_zeros(bsz, steps, dtype=torch.float) if store_probs else None
     state: Dict[str, Dict[str, Optional[Tensor]]] = {}
     states = []
     done = 0
@@ -133,13 +133,13 @@ def sample(decoder, encoder_out, weight: Tensor, bias: Optional[Tensor], candida
                     choice = logits.argmax(-1)
                 else:
                     # at temperature 1 the draw's own weights, normalized, are the model's distribution
-                    reuse = keep and temperature == 1.0
+                    reuse = store_probs and temperature == 1.0
                     drawn = sample_categorical(logits if temperature == 1.0 else logits / temperature,
                                                with_entropy=True, with_probs=reuse)
                     choice, step_entropy = drawn[0].squeeze(1), drawn[1]
                     entropy += step_entropy.masked_fill(~alive, 0.0)
                     is_greedy &= choice.eq(logits.argmax(-1)) | ~alive
-                    if keep:  # the model's own distribution (temperature 1), for the gradient
+                    if store_probs:  # the model's own distribution (temperature 1), for the gradient
                         p = drawn[2] if reuse else logits.softmax(-1)
                         probs[:, t] = p
                         # a drawn word has weight > 0, so its log-probability is finite
@@ -159,7 +159,7 @@ def sample(decoder, encoder_out, weight: Tensor, bias: Optional[Tensor], candida
         result.update(is_greedy=is_greedy, entropy=entropy)
     if keep_graph:
         result["features"] = torch.stack(states, 1) if states else weight.new_zeros(bsz, 0, weight.size(1))
-    if keep:
+    if store_probs:
         result.update(probs=probs[:, :done], chosen_lprobs=chosen[:, :done])
     return result
 

@@ -39,14 +39,14 @@ import sys
 
 
 def _entry_point(path):
-    """The console script at ``path`` (e.g. .venv/bin/fairseq-train): its entry point's function."""
+    """The console script at ``path`` (e.g. .venv/bin/fairseq-train): its entry point's function, imported."""
     from importlib.metadata import entry_points
 
     name = os.path.basename(path)
     found = [ep for ep in entry_points(group="console_scripts") if ep.name == name]
     if not found:
         raise ValueError(f"{path}: not a console script of this environment")
-    return found[0].load
+    return found[0].load()
 
 
 # how importing fairseq leaves the root logger in a fresh interpreter (basicConfig's arguments), or None,
@@ -110,7 +110,7 @@ def _child(request):
             runpy.run_module(argv[0], run_name="__main__", alter_sys=True)
         else:  # a console script, by its path
             sys.path[0] = os.path.dirname(argv[0])
-            sys.exit(_entry_point(argv[0])()())
+            sys.exit(_entry_point(argv[0])())
         code = 0
     except SystemExit as stop:
         if stop.code is None:

@@ -36,6 +36,20 @@ class RestrictionError(ValueError):
     """A model whose output layer cannot be restricted to candidates."""
 
 
+def _add_row_grads(dz, features, gathered, rows, grad_f, grad_w, grad_b):
+    """The backward of a chunk's per-example logits (``dz``: chunk x T x K, the
+    gradient of logits = features . gathered^T + b[rows]): the states'
+    gradient written into ``grad_f`` (the chunk's slice, or None), and the
+    rows' gradients added into W's and b's (index_add; None: not wanted)."""
+    ids = rows.reshape(-1)
+    if grad_f is not None:
+        torch.bmm(dz, gathered, out=grad_f)
+    if grad_w is not None:
+        grad_w.index_add_(0, ids, torch.bmm(dz.transpose(1, 2), features).reshape(len(ids), -1))
+    if grad_b is not None:
+        grad_b.index_add_(0, ids, dz.sum(1).reshape(-1))
+
+
 class CandidateLogits(torch.autograd.Function):
     """logits[b, t, k] = W[c[b, k]] . s[b, t] + bias[c[b, k]], computed chunk by
     chunk of examples, forward and backward: the gathered rows of a chunk
@@ -85,15 +99,9 @@ class CandidateLogits(torch.autograd.Function):
             grad_b = grad_out.new_zeros(ctx.bias_shape) if need_b else None
             for start in range(0, features.size(0), CandidateLogits.CHUNK):
                 rows = candidates[start: start + CandidateLogits.CHUNK]
-                g = grad_out[start: start + len(rows)]  # chunk x T x K
-                if need_f:
-                    torch.bmm(g, weight[rows], out=grad_f[start: start + len(rows)])
-                ids = rows.reshape(-1)
-                if need_w:
-                    grad_w.index_add_(0, ids, torch.bmm(g.transpose(1, 2), features[start: start + len(rows)])
-                                      .reshape(len(ids), -1))
-                if need_b:
-                    grad_b.index_add_(0, ids, g.sum(1).reshape(-1))
+                sl = slice(start, start + len(rows))
+                _add_row_grads(grad_out[sl], features[sl], weight[rows] if need_f else None, rows,
+                               grad_f[sl] if need_f else None, grad_w, grad_b)
         f_dtype, w_dtype, b_dtype = ctx.dtypes
         return (None if grad_f is None else grad_f.to(f_dtype), None if grad_w is None else grad_w.to(w_dtype),
                 None if grad_b is None else grad_b.to(b_dtype), None)
@@ -197,7 +205,7 @@ class CandidateLogProbs(torch.autograd.Function):
                 # dL/dz = g * (onehot(y) - softmax(z))
                 if ctx.stored:
                     dz = kept[sl].mul(-g)
-                    gathered = None if rows is None else weight[rows]
+                    gathered = weight[rows] if rows is not None and need_f else None
                 else:  # in place over the chunk's logits, made again
                     z, gathered = CandidateLogProbs._logits(features[sl], weight, bias, rows)
                     z[:, :, ctx.excluded] = float("-inf")
@@ -212,13 +220,7 @@ class CandidateLogProbs(torch.autograd.Function):
                     if need_b:
                         grad_b += dz.sum((0, 1))
                 else:
-                    ids = rows.reshape(-1)
-                    if need_f:
-                        torch.bmm(dz, gathered, out=grad_f[sl])
-                    if need_w:
-                        grad_w.index_add_(0, ids, torch.bmm(dz.transpose(1, 2), features[sl]).reshape(len(ids), -1))
-                    if need_b:
-                        grad_b.index_add_(0, ids, dz.sum(1).reshape(-1))
+                    _add_row_grads(dz, features[sl], gathered, rows, grad_f[sl] if need_f else None, grad_w, grad_b)
         f_dtype, w_dtype, b_dtype = ctx.dtypes
         return (None if grad_f is None else grad_f.to(f_dtype), None if grad_w is None else grad_w.to(w_dtype),
                 None if grad_b is None else grad_b.to(b_dtype), None, None, None, None, None)
