@@ -13,6 +13,7 @@ from fairseq_smallvocab.modules.candidate_output import CandidateLogProbs, candi
 from fairseq_smallvocab.modules.gathered_embedding_grad import gathered_embedding_grads
 
 EXCLUDED = [1, 0]  # pad and bos: positions equal ids for the specials
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU"))]
 
 
 def _composed(features, weight, bias, candidates, positions):
@@ -23,14 +24,16 @@ def _composed(features, weight, bias, candidates, positions):
         logits = torch.einsum("btd,bkd->btk", features, weight[candidates])
         if bias is not None:
             logits = logits + bias[candidates].unsqueeze(1)
-    logits = logits.float().masked_fill(torch.isin(torch.arange(logits.size(-1)), torch.tensor(EXCLUDED)),
-                                        float("-inf"))
+    excluded = torch.isin(torch.arange(logits.size(-1), device=logits.device),
+                          torch.tensor(EXCLUDED, device=logits.device))
+    logits = logits.float().masked_fill(excluded, float("-inf"))
     return F.log_softmax(logits, -1).gather(-1, positions.unsqueeze(-1)).squeeze(-1)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("small", [True, False])
 @pytest.mark.parametrize("with_bias", [True, False])
-def test_candidate_log_probs_equal_the_composition_values_and_gradients(small, with_bias, monkeypatch):
+def test_candidate_log_probs_equal_the_composition_values_and_gradients(small, with_bias, device, monkeypatch):
     monkeypatch.setattr(CandidateLogProbs, "CHUNK_ELEMENTS", 7 * 40)  # several chunks, the last one short
     monkeypatch.setattr(CandidateLogProbs, "MAX_EXAMPLES", 2)
     gen = torch.Generator().manual_seed(0)
@@ -42,6 +45,10 @@ def test_candidate_log_probs_equal_the_composition_values_and_gradients(small, w
     width = k if small else vocab
     positions = torch.randint(2, width, (bsz, steps), generator=gen)
     grad = torch.randn(bsz, steps, generator=gen, dtype=torch.double)
+    if device != "cpu":
+        features, weight, bias, candidates, positions, grad = (
+            x if x is None else x.detach().to(device).requires_grad_(x.requires_grad)
+            for x in (features, weight, bias, candidates, positions, grad))
     inputs = [x for x in (features, weight, bias) if x is not None]
 
     got = candidate_log_probs(features, weight, bias, candidates, positions, EXCLUDED)
@@ -56,17 +63,18 @@ def test_candidate_log_probs_equal_the_composition_values_and_gradients(small, w
     assert got_grads[1][rows].abs().max() == 0 and (not with_bias or got_grads[2][rows].abs().max() == 0)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("small", [True, False])
-def test_candidate_log_probs_from_kept_probabilities_equal_the_composition(small):
+def test_candidate_log_probs_from_kept_probabilities_equal_the_composition(small, device):
     """The sampler's kept softmax and chosen log-probabilities give the composition's values and gradients."""
     gen = torch.Generator().manual_seed(2)
     bsz, steps, dim, vocab, k = 9, 6, 5, 50, 16
     # a transposed view, as a Transformer's decoder states are
-    features = torch.randn(steps, bsz, dim, generator=gen).transpose(0, 1).requires_grad_()
-    weight = torch.randn(vocab, dim, generator=gen, requires_grad=True)
-    bias = torch.randn(vocab, generator=gen, requires_grad=True)
-    candidates = candidate_batch(k, vocab, bsz=bsz) if small else None
-    positions = torch.randint(2, k if small else vocab, (bsz, steps), generator=gen)
+    features = torch.randn(steps, bsz, dim, generator=gen).to(device).transpose(0, 1).requires_grad_()
+    weight = torch.randn(vocab, dim, generator=gen).to(device).requires_grad_()
+    bias = torch.randn(vocab, generator=gen).to(device).requires_grad_()
+    candidates = candidate_batch(k, vocab, bsz=bsz).to(device) if small else None
+    positions = torch.randint(2, k if small else vocab, (bsz, steps), generator=gen).to(device)
     with torch.no_grad():  # what the sampler keeps: each step's softmax, the drawn words' log p
         if small:
             logits = torch.einsum("btd,bkd->btk", features, weight[candidates]) + bias[candidates].unsqueeze(1)
@@ -75,7 +83,7 @@ def test_candidate_log_probs_from_kept_probabilities_equal_the_composition(small
         logits[:, :, EXCLUDED] = float("-inf")
         probs = logits.softmax(-1)
         chosen = logits.log_softmax(-1).gather(-1, positions.unsqueeze(-1)).squeeze(-1)
-    grad = torch.randn(bsz, steps, generator=gen)
+    grad = torch.randn(bsz, steps, generator=gen).to(device)
     got = candidate_log_probs(features, weight, bias, candidates, positions, EXCLUDED, probs=probs, chosen=chosen)
     want = _composed(features, weight, bias, candidates, positions)
     assert torch.allclose(got, want, atol=1e-5)
@@ -109,18 +117,20 @@ class _Steps(nn.Module):
         self.other = nn.Embedding(40, 8, max_norm=1.0)  # not plain: keeps nn.Embedding's own forward
 
     def forward(self, ids):
-        h = torch.zeros(ids.size(0), 8, dtype=torch.double)
+        h = torch.zeros(ids.size(0), 8, dtype=torch.double, device=ids.device)
         for t in range(ids.size(1)):
             h = torch.tanh(h + self.embed(ids[:, t]).double() + self.other(ids[:, t]).double())
         return (F.linear(h.float(), self.embed.weight) ** 2).sum()
 
 
-def test_gathered_embedding_grads_equal_the_plain_gradient():
+@pytest.mark.parametrize("device", DEVICES)
+def test_gathered_embedding_grads_equal_the_plain_gradient(device):
     torch.manual_seed(0)
     model = _Steps()
     ids = torch.randint(0, 40, (6, 9))
     ids[0, 3] = ids[2, 5] = 1  # padding: no gradient to its row, as F.embedding
     ids[:, 4] = 7  # one word at every row of a step
+    model, ids = model.to(device), ids.to(device)
     model(ids).backward()
     want = [p.grad.clone() for p in model.parameters()]
     model.zero_grad(set_to_none=True)

@@ -370,13 +370,16 @@ def decode_worker(cfg: dict) -> dict:
 
     _Task = _setup(cfg)
     tgt_dict = _Task.target_dictionary
-    model = build_model(cfg, _Task).eval()
+    device = torch.device(cfg["device"])
+    model = build_model(cfg, _Task).eval().to(device)
     cfg["d"] = cfg["d"] or model.output_weights()[0].size(1)
     predictor = VocabPredictor.build_model(VocabPredictorConfig(), _Task).eval() if cfg["K"] else None
     if predictor is not None:
         with torch.no_grad():  # a predictor that ranks words in some order (its output layer starts at zero)
             for p in predictor.parameters():
                 p.uniform_(-0.1, 0.1)
+        predictor = predictor.to(device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     length = cfg["max_len"]
     generator = SmallVocabSequenceGenerator([model], tgt_dict, beam_size=cfg["beam"], max_len_a=0,
                                             max_len_b=length, min_len=length)
@@ -384,16 +387,17 @@ def decode_worker(cfg: dict) -> dict:
     n, bsz, src_len = cfg["decode_sentences"], cfg["decode_batch"], cfg["src_len"]
     sources = torch.randint(4, cfg["src_vocab_size"], (n, src_len), generator=gen)
     sources[:, -1] = tgt_dict.eos()
+    sources = sources.to(device)
 
     def decode_all():
         produced = 0
         for start in range(0, n, bsz):
             src = sources[start: start + bsz]
-            net_input = {"src_tokens": src, "src_lengths": torch.full((len(src),), src_len)}
-            if predictor is not None:
+            net_input = {"src_tokens": src, "src_lengths": torch.full((len(src),), src_len, device=device)}
+            if predictor is not None:  # the lists as the task makes them: predicted, then rows built on the CPU
                 lists = predict_lists(predictor, {"src_tokens": src}, cfg["K"], tgt_dict)
-                rows = candidate_rows(lists.numpy(), cfg["K"], tgt_dict.nspecial, "benchmark")
-                net_input["candidates"] = torch.from_numpy(rows.astype("int64"))
+                rows = candidate_rows(lists.cpu().numpy(), cfg["K"], tgt_dict.nspecial, "benchmark")
+                net_input["candidates"] = torch.from_numpy(rows.astype("int64")).to(device)
             out = generator.generate([model], {"id": torch.arange(len(src)), "net_input": net_input})
             produced += sum(len(h[0]["tokens"]) for h in out)
         return produced
@@ -401,8 +405,10 @@ def decode_worker(cfg: dict) -> dict:
     with torch.no_grad():
         for _ in range(cfg["warmup"]):
             decode_all()
+        sync()
         start = time.perf_counter()
         tokens = decode_all()
+        sync()
         seconds = time.perf_counter() - start
     return {**{key: cfg[key] for key in ("device", "mode", "softmax", "vocab_size", "K", "d", "max_len", "warmup",
                                          "threads", "beam", "src_len")}, "arch": cfg.get("arch"),
@@ -646,7 +652,7 @@ def parse_args(argv=None):
     parser.add_argument("--decode-len", type=int, default=30, help="decode: tokens per hypothesis")
     parser.add_argument("--src-len", type=int, default=20, help="decode: source words per sentence")
     parser.add_argument("--decode-sentences", type=int, default=32, help="decode: sentences timed")
-    parser.add_argument("--device", default="cpu", help="cpu (cuda: training modes only)")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--data", type=Path, default=None,
                         help="ce / reinforce on real batches of this binarized corpus (instead of --vocab-sizes)")
     parser.add_argument("--candidates-dir", default=None,
