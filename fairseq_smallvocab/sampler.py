@@ -43,7 +43,8 @@ from fairseq_smallvocab.modules.candidate_output import UnionScorer, candidate_l
 from fairseq_smallvocab.modules.gathered_embedding_grad import gathered_embedding_grads
 
 
-def sample_categorical(logits: Tensor, with_entropy: bool = False, with_probs: bool = False):
+def sample_categorical(logits: Tensor, with_entropy: bool = False, with_probs: bool = False,
+                       probs_out: Optional[Tensor] = None):
     """One draw per row from softmax(logits) (B x N -> B x 1), by inverse
     transform sampling: the index where a uniform draw, scaled to the row's
     total weight, falls in the cumulative weights.  The distribution of
@@ -53,9 +54,10 @@ def sample_categorical(logits: Tensor, with_entropy: bool = False, with_probs: b
     distribution (B, nats), from the same weights: with z = logits - max,
     w = exp(z), Z = sum w, H = log Z - sum(w z) / Z.  With ``with_probs``
     (and ``with_entropy``) also softmax(logits) itself, w / Z, made in place
-    of the weights (B x N)."""
+    of the weights (B x N), in ``probs_out`` when given (the sampler's kept
+    buffer: no copy)."""
     shifted = logits - logits.max(-1, keepdim=True).values
-    weights = torch.exp(shifted)
+    weights = torch.exp(shifted, out=probs_out) if probs_out is not None else torch.exp(shifted)
     cdf = weights.cumsum(-1)
     total = cdf[:, -1:]
     draw = torch.rand(logits.size(0), 1, dtype=cdf.dtype, device=cdf.device) * total
@@ -135,13 +137,15 @@ def sample(decoder, encoder_out, weight: Tensor, bias: Optional[Tensor], candida
                     # at temperature 1 the draw's own weights, normalized, are the model's distribution
                     reuse = store_probs and temperature == 1.0
                     drawn = sample_categorical(logits if temperature == 1.0 else logits / temperature,
-                                               with_entropy=True, with_probs=reuse)
+                                               with_entropy=True, with_probs=reuse,
+                                               probs_out=probs[:, t] if reuse else None)
                     choice, step_entropy = drawn[0].squeeze(1), drawn[1]
                     entropy += step_entropy.masked_fill(~alive, 0.0)
                     is_greedy &= choice.eq(logits.argmax(-1)) | ~alive
                     if store_probs:  # the model's own distribution (temperature 1), for the gradient
                         p = drawn[2] if reuse else logits.softmax(-1)
-                        probs[:, t] = p
+                        if not reuse:  # reused: already written in place
+                            probs[:, t] = p
                         # a drawn word has weight > 0, so its log-probability is finite
                         chosen[:, t] = p.gather(1, choice.unsqueeze(1)).squeeze(1).log()
             ids = choice if candidates is None else candidates.gather(1, choice.unsqueeze(1)).squeeze(1)

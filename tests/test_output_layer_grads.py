@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from helpers import candidate_batch
 from torch import nn
 
-from fairseq_smallvocab.modules.candidate_output import CandidateLogProbs, candidate_log_probs
+from fairseq_smallvocab.modules.candidate_output import CandidateLogits, CandidateLogProbs, candidate_log_probs
 from fairseq_smallvocab.modules.gathered_embedding_grad import gathered_embedding_grads
 
 EXCLUDED = [1, 0]  # pad and bos: positions equal ids for the specials
@@ -92,6 +92,29 @@ def test_candidate_log_probs_from_kept_probabilities_equal_the_composition(small
         assert torch.allclose(g, w, atol=1e-5)
     with pytest.raises(ValueError, match="probs and chosen go together"):
         candidate_log_probs(features, weight, bias, candidates, positions, EXCLUDED, probs=probs)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_candidate_logits_in_several_chunks_equal_the_composition(with_bias, device, monkeypatch):
+    """The teacher-forced restricted layer, chunk by chunk (its buffers reused by every chunk, the last one
+    short): the values and gradients of baddbmm(b[c], s, W[c]^T)."""
+    monkeypatch.setattr(CandidateLogits, "CHUNK", 2)
+    gen = torch.Generator().manual_seed(3)
+    bsz, steps, dim, vocab, k = 5, 4, 6, 40, 9
+    features = torch.randn(bsz, steps, dim, generator=gen, dtype=torch.double).to(device).requires_grad_()
+    weight = torch.randn(vocab, dim, generator=gen, dtype=torch.double).to(device).requires_grad_()
+    bias = torch.randn(vocab, generator=gen, dtype=torch.double).to(device).requires_grad_() if with_bias else None
+    candidates = candidate_batch(k, vocab, bsz=bsz).to(device)
+    inputs = [x for x in (features, weight, bias) if x is not None]
+    got = CandidateLogits.apply(features, weight, bias, candidates)
+    want = torch.einsum("btd,bkd->btk", features, weight[candidates])
+    if with_bias:
+        want = want + bias[candidates].unsqueeze(1)
+    assert torch.allclose(got, want)
+    grad = torch.randn(bsz, steps, k, generator=gen, dtype=torch.double).to(device)
+    for g, w in zip(torch.autograd.grad(got, inputs, grad), torch.autograd.grad(want, inputs, grad)):
+        assert torch.allclose(g, w)
 
 
 def test_candidate_log_probs_gradcheck():

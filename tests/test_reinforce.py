@@ -118,11 +118,12 @@ def _ranked_choices(monkeypatch, rank_of_row):
     be drawn in a batch of N samples per input and alone)."""
     from fairseq_smallvocab import sampler
 
-    def draw(logits, with_entropy=False, with_probs=False):
+    def draw(logits, with_entropy=False, with_probs=False, probs_out=None):
         ranks = torch.tensor([rank_of_row(r) for r in range(logits.size(0))])
         choice = logits.argsort(-1, descending=True).gather(1, ranks.unsqueeze(1))
-        if with_probs:
-            return choice, torch.zeros(logits.size(0)), logits.softmax(-1)
+        if with_probs:  # as the real draw: the softmax written into probs_out when given
+            probs = logits.softmax(-1) if probs_out is None else torch.softmax(logits, -1, out=probs_out)
+            return choice, torch.zeros(logits.size(0)), probs
         return (choice, torch.zeros(logits.size(0))) if with_entropy else choice
 
     monkeypatch.setattr(sampler, "sample_categorical", draw)
@@ -228,6 +229,13 @@ def test_sampling_entropy_equals_the_softmax_entropy():
     _, entropy_too, probs = sample_categorical(logits.clone(), with_entropy=True, with_probs=True)
     torch.testing.assert_close(entropy_too, want, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(probs, p, atol=1e-6, rtol=1e-5)  # the softmax the sampler keeps for scoring
+    kept = torch.full((5, 3, 9), -1.0)  # the sampler's B x T x K buffer: step 1 written in place, the rest untouched
+    _, entropy_kept, probs = sample_categorical(logits.clone(), with_entropy=True, with_probs=True,
+                                                probs_out=kept[:, 1])
+    assert probs.data_ptr() == kept[:, 1].data_ptr()
+    torch.testing.assert_close(kept[:, 1], p, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(entropy_kept, want, atol=1e-5, rtol=1e-5)
+    assert kept[:, 0].eq(-1).all() and kept[:, 2].eq(-1).all()
 
 
 def test_logged_metrics_of_several_samples():
