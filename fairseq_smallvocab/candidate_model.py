@@ -30,6 +30,7 @@ search repeats it for its beams), so all B * N are drawn in one batched loop.
 """
 
 import inspect
+from contextlib import nullcontext
 from typing import Dict, Optional
 
 import torch
@@ -46,6 +47,7 @@ from fairseq_smallvocab.modules.candidate_output import (
     find_output_weights,
     restricted_logits,
 )
+from fairseq_smallvocab.modules.gathered_embedding_grad import gathered_embedding_grads
 
 
 def _extra_dict(extra) -> Dict:
@@ -85,15 +87,19 @@ class CandidateModel:
         prev_output_tokens = net_input.pop("prev_output_tokens")
         if hasattr(self.decoder, "set_beam_size"):  # a generator may have left beam_size > 1 in attention
             self.decoder.set_beam_size(1)
-        encoder_out = self.encoder(**net_input)
-        features, extra = self.decoder.extract_features(prev_output_tokens, encoder_out)
-        extra = _extra_dict(extra)
-        weight, bias = self.output_weights()
-        out = features if features_only else restricted_logits(features, weight, bias, candidates)
-        extra["candidates"] = [] if candidates is None else [candidates]
-        if sample_lens is not None:
-            extra.update(self.sample_and_score(net_input, candidates, sample_lens, greedy_too, num_samples,
-                                               temperature))
+        # REINFORCE uses the embeddings and the output layer several times (the CE pass and the policy): their
+        # weight gradients are gathered into one tensor per weight (see modules/gathered_embedding_grad.py)
+        gathered = sample_lens is not None and torch.is_grad_enabled()
+        with gathered_embedding_grads(self) if gathered else nullcontext():
+            encoder_out = self.encoder(**net_input)
+            features, extra = self.decoder.extract_features(prev_output_tokens, encoder_out)
+            extra = _extra_dict(extra)
+            weight, bias = self.output_weights()
+            out = features if features_only else restricted_logits(features, weight, bias, candidates)
+            extra["candidates"] = [] if candidates is None else [candidates]
+            if sample_lens is not None:
+                extra.update(self.sample_and_score(net_input, candidates, sample_lens, greedy_too, num_samples,
+                                                   temperature))
         return out, extra
 
     def sample_and_score(self, net_input, candidates, sample_lens, greedy_too=False, num_samples=1,

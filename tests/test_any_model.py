@@ -5,6 +5,7 @@ generator on the masked full softmax; samples stay inside the candidates and
 the step-wise policy equals the rescoring pass; stock state-dict keys."""
 
 import argparse
+import contextlib
 from types import SimpleNamespace
 
 import pytest
@@ -223,6 +224,61 @@ def test_samples_stay_inside_candidates_and_stepwise_logprobs_equal_rescoring(fa
     positions = candidate_positions(family.cands, rescored["tokens"].masked_fill(~rescored["mask"], d.eos()),
                                     d.unk())
     assert torch.equal(positions, rescored["positions"])
+
+
+def _reinforce_grads(model, net, cands, gathered, monkeypatch):
+    """Every parameter's gradient of a loss that uses the CE pass's logits and the
+    samples' log-probabilities (the same dropout masks and draws each time),
+    with the weight gradients gathered (the default) or each use's own."""
+    from fairseq_smallvocab import candidate_model, sampler
+    from fairseq_smallvocab.modules import gathered_embedding_grad
+
+    with monkeypatch.context() as patch:
+        if not gathered:
+            for where in (candidate_model, sampler):
+                patch.setattr(where, "gathered_embedding_grads", lambda module: contextlib.nullcontext())
+        gathers = []
+        backward = gathered_embedding_grad.Gather.backward
+        patch.setattr(gathered_embedding_grad.Gather, "backward",
+                      staticmethod(lambda ctx, g: gathers.append(1) or backward(ctx, g)))
+        model.zero_grad(set_to_none=True)
+        torch.manual_seed(7)
+        out, extra = model(**net, candidates=cands, sample_lens=torch.full((B,), 8))
+        loss = out.float().log_softmax(-1).mean() + extra["samples"]["lprobs"].sum()
+        loss.backward()
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}, len(gathers)
+
+
+@pytest.mark.parametrize("small", [True, False])
+def test_gathered_weight_gradients_equal_each_uses_own(family, small, monkeypatch):
+    """REINFORCE's forward (CE pass, sampling, scoring) adds every use of an
+    embedding or output weight into one gradient tensor per weight: the same
+    gradients as each use making its own."""
+    model, cands = family.model.train(), family.cands if small else None
+    got, gathers = _reinforce_grads(model, family.net, cands, True, monkeypatch)
+    want, none = _reinforce_grads(model, family.net, cands, False, monkeypatch)
+    assert gathers >= 1 and none == 0  # the gathered path ran, and only where asked
+    assert got.keys() == want.keys()
+    for name in want:
+        torch.testing.assert_close(got[name], want[name], atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_gathered_weight_gradients_leave_learned_positions_alone(monkeypatch):
+    """fairseq's LearnedPositionalEmbedding subclasses nn.Embedding with a forward
+    of its own (positions from tokens): it is not patched, and the gradients
+    equal each use's own."""
+    torch.manual_seed(0)
+    model = restrict(_stock("transformer", share_all_embeddings=True, encoder_learned_pos=True,
+                            decoder_learned_pos=True, **TRANSFORMER), "transformer").train()
+    tgt_dict = model.decoder.dictionary
+    lengths = torch.tensor([7, 6, 5, 4, 2])
+    src, prev, tgt, cands = translation_batch(lengths, T_SRC, T_TGT, K, V_TGT, tgt_dict)
+    net = {"src_tokens": src, "src_lengths": lengths, "prev_output_tokens": prev}
+    got, gathers = _reinforce_grads(model, net, cands, True, monkeypatch)
+    want, _ = _reinforce_grads(model, net, cands, False, monkeypatch)
+    assert gathers >= 1 and "encoder.embed_positions.weight" in got
+    for name in want:
+        torch.testing.assert_close(got[name], want[name], atol=1e-5, rtol=1e-4, msg=name)
 
 
 def test_several_samples_per_input_are_scored_against_their_own_source(family):

@@ -30,6 +30,7 @@ from fairseq.models import FairseqIncrementalDecoder
 from torch import Tensor, nn
 
 from fairseq_smallvocab.candidate_space import batch_union
+from fairseq_smallvocab.modules.gathered_embedding_grad import active_route, lookup_rows
 
 
 class RestrictionError(ValueError):
@@ -71,6 +72,27 @@ def gather_rows(table: Tensor, ids: Tensor, scratch: Optional[Scratch] = None, n
     return out
 
 
+def _weight_grad(buffer, weight: Tensor) -> Tensor:
+    """Where a backward adds W's gradient: a new zero tensor, or (routed
+    through an open ``gathered_embedding_grads`` block) the block's buffer."""
+    if buffer is None:
+        return torch.zeros_like(weight)
+    if buffer.grad is None:
+        buffer.grad = torch.zeros_like(weight)
+    return buffer.grad
+
+
+def _routed(features: Tensor, weight: Tensor):
+    """(weight, anchor, buffer) for the autograd functions below: W detached and
+    its gradient routed into the innermost open block's buffer when there is
+    one (and W is in the products' dtype), else W itself."""
+    if weight.dtype == torch.promote_types(features.dtype, weight.dtype):
+        route = active_route(weight)
+        if route is not None:
+            return (weight.detach(), *route)
+    return weight, None, None
+
+
 def _add_row_grads(dz, features, gathered, rows, grad_f, grad_w, grad_b, scratch: Scratch):
     """The backward of a chunk's per-example logits (``dz``: chunk x T x K, the
     gradient of logits = features . gathered^T + b[rows]): the states'
@@ -104,8 +126,9 @@ class CandidateLogits(torch.autograd.Function):
     CHUNK = 16
 
     @staticmethod
-    def forward(ctx, features, weight, bias, candidates):
+    def forward(ctx, features, weight, bias, candidates, anchor=None, buffer=None):
         ctx.dtypes = features.dtype, weight.dtype, None if bias is None else bias.dtype
+        ctx.buffer = buffer  # W's gradient goes into it (see _routed), not into a new tensor
         dtype = torch.promote_types(features.dtype, weight.dtype)
         with torch.autocast(features.device.type, enabled=False):
             features, weight = features.to(dtype), weight.to(dtype)
@@ -129,11 +152,12 @@ class CandidateLogits(torch.autograd.Function):
     def backward(ctx, grad_out):
         features, weight, candidates = ctx.saved_tensors
         need_f, need_w, need_b = ctx.needs_input_grad[:3]
+        need_w = need_w or ctx.buffer is not None
         need_b = need_b and ctx.bias_shape is not None
         with torch.autocast(features.device.type, enabled=False):
             grad_out = grad_out.to(features.dtype)
             grad_f = torch.empty_like(features) if need_f else None
-            grad_w = torch.zeros_like(weight) if need_w else None
+            grad_w = _weight_grad(ctx.buffer, weight) if need_w else None
             grad_b = grad_out.new_zeros(ctx.bias_shape) if need_b else None
             scratch = Scratch()
             for start in range(0, features.size(0), CandidateLogits.CHUNK):
@@ -142,8 +166,11 @@ class CandidateLogits(torch.autograd.Function):
                 _add_row_grads(grad_out[sl], features[sl], gather_rows(weight, rows, scratch) if need_f else None,
                                rows, grad_f[sl] if need_f else None, grad_w, grad_b, scratch)
         f_dtype, w_dtype, b_dtype = ctx.dtypes
-        return (None if grad_f is None else grad_f.to(f_dtype), None if grad_w is None else grad_w.to(w_dtype),
-                None if grad_b is None else grad_b.to(b_dtype), None)
+        routed = ctx.buffer is not None
+        return (None if grad_f is None else grad_f.to(f_dtype),
+                None if grad_w is None or routed else grad_w.to(w_dtype),
+                None if grad_b is None else grad_b.to(b_dtype), None,
+                grad_out.new_zeros(1) if routed else None, None)
 
 
 class CandidateLogProbs(torch.autograd.Function):
@@ -198,8 +225,10 @@ class CandidateLogProbs(torch.autograd.Function):
         return torch.baddbmm(gather_rows(bias, rows).unsqueeze(1), features, gathered.transpose(1, 2)).float(), gathered
 
     @staticmethod
-    def forward(ctx, features, weight, bias, candidates, positions, excluded, probs=None, chosen=None):
+    def forward(ctx, features, weight, bias, candidates, positions, excluded, probs=None, chosen=None,
+                anchor=None, buffer=None):
         ctx.dtypes = features.dtype, weight.dtype, None if bias is None else bias.dtype
+        ctx.buffer = buffer  # W's gradient goes into it (see _routed), not into a new tensor
         if probs is not None:
             ctx.save_for_backward(features, weight, bias, candidates, positions, probs)
             ctx.excluded, ctx.width, ctx.stored = excluded, probs.size(-1), True
@@ -227,6 +256,7 @@ class CandidateLogProbs(torch.autograd.Function):
     def backward(ctx, grad_out):
         features, weight, bias, candidates, positions, kept = ctx.saved_tensors  # kept: probs, or the lse
         need_f, need_w, need_b = ctx.needs_input_grad[:3]
+        need_w = need_w or ctx.buffer is not None
         need_b = need_b and bias is not None
         bsz, steps, dim = features.shape
         dtype = torch.promote_types(features.dtype, weight.dtype)
@@ -237,7 +267,7 @@ class CandidateLogProbs(torch.autograd.Function):
             # contiguous (a Transformer's states are a transposed view, whose strides empty_like would keep): the
             # chunks' products write into slices of it
             grad_f = features.new_empty(features.shape) if need_f else None
-            grad_w = torch.zeros_like(weight) if need_w else None
+            grad_w = _weight_grad(ctx.buffer, weight) if need_w else None
             grad_b = torch.zeros_like(bias) if need_b else None
             scratch = Scratch()
             for sl in CandidateLogProbs._chunks(bsz, steps, ctx.width, candidates):
@@ -264,8 +294,11 @@ class CandidateLogProbs(torch.autograd.Function):
                     _add_row_grads(dz, features[sl], gathered, rows, grad_f[sl] if need_f else None, grad_w, grad_b,
                                    scratch)
         f_dtype, w_dtype, b_dtype = ctx.dtypes
-        return (None if grad_f is None else grad_f.to(f_dtype), None if grad_w is None else grad_w.to(w_dtype),
-                None if grad_b is None else grad_b.to(b_dtype), None, None, None, None, None)
+        routed = ctx.buffer is not None
+        return (None if grad_f is None else grad_f.to(f_dtype),
+                None if grad_w is None or routed else grad_w.to(w_dtype),
+                None if grad_b is None else grad_b.to(b_dtype), None, None, None, None, None,
+                grad_out.new_zeros(1) if routed else None, None)
 
 
 def candidate_log_probs(features: Tensor, weight: Tensor, bias: Optional[Tensor], candidates: Optional[Tensor],
@@ -276,7 +309,9 @@ def candidate_log_probs(features: Tensor, weight: Tensor, bias: Optional[Tensor]
     log-probabilities, no logits are made)."""
     if (probs is None) != (chosen is None):
         raise ValueError("candidate_log_probs: probs and chosen go together (both kept by the sampler, or neither)")
-    return CandidateLogProbs.apply(features, weight, bias, candidates, positions, list(excluded), probs, chosen)
+    weight, anchor, buffer = _routed(features, weight)
+    return CandidateLogProbs.apply(features, weight, bias, candidates, positions, list(excluded), probs, chosen,
+                                   anchor, buffer)
 
 
 @dataclass(frozen=True)
@@ -392,10 +427,10 @@ def restricted_logits(features: Tensor, weight: Tensor, bias: Optional[Tensor],
         return F.linear(features, weight, bias)
     union, pos = batch_union(candidates)
     if len(union) <= UNION_MAX_RATIO * candidates.size(1):
-        scores = F.linear(features, weight.index_select(0, union),
-                          None if bias is None else bias.index_select(0, union))
+        scores = F.linear(features, lookup_rows(weight, union), None if bias is None else bias.index_select(0, union))
         return scores.gather(-1, pos.unsqueeze(1).expand(-1, features.size(1), -1))
-    return CandidateLogits.apply(features, weight, bias, candidates)
+    weight, anchor, buffer = _routed(features, weight)
+    return CandidateLogits.apply(features, weight, bias, candidates, anchor, buffer)
 
 
 class UnionScorer:
