@@ -62,8 +62,8 @@ def gather_rows(table: Tensor, ids: Tensor, scratch: Optional[Scratch] = None, n
     ``index_select`` on the flattened ids (into a reused buffer with
     ``scratch``): the same values, but on the CPU advanced indexing with a
     2-D index (aten::index) copied a chunk's rows 5x slower (16 x 1000 rows
-    of 256 floats: 7.8 vs 1.4 ms, 2 threads), and it ran 25 times per
-    REINFORCE step (torch.profiler: 11% of the step)."""
+    of 256 floats: 7.8 vs 1.4 ms, 2 threads); it runs 25 times per
+    REINFORCE step (docs/RESULTS.md: the step gained about 5%)."""
     shape = (*ids.shape, *table.shape[1:])
     if scratch is None:
         return table.index_select(0, ids.reshape(-1)).view(shape)
