@@ -427,7 +427,7 @@ def restricted_logits(features: Tensor, weight: Tensor, bias: Optional[Tensor],
         return F.linear(features, weight, bias)
     union, pos = batch_union(candidates)
     if len(union) <= UNION_MAX_RATIO * candidates.size(1):
-        scores = F.linear(features, lookup_rows(weight, union), None if bias is None else bias.index_select(0, union))
+        scores = F.linear(features, lookup_rows(weight, union), None if bias is None else gather_rows(bias, union))
         return scores.gather(-1, pos.unsqueeze(1).expand(-1, features.size(1), -1))
     weight, anchor, buffer = _routed(features, weight)
     return CandidateLogits.apply(features, weight, bias, candidates, anchor, buffer)
@@ -449,8 +449,8 @@ class UnionScorer:
             self.weight, self.bias, self.pos = weight, bias, None
         else:
             union, self.pos = batch_union(candidates)
-            self.weight = weight.index_select(0, union)
-            self.bias = None if bias is None else bias.index_select(0, union)
+            self.weight = gather_rows(weight, union)
+            self.bias = None if bias is None else gather_rows(bias, union)
         self.sent = None if candidates is None else torch.arange(len(candidates), device=candidates.device)
         self.row_pos = self.pos  # each row's K positions in U (made again after a reordering, when next used)
 

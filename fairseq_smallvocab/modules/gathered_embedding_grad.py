@@ -11,8 +11,8 @@ REINFORCE step on the CPU (measured with torch.profiler: ``fill_`` and
 ``add_`` of ``embedding_dense_backward``).
 
 ``gathered_embedding_grads(module)`` makes, inside the block, every plain
-``nn.Embedding`` (the class itself, not a subclass) of the module look up its rows through ``StepLookup``,
-whose backward adds its rows' gradient into one buffer shared by all the
+``nn.Embedding`` (the class itself, not a subclass) of the module look up
+its rows through ``StepLookup``, whose backward adds its rows' gradient into one buffer shared by all the
 lookups of the block (index_add: B rows each), and hands nothing to the
 weight itself.  All the lookups take one extra input, ``anchor``: the output
 of ``Gather`` applied to the weight when the block opens.  Autograd runs a
@@ -121,12 +121,16 @@ def active_route(weight: Tensor):
     return _ACTIVE[-1].route(weight) if _ACTIVE else None
 
 
+def _lookup(route, weight: Tensor, ids: Tensor, padding_idx=None) -> Tensor:
+    """weight[ids]: through ``route`` (a block's anchor and buffer), or plain."""
+    if route is None:
+        return F.embedding(ids, weight, padding_idx)
+    return StepLookup.apply(ids, weight, *route, padding_idx)
+
+
 def lookup_rows(weight: Tensor, ids: Tensor) -> Tensor:
     """``weight[ids]``: inside a block, its gradient added into the block's buffer."""
-    route = active_route(weight)
-    if route is None:
-        return weight.index_select(0, ids.reshape(-1)).view(*ids.shape, *weight.shape[1:])
-    return StepLookup.apply(ids, weight, *route, None)
+    return _lookup(active_route(weight), weight, ids)
 
 
 @contextmanager
@@ -143,10 +147,7 @@ def gathered_embedding_grads(module):
 
     def lookup_for(embedding):
         def lookup(ids: Tensor) -> Tensor:
-            route = block.route(embedding.weight)
-            if route is None:
-                return F.embedding(ids, embedding.weight, embedding.padding_idx)
-            return StepLookup.apply(ids, embedding.weight, *route, embedding.padding_idx)
+            return _lookup(block.route(embedding.weight), embedding.weight, ids, embedding.padding_idx)
         return lookup
 
     for m in module.modules():
