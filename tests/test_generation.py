@@ -13,6 +13,7 @@ from helpers import candidate_batch, make_dictionary
 
 from fairseq_smallvocab.generation import SmallVocabSequenceGenerator
 from fairseq_smallvocab.models.lstm_smallvocab import LSTMSmallVocabConfig, LSTMSmallVocabModel
+from fairseq_smallvocab.modules import candidate_output
 from fairseq_smallvocab.modules.candidate_output import UnionScorer
 
 V_SRC, V_TGT, B, T_SRC, K = 30, 80, 6, 7, 20
@@ -79,15 +80,22 @@ def test_prefix_tokens_are_forced_and_checked(setup):
         generator.generate([model], sample, prefix_tokens=prefix)
 
 
-def test_union_scorer_follows_beam_reordering_and_finished_sentences():
+@pytest.mark.parametrize("transposed", [False, True])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_union_scorer_follows_beam_reordering_and_finished_sentences(monkeypatch, transposed, with_bias):
     """Step-wise scoring (rows of W for the union of the batch's candidates
     gathered once, each row's K picked from the union's scores) equals the
     per-row candidate logits after the generator's reorderings: beams within
-    a sentence, finished sentences dropped, rows of one sentence apart."""
+    a sentence, finished sentences dropped, rows of one sentence apart; with
+    the union's scores made rows x |U| or transposed (|U| x rows, the
+    orientation used from ``TRANSPOSED_MIN_ROWS`` rows on)."""
+    monkeypatch.setattr(candidate_output, "TRANSPOSED_MIN_ROWS", 1 if transposed else 10 ** 9)
     torch.manual_seed(0)
     weight, bias = torch.randn(V_TGT, 8), torch.randn(V_TGT)
+    if not with_bias:
+        bias = torch.zeros(V_TGT)
     cands = candidate_batch(K, V_TGT, bsz=3)
-    scorer = UnionScorer(weight, bias, cands)
+    scorer = UnionScorer(weight, bias if with_bias else None, cands)
     rows = cands
     for order in ([0, 0, 1, 1, 2, 2], [1, 0, 3, 3, 4, 5], [0, 1, 4, 5], [2, 0, 1, 3]):
         order = torch.tensor(order)
@@ -96,5 +104,9 @@ def test_union_scorer_follows_beam_reordering_and_finished_sentences():
         features = torch.randn(len(rows), 8)
         want = torch.stack([weight[r] @ f + bias[r] for r, f in zip(rows, features)])
         torch.testing.assert_close(scorer(features), want)
+    # several steps at once (rows x T x d) take the untransposed product
+    steps = torch.randn(len(rows), 2, 8)
+    want = torch.stack([torch.stack([weight[r] @ f + bias[r] for f in fs]) for r, fs in zip(rows, steps)])
+    torch.testing.assert_close(scorer(steps), want)
     full = UnionScorer(weight, None, None)
     torch.testing.assert_close(full(features), features @ weight.T)

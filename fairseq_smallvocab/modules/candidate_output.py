@@ -433,6 +433,10 @@ def restricted_logits(features: Tensor, weight: Tensor, bias: Optional[Tensor],
     return CandidateLogits.apply(features, weight, bias, candidates, anchor, buffer)
 
 
+# the fewest decoding rows for which ``UnionScorer`` makes the union's scores transposed (see there)
+TRANSPOSED_MIN_ROWS = 32
+
+
 class UnionScorer:
     """Step-wise scoring (sampling, beam search) inside each row's candidates:
     the rows of W and b for the union U of the batch's candidates are gathered
@@ -461,7 +465,16 @@ class UnionScorer:
 
     def __call__(self, features: Tensor) -> Tensor:
         """rows x d (or rows x T x d) states -> rows x K (or rows x T x K) logits."""
-        scores = F.linear(features.to(self.weight.dtype), self.weight, self.bias)
+        features = features.to(self.weight.dtype)
+        if self.pos is not None and features.dim() == 2 and features.size(0) >= TRANSPOSED_MIN_ROWS:
+            # the union's scores made as W_U s^T (|U| x rows) and read through a transposed view: on the
+            # CPU (MKL, 2 threads) this orientation ran 1.25-1.3x faster than F.linear's rows x |U| for
+            # 32 to 320 rows, gather included (|U| = 4,419, d = 256; 15% slower for 5 rows, hence the floor)
+            bias = self.bias
+            scores = (torch.mm(self.weight, features.t()) if bias is None
+                      else torch.addmm(bias.unsqueeze(1), self.weight, features.t())).t()
+        else:
+            scores = F.linear(features, self.weight, self.bias)
         if self.pos is None:
             return scores
         if self.row_pos is None:
