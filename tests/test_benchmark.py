@@ -202,3 +202,86 @@ def test_benchmark_interleaves_rounds_on_a_fairseq_arch(tmp_path):
         ratios = [f / s for f, s in zip(full["sec_per_step_rounds"], small["sec_per_step_rounds"])]
         assert small["speedup"] == round(statistics.median(ratios), 3) and "speedup" not in full
     assert (tmp_path / "r.md").read_text().count("| transformer |") == 2
+
+
+def test_ab_steps_alternate_the_two_values_from_one_seed(monkeypatch):
+    """--ab: each batch runs under A and B (A B, then B A, ...), both from the
+    batch's seed; warm-up batches are untimed; the setting is restored, also
+    when a step fails; the ratio is the median of the batches' A / B."""
+    from fairseq_smallvocab.modules import candidate_output
+    from smallvocab_tools.bench import benchmark
+
+    clock = [0.0]
+    monkeypatch.setattr(benchmark.time, "perf_counter", lambda: clock[0])
+    spec = "fairseq_smallvocab.modules.candidate_output.TRANSPOSED_MIN_ROWS=7,9"
+    before = candidate_output.TRANSPOSED_MIN_ROWS
+    calls, seeds, lens = [], [], []
+    costs = iter([1.0, 1.0, 4.0, 2.0, 3.0, 1.0, 6.0, 2.0])  # per call, in call order
+
+    def step(sample):
+        calls.append((sample, candidate_output.TRANSPOSED_MIN_ROWS))
+        lens.append(10 * sample + candidate_output.TRANSPOSED_MIN_ROWS)
+        clock[0] += next(costs)
+
+    cfg = {"ab": spec, "warmup": 1, "rl_samples": 1}
+    ab = benchmark.ab_steps(cfg, step, [0, 1, 2, 3], lens, seeds.append)
+    assert calls == [(0, 7), (0, 9), (1, 9), (1, 7), (2, 7), (2, 9), (3, 9), (3, 7)]
+    assert seeds == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert candidate_output.TRANSPOSED_MIN_ROWS == before
+    # batch 1: B 4.0, A 2.0; batch 2: A 3.0, B 1.0; batch 3: B 6.0, A 2.0
+    assert ab["ab_rounds"] == [[2.0, 3.0, 2.0], [4.0, 1.0, 6.0]]
+    assert ab["ab_sec_per_step"] == [2.0, 4.0] and ab["ab_ratio"] == 0.5  # ratios 0.5, 3, 1/3
+    assert ab["ab_values"] == [7, 9] and ab["ab_sample_len"] == [27.0, 29.0]
+    assert sorted(lens) == [17, 19, 27, 29, 37, 39]  # the timed batches' lengths, both values
+
+    def failing(sample):
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError):
+        benchmark.ab_steps(cfg, failing, [0], [], seeds.append)
+    assert candidate_output.TRANSPOSED_MIN_ROWS == before
+
+
+SETTING = "fairseq_smallvocab.modules.candidate_output.TRANSPOSED_MIN_ROWS"
+
+
+@pytest.mark.parametrize("spec, problem", [
+    ("TRANSPOSED_MIN_ROWS=1,2", "module-level setting of the plugin"),
+    ("os.sep=1,2", "module-level setting of the plugin"),
+    ("fairseq_smallvocab.nowhere.X=1,2", "no module fairseq_smallvocab.nowhere"),
+    ("fairseq_smallvocab.modules.candidate_output.NOPE=1,2", "has no setting NOPE"),
+    (SETTING + "=1", "two values are compared, not 1"),
+    (SETTING + "=1,x", "Python literals"),
+    (SETTING + "=1,2.5", "2.5 is not of TRANSPOSED_MIN_ROWS's type"),
+])
+def test_ab_refuses_what_it_cannot_compare(spec, problem):
+    from smallvocab_tools.bench.benchmark import parse_ab
+
+    with pytest.raises(ValueError, match=re.escape(problem)):
+        parse_ab(spec)
+    module, name, values = parse_ab("fairseq_smallvocab.sampler.STORED_PROBS_MAX_ELEMENTS=0, 268435456")
+    assert name == "STORED_PROBS_MAX_ELEMENTS" and values == (0, 2 ** 28)
+
+
+@pytest.mark.slow
+def test_benchmark_ab_runs_both_values_in_each_round(tmp_path):
+    """--ab end to end: one process per configuration and round, each value's
+    steps of every round in the record, the A / B table."""
+    import statistics
+
+    out = run([REPO / "scripts" / "benchmark.py", "--modes", "reinforce", "--vocab-sizes", "300", "--k", "40",
+               "--k-sweep", "--no-full", "--batch", "4", "--max-len", "6", "--embed-dim", "8", "--steps", "2",
+               "--warmup", "1", "--threads", "1", "--rounds", "2", "--ab",
+               "fairseq_smallvocab.modules.candidate_output.TRANSPOSED_MIN_ROWS=1,1000000000",
+               "--json", tmp_path / "ab.json"])
+    record, = json.loads((tmp_path / "ab.json").read_text())
+    assert record["ab_values"] == [1, 1000000000]
+    assert [len(t) for t in record["ab_rounds"]] == [4, 4]
+    assert record["ab_sec_per_step"] == [round(statistics.median(t), 4) for t in record["ab_rounds"]]
+    ratios = [a / b for a, b in zip(*record["ab_rounds"])]
+    assert record["ab_ratio"] == round(statistics.median(ratios), 3)
+    assert all(0 < n <= 6 for n in record["ab_sample_len"])
+    assert "| TRANSPOSED_MIN_ROWS | 1 | 1000000000 |" in out.stdout
+    bad = run([REPO / "scripts" / "benchmark.py", "--modes", "decode", "--ab",
+               "fairseq_smallvocab.modules.candidate_output.TRANSPOSED_MIN_ROWS=1,2"], check=False)
+    assert bad.returncode == 2 and "--ab compares training steps" in bad.stderr

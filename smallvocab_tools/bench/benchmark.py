@@ -51,7 +51,12 @@ Small and full run interleaved, each in a fresh process: with ``--rounds R``
 the pair runs R times (small, full, small, full, ...) and each configuration
 reports the median over its rounds, and the speedup is the median of the
 rounds' pairwise ratios, so that the machine's drift between the two sides
-of a pair cancels.
+of a pair cancels.  ``--ab MODULE.NAME=A,B`` compares two values of one of
+the plugin's module-level settings instead, inside each configuration's
+process: every batch runs under both values (A B, then B A), from the same
+seed, and the record gives each value's median step and the median of the
+batches' ratios A / B (the way to measure a change of a few per cent here,
+where whole processes drift by more than that).
 
 Peak memory: CUDA, ``torch.cuda.max_memory_allocated``; CPU, the growth of the
 process's peak resident set (VmHWM, reset just before the first step) over the
@@ -75,6 +80,10 @@ JSON records.
     python scripts/benchmark.py --modes reinforce --data data-bin/all/multi30k.en-de \
         --candidates-dir checkpoints/vp-multi30k.en-de.all/candidates --k 1000 \
         --sample-limit flat --max-sample-len 99 --phases --rounds 2 --steps 8
+    python scripts/benchmark.py --modes reinforce --data data-bin/all/multi30k.en-de \
+        --candidates-dir checkpoints/vp-multi30k.en-de.all/candidates --k 1000 --no-full \
+        --sample-limit flat --max-sample-len 99 --steps 8 --warmup 1 \
+        --ab fairseq_smallvocab.modules.candidate_output.TRANSPOSED_MIN_ROWS=1000000000,32
     python scripts/benchmark.py --modes ce reinforce --data data-bin/captions --captions \
         --candidates-dir checkpoints/vp-captions/candidates --k 500 --epoch-sentences 50000
 """
@@ -322,15 +331,21 @@ def worker(cfg: dict) -> dict:
     else:
         base = _rss_mb("VmRSS")
         reset = _reset_peak_rss()
-    for sample in samples[: cfg["warmup"]]:
-        step(sample)
+    if cfg.get("ab"):
+        ab = ab_steps(cfg, step, samples, sample_lens, torch.manual_seed)
+    else:
+        for sample in samples[: cfg["warmup"]]:
+            step(sample)
     timed = samples[cfg["warmup"]:]
     if timer is not None:
         timer.reset()
-    start = time.perf_counter()
-    for sample in timed:
-        step(sample)
-    sec_per_step = (time.perf_counter() - start) / cfg["steps"]
+    if cfg.get("ab"):
+        sec_per_step = statistics.median(ab["ab_rounds"][0] + ab["ab_rounds"][1])
+    else:
+        start = time.perf_counter()
+        for sample in timed:
+            step(sample)
+        sec_per_step = (time.perf_counter() - start) / cfg["steps"]
     phases = None if timer is None else {name: round(span / cfg["steps"], 4) for name, span in timer.spans.items()}
     if cuda:
         peak_total = torch.cuda.max_memory_allocated(device) / 2**20
@@ -351,6 +366,8 @@ def worker(cfg: dict) -> dict:
                       sample_limit=cfg["sample_limit"], max_sample_len=cfg["max_sample_len"])
     if phases is not None:
         record["phases"] = phases
+    if cfg.get("ab"):
+        record.update(ab)
     if cfg.get("data"):
         record.update(data=cfg["data"], zipf=None, task="captioning" if cfg.get("captions") else "translation",
                       checkpoint=cfg.get("checkpoint"),
@@ -358,6 +375,70 @@ def worker(cfg: dict) -> dict:
                       max_len=max(sample["target"].size(1) for sample in timed),
                       mean_tgt_len=round(tokens / sum(sample["target"].size(0) for sample in timed), 2))
     return record
+
+
+def parse_ab(spec: str):
+    """``--ab module.NAME=A,B`` -> (module, NAME, (A, B)): a module-level
+    setting of the plugin and two values for it (Python literals of its type)."""
+    import ast
+    import importlib
+
+    target, sep, values = spec.partition("=")
+    module_name, _, name = target.rpartition(".")
+    usage = ("give a module-level setting of the plugin and two values, e.g. "
+             "fairseq_smallvocab.modules.candidate_output.TRANSPOSED_MIN_ROWS=1000000000,32")
+    if not sep or not name or module_name.split(".")[0] != "fairseq_smallvocab":
+        raise ValueError(f"--ab {spec}: {usage}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise ValueError(f"--ab {spec}: no module {module_name} ({error}); {usage}") from None
+    if not hasattr(module, name):
+        raise ValueError(f"--ab {spec}: {module_name} has no setting {name}; {usage}")
+    current = getattr(module, name)
+    parts = values.split(",")
+    try:
+        parsed = tuple(ast.literal_eval(part.strip()) for part in parts)
+    except (ValueError, SyntaxError):
+        raise ValueError(f"--ab {spec}: the values must be Python literals; {usage}") from None
+    if len(parsed) != 2:
+        raise ValueError(f"--ab {spec}: two values are compared, not {len(parsed)}; {usage}")
+    allowed = (int, float) if isinstance(current, float) else (type(current),)
+    for value in parsed:
+        if type(value) not in allowed:
+            raise ValueError(f"--ab {spec}: {value!r} is not of {name}'s type ({type(current).__name__}: "
+                             f"{current!r} now)")
+    return module, name, parsed
+
+
+def ab_steps(cfg: dict, step, samples, sample_lens, seed) -> dict:
+    """Every batch runs once under each of the two values of ``cfg["ab"]``
+    (A B, then B A for the next batch, and so on), both from the same random
+    seed, in this one process: the machine's drift, which moves whole
+    processes by up to 2x here, then hits both values alike.  The first
+    --warmup batches are untimed.  Returns each value's step times and sample
+    lengths and the median of the batches' ratios A / B."""
+    module, name, values = parse_ab(cfg["ab"])
+    original = getattr(module, name)
+    times, lens = ([], []), ([], [])
+    try:
+        for i, sample in enumerate(samples):
+            for arm in ((0, 1) if i % 2 == 0 else (1, 0)):
+                setattr(module, name, values[arm])
+                seed(i)
+                start = time.perf_counter()
+                step(sample)
+                if i >= cfg["warmup"]:
+                    times[arm].append(time.perf_counter() - start)
+                    lens[arm].append(sample_lens[-1])
+    finally:
+        setattr(module, name, original)
+    del sample_lens[:]
+    sample_lens.extend(lens[0] + lens[1])
+    return {"ab": cfg["ab"], "ab_values": list(values), "ab_rounds": [list(t) for t in times],
+            "ab_sample_len": [round(statistics.mean(x) / cfg.get("rl_samples", 1), 1) if x else 0 for x in lens],
+            "ab_sec_per_step": [round(statistics.median(t), 4) for t in times],
+            "ab_ratio": round(statistics.median(a / b for a, b in zip(*times)), 3)}
 
 
 def decode_worker(cfg: dict) -> dict:
@@ -470,6 +551,8 @@ def configurations(args):
                                    max_sample_len=args.max_sample_len)
                     if args.phases and mode != "decode":
                         cfg["phases"] = True
+                    if args.ab:
+                        cfg["ab"] = args.ab
                     if args.data:
                         cfg.update(data=str(args.data), candidates_dir=args.candidates_dir, captions=args.captions,
                                    checkpoint=str(args.checkpoint) if args.checkpoint else None,
@@ -504,6 +587,8 @@ def run_interleaved(cfgs, rounds: int, log=lambda message: None):
                 record = run_isolated(cfg)
                 log("  " + (f"batch {cfg['batch']} beam {cfg['beam']}: {record['ms_per_sentence']:.2f} ms/sentence"
                             if cfg["mode"] == "decode" else
+                            f"{' vs '.join(f'{t:.3f}' for t in record['ab_sec_per_step'])} s/step "
+                            f"({record['ab']}), A / B {record['ab_ratio']:.3f}" if "ab" in record else
                             f"{record['sec_per_step']:.3f} s/step, peak {record['peak_mem_mb']:,.0f} MB"))
                 runs[i].append(record)
         time_key = "ms_per_sentence" if group[0]["mode"] == "decode" else "sec_per_step"
@@ -514,6 +599,12 @@ def run_interleaved(cfgs, rounds: int, log=lambda message: None):
                 values = [x[key] for x in runs[i] if x.get(key) is not None]
                 if values:
                     record[key] = round(statistics.median(values), 4)
+            if "ab" in record:  # both values' steps of every round, and the ratio over all their batches
+                times = [sum((x["ab_rounds"][arm] for x in runs[i]), []) for arm in (0, 1)]
+                lens = [statistics.mean(x["ab_sample_len"][arm] for x in runs[i]) for arm in (0, 1)]
+                record.update(ab_rounds=times, ab_sample_len=[round(x, 1) for x in lens],
+                              ab_sec_per_step=[round(statistics.median(t), 4) for t in times],
+                              ab_ratio=round(statistics.median(a / b for a, b in zip(*times)), 3))
             if "phases" in record:  # each phase's median over the rounds
                 record["phases"] = {name: round(statistics.median(x["phases"][name] for x in runs[i]), 4)
                                     for name in record["phases"]}
@@ -576,6 +667,18 @@ def markdown(records) -> str:
                          " | ".join(f"{r['phases'][name]:.3f}" for name in PHASES) + f" | {rest:.3f} |")
         out.append("Seconds per step by phase (means over the timed steps; smallvocab_tools/bench/phases.py):\n\n"
                    + "\n".join(lines))
+    compared = [r for r in train if "ab" in r]
+    if compared:
+        head = "| mode | V | softmax | K | setting | A | B | sample len A / B | s/step A | s/step B | A / B |"
+        lines = [head, "|" + "---|" * (head.count("|") - 1)]
+        for r in compared:
+            setting = r["ab"].partition("=")[0].rpartition(".")[2]
+            lines.append(f"| {_mode_label(r)} | {r['vocab_size']:,} | {r['softmax']} | {r['K'] or '-'} | {setting} | "
+                         f"{r['ab_values'][0]} | {r['ab_values'][1]} | {r['ab_sample_len'][0]} / "
+                         f"{r['ab_sample_len'][1]} | {r['ab_sec_per_step'][0]:.3f} | {r['ab_sec_per_step'][1]:.3f} | "
+                         f"{r['ab_ratio']:.3f} |")
+        out.append("Two values of one setting in one process (--ab; medians over the timed batches, A / B: the "
+                   "median of the batches' ratios):\n\n" + "\n".join(lines))
     decode = [r for r in records if r["mode"] == "decode"]
     if decode:
         head = "| device | arch | V | softmax | K | batch | beam | len | ms/sentence | tokens/s | speedup |"
@@ -639,6 +742,11 @@ def parse_args(argv=None):
     parser.add_argument("--phases", action="store_true",
                         help="ce / reinforce: also time each phase of the step (encoder, CE pass, sampling, scoring, "
                              "rewards, loss, backward, optimizer; smallvocab_tools/bench/phases.py)")
+    parser.add_argument("--ab", metavar="MODULE.NAME=A,B",
+                        help="ce / reinforce: compare two values of one of the plugin's module-level settings in one "
+                             "process, each batch run under both in alternating order from the same seed (e.g. "
+                             "fairseq_smallvocab.modules.candidate_output.TRANSPOSED_MIN_ROWS=1000000000,32); "
+                             "reports each value's median step and the median ratio A / B")
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--max-len", type=int, default=50)
     parser.add_argument("--steps", type=int, default=5, help="timed steps")
@@ -692,6 +800,13 @@ def parse_args(argv=None):
     for k in (args.k or []) + args.k_sweep:
         if k <= 4:
             parser.error(f"--k {k}: K must exceed the 4 special symbols")
+    if args.ab:
+        if "decode" in args.modes or args.phases:
+            parser.error("--ab compares training steps: use --modes ce reinforce, without --phases")
+        try:
+            parse_ab(args.ab)
+        except ValueError as error:
+            parser.error(str(error))
     if args.data and "decode" in args.modes:
         parser.error("--data measures training steps: use --modes ce reinforce")
     if args.checkpoint and not args.data:
