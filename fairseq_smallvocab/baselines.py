@@ -120,13 +120,16 @@ class LearnedBaseline(Baseline):
     def set_extra_state(self, state):
         if state.get("adam"):
             self._optimizer().load_state_dict(copy.deepcopy(state["adam"]))  # never share tensors with the source
+        else:  # saved before its first step: Adam starts afresh, as it did then
+            self._adam = None
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         for old, new in (("baseline_weight", "weight"), ("baseline_bias", "bias")):  # checkpoints before 0.2
             if prefix + old in state_dict:
                 state_dict[prefix + new] = state_dict.pop(prefix + old)
         saved = state_dict.get(prefix + "weight")
-        if saved is not None and saved.shape != self.weight.shape and self.weight.numel() == 0:
+        if saved is not None and saved.shape != self.weight.shape and 0 in (self.weight.numel(), saved.numel()):
+            # sized by the saved state, or, saved before the first states gave its size, empty again
             self.weight = torch.zeros_like(saved, dtype=torch.float32, device=self.bias.device)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 

@@ -206,7 +206,7 @@ def test_benchmark_interleaves_rounds_on_a_fairseq_arch(tmp_path):
 
 def test_ab_steps_alternate_the_two_values_from_one_seed(monkeypatch):
     """--ab: each batch runs under A and B (A B, then B A, ...), both from the
-    batch's seed; warm-up batches are untimed; the setting is restored, also
+    batch's seed and the same model state; warm-up batches are untimed; the setting is restored, also
     when a step fails; the ratio is the median of the batches' A / B."""
     from fairseq_smallvocab.modules import candidate_output
     from smallvocab_tools.bench import benchmark
@@ -218,14 +218,18 @@ def test_ab_steps_alternate_the_two_values_from_one_seed(monkeypatch):
     calls, seeds, lens = [], [], []
     costs = iter([1.0, 1.0, 4.0, 2.0, 3.0, 1.0, 6.0, 2.0])  # per call, in call order
 
+    weights = [0]  # the "model": each step updates it; both values of a batch start from the same state
+
     def step(sample):
-        calls.append((sample, candidate_output.TRANSPOSED_MIN_ROWS))
+        calls.append((sample, candidate_output.TRANSPOSED_MIN_ROWS, weights[0]))
+        weights[0] += 1
         lens.append(10 * sample + candidate_output.TRANSPOSED_MIN_ROWS)
         clock[0] += next(costs)
 
     cfg = {"ab": spec, "warmup": 1, "rl_samples": 1}
-    ab = benchmark.ab_steps(cfg, step, [0, 1, 2, 3], lens, seeds.append)
-    assert calls == [(0, 7), (0, 9), (1, 9), (1, 7), (2, 7), (2, 9), (3, 9), (3, 7)]
+    snapshot, restore = lambda: list(weights), lambda state: weights.__setitem__(0, state[0])
+    ab = benchmark.ab_steps(cfg, step, [0, 1, 2, 3], lens, seeds.append, snapshot, restore)
+    assert calls == [(0, 7, 0), (0, 9, 0), (1, 9, 1), (1, 7, 1), (2, 7, 2), (2, 9, 2), (3, 9, 3), (3, 7, 3)]
     assert seeds == [0, 0, 1, 1, 2, 2, 3, 3]
     assert candidate_output.TRANSPOSED_MIN_ROWS == before
     # batch 1: B 4.0, A 2.0; batch 2: A 3.0, B 1.0; batch 3: B 6.0, A 2.0
@@ -238,7 +242,7 @@ def test_ab_steps_alternate_the_two_values_from_one_seed(monkeypatch):
         raise RuntimeError("boom")
 
     with pytest.raises(RuntimeError):
-        benchmark.ab_steps(cfg, failing, [0], [], seeds.append)
+        benchmark.ab_steps(cfg, failing, [0], [], seeds.append, snapshot, restore)
     assert candidate_output.TRANSPOSED_MIN_ROWS == before
 
 
@@ -281,6 +285,7 @@ def test_benchmark_ab_runs_both_values_in_each_round(tmp_path):
     ratios = [a / b for a, b in zip(*record["ab_rounds"])]
     assert record["ab_ratio"] == round(statistics.median(ratios), 3)
     assert all(0 < n <= 6 for n in record["ab_sample_len"])
+    assert record["ab_sample_len"][0] == record["ab_sample_len"][1]  # both from the same weights and seed
     assert "| TRANSPOSED_MIN_ROWS | 1 | 1000000000 |" in out.stdout
     bad = run([REPO / "scripts" / "benchmark.py", "--modes", "decode", "--ab",
                "fairseq_smallvocab.modules.candidate_output.TRANSPOSED_MIN_ROWS=1,2"], check=False)

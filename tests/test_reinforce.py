@@ -1,6 +1,7 @@
 """reinforce_gleu: the policy gradient by hand, masking after eos, the learned
 baseline's optimizer state through checkpoints, bad input, and real runs."""
 
+import copy
 import re
 from types import SimpleNamespace
 
@@ -656,6 +657,26 @@ def test_gleu_on_detokenized_words_for_subword_data():
     words = ReinforceGleuCriterion(task, rl_baseline="none", gleu_detok="sentencepiece").rewards(
         hyp, torch.tensor([3]), ref)
     assert words.tolist() == [1.0] and plain.item() == pytest.approx(gleu([1, 2, 3], [4, 5, 2, 3]))
+
+
+def test_learned_baseline_state_saved_before_its_first_step_restores_an_unfitted_baseline():
+    """A state saved before any batch (weight of size 0, no Adam state), loaded into a fitted baseline,
+    gives back the unfitted one: its next step equals a fresh baseline's (benchmark.py --ab restores
+    such a snapshot between the two settings it compares)."""
+    from fairseq_smallvocab.baselines import LearnedBaseline
+
+    states, mask, rewards = torch.randn(3, 4, D), torch.ones(3, 4, dtype=torch.bool), torch.rand(3)
+    used = LearnedBaseline(lr=0.1)
+    before = copy.deepcopy(used.state_dict())
+    for _ in range(3):
+        used.learn(states, mask, rewards)
+    used.load_state_dict(before)
+    assert used.weight.numel() == 0 and used._adam is None
+    fresh = LearnedBaseline(lr=0.1)
+    for baseline in (used, fresh):
+        baseline.learn(states, mask, rewards)
+    assert torch.equal(used.weight, fresh.weight) and torch.equal(used.bias, fresh.bias)
+    assert used._optimizer().state_dict()["state"][0]["step"] == 1
 
 
 def test_learned_baseline_reads_the_state_of_checkpoints_written_before_the_baselines_module():

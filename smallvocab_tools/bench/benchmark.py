@@ -90,6 +90,7 @@ JSON records.
 
 import argparse
 import contextlib
+import copy
 import json
 import math
 import os
@@ -332,7 +333,15 @@ def worker(cfg: dict) -> dict:
         base = _rss_mb("VmRSS")
         reset = _reset_peak_rss()
     if cfg.get("ab"):
-        ab = ab_steps(cfg, step, samples, sample_lens, torch.manual_seed)
+        def snapshot():
+            return copy.deepcopy((model.state_dict(), criterion.state_dict(), optimizer.state_dict()))
+
+        def restore(state):
+            model.load_state_dict(state[0])
+            criterion.load_state_dict(state[1])
+            optimizer.load_state_dict(state[2])
+
+        ab = ab_steps(cfg, step, samples, sample_lens, torch.manual_seed, snapshot, restore)
     else:
         for sample in samples[: cfg["warmup"]]:
             step(sample)
@@ -411,10 +420,12 @@ def parse_ab(spec: str):
     return module, name, parsed
 
 
-def ab_steps(cfg: dict, step, samples, sample_lens, seed) -> dict:
+def ab_steps(cfg: dict, step, samples, sample_lens, seed, snapshot, restore) -> dict:
     """Every batch runs once under each of the two values of ``cfg["ab"]``
     (A B, then B A for the next batch, and so on), both from the same random
-    seed, in this one process: the machine's drift, which moves whole
+    seed and the same weights and optimizer states (``restore(snapshot())``
+    between the two: an update changes what the policy samples, and so the
+    step's work), in this one process: the machine's drift, which moves whole
     processes by up to 2x here, then hits both values alike.  The first
     --warmup batches are untimed.  Returns each value's step times and sample
     lengths and the median of the batches' ratios A / B."""
@@ -423,7 +434,10 @@ def ab_steps(cfg: dict, step, samples, sample_lens, seed) -> dict:
     times, lens = ([], []), ([], [])
     try:
         for i, sample in enumerate(samples):
-            for arm in ((0, 1) if i % 2 == 0 else (1, 0)):
+            state = snapshot()
+            for j, arm in enumerate((0, 1) if i % 2 == 0 else (1, 0)):
+                if j:
+                    restore(state)
                 setattr(module, name, values[arm])
                 seed(i)
                 start = time.perf_counter()
