@@ -270,13 +270,13 @@ def test_ab_refuses_what_it_cannot_compare(spec, problem):
 @pytest.mark.slow
 def test_benchmark_ab_runs_both_values_in_each_round(tmp_path):
     """--ab end to end: one process per configuration and round, each value's
-    steps of every round in the record, the A / B table."""
+    steps of every round in the record, the A / B table; decoding too, per
+    decoded batch."""
     import statistics
 
     out = run([REPO / "scripts" / "benchmark.py", "--modes", "reinforce", "--vocab-sizes", "300", "--k", "40",
                "--k-sweep", "--no-full", "--batch", "4", "--max-len", "6", "--embed-dim", "8", "--steps", "2",
-               "--warmup", "1", "--threads", "1", "--rounds", "2", "--ab",
-               "fairseq_smallvocab.modules.candidate_output.TRANSPOSED_MIN_ROWS=1,1000000000",
+               "--warmup", "1", "--threads", "1", "--rounds", "2", "--ab", SETTING + "=1,1000000000",
                "--json", tmp_path / "ab.json"])
     record, = json.loads((tmp_path / "ab.json").read_text())
     assert record["ab_values"] == [1, 1000000000]
@@ -287,6 +287,13 @@ def test_benchmark_ab_runs_both_values_in_each_round(tmp_path):
     assert all(0 < n <= 6 for n in record["ab_sample_len"])
     assert record["ab_sample_len"][0] == record["ab_sample_len"][1]  # both from the same weights and seed
     assert "| TRANSPOSED_MIN_ROWS | 1 | 1000000000 |" in out.stdout
-    bad = run([REPO / "scripts" / "benchmark.py", "--modes", "decode", "--ab",
-               "fairseq_smallvocab.modules.candidate_output.TRANSPOSED_MIN_ROWS=1,2"], check=False)
-    assert bad.returncode == 2 and "--ab compares training steps" in bad.stderr
+    out = run([REPO / "scripts" / "benchmark.py", "--modes", "decode", "--vocab-sizes", "300", "--k", "40",
+               "--no-full", "--decode-batches", "2", "--beams", "2", "--decode-len", "4", "--src-len", "3",
+               "--decode-sentences", "6", "--embed-dim", "8", "--threads", "1", "--ab", SETTING + "=1,1000000000",
+               "--json", tmp_path / "dec.json"])
+    record, = json.loads((tmp_path / "dec.json").read_text())
+    assert [len(t) for t in record["ab_rounds"]] == [3, 3]  # 6 sentences in batches of 2, after a warm-up pass
+    assert record["ab_ms_per_sentence"] == [round(1000 * t / 2, 3) for t in record["ab_sec_per_step"]]
+    assert "| decode, batch 2, beam 2 | 300 | small | 40 | TRANSPOSED_MIN_ROWS | 1 | 1000000000 | - |" in out.stdout
+    bad = run([REPO / "scripts" / "benchmark.py", "--phases", "--ab", SETTING + "=1,2"], check=False)
+    assert bad.returncode == 2 and "--ab times whole steps: leave out --phases" in bad.stderr

@@ -444,7 +444,8 @@ def ab_steps(cfg: dict, step, samples, sample_lens, seed, snapshot, restore) -> 
                 step(sample)
                 if i >= cfg["warmup"]:
                     times[arm].append(time.perf_counter() - start)
-                    lens[arm].append(sample_lens[-1])
+                    if sample_lens:  # training steps note their samples' length
+                        lens[arm].append(sample_lens[-1])
     finally:
         setattr(module, name, original)
     del sample_lens[:]
@@ -484,18 +485,31 @@ def decode_worker(cfg: dict) -> dict:
     sources[:, -1] = tgt_dict.eos()
     sources = sources.to(device)
 
+    def decode_batch(start):
+        src = sources[start: start + bsz]
+        net_input = {"src_tokens": src, "src_lengths": torch.full((len(src),), src_len, device=device)}
+        if predictor is not None:  # the lists as the task makes them: predicted, then rows built on the CPU
+            lists = predict_lists(predictor, {"src_tokens": src}, cfg["K"], tgt_dict)
+            rows = candidate_rows(lists.cpu().numpy(), cfg["K"], tgt_dict.nspecial, "benchmark")
+            net_input["candidates"] = torch.from_numpy(rows.astype("int64")).to(device)
+        out = generator.generate([model], {"id": torch.arange(len(src)), "net_input": net_input})
+        sync()
+        return sum(len(h[0]["tokens"]) for h in out)
+
     def decode_all():
-        produced = 0
-        for start in range(0, n, bsz):
-            src = sources[start: start + bsz]
-            net_input = {"src_tokens": src, "src_lengths": torch.full((len(src),), src_len, device=device)}
-            if predictor is not None:  # the lists as the task makes them: predicted, then rows built on the CPU
-                lists = predict_lists(predictor, {"src_tokens": src}, cfg["K"], tgt_dict)
-                rows = candidate_rows(lists.cpu().numpy(), cfg["K"], tgt_dict.nspecial, "benchmark")
-                net_input["candidates"] = torch.from_numpy(rows.astype("int64")).to(device)
-            out = generator.generate([model], {"id": torch.arange(len(src)), "net_input": net_input})
-            produced += sum(len(h[0]["tokens"]) for h in out)
-        return produced
+        return sum(decode_batch(start) for start in range(0, n, bsz))
+
+    if cfg.get("ab"):  # each batch under both values; the warm-up passes' batches untimed
+        starts = list(range(0, n, bsz))
+        with torch.no_grad():
+            ab = ab_steps(dict(cfg, warmup=cfg["warmup"] * len(starts)), decode_batch,
+                          starts * (cfg["warmup"] + 1), [], torch.manual_seed, lambda: None, lambda state: None)
+        per_sentence = [round(1000 * t / bsz, 3) for t in ab["ab_sec_per_step"]]
+        return {**{key: cfg[key] for key in ("device", "mode", "softmax", "vocab_size", "K", "d", "max_len",
+                                             "warmup", "threads", "beam", "src_len")}, "arch": cfg.get("arch"),
+                "batch": bsz, "steps": n, "sentences": n, "ms_per_sentence": statistics.median(per_sentence),
+                "tokens_per_sec": None, "sec_per_epoch": None, "peak_mem_mb": None, "torch": torch.__version__,
+                **ab, "ab_ms_per_sentence": per_sentence}
 
     with torch.no_grad():
         for _ in range(cfg["warmup"]):
@@ -599,10 +613,10 @@ def run_interleaved(cfgs, rounds: int, log=lambda message: None):
                 label = f"{_mode_label(cfg)} |V|={cfg['vocab_size']} {cfg['softmax']}{k}"
                 log(f"running {label}" + (f" (round {r + 1}/{rounds})" if rounds > 1 else "") + " ...")
                 record = run_isolated(cfg)
-                log("  " + (f"batch {cfg['batch']} beam {cfg['beam']}: {record['ms_per_sentence']:.2f} ms/sentence"
-                            if cfg["mode"] == "decode" else
-                            f"{' vs '.join(f'{t:.3f}' for t in record['ab_sec_per_step'])} s/step "
+                log("  " + (f"{' vs '.join(f'{t:.3f}' for t in record['ab_sec_per_step'])} s per step or batch "
                             f"({record['ab']}), A / B {record['ab_ratio']:.3f}" if "ab" in record else
+                            f"batch {cfg['batch']} beam {cfg['beam']}: {record['ms_per_sentence']:.2f} ms/sentence"
+                            if cfg["mode"] == "decode" else
                             f"{record['sec_per_step']:.3f} s/step, peak {record['peak_mem_mb']:,.0f} MB"))
                 runs[i].append(record)
         time_key = "ms_per_sentence" if group[0]["mode"] == "decode" else "sec_per_step"
@@ -619,6 +633,9 @@ def run_interleaved(cfgs, rounds: int, log=lambda message: None):
                 record.update(ab_rounds=times, ab_sample_len=[round(x, 1) for x in lens],
                               ab_sec_per_step=[round(statistics.median(t), 4) for t in times],
                               ab_ratio=round(statistics.median(a / b for a, b in zip(*times)), 3))
+                if "ab_ms_per_sentence" in record:
+                    record["ab_ms_per_sentence"] = [round(1000 * t / cfg["decode_batch"], 3)
+                                                    for t in record["ab_sec_per_step"]]
             if "phases" in record:  # each phase's median over the rounds
                 record["phases"] = {name: round(statistics.median(x["phases"][name] for x in runs[i]), 4)
                                     for name in record["phases"]}
@@ -681,19 +698,22 @@ def markdown(records) -> str:
                          " | ".join(f"{r['phases'][name]:.3f}" for name in PHASES) + f" | {rest:.3f} |")
         out.append("Seconds per step by phase (means over the timed steps; smallvocab_tools/bench/phases.py):\n\n"
                    + "\n".join(lines))
-    compared = [r for r in train if "ab" in r]
+    compared = [r for r in records if "ab" in r]
     if compared:
-        head = "| mode | V | softmax | K | setting | A | B | sample len A / B | s/step A | s/step B | A / B |"
+        head = ("| mode | V | softmax | K | setting | A | B | sample len A / B | time A | time B | unit | A / B |")
         lines = [head, "|" + "---|" * (head.count("|") - 1)]
         for r in compared:
             setting = r["ab"].partition("=")[0].rpartition(".")[2]
-            lines.append(f"| {_mode_label(r)} | {r['vocab_size']:,} | {r['softmax']} | {r['K'] or '-'} | {setting} | "
-                         f"{r['ab_values'][0]} | {r['ab_values'][1]} | {r['ab_sample_len'][0]} / "
-                         f"{r['ab_sample_len'][1]} | {r['ab_sec_per_step'][0]:.3f} | {r['ab_sec_per_step'][1]:.3f} | "
-                         f"{r['ab_ratio']:.3f} |")
+            decode = r["mode"] == "decode"
+            mode = f"decode, batch {r['batch']}, beam {r['beam']}" if decode else _mode_label(r)
+            times = r["ab_ms_per_sentence"] if decode else r["ab_sec_per_step"]
+            lens = "-" if decode else f"{r['ab_sample_len'][0]} / {r['ab_sample_len'][1]}"
+            lines.append(f"| {mode} | {r['vocab_size']:,} | {r['softmax']} | {r['K'] or '-'} | {setting} | "
+                         f"{r['ab_values'][0]} | {r['ab_values'][1]} | {lens} | {times[0]:.3f} | {times[1]:.3f} | "
+                         f"{'ms/sentence' if decode else 's/step'} | {r['ab_ratio']:.3f} |")
         out.append("Two values of one setting in one process (--ab; medians over the timed batches, A / B: the "
                    "median of the batches' ratios):\n\n" + "\n".join(lines))
-    decode = [r for r in records if r["mode"] == "decode"]
+    decode = [r for r in records if r["mode"] == "decode" and "ab" not in r]  # --ab: its own table above
     if decode:
         head = "| device | arch | V | softmax | K | batch | beam | len | ms/sentence | tokens/s | speedup |"
         lines = [head, "|" + "---|" * (head.count("|") - 1)]
@@ -757,10 +777,10 @@ def parse_args(argv=None):
                         help="ce / reinforce: also time each phase of the step (encoder, CE pass, sampling, scoring, "
                              "rewards, loss, backward, optimizer; smallvocab_tools/bench/phases.py)")
     parser.add_argument("--ab", metavar="MODULE.NAME=A,B",
-                        help="ce / reinforce: compare two values of one of the plugin's module-level settings in one "
-                             "process, each batch run under both in alternating order from the same seed (e.g. "
-                             "fairseq_smallvocab.modules.candidate_output.TRANSPOSED_MIN_ROWS=1000000000,32); "
-                             "reports each value's median step and the median ratio A / B")
+                        help="compare two values of one of the plugin's module-level settings in one process: each "
+                             "training step or decoded batch runs under both, in alternating order, from the same "
+                             "seed (e.g. fairseq_smallvocab.modules.candidate_output.TRANSPOSED_MIN_ROWS="
+                             "1000000000,32); reports each value's median and the median ratio A / B")
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--max-len", type=int, default=50)
     parser.add_argument("--steps", type=int, default=5, help="timed steps")
@@ -815,8 +835,8 @@ def parse_args(argv=None):
         if k <= 4:
             parser.error(f"--k {k}: K must exceed the 4 special symbols")
     if args.ab:
-        if "decode" in args.modes or args.phases:
-            parser.error("--ab compares training steps: use --modes ce reinforce, without --phases")
+        if args.phases:
+            parser.error("--ab times whole steps: leave out --phases")
         try:
             parse_ab(args.ab)
         except ValueError as error:
