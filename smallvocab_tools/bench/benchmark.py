@@ -707,7 +707,7 @@ def markdown(records) -> str:
             decode = r["mode"] == "decode"
             mode = f"decode, batch {r['batch']}, beam {r['beam']}" if decode else _mode_label(r)
             times = r["ab_ms_per_sentence"] if decode else r["ab_sec_per_step"]
-            lens = "-" if decode else f"{r['ab_sample_len'][0]} / {r['ab_sample_len'][1]}"
+            lens = (f"{r['ab_sample_len'][0]} / {r['ab_sample_len'][1]}" if r["mode"] == "reinforce" else "-")
             lines.append(f"| {mode} | {r['vocab_size']:,} | {r['softmax']} | {r['K'] or '-'} | {setting} | "
                          f"{r['ab_values'][0]} | {r['ab_values'][1]} | {lens} | {times[0]:.3f} | {times[1]:.3f} | "
                          f"{'ms/sentence' if decode else 's/step'} | {r['ab_ratio']:.3f} |")
