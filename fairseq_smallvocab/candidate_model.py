@@ -87,10 +87,9 @@ class CandidateModel:
         prev_output_tokens = net_input.pop("prev_output_tokens")
         if hasattr(self.decoder, "set_beam_size"):  # a generator may have left beam_size > 1 in attention
             self.decoder.set_beam_size(1)
-        # REINFORCE uses the embeddings and the output layer several times (the CE pass and the policy), and a
-        # model with shared embeddings does in teacher-forced training too: their weight gradients are gathered
-        # into one tensor per weight (see modules/gathered_embedding_grad.py)
-        gathered = torch.is_grad_enabled() and (sample_lens is not None or GATHER_TEACHER_FORCED_GRADS)
+        # REINFORCE uses the embeddings and the output layer several times (the CE pass and the policy): their
+        # weight gradients are gathered into one tensor per weight (see modules/gathered_embedding_grad.py)
+        gathered = sample_lens is not None and torch.is_grad_enabled()
         with gathered_embedding_grads(self) if gathered else nullcontext():
             encoder_out = self.encoder(**net_input)
             features, extra = self.decoder.extract_features(prev_output_tokens, encoder_out)
@@ -139,9 +138,6 @@ class CandidateModel:
             return target
         return candidate_positions(candidates[0], target, self.decoder.dictionary.unk())
 
-
-# teacher-forced passes with gradient (CE training) gather their embedding and output weight gradients too
-GATHER_TEACHER_FORCED_GRADS = True
 
 _POSITIONAL = {}
 _RESTRICTED = {}

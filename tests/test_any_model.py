@@ -226,11 +226,10 @@ def test_samples_stay_inside_candidates_and_stepwise_logprobs_equal_rescoring(fa
     assert torch.equal(positions, rescored["positions"])
 
 
-def _reinforce_grads(model, net, cands, gathered, monkeypatch, reinforce=True):
+def _reinforce_grads(model, net, cands, gathered, monkeypatch):
     """Every parameter's gradient of a loss that uses the CE pass's logits and the
-    samples' log-probabilities (the same dropout masks and draws each time; with
-    ``reinforce=False`` the CE pass's logits alone, as in CE training), with the
-    weight gradients gathered (the default) or each use's own."""
+    samples' log-probabilities (the same dropout masks and draws each time),
+    with the weight gradients gathered (the default) or each use's own."""
     from fairseq_smallvocab import candidate_model, sampler
     from fairseq_smallvocab.modules import gathered_embedding_grad
 
@@ -244,24 +243,20 @@ def _reinforce_grads(model, net, cands, gathered, monkeypatch, reinforce=True):
                       staticmethod(lambda ctx, g: gathers.append(1) or backward(ctx, g)))
         model.zero_grad(set_to_none=True)
         torch.manual_seed(7)
-        out, extra = model(**net, candidates=cands, sample_lens=torch.full((B,), 8) if reinforce else None)
-        loss = out.float().log_softmax(-1).mean()
-        if reinforce:
-            loss = loss + extra["samples"]["lprobs"].sum()
+        out, extra = model(**net, candidates=cands, sample_lens=torch.full((B,), 8))
+        loss = out.float().log_softmax(-1).mean() + extra["samples"]["lprobs"].sum()
         loss.backward()
     return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}, len(gathers)
 
 
-@pytest.mark.parametrize("reinforce", [True, False])
 @pytest.mark.parametrize("small", [True, False])
-def test_gathered_weight_gradients_equal_each_uses_own(family, small, reinforce, monkeypatch):
-    """REINFORCE's forward (CE pass, sampling, scoring), and a teacher-forced
-    pass alone (CE training), adds every use of an embedding or output weight
-    into one gradient tensor per weight: the same gradients as each use making
-    its own."""
+def test_gathered_weight_gradients_equal_each_uses_own(family, small, monkeypatch):
+    """REINFORCE's forward (CE pass, sampling, scoring) adds every use of an
+    embedding or output weight into one gradient tensor per weight: the same
+    gradients as each use making its own."""
     model, cands = family.model.train(), family.cands if small else None
-    got, gathers = _reinforce_grads(model, family.net, cands, True, monkeypatch, reinforce)
-    want, none = _reinforce_grads(model, family.net, cands, False, monkeypatch, reinforce)
+    got, gathers = _reinforce_grads(model, family.net, cands, True, monkeypatch)
+    want, none = _reinforce_grads(model, family.net, cands, False, monkeypatch)
     assert gathers >= 1 and none == 0  # the gathered path ran, and only where asked
     assert got.keys() == want.keys()
     for name in want:

@@ -276,17 +276,19 @@ def test_benchmark_ab_runs_both_values_in_each_round(tmp_path):
 
     out = run([REPO / "scripts" / "benchmark.py", "--modes", "reinforce", "--vocab-sizes", "300", "--k", "40",
                "--k-sweep", "--no-full", "--batch", "4", "--max-len", "6", "--embed-dim", "8", "--steps", "2",
-               "--warmup", "1", "--threads", "1", "--rounds", "2", "--ab", SETTING + "=1,1000000000",
+               "--warmup", "1", "--threads", "1", "--rounds", "2", "--ab",
+               # the same draws either way (only the backward's source of p_t differs): equal sample lengths
+               "fairseq_smallvocab.sampler.STORED_PROBS_MAX_ELEMENTS=0,268435456",
                "--json", tmp_path / "ab.json"])
     record, = json.loads((tmp_path / "ab.json").read_text())
-    assert record["ab_values"] == [1, 1000000000]
+    assert record["ab_values"] == [0, 268435456]
     assert [len(t) for t in record["ab_rounds"]] == [4, 4]
     assert record["ab_sec_per_step"] == [round(statistics.median(t), 4) for t in record["ab_rounds"]]
     ratios = [a / b for a, b in zip(*record["ab_rounds"])]
     assert record["ab_ratio"] == round(statistics.median(ratios), 3)
     assert all(0 < n <= 6 for n in record["ab_sample_len"])
     assert record["ab_sample_len"][0] == record["ab_sample_len"][1]  # both from the same weights and seed
-    assert "| TRANSPOSED_MIN_ROWS | 1 | 1000000000 |" in out.stdout
+    assert "| STORED_PROBS_MAX_ELEMENTS | 0 | 268435456 |" in out.stdout
     out = run([REPO / "scripts" / "benchmark.py", "--modes", "decode", "--vocab-sizes", "300", "--k", "40",
                "--no-full", "--decode-batches", "2", "--beams", "2", "--decode-len", "4", "--src-len", "3",
                "--decode-sentences", "6", "--embed-dim", "8", "--threads", "1", "--ab", SETTING + "=1,1000000000",

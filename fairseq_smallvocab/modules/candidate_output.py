@@ -433,7 +433,7 @@ def restricted_logits(features: Tensor, weight: Tensor, bias: Optional[Tensor],
     return CandidateLogits.apply(features, weight, bias, candidates, anchor, buffer)
 
 
-# the fewest decoding rows for which ``UnionScorer`` makes the union's scores transposed (see there)
+# the fewest decoding rows for which ``UnionScorer`` makes the union's scores transposed on the CPU (see there)
 TRANSPOSED_MIN_ROWS = 32
 
 
@@ -466,10 +466,12 @@ class UnionScorer:
     def __call__(self, features: Tensor) -> Tensor:
         """rows x d (or rows x T x d) states -> rows x K (or rows x T x K) logits."""
         features = features.to(self.weight.dtype)
-        if self.pos is not None and features.dim() == 2 and features.size(0) >= TRANSPOSED_MIN_ROWS:
+        if (self.pos is not None and features.dim() == 2 and features.size(0) >= TRANSPOSED_MIN_ROWS
+                and features.device.type == "cpu"):
             # the union's scores made as W_U s^T (|U| x rows) and read through a transposed view: on the
             # CPU (MKL, 2 threads) this orientation ran 1.25-1.3x faster than F.linear's rows x |U| for
-            # 32 to 320 rows, gather included (|U| = 4,419, d = 256; 15% slower for 5 rows, hence the floor)
+            # 32 to 320 rows, gather included (|U| = 4,419, d = 256; 15% slower for 5 rows, hence the floor;
+            # not measured on CUDA, which keeps F.linear)
             bias = self.bias
             scores = (torch.mm(self.weight, features.t()) if bias is None
                       else torch.addmm(bias.unsqueeze(1), self.weight, features.t())).t()

@@ -86,7 +86,8 @@ def main(argv=None):
             records += json.loads(path.read_text())
         except (OSError, ValueError) as err:
             parser.error(f"{path}: not a benchmark.py JSON file ({err})")
-    records = [r for r in records if not r.get("data")]  # synthetic sweeps only: one |V| per real corpus
+    # synthetic sweeps only (one |V| per real corpus), and no --ab records (two settings' steps pooled)
+    records = [r for r in records if not r.get("data") and "ab" not in r]
     from smallvocab_tools.analysis.plotting import finish, new_figure
 
     args.out_dir.mkdir(parents=True, exist_ok=True)

@@ -341,7 +341,8 @@ def worker(cfg: dict) -> dict:
             criterion.load_state_dict(state[1])
             optimizer.load_state_dict(state[2])
 
-        ab = ab_steps(cfg, step, samples, sample_lens, torch.manual_seed, snapshot, restore)
+        ab = ab_steps(cfg, step, samples, sample_lens, torch.manual_seed, snapshot, restore,
+                      sync=torch.cuda.synchronize if cuda else lambda: None)
     else:
         for sample in samples[: cfg["warmup"]]:
             step(sample)
@@ -420,7 +421,7 @@ def parse_ab(spec: str):
     return module, name, parsed
 
 
-def ab_steps(cfg: dict, step, samples, sample_lens, seed, snapshot, restore) -> dict:
+def ab_steps(cfg: dict, step, samples, sample_lens, seed, snapshot, restore, sync=lambda: None) -> dict:
     """Every batch runs once under each of the two values of ``cfg["ab"]``
     (A B, then B A for the next batch, and so on), both from the same random
     seed and the same weights and optimizer states (``restore(snapshot())``
@@ -440,6 +441,7 @@ def ab_steps(cfg: dict, step, samples, sample_lens, seed, snapshot, restore) -> 
                     restore(state)
                 setattr(module, name, values[arm])
                 seed(i)
+                sync()  # the restore's copies (CUDA) are not the step's time
                 start = time.perf_counter()
                 step(sample)
                 if i >= cfg["warmup"]:
@@ -503,7 +505,8 @@ def decode_worker(cfg: dict) -> dict:
         starts = list(range(0, n, bsz))
         with torch.no_grad():
             ab = ab_steps(dict(cfg, warmup=cfg["warmup"] * len(starts)), decode_batch,
-                          starts * (cfg["warmup"] + 1), [], torch.manual_seed, lambda: None, lambda state: None)
+                          starts * (cfg["warmup"] + 1), [], torch.manual_seed, lambda: None, lambda state: None,
+                          sync=sync)
         per_sentence = [round(1000 * t / bsz, 3) for t in ab["ab_sec_per_step"]]
         return {**{key: cfg[key] for key in ("device", "mode", "softmax", "vocab_size", "K", "d", "max_len",
                                              "warmup", "threads", "beam", "src_len")}, "arch": cfg.get("arch"),
@@ -665,7 +668,8 @@ def _mode_label(record) -> str:
 def markdown(records) -> str:
     """Training steps, then decoding, each small beside its full softmax."""
     out = []
-    train = [r for r in records if r["mode"] != "decode"]
+    compared = [r for r in records if "ab" in r]  # --ab: their own table below (both settings' times pooled)
+    train = [r for r in records if r["mode"] != "decode" and "ab" not in r]
     if train:
         head = ("| device | arch | mode | V | softmax | K | d | batch | len | s/step | tokens/s | s/epoch | peak MB | "
                 "peak RSS MB | speedup | memory ratio |")
@@ -698,7 +702,6 @@ def markdown(records) -> str:
                          " | ".join(f"{r['phases'][name]:.3f}" for name in PHASES) + f" | {rest:.3f} |")
         out.append("Seconds per step by phase (means over the timed steps; smallvocab_tools/bench/phases.py):\n\n"
                    + "\n".join(lines))
-    compared = [r for r in records if "ab" in r]
     if compared:
         head = ("| mode | V | softmax | K | setting | A | B | sample len A / B | time A | time B | unit | A / B |")
         lines = [head, "|" + "---|" * (head.count("|") - 1)]
@@ -780,7 +783,9 @@ def parse_args(argv=None):
                         help="compare two values of one of the plugin's module-level settings in one process: each "
                              "training step or decoded batch runs under both, in alternating order, from the same "
                              "seed (e.g. fairseq_smallvocab.modules.candidate_output.TRANSPOSED_MIN_ROWS="
-                             "1000000000,32); reports each value's median and the median ratio A / B")
+                             "1000000000,32); reports each value's median and the median ratio A / B. The setting "
+                             "must be read where it is used: one copied at import or when a model is built (`from "
+                             "... import NAME`) does not change, and both sides then measure the same code")
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--max-len", type=int, default=50)
     parser.add_argument("--steps", type=int, default=5, help="timed steps")
