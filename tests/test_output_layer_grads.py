@@ -9,7 +9,13 @@ import torch.nn.functional as F
 from helpers import candidate_batch
 from torch import nn
 
-from fairseq_smallvocab.modules.candidate_output import CandidateLogits, CandidateLogProbs, candidate_log_probs
+from fairseq_smallvocab.modules.candidate_output import (
+    CandidateLogits,
+    CandidateLogProbs,
+    _routed,
+    candidate_log_probs,
+    restricted_logits,
+)
 from fairseq_smallvocab.modules.gathered_embedding_grad import gathered_embedding_grads
 
 EXCLUDED = [1, 0]  # pad and bos: positions equal ids for the specials
@@ -168,6 +174,29 @@ def test_gathered_embedding_grads_equal_the_plain_gradient(device):
     assert got[0].abs().sum() > 0 and got[1].abs().sum() > 0
     loss.backward()  # a second backward through the retained graph adds the same again
     assert torch.allclose(model.embed.weight.grad, 2 * want[0], atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_gathered_gradient_of_a_low_precision_weight_accumulates_in_float32(dtype):
+    """A half or bfloat16 weight (fairseq's --fp16 / --bf16) whose gradient is
+    gathered: the uses of one frequent word add up in float32 and the weight
+    gets the sum in its own dtype, through the embedding lookups and the
+    restricted output layer's routed backward alike.  Added in the weight's
+    dtype, a sum of ones stops growing at 256 (bfloat16) or 2048 (half)."""
+    embed = nn.Embedding(50, 4).to(dtype)
+    steps, rows = 3000, 3000
+    with gathered_embedding_grads(embed):
+        outs = [embed(torch.tensor([5])) for _ in range(steps)]  # one use per step, as a kept sampling graph's
+        assert _routed(torch.zeros(1, dtype=dtype), embed.weight)[2] is not None  # the output layer's too
+        cands = torch.tensor([[7, 8, 9]]).expand(rows, 3)
+        logits = restricted_logits(torch.ones(rows, 1, 4, dtype=dtype), embed.weight, None, cands)
+    loss = sum(o.float().sum() for o in outs) + 0.1 * logits.float()[:, :, 0].sum()
+    loss.backward()
+    grad = embed.weight.grad
+    assert grad.dtype == dtype
+    assert torch.equal(grad[5], torch.full((4,), float(steps)).to(dtype))
+    assert ((grad[7].double() - 0.1 * rows).abs() < 0.01 * 0.1 * rows).all()  # dz = 0.1 in each of 3,000 rows
+    assert grad[8].abs().sum() == 0 and grad[[0, 6, 9]].abs().sum() == 0
 
 
 def test_gathered_embedding_grads_leave_lookups_without_gradient_plain():

@@ -77,9 +77,7 @@ def _weight_grad(buffer, weight: Tensor) -> Tensor:
     through an open ``gathered_embedding_grads`` block) the block's buffer."""
     if buffer is None:
         return torch.zeros_like(weight)
-    if buffer.grad is None:
-        buffer.grad = torch.zeros_like(weight)
-    return buffer.grad
+    return buffer.start(weight.shape, weight.dtype, weight.device)  # float32 for a half weight (see there)
 
 
 def _routed(features: Tensor, weight: Tensor):
@@ -104,7 +102,7 @@ def _add_row_grads(dz, features, gathered, rows, grad_f, grad_w, grad_b, scratch
     if grad_w is not None:
         row_grads = scratch.get("row_grads", (dz.size(0), dz.size(2), features.size(2)), features)
         torch.bmm(dz.transpose(1, 2), features, out=row_grads)
-        grad_w.index_add_(0, ids, row_grads.view(len(ids), -1))
+        grad_w.index_add_(0, ids, row_grads.view(len(ids), -1).to(grad_w.dtype))
     if grad_b is not None:
         grad_b.index_add_(0, ids, dz.sum(1).reshape(-1))
 
@@ -287,7 +285,8 @@ class CandidateLogProbs(torch.autograd.Function):
                     if need_f:
                         torch.matmul(dz, weight, out=grad_f[sl])
                     if need_w:
-                        grad_w.addmm_(dz.reshape(-1, dz.size(-1)).t(), features[sl].reshape(-1, dim))
+                        grad_w.addmm_(dz.reshape(-1, dz.size(-1)).t().to(grad_w.dtype),
+                                      features[sl].reshape(-1, dim).to(grad_w.dtype))
                     if need_b:
                         grad_b += dz.sum((0, 1))
                 else:

@@ -50,6 +50,17 @@ class _Buffer:
     def __init__(self):
         self.grad = None
 
+    def start(self, weight_shape, weight_dtype, device) -> Tensor:
+        """The gradient tensor to add into, made at the first use: float32 for a
+        half or bfloat16 weight (thousands of rows of one frequent word add up
+        here: in bfloat16 a sum of ones stops growing at 256; ``nn.Embedding``'s
+        own backward accumulates in float32 too), the weight's dtype otherwise.
+        ``Gather`` hands it back in the weight's dtype."""
+        if self.grad is None:
+            low = weight_dtype in (torch.float16, torch.bfloat16)
+            self.grad = torch.zeros(weight_shape, dtype=torch.float32 if low else weight_dtype, device=device)
+        return self.grad
+
 
 class Gather(torch.autograd.Function):
     """anchor = Gather(weight): a 1-element zero every lookup of the block
@@ -57,13 +68,13 @@ class Gather(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, weight, buffer):
-        ctx.buffer = buffer
+        ctx.buffer, ctx.dtype = buffer, weight.dtype
         return weight.new_zeros(1)
 
     @staticmethod
     def backward(ctx, _unused):
         grad, ctx.buffer.grad = ctx.buffer.grad, None  # a second backward (retain_graph) starts afresh
-        return grad, None
+        return (None if grad is None else grad.to(ctx.dtype)), None
 
 
 class StepLookup(torch.autograd.Function):
@@ -79,14 +90,12 @@ class StepLookup(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out):
         ids, = ctx.saved_tensors
-        buffer = ctx.buffer
-        if buffer.grad is None:
-            buffer.grad = grad_out.new_zeros(ctx.shape, dtype=ctx.dtype)
-        flat, rows = ids.reshape(-1), grad_out.reshape(-1, ctx.shape[1]).to(ctx.dtype)
+        grad = ctx.buffer.start(ctx.shape, ctx.dtype, grad_out.device)
+        flat, rows = ids.reshape(-1), grad_out.reshape(-1, ctx.shape[1]).to(grad.dtype)
         if ctx.padding_idx is not None:
             keep = flat.ne(ctx.padding_idx)
             flat, rows = flat[keep], rows[keep]
-        buffer.grad.index_add_(0, flat, rows)
+        grad.index_add_(0, flat, rows)
         return None, None, grad_out.new_zeros(1), None, None
 
 
