@@ -14,8 +14,9 @@ REINFORCE step on the CPU (measured with torch.profiler: ``fill_`` and
 ``nn.Embedding`` (the class itself, not a subclass) of the module look up
 its rows through ``StepLookup``, whose backward adds its rows' gradient
 into one buffer shared by all the lookups of the block (index_add: B rows
-each), and hands nothing to the weight itself.  All the lookups take one extra input, ``anchor``: the output
-of ``Gather`` applied to the weight when the block opens.  Autograd runs a
+each), and hands nothing to the weight itself.  All the lookups take one
+extra input, ``anchor``: the output of ``Gather`` applied to the weight
+when the block opens.  Autograd runs a
 node once every node that uses its output is done, so ``Gather``'s backward
 runs after every lookup's, and returns the buffer as the weight's gradient:
 the same sum as T dense gradients (up to the order of the additions), made

@@ -99,6 +99,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 MODES = ("ce", "reinforce", "decode")
 
@@ -332,7 +333,8 @@ def worker(cfg: dict) -> dict:
     else:
         base = _rss_mb("VmRSS")
         reset = _reset_peak_rss()
-    if cfg.get("ab"):
+    timed = samples[cfg["warmup"]:]
+    if cfg.get("ab"):  # (never with --phases)
         def snapshot():
             return copy.deepcopy((model.state_dict(), criterion.state_dict(), optimizer.state_dict()))
 
@@ -343,15 +345,12 @@ def worker(cfg: dict) -> dict:
 
         ab = ab_steps(cfg, step, samples, sample_lens, torch.manual_seed, snapshot, restore,
                       sync=torch.cuda.synchronize if cuda else lambda: None)
+        sec_per_step = statistics.median(ab["ab_rounds"][0] + ab["ab_rounds"][1])
     else:
         for sample in samples[: cfg["warmup"]]:
             step(sample)
-    timed = samples[cfg["warmup"]:]
-    if timer is not None:
-        timer.reset()
-    if cfg.get("ab"):
-        sec_per_step = statistics.median(ab["ab_rounds"][0] + ab["ab_rounds"][1])
-    else:
+        if timer is not None:
+            timer.reset()
         start = time.perf_counter()
         for sample in timed:
             step(sample)
@@ -454,8 +453,17 @@ def ab_steps(cfg: dict, step, samples, sample_lens, seed, snapshot, restore, syn
     sample_lens.extend(lens[0] + lens[1])
     return {"ab": cfg["ab"], "ab_values": list(values), "ab_rounds": [list(t) for t in times],
             "ab_sample_len": [round(statistics.mean(x) / cfg.get("rl_samples", 1), 1) if x else 0 for x in lens],
-            "ab_sec_per_step": [round(statistics.median(t), 4) for t in times],
-            "ab_ratio": round(statistics.median(a / b for a, b in zip(*times)), 3)}
+            **ab_summary(times)}
+
+
+def ab_summary(times, sentences_per_batch: Optional[int] = None) -> dict:
+    """Each value's median time, the median of the batches' ratios A / B, and
+    for decoding (``sentences_per_batch``) each value's ms per sentence."""
+    summary = {"ab_sec_per_step": [round(statistics.median(t), 4) for t in times],
+               "ab_ratio": round(statistics.median(a / b for a, b in zip(*times)), 3)}
+    if sentences_per_batch:
+        summary["ab_ms_per_sentence"] = [round(1000 * t / sentences_per_batch, 3) for t in summary["ab_sec_per_step"]]
+    return summary
 
 
 def decode_worker(cfg: dict) -> dict:
@@ -507,12 +515,12 @@ def decode_worker(cfg: dict) -> dict:
             ab = ab_steps(dict(cfg, warmup=cfg["warmup"] * len(starts)), decode_batch,
                           starts * (cfg["warmup"] + 1), [], torch.manual_seed, lambda: None, lambda state: None,
                           sync=sync)
-        per_sentence = [round(1000 * t / bsz, 3) for t in ab["ab_sec_per_step"]]
+        ab.update(ab_summary(ab["ab_rounds"], bsz))
         return {**{key: cfg[key] for key in ("device", "mode", "softmax", "vocab_size", "K", "d", "max_len",
                                              "warmup", "threads", "beam", "src_len")}, "arch": cfg.get("arch"),
-                "batch": bsz, "steps": n, "sentences": n, "ms_per_sentence": statistics.median(per_sentence),
-                "tokens_per_sec": None, "sec_per_epoch": None, "peak_mem_mb": None, "torch": torch.__version__,
-                **ab, "ab_ms_per_sentence": per_sentence}
+                "batch": bsz, "steps": n, "sentences": n,
+                "ms_per_sentence": statistics.median(ab["ab_ms_per_sentence"]), "tokens_per_sec": None,
+                "sec_per_epoch": None, "peak_mem_mb": None, "torch": torch.__version__, **ab}
 
     with torch.no_grad():
         for _ in range(cfg["warmup"]):
@@ -634,11 +642,7 @@ def run_interleaved(cfgs, rounds: int, log=lambda message: None):
                 times = [sum((x["ab_rounds"][arm] for x in runs[i]), []) for arm in (0, 1)]
                 lens = [statistics.mean(x["ab_sample_len"][arm] for x in runs[i]) for arm in (0, 1)]
                 record.update(ab_rounds=times, ab_sample_len=[round(x, 1) for x in lens],
-                              ab_sec_per_step=[round(statistics.median(t), 4) for t in times],
-                              ab_ratio=round(statistics.median(a / b for a, b in zip(*times)), 3))
-                if "ab_ms_per_sentence" in record:
-                    record["ab_ms_per_sentence"] = [round(1000 * t / cfg["decode_batch"], 3)
-                                                    for t in record["ab_sec_per_step"]]
+                              **ab_summary(times, cfg["decode_batch"] if cfg["mode"] == "decode" else None))
             if "phases" in record:  # each phase's median over the rounds
                 record["phases"] = {name: round(statistics.median(x["phases"][name] for x in runs[i]), 4)
                                     for name in record["phases"]}
