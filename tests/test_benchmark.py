@@ -299,3 +299,59 @@ def test_benchmark_ab_runs_both_values_in_each_round(tmp_path):
     assert "| decode, batch 2, beam 2 | 300 | small | 40 | TRANSPOSED_MIN_ROWS | 1 | 1000000000 | - |" in out.stdout
     bad = run([REPO / "scripts" / "benchmark.py", "--phases", "--ab", SETTING + "=1,2"], check=False)
     assert bad.returncode == 2 and "--ab times whole steps: leave out --phases" in bad.stderr
+
+
+def test_floor_steps_time_each_batch_then_replay_its_products(monkeypatch):
+    """--floor: after the untimed warm-up, each batch's step is timed, then
+    run again from the same seed and state under the recorder (the same
+    samples: one length per batch kept), and its products are replayed; the
+    record's ratio is the median of the batches' step / products."""
+    import torch
+
+    from smallvocab_tools.bench import benchmark
+
+    clock = [0.0]
+    monkeypatch.setattr(benchmark.time, "perf_counter", lambda: clock[0])
+    from smallvocab_tools.bench import floor
+
+    replays = iter([1.0, 2.0, 1.0])
+    monkeypatch.setattr(floor.ProductRecorder, "replay", lambda self, sync=None: next(replays))
+    weights, calls, seeds, lens = [0], [], [], []
+    costs = iter([9.0, 4.0, 0.5, 6.0, 0.5, 3.0, 0.5])  # warm-up, then (timed, recorded) per batch
+    x = torch.ones(2, 3)
+
+    def step(sample):
+        calls.append((sample, weights[0]))
+        weights[0] += 1
+        torch.mm(x, torch.ones(3, sample))  # the batch's one product: 2 x 2 x 3 x sample FLOPs
+        lens.append(10 * sample)
+        clock[0] += next(costs)
+
+    snapshot, restore = lambda: list(weights), lambda state: weights.__setitem__(0, state[0])
+    result = benchmark.floor_steps({"warmup": 1}, step, [1, 2, 3, 4], lens, seeds.append, snapshot, restore)
+    assert calls == [(1, 0), (2, 1), (2, 1), (3, 2), (3, 2), (4, 3), (4, 3)]  # each recorded step from the state
+    assert seeds == [1, 1, 2, 2, 3, 3]
+    assert lens == [10, 20, 30, 40]  # one length per batch
+    assert result["floor_steps"] == [4.0, 6.0, 3.0] and result["sec_per_step"] == 4.0
+    assert result["products_rounds"] == [1.0, 2.0, 1.0] and result["products_sec"] == 1.0
+    assert result["step_over_products"] == 3.0  # ratios 4, 3, 3
+    assert result["products_flops"] == 2 * 2 * 3 * 3 and result["product_calls"] == 1  # the median batch's
+
+
+@pytest.mark.slow
+def test_benchmark_floor_records_and_table(tmp_path):
+    """--floor end to end: each record's products alone, their FLOPs and the
+    ratio, in their own table (not in the main one); refused with --phases."""
+    out = run([REPO / "scripts" / "benchmark.py", "--modes", "ce", "reinforce", "--vocab-sizes", "300", "--k", "40",
+               "--k-sweep", "--no-full", "--batch", "4", "--max-len", "6", "--embed-dim", "8", "--steps", "2",
+               "--warmup", "1", "--threads", "1", "--floor", "--json", tmp_path / "f.json"])
+    records = json.loads((tmp_path / "f.json").read_text())
+    assert [r["mode"] for r in records] == ["ce", "reinforce"]
+    for r in records:
+        assert len(r["floor_steps"]) == len(r["products_rounds"]) == 2
+        assert 0 < r["products_sec"] and 0 < r["products_flops"] and r["product_calls"] > 10
+        assert r["other_aten_calls"] > r["product_calls"] and r["products_top"][0][2] >= 1
+    assert records[1]["product_calls"] > records[0]["product_calls"]  # the policy's passes and their backward
+    assert out.stdout.count("| lstm_smallvocab |") == 2 and "products alone s" in out.stdout
+    bad = run([REPO / "scripts" / "benchmark.py", "--phases", "--floor"], check=False)
+    assert bad.returncode == 2 and "--floor times whole steps and their products" in bad.stderr

@@ -87,7 +87,7 @@ def main(argv=None):
         except (OSError, ValueError) as err:
             parser.error(f"{path}: not a benchmark.py JSON file ({err})")
     # synthetic sweeps only (one |V| per real corpus), and no --ab records (two settings' steps pooled)
-    records = [r for r in records if not r.get("data") and "ab" not in r]
+    records = [r for r in records if not r.get("data") and "ab" not in r and "products_sec" not in r]
     from smallvocab_tools.analysis.plotting import finish, new_figure
 
     args.out_dir.mkdir(parents=True, exist_ok=True)

@@ -56,7 +56,11 @@ the plugin's module-level settings instead, inside each configuration's
 process: every batch runs under both values (A B, then B A), from the same
 seed, and the record gives each value's median step and the median of the
 batches' ratios A / B (the way to measure a change of a few per cent here,
-where whole processes drift by more than that).
+where whole processes drift by more than that).  ``--floor`` runs each timed
+batch's step a second time (same seed and state) under a recorder of its
+matrix products and replays them alone (``floor.py``): the record gives the
+products' seconds, GFLOP and the median ratio step / products, how far a step
+is from the arithmetic it cannot avoid.
 
 Peak memory: CUDA, ``torch.cuda.max_memory_allocated``; CPU, the growth of the
 process's peak resident set (VmHWM, reset just before the first step) over the
@@ -84,6 +88,9 @@ JSON records.
         --candidates-dir checkpoints/vp-multi30k.en-de.all/candidates --k 1000 --no-full \
         --sample-limit flat --max-sample-len 99 --steps 8 --warmup 1 \
         --ab fairseq_smallvocab.modules.candidate_output.TRANSPOSED_MIN_ROWS=1000000000,32
+    python scripts/benchmark.py --modes reinforce --data data-bin/all/multi30k.en-de \
+        --candidates-dir checkpoints/vp-multi30k.en-de.all/candidates --k 1000 \
+        --sample-limit flat --max-sample-len 99 --steps 5 --warmup 1 --floor
     python scripts/benchmark.py --modes ce reinforce --data data-bin/captions --captions \
         --candidates-dir checkpoints/vp-captions/candidates --k 500 --epoch-sentences 50000
 """
@@ -334,18 +341,24 @@ def worker(cfg: dict) -> dict:
         base = _rss_mb("VmRSS")
         reset = _reset_peak_rss()
     timed = samples[cfg["warmup"]:]
-    if cfg.get("ab"):  # (never with --phases)
-        def snapshot():
-            return copy.deepcopy((model.state_dict(), criterion.state_dict(), optimizer.state_dict()))
 
-        def restore(state):
-            model.load_state_dict(state[0])
-            criterion.load_state_dict(state[1])
-            optimizer.load_state_dict(state[2])
+    def snapshot():
+        return copy.deepcopy((model.state_dict(), criterion.state_dict(), optimizer.state_dict()))
 
+    def restore(state):
+        model.load_state_dict(state[0])
+        criterion.load_state_dict(state[1])
+        optimizer.load_state_dict(state[2])
+
+    ab = floor = None
+    if cfg.get("ab"):  # (never with --phases or --floor)
         ab = ab_steps(cfg, step, samples, sample_lens, torch.manual_seed, snapshot, restore,
                       sync=torch.cuda.synchronize if cuda else lambda: None)
         sec_per_step = statistics.median(ab["ab_rounds"][0] + ab["ab_rounds"][1])
+    elif cfg.get("floor"):  # (never with --phases)
+        floor = floor_steps(cfg, step, samples, sample_lens, torch.manual_seed, snapshot, restore,
+                            sync=torch.cuda.synchronize if cuda else lambda: None)
+        sec_per_step = floor.pop("sec_per_step")
     else:
         for sample in samples[: cfg["warmup"]]:
             step(sample)
@@ -375,8 +388,10 @@ def worker(cfg: dict) -> dict:
                       sample_limit=cfg["sample_limit"], max_sample_len=cfg["max_sample_len"])
     if phases is not None:
         record["phases"] = phases
-    if cfg.get("ab"):
+    if ab is not None:
         record.update(ab)
+    if floor is not None:
+        record.update(floor)
     if cfg.get("data"):
         record.update(data=cfg["data"], zipf=None, task="captioning" if cfg.get("captions") else "translation",
                       checkpoint=cfg.get("checkpoint"),
@@ -454,6 +469,51 @@ def ab_steps(cfg: dict, step, samples, sample_lens, seed, snapshot, restore, syn
     return {"ab": cfg["ab"], "ab_values": list(values), "ab_rounds": [list(t) for t in times],
             "ab_sample_len": [round(statistics.mean(x) / cfg.get("rl_samples", 1), 1) if x else 0 for x in lens],
             **ab_summary(times)}
+
+
+def floor_steps(cfg: dict, step, samples, sample_lens, seed, snapshot, restore, sync=lambda: None) -> dict:
+    """``--floor``: each timed batch's step, timed, then the same step again
+    from the same seed, weights and optimizer states under a
+    ``ProductRecorder`` (untimed; it makes the same samples), whose matrix
+    products are then replayed alone and timed (``floor.py``).  The first
+    --warmup batches are plain untimed steps.  Returns the median step, the
+    median products-alone time, the median of the batches' ratios step /
+    products, the products' GFLOP and calls, and the other ATen calls."""
+    from smallvocab_tools.bench.floor import ProductRecorder
+
+    steps, products, flops, calls, other = [], [], [], [], []
+    top = []
+    for i, sample in enumerate(samples):
+        if i < cfg["warmup"]:
+            step(sample)
+            continue
+        state = snapshot()
+        seed(i)
+        sync()
+        start = time.perf_counter()
+        step(sample)
+        steps.append(time.perf_counter() - start)
+        restore(state)
+        seed(i)
+        recorder = ProductRecorder()
+        with recorder:
+            step(sample)
+        if sample_lens:  # the same samples again: one entry per timed step
+            sample_lens.pop()
+        products.append(recorder.replay(sync))
+        flops.append(recorder.flops)
+        calls.append(recorder.product_calls)
+        other.append(sum(recorder.other.values()))
+        top = recorder.table(6)
+        del recorder
+    return {"sec_per_step": statistics.median(steps), "floor_steps": [round(t, 4) for t in steps],
+            "products_sec": round(statistics.median(products), 4), "products_rounds": [round(t, 4) for t in products],
+            "step_over_products": round(statistics.median(s / p for s, p in zip(steps, products)), 3),
+            "products_flops": int(statistics.median(flops)), "products_gflop": round(statistics.median(flops) / 1e9, 3),
+            "product_calls": int(statistics.median(calls)),
+            "other_aten_calls": int(statistics.median(other)),
+            "products_top": [[name, [list(shape) for shape in shapes], count, round(g, 3)]
+                             for name, shapes, count, g in top]}
 
 
 def ab_summary(times, sentences_per_batch: Optional[int] = None) -> dict:
@@ -592,6 +652,8 @@ def configurations(args):
                         cfg["phases"] = True
                     if args.ab:
                         cfg["ab"] = args.ab
+                    if args.floor and mode != "decode":
+                        cfg["floor"] = True
                     if args.data:
                         cfg.update(data=str(args.data), candidates_dir=args.candidates_dir, captions=args.captions,
                                    checkpoint=str(args.checkpoint) if args.checkpoint else None,
@@ -628,13 +690,16 @@ def run_interleaved(cfgs, rounds: int, log=lambda message: None):
                             f"({record['ab']}), A / B {record['ab_ratio']:.3f}" if "ab" in record else
                             f"batch {cfg['batch']} beam {cfg['beam']}: {record['ms_per_sentence']:.2f} ms/sentence"
                             if cfg["mode"] == "decode" else
+                            f"{record['sec_per_step']:.3f} s/step, products alone {record['products_sec']:.3f} s"
+                            if "products_sec" in record else
                             f"{record['sec_per_step']:.3f} s/step, peak {record['peak_mem_mb']:,.0f} MB"))
                 runs[i].append(record)
         time_key = "ms_per_sentence" if group[0]["mode"] == "decode" else "sec_per_step"
         full = next((i for i, cfg in enumerate(group) if cfg["softmax"] == "full"), None)
         for i, cfg in enumerate(group):
             record = dict(runs[i][0], rounds=rounds, **{f"{time_key}_rounds": [x[time_key] for x in runs[i]]})
-            for key in (time_key, "tokens_per_sec", "sec_per_epoch", "peak_mem_mb", "peak_rss_mb"):
+            for key in (time_key, "tokens_per_sec", "sec_per_epoch", "peak_mem_mb", "peak_rss_mb", "products_sec",
+                        "step_over_products", "products_gflop"):
                 values = [x[key] for x in runs[i] if x.get(key) is not None]
                 if values:
                     record[key] = round(statistics.median(values), 4)
@@ -673,7 +738,8 @@ def markdown(records) -> str:
     """Training steps, then decoding, each small beside its full softmax."""
     out = []
     compared = [r for r in records if "ab" in r]  # --ab: their own table below (both settings' times pooled)
-    train = [r for r in records if r["mode"] != "decode" and "ab" not in r]
+    floors = [r for r in records if "products_sec" in r]  # --floor: their own table (each batch ran twice)
+    train = [r for r in records if r["mode"] != "decode" and "ab" not in r and "products_sec" not in r]
     if train:
         head = ("| device | arch | mode | V | softmax | K | d | batch | len | s/step | tokens/s | s/epoch | peak MB | "
                 "peak RSS MB | speedup | memory ratio |")
@@ -705,6 +771,19 @@ def markdown(records) -> str:
                          f"{r.get('sample_len', '-')} | {r['sec_per_step']:.3f} | " +
                          " | ".join(f"{r['phases'][name]:.3f}" for name in PHASES) + f" | {rest:.3f} |")
         out.append("Seconds per step by phase (means over the timed steps; smallvocab_tools/bench/phases.py):\n\n"
+                   + "\n".join(lines))
+    if floors:
+        head = ("| arch | mode | V | softmax | K | batch | sample len | s/step | products alone s | step / products | "
+                "GFLOP | GFLOP/s alone | product calls | other ATen calls |")
+        lines = [head, "|" + "---|" * (head.count("|") - 1)]
+        for r in floors:
+            lines.append(f"| {r.get('arch') or 'lstm_smallvocab'} | {_mode_label(r)} | {r['vocab_size']:,} | "
+                         f"{r['softmax']} | {r['K'] or '-'} | {r['batch']} | {r.get('sample_len', '-')} | "
+                         f"{r['sec_per_step']:.3f} | {r['products_sec']:.3f} | {r['step_over_products']:.2f} | "
+                         f"{r['products_gflop']:.1f} | {r['products_gflop'] / r['products_sec']:.0f} | "
+                         f"{r['product_calls']:,} | {r['other_aten_calls']:,} |")
+        out.append("Each step's matrix products replayed alone (--floor; medians over the timed batches, step / "
+                   "products: the median of the batches' ratios; smallvocab_tools/bench/floor.py):\n\n"
                    + "\n".join(lines))
     if compared:
         head = ("| mode | V | softmax | K | setting | A | B | sample len A / B | time A | time B | unit | A / B |")
@@ -783,6 +862,10 @@ def parse_args(argv=None):
     parser.add_argument("--phases", action="store_true",
                         help="ce / reinforce: also time each phase of the step (encoder, CE pass, sampling, scoring, "
                              "rewards, loss, backward, optimizer; smallvocab_tools/bench/phases.py)")
+    parser.add_argument("--floor", action="store_true",
+                        help="training steps: also time each step's matrix products alone, replayed with nothing "
+                             "between them (smallvocab_tools/bench/floor.py): how far the step is from its "
+                             "arithmetic; records have their own table (peak memory then includes the copies)")
     parser.add_argument("--ab", metavar="MODULE.NAME=A,B",
                         help="compare two values of one of the plugin's module-level settings in one process: each "
                              "training step or decoded batch runs under both, in alternating order, from the same "
@@ -843,6 +926,10 @@ def parse_args(argv=None):
     for k in (args.k or []) + args.k_sweep:
         if k <= 4:
             parser.error(f"--k {k}: K must exceed the 4 special symbols")
+    if args.floor and (args.phases or args.ab):
+        parser.error("--floor times whole steps and their products: leave out --phases and --ab")
+    if args.floor and args.modes == ["decode"]:
+        parser.error("--floor measures training steps: use --modes ce reinforce")
     if args.ab:
         if args.phases:
             parser.error("--ab times whole steps: leave out --phases")

@@ -1,0 +1,173 @@
+"""A step's matrix products alone (``benchmark.py --floor``).
+
+How far is a training step from the arithmetic it cannot avoid?  A step is
+run once under ``ProductRecorder`` (a ``TorchDispatchMode``: it sees every
+ATen call, the backward's included, below autograd), which keeps, for each
+distinct product call (the operator, its operands' shapes, strides and
+dtypes), one copy of the operands and how often it ran; ``replay`` then runs
+those calls again, the same number of times each, with nothing between them:
+no elementwise operations, no gathers, no autograd, no Python.  Its wall time
+is what the step's products cost on this machine at the step's own shapes
+and layouts (each call's operands are warm in the cache, so this is a lower
+bound), and ``step / products`` says how much of the step is everything else.
+
+Products: fairseq's and the plugin's layers reach BLAS and oneDNN through
+``mm``, ``addmm``, ``bmm``, ``baddbmm`` (and their in-place and ``out=``
+forms), ``mv`` / ``addmv`` / ``addbmm``, oneDNN's LSTM layer
+(``mkldnn_rnn_layer`` and its backward: the paper's encoder on the CPU), the
+CPU's fused attention (``_scaled_dot_product_flash_attention_for_cpu`` and
+its backward) and anything torch's own FLOP counter
+(``torch.utils.flop_counter``) knows.  FLOPs are counted with torch's formulas
+where it has them (2mnk for a product of m x k by k x n), else:
+
+- LSTM layer over T steps of B rows, input I, hidden H: forward
+  2 T B 4H (I + H) (the input and recurrent products); backward twice that
+  (the gradients of the inputs and of the weights);
+- the CPU's fused attention: torch's formulas for the other attention
+  kernels (``sdpa_flop_count`` and ``sdpa_backward_flop_count``).
+"""
+
+import time
+from collections import Counter
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
+
+aten = torch.ops.aten
+
+
+def _shape(x):
+    return tuple(x.shape) if isinstance(x, torch.Tensor) else x
+
+
+def _rnn_flops(forward: bool):
+    def count(args) -> int:
+        x, w_ih, w_hh = args[0], args[1], args[2]  # input (T, B, I), weights (4H, I) and (4H, H)
+        steps_rows = x.shape[0] * x.shape[1]
+        flops = 2 * steps_rows * w_ih.shape[0] * (w_ih.shape[1] + w_hh.shape[1])
+        return flops if forward else 2 * flops
+    return count
+
+
+def _attention_flops(forward: bool):
+    def count(args) -> int:
+        if forward:  # query, key, value, ...
+            return int(sdpa_flop_count(args[0].shape, args[1].shape, args[2].shape))
+        return int(sdpa_backward_flop_count(args[0].shape, args[1].shape, args[2].shape, args[3].shape))
+    return count
+
+
+def _registry_flops(packet):
+    formula = flop_registry[packet]
+
+    def count(args, out=None) -> int:
+        return int(formula(*args, out_val=out))
+    return count
+
+
+def _mm_like(a_index: int):  # mv / addmv / addbmm: torch's counter has no formula for these
+    def count(args) -> int:
+        a, b = args[a_index], args[a_index + 1]
+        if a.dim() == 3:  # addbmm: (b, n, m) x (b, m, p)
+            return 2 * a.shape[0] * a.shape[1] * a.shape[2] * b.shape[2]
+        return 2 * a.numel() * (b.shape[1] if b.dim() == 2 else 1)
+    return count
+
+
+FLOPS = {
+    aten.mv: _mm_like(0), aten.addmv: _mm_like(1), aten.addmv_: _mm_like(1),
+    aten.addbmm: _mm_like(1), aten.addbmm_: _mm_like(1),
+    aten.mkldnn_rnn_layer: _rnn_flops(True), aten.mkldnn_rnn_layer_backward: _rnn_flops(False),
+    aten._scaled_dot_product_flash_attention_for_cpu: _attention_flops(True),
+    aten._scaled_dot_product_flash_attention_for_cpu_backward: _attention_flops(False),
+}
+# in-place forms count as their out-of-place operators (same operands)
+_IN_PLACE = {aten.addmm_: aten.addmm, aten.baddbmm_: aten.baddbmm}
+
+
+def product_flops(packet, args, out=None):
+    """FLOPs of one call of a product operator (its overload packet), or
+    None if ``packet`` is not a product."""
+    packet = _IN_PLACE.get(packet, packet)
+    if packet in FLOPS:
+        return FLOPS[packet](args)
+    if packet in flop_registry:
+        return _registry_flops(packet)(args, out)
+    return None
+
+
+def _copy(x):
+    """A tensor with the same shape, strides, storage offset, dtype, device
+    and values as ``x`` in a storage of its own (so a product reads the same
+    layout: a transposed view stays transposed, an expanded one expanded);
+    lists of tensors copied element-wise; anything else as is."""
+    if isinstance(x, torch.Tensor):
+        x = x.detach()
+        if x.numel() == 0:
+            return x.clone()
+        extent = x.storage_offset() + 1 + sum((size - 1) * stride for size, stride in zip(x.shape, x.stride()))
+        return x.as_strided((extent,), (1,), 0).clone().as_strided(x.shape, x.stride(), x.storage_offset())
+    if isinstance(x, (list, tuple)):
+        return type(x)(_copy(y) for y in x)
+    return x
+
+
+def _signature(x):
+    if isinstance(x, torch.Tensor):
+        return ("T", tuple(x.shape), tuple(x.stride()), str(x.dtype), str(x.device))
+    if isinstance(x, (list, tuple)):
+        return tuple(_signature(y) for y in x)
+    return repr(x)
+
+
+class ProductRecorder(TorchDispatchMode):
+    """Records the product calls made while it is active (``with``): for each
+    distinct call (operator overload, operands' shapes, strides, dtypes,
+    devices, other arguments) a copy of its operands, how many times it ran
+    and its FLOPs per call; counts every other ATen call in ``other``."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = {}  # signature -> [operator, args, kwargs, count, flops per call]
+        self.other = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        flops = product_flops(func.overloadpacket, args, out)
+        if flops is None:
+            self.other[str(func.overloadpacket)] += 1
+            return out
+        key = (str(func), _signature(args), _signature(sorted(kwargs.items())))
+        entry = self.calls.get(key)
+        if entry is None:
+            entry = self.calls[key] = [func, _copy(args), {k: _copy(v) for k, v in kwargs.items()}, 0, flops]
+        entry[3] += 1
+        return out
+
+    @property
+    def product_calls(self) -> int:
+        return sum(entry[3] for entry in self.calls.values())
+
+    @property
+    def flops(self) -> int:
+        return sum(entry[3] * entry[4] for entry in self.calls.values())
+
+    def replay(self, sync=lambda: None) -> float:
+        """Runs every recorded call as many times as it ran; returns the wall
+        seconds (``sync`` before and after: CUDA's queue)."""
+        sync()
+        start = time.perf_counter()
+        for func, args, kwargs, count, _ in self.calls.values():
+            for _ in range(count):
+                func(*args, **kwargs)
+        sync()
+        return time.perf_counter() - start
+
+    def table(self, top: int = 10):
+        """The ``top`` signatures by total FLOPs: (operator, operand shapes,
+        calls, GFLOP)."""
+        rows = [(str(func), [_shape(a) for a in args if isinstance(a, torch.Tensor)], count, count * flops / 1e9)
+                for func, args, _, count, flops in self.calls.values()]
+        return sorted(rows, key=lambda row: -row[3])[:top]
