@@ -204,3 +204,35 @@ def test_gathered_embedding_grads_leave_lookups_without_gradient_plain():
     with gathered_embedding_grads(model), torch.no_grad():
         out = model.embed(torch.tensor([[2, 3]]))
     assert out.grad_fn is None and torch.equal(out, model.embed.weight[[2, 3]].unsqueeze(0))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_output_layer_gradients_of_low_precision_weights_add_up_in_float32_outside_a_block(dtype, monkeypatch):
+    """CE training (``CandidateLogits``) and a chosen words' backward outside a
+    gathering block (``CandidateLogProbs``, small and full) with a half or
+    bfloat16 weight and bias: one frequent word's row and bias gradients,
+    3,000 examples of dz = 0.1 in chunks of 16, add up in float32 and reach
+    the parameters in their dtype.  Summed in the weight's dtype they stop
+    near 256 (bfloat16) or drift (half)."""
+    rows = 3000
+    weight = torch.zeros(50, 4, dtype=dtype, requires_grad=True)
+    bias = torch.zeros(50, dtype=dtype, requires_grad=True)
+    cands = torch.stack([torch.tensor([7, 10 + i % 30, 45]) for i in range(rows)])  # word 7 in every list
+    logits = CandidateLogits.apply(torch.ones(rows, 1, 4, dtype=dtype), weight, bias, cands, None, None)
+    (0.1 * logits.float()[:, :, 0]).sum().backward()
+    assert weight.grad.dtype == bias.grad.dtype == dtype
+    assert ((weight.grad[7].double() - 0.1 * rows).abs() < 0.01 * 0.1 * rows).all()
+    assert abs(bias.grad[7].double() - 0.1 * rows) < 0.01 * 0.1 * rows
+    # the chosen words' log-probabilities: a zero weight gives p = 1/K, dz = g (onehot - p); the full
+    # softmax in chunks of 16 examples too
+    monkeypatch.setattr(CandidateLogProbs, "CHUNK_ELEMENTS", 16 * 50)
+    for candidates, width in ((cands, 3), (None, 50)):
+        weight.grad = bias.grad = None
+        features = torch.ones(rows, 1, 4, dtype=dtype)
+        positions = torch.zeros(rows, 1, dtype=torch.long) if candidates is not None else torch.full((rows, 1), 7)
+        lp = CandidateLogProbs.apply(features, weight, bias, candidates, positions, [], None, None, None, None)
+        lp.sum().backward()
+        want = rows * (1 - 1 / width)  # word 7 is chosen everywhere
+        assert weight.grad.dtype == dtype
+        assert ((weight.grad[7].double() - want).abs() < 0.01 * want).all(), (candidates is None, weight.grad[7])
+        assert abs(bias.grad[7].double() - want) < 0.01 * want

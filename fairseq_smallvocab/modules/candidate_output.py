@@ -30,7 +30,7 @@ from fairseq.models import FairseqIncrementalDecoder
 from torch import Tensor, nn
 
 from fairseq_smallvocab.candidate_space import batch_union
-from fairseq_smallvocab.modules.gathered_embedding_grad import active_route, lookup_rows
+from fairseq_smallvocab.modules.gathered_embedding_grad import accumulation_dtype, active_route, lookup_rows
 
 
 class RestrictionError(ValueError):
@@ -74,10 +74,12 @@ def gather_rows(table: Tensor, ids: Tensor, scratch: Optional[Scratch] = None, n
 
 def _weight_grad(buffer, weight: Tensor) -> Tensor:
     """Where a backward adds W's gradient: a new zero tensor, or (routed
-    through an open ``gathered_embedding_grads`` block) the block's buffer."""
+    through an open ``gathered_embedding_grads`` block) the block's buffer;
+    float32 for a half or bfloat16 weight either way (``accumulation_dtype``:
+    the chunks' and the repeated rows' contributions add up in it)."""
     if buffer is None:
-        return torch.zeros_like(weight)
-    return buffer.start(weight.shape, weight.dtype, weight.device)  # float32 for a half weight (see there)
+        return torch.zeros(weight.shape, dtype=accumulation_dtype(weight.dtype), device=weight.device)
+    return buffer.start(weight.shape, weight.dtype, weight.device)
 
 
 def _routed(features: Tensor, weight: Tensor):
@@ -104,7 +106,7 @@ def _add_row_grads(dz, features, gathered, rows, grad_f, grad_w, grad_b, scratch
         torch.bmm(dz.transpose(1, 2), features, out=row_grads)
         grad_w.index_add_(0, ids, row_grads.view(len(ids), -1).to(grad_w.dtype))
     if grad_b is not None:
-        grad_b.index_add_(0, ids, dz.sum(1).reshape(-1))
+        grad_b.index_add_(0, ids, dz.sum(1).reshape(-1).to(grad_b.dtype))
 
 
 class CandidateLogits(torch.autograd.Function):
@@ -156,7 +158,8 @@ class CandidateLogits(torch.autograd.Function):
             grad_out = grad_out.to(features.dtype)
             grad_f = torch.empty_like(features) if need_f else None
             grad_w = _weight_grad(ctx.buffer, weight) if need_w else None
-            grad_b = grad_out.new_zeros(ctx.bias_shape) if need_b else None
+            grad_b = torch.zeros(ctx.bias_shape, dtype=accumulation_dtype(grad_out.dtype),
+                                 device=grad_out.device) if need_b else None
             scratch = Scratch()
             for start in range(0, features.size(0), CandidateLogits.CHUNK):
                 rows = candidates[start: start + CandidateLogits.CHUNK]
@@ -266,7 +269,7 @@ class CandidateLogProbs(torch.autograd.Function):
             # chunks' products write into slices of it
             grad_f = features.new_empty(features.shape) if need_f else None
             grad_w = _weight_grad(ctx.buffer, weight) if need_w else None
-            grad_b = torch.zeros_like(bias) if need_b else None
+            grad_b = torch.zeros(bias.shape, dtype=accumulation_dtype(dtype), device=bias.device) if need_b else None
             scratch = Scratch()
             for sl in CandidateLogProbs._chunks(bsz, steps, ctx.width, candidates):
                 rows = None if candidates is None else candidates[sl]
@@ -284,9 +287,12 @@ class CandidateLogProbs(torch.autograd.Function):
                 if rows is None:
                     if need_f:
                         torch.matmul(dz, weight, out=grad_f[sl])
-                    if need_w:
-                        grad_w.addmm_(dz.reshape(-1, dz.size(-1)).t().to(grad_w.dtype),
-                                      features[sl].reshape(-1, dim).to(grad_w.dtype))
+                    if need_w:  # the chunk's product in the products' dtype, the sum over chunks in grad_w's
+                        chunk_w = (dz.reshape(-1, dz.size(-1)).t(), features[sl].reshape(-1, dim))
+                        if grad_w.dtype == dtype:
+                            grad_w.addmm_(*chunk_w)
+                        else:
+                            grad_w += torch.mm(*chunk_w)
                     if need_b:
                         grad_b += dz.sum((0, 1))
                 else:

@@ -45,6 +45,15 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 
+def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype a weight's gradient is summed in: float32 for a half or
+    bfloat16 weight (thousands of rows of one frequent word add up in it: in
+    bfloat16 a sum of ones stops growing at 256, in half at 2048;
+    ``nn.Embedding``'s own backward accumulates in float32 too), the weight's
+    own dtype otherwise."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
 class _Buffer:
     """The gathered gradient of one weight (None until the first lookup's backward adds to it)."""
 
@@ -52,14 +61,11 @@ class _Buffer:
         self.grad = None
 
     def start(self, weight_shape, weight_dtype, device) -> Tensor:
-        """The gradient tensor to add into, made at the first use: float32 for a
-        half or bfloat16 weight (thousands of rows of one frequent word add up
-        here: in bfloat16 a sum of ones stops growing at 256; ``nn.Embedding``'s
-        own backward accumulates in float32 too), the weight's dtype otherwise.
+        """The gradient tensor to add into, made at the first use, in
+        ``accumulation_dtype`` (float32 for a half or bfloat16 weight).
         ``Gather`` hands it back in the weight's dtype."""
         if self.grad is None:
-            low = weight_dtype in (torch.float16, torch.bfloat16)
-            self.grad = torch.zeros(weight_shape, dtype=torch.float32 if low else weight_dtype, device=device)
+            self.grad = torch.zeros(weight_shape, dtype=accumulation_dtype(weight_dtype), device=device)
         return self.grad
 
 
