@@ -331,7 +331,7 @@ def test_floor_steps_time_each_batch_then_replay_its_products(monkeypatch):
     result = benchmark.floor_steps({"warmup": 1}, step, [1, 2, 3, 4], lens, seeds.append, snapshot, restore)
     assert calls == [(1, 0), (2, 1), (2, 1), (3, 2), (3, 2), (4, 3), (4, 3)]  # each recorded step from the state
     assert seeds == [1, 1, 2, 2, 3, 3]
-    assert lens == [10, 20, 30, 40]  # one length per batch
+    assert lens == [20, 30, 40]  # one length per timed batch
     assert result["floor_steps"] == [4.0, 6.0, 3.0] and result["sec_per_step"] == 4.0
     assert result["products_rounds"] == [1.0, 2.0, 1.0] and result["products_sec"] == 1.0
     assert result["step_over_products"] == 3.0  # ratios 4, 3, 3
@@ -355,3 +355,31 @@ def test_benchmark_floor_records_and_table(tmp_path):
     assert out.stdout.count("| lstm_smallvocab |") == 2 and "products alone s" in out.stdout
     bad = run([REPO / "scripts" / "benchmark.py", "--phases", "--floor"], check=False)
     assert bad.returncode == 2 and "--floor times whole steps and their products" in bad.stderr
+    bad = run([REPO / "scripts" / "benchmark.py", "--floor", "--device", "cuda"], check=False)
+    assert bad.returncode == 2 and "leave out --device cuda" in bad.stderr
+
+
+def test_floor_records_pool_their_rounds(monkeypatch):
+    """--floor with --rounds: a record's batches are every round's, its
+    products time and step / products ratio come from all of them; the table
+    prints it (and a products time of 0 does not divide)."""
+    from smallvocab_tools.bench import benchmark
+
+    rounds = iter([([4.0, 6.0], [1.0, 2.0], 10), ([3.0, 8.0], [1.0, 1.0], 30)])
+
+    def fake_run(cfg):
+        steps, products, flops = next(rounds)
+        return {"device": "cpu", "mode": "ce", "softmax": "small", "vocab_size": 300, "K": 40, "batch": 4,
+                "arch": None, "sec_per_step": sum(steps) / 2, "tokens_per_sec": 1.0, "sec_per_epoch": 1.0,
+                "peak_mem_mb": 1.0, "peak_rss_mb": 1.0, "floor_steps": steps, "products_rounds": products,
+                "products_sec": 9.0, "step_over_products": 9.0, "products_flops": flops,
+                "products_gflop": flops / 1e9, "product_calls": flops, "other_aten_calls": 5}
+
+    monkeypatch.setattr(benchmark, "run_isolated", fake_run)
+    cfg = {"mode": "ce", "softmax": "small", "K": 40, "vocab_size": 300, "batch": 4, "floor": True}
+    record, = benchmark.run_interleaved([cfg], rounds=2)
+    assert record["floor_steps"] == [4.0, 6.0, 3.0, 8.0] and record["products_rounds"] == [1.0, 2.0, 1.0, 1.0]
+    assert record["products_sec"] == 1.0 and record["step_over_products"] == 3.5  # ratios 4, 3, 3, 8
+    assert record["products_flops"] == 20 and record["product_calls"] == 20
+    assert "| 1.000 | 3.50 |" in benchmark.markdown([record])
+    assert "| 0.000 |" in benchmark.markdown([dict(record, products_sec=0.0)])

@@ -43,6 +43,27 @@ def test_flops_agree_with_torchs_counter_forward_and_backward():
     assert product_flops(aten.tanh, (torch.empty(3),)) is None
 
 
+def test_flops_of_the_products_torchs_counter_does_not_know():
+    """mv, addmv, addbmm, dot and the out= / in-place forms, by hand."""
+    m, v = torch.randn(6, 4), torch.randn(4)
+    batch1, batch2 = torch.randn(3, 6, 4), torch.randn(3, 4, 5)
+    recorder = ProductRecorder()
+    with recorder:
+        torch.mv(m, v)
+        torch.addmv(torch.zeros(6), m, v)
+        torch.addbmm(torch.zeros(6, 5), batch1, batch2)
+        torch.zeros(6, 5).addbmm_(batch1, batch2)
+        torch.dot(v, v)
+        torch.mm(m, torch.randn(4, 5), out=torch.empty(6, 5))
+        torch.bmm(batch1, batch2, out=torch.empty(3, 6, 5))
+        torch.zeros(6, 5).addmm_(m, torch.randn(4, 5))
+    by_op = {str(entry[0]): entry[4] for entry in recorder.calls.values()}
+    assert by_op == {"aten.mv.default": 2 * 6 * 4, "aten.addmv.default": 2 * 6 * 4,
+                     "aten.addbmm.default": 2 * 3 * 6 * 4 * 5, "aten.addbmm_.default": 2 * 3 * 6 * 4 * 5,
+                     "aten.dot.default": 2 * 4, "aten.mm.out": 2 * 6 * 4 * 5, "aten.bmm.out": 2 * 3 * 6 * 4 * 5,
+                     "aten.addmm_.default": 2 * 6 * 4 * 5}
+
+
 def test_each_distinct_call_is_kept_once_with_its_count_and_its_operands_layout():
     x, w = torch.randn(8, 16), torch.randn(16, 32)
     recorder = ProductRecorder()
@@ -64,6 +85,11 @@ def test_each_distinct_call_is_kept_once_with_its_count_and_its_operands_layout(
     assert be.stride() == (32, 0) and torch.equal(be, w[:, :1].expand(16, 3))
     x.zero_()  # later changes to the step's tensors do not reach the copies
     assert not torch.equal(a, x)
+    big = torch.randn(100, 16)
+    with recorder:
+        torch.mm(big[90:], w)  # a late slice: only the rows it reads are copied
+    (_, (tail, _), _, _, _), = [entry for entry in recorder.calls.values() if entry[1][0].shape == (10, 16)]
+    assert torch.equal(tail, big[90:]) and tail.untyped_storage().nbytes() == 10 * 16 * 4
 
 
 def test_replay_runs_every_recorded_call_as_often_as_it_ran():
@@ -73,8 +99,7 @@ def test_replay_runs_every_recorded_call_as_often_as_it_ran():
         _layer_step(*_inputs())
     again = ProductRecorder()
     with again:
-        seconds = recorder.replay()
-    assert seconds > 0
+        recorder.replay()
     assert again.product_calls == recorder.product_calls and again.flops == recorder.flops
     assert sum(again.other.values()) == 0  # nothing but the products
     assert {key: entry[3] for key, entry in again.calls.items()} == {key: entry[3]

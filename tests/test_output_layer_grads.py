@@ -211,9 +211,12 @@ def test_output_layer_gradients_of_low_precision_weights_add_up_in_float32_outsi
     """CE training (``CandidateLogits``) and a chosen words' backward outside a
     gathering block (``CandidateLogProbs``, small and full) with a half or
     bfloat16 weight and bias: one frequent word's row and bias gradients,
-    3,000 examples of dz = 0.1 in chunks of 16, add up in float32 and reach
-    the parameters in their dtype.  Summed in the weight's dtype they stop
-    near 256 (bfloat16) or drift (half)."""
+    3,000 examples of dz = 0.1 in chunks of 16, add up in float32 within the
+    call and reach the parameters in their dtype (within 0.5%: the final
+    rounding).  Summed in the weight's dtype they drifted: 334 for 300
+    (bfloat16 weight), 32 (bfloat16 bias), 256 (half bias); the full softmax's
+    2,976 for 2,940.  (Gradients of several separate uses outside a
+    block are still summed by autograd in the weight's dtype.)"""
     rows = 3000
     weight = torch.zeros(50, 4, dtype=dtype, requires_grad=True)
     bias = torch.zeros(50, dtype=dtype, requires_grad=True)
@@ -221,8 +224,8 @@ def test_output_layer_gradients_of_low_precision_weights_add_up_in_float32_outsi
     logits = CandidateLogits.apply(torch.ones(rows, 1, 4, dtype=dtype), weight, bias, cands, None, None)
     (0.1 * logits.float()[:, :, 0]).sum().backward()
     assert weight.grad.dtype == bias.grad.dtype == dtype
-    assert ((weight.grad[7].double() - 0.1 * rows).abs() < 0.01 * 0.1 * rows).all()
-    assert abs(bias.grad[7].double() - 0.1 * rows) < 0.01 * 0.1 * rows
+    assert ((weight.grad[7].double() - 0.1 * rows).abs() < 0.005 * 0.1 * rows).all()
+    assert abs(bias.grad[7].double() - 0.1 * rows) < 0.005 * 0.1 * rows
     # the chosen words' log-probabilities: a zero weight gives p = 1/K, dz = g (onehot - p); the full
     # softmax in chunks of 16 examples too
     monkeypatch.setattr(CandidateLogProbs, "CHUNK_ELEMENTS", 16 * 50)
@@ -234,5 +237,5 @@ def test_output_layer_gradients_of_low_precision_weights_add_up_in_float32_outsi
         lp.sum().backward()
         want = rows * (1 - 1 / width)  # word 7 is chosen everywhere
         assert weight.grad.dtype == dtype
-        assert ((weight.grad[7].double() - want).abs() < 0.01 * want).all(), (candidates is None, weight.grad[7])
-        assert abs(bias.grad[7].double() - want) < 0.01 * want
+        assert ((weight.grad[7].double() - want).abs() < 0.005 * want).all(), (candidates is None, weight.grad[7])
+        assert abs(bias.grad[7].double() - want) < 0.005 * want

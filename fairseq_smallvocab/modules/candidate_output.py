@@ -104,9 +104,12 @@ def _add_row_grads(dz, features, gathered, rows, grad_f, grad_w, grad_b, scratch
     if grad_w is not None:
         row_grads = scratch.get("row_grads", (dz.size(0), dz.size(2), features.size(2)), features)
         torch.bmm(dz.transpose(1, 2), features, out=row_grads)
-        grad_w.index_add_(0, ids, row_grads.view(len(ids), -1).to(grad_w.dtype))
+        row_grads = row_grads.view(len(ids), -1)
+        if row_grads.dtype != grad_w.dtype:  # a half weight's float32 sum (accumulation_dtype)
+            row_grads = scratch.get("row_grads_wide", row_grads.shape, grad_w).copy_(row_grads)
+        grad_w.index_add_(0, ids, row_grads)
     if grad_b is not None:
-        grad_b.index_add_(0, ids, dz.sum(1).reshape(-1).to(grad_b.dtype))
+        grad_b.index_add_(0, ids, dz.sum(1, dtype=grad_b.dtype).reshape(-1))
 
 
 class CandidateLogits(torch.autograd.Function):
@@ -291,10 +294,10 @@ class CandidateLogProbs(torch.autograd.Function):
                         chunk_w = (dz.reshape(-1, dz.size(-1)).t(), features[sl].reshape(-1, dim))
                         if grad_w.dtype == dtype:
                             grad_w.addmm_(*chunk_w)
-                        else:
-                            grad_w += torch.mm(*chunk_w)
+                        else:  # each chunk's product rounded to the products' dtype once, then summed in float32
+                            grad_w += torch.mm(*chunk_w, out=scratch.get("chunk_w", grad_w.shape, dz))
                     if need_b:
-                        grad_b += dz.sum((0, 1))
+                        grad_b += dz.sum((0, 1), dtype=grad_b.dtype)
                 else:
                     _add_row_grads(dz, features[sl], gathered, rows, grad_f[sl] if need_f else None, grad_w, grad_b,
                                    scratch)

@@ -362,6 +362,7 @@ def worker(cfg: dict) -> dict:
     else:
         for sample in samples[: cfg["warmup"]]:
             step(sample)
+        del sample_lens[:]  # the record's sample length is the timed steps'
         if timer is not None:
             timer.reset()
         start = time.perf_counter()
@@ -476,9 +477,11 @@ def floor_steps(cfg: dict, step, samples, sample_lens, seed, snapshot, restore, 
     from the same seed, weights and optimizer states under a
     ``ProductRecorder`` (untimed; it makes the same samples), whose matrix
     products are then replayed alone and timed (``floor.py``).  The first
-    --warmup batches are plain untimed steps.  Returns the median step, the
-    median products-alone time, the median of the batches' ratios step /
-    products, the products' GFLOP and calls, and the other ATen calls."""
+    --warmup batches are plain untimed steps (their samples' lengths are
+    dropped).  Returns each batch's step and products-alone times, their
+    medians, the median of the batches' ratios step / products, the median
+    batch's product FLOPs, product calls and other ATen calls, and the last
+    batch's largest products (``products_top``)."""
     from smallvocab_tools.bench.floor import ProductRecorder
 
     steps, products, flops, calls, other = [], [], [], [], []
@@ -486,6 +489,8 @@ def floor_steps(cfg: dict, step, samples, sample_lens, seed, snapshot, restore, 
     for i, sample in enumerate(samples):
         if i < cfg["warmup"]:
             step(sample)
+            if i == cfg["warmup"] - 1:
+                del sample_lens[:]
             continue
         state = snapshot()
         seed(i)
@@ -506,14 +511,19 @@ def floor_steps(cfg: dict, step, samples, sample_lens, seed, snapshot, restore, 
         other.append(sum(recorder.other.values()))
         top = recorder.table(6)
         del recorder
-    return {"sec_per_step": statistics.median(steps), "floor_steps": [round(t, 4) for t in steps],
-            "products_sec": round(statistics.median(products), 4), "products_rounds": [round(t, 4) for t in products],
-            "step_over_products": round(statistics.median(s / p for s, p in zip(steps, products)), 3),
+    return {"sec_per_step": statistics.median(steps), "floor_steps": [round(t, 6) for t in steps],
+            "products_rounds": [round(t, 6) for t in products], **floor_summary(steps, products),
             "products_flops": int(statistics.median(flops)), "products_gflop": round(statistics.median(flops) / 1e9, 3),
             "product_calls": int(statistics.median(calls)),
             "other_aten_calls": int(statistics.median(other)),
             "products_top": [[name, [list(shape) for shape in shapes], count, round(g, 3)]
                              for name, shapes, count, g in top]}
+
+
+def floor_summary(steps, products) -> dict:
+    """The median products-alone time and the median of the batches' ratios step / products."""
+    return {"products_sec": round(statistics.median(products), 6),
+            "step_over_products": round(statistics.median(s / p for s, p in zip(steps, products)), 3)}
 
 
 def ab_summary(times, sentences_per_batch: Optional[int] = None) -> dict:
@@ -698,8 +708,8 @@ def run_interleaved(cfgs, rounds: int, log=lambda message: None):
         full = next((i for i, cfg in enumerate(group) if cfg["softmax"] == "full"), None)
         for i, cfg in enumerate(group):
             record = dict(runs[i][0], rounds=rounds, **{f"{time_key}_rounds": [x[time_key] for x in runs[i]]})
-            for key in (time_key, "tokens_per_sec", "sec_per_epoch", "peak_mem_mb", "peak_rss_mb", "products_sec",
-                        "step_over_products", "products_gflop"):
+            for key in (time_key, "tokens_per_sec", "sec_per_epoch", "peak_mem_mb", "peak_rss_mb", "products_flops",
+                        "products_gflop", "product_calls", "other_aten_calls"):
                 values = [x[key] for x in runs[i] if x.get(key) is not None]
                 if values:
                     record[key] = round(statistics.median(values), 4)
@@ -708,6 +718,9 @@ def run_interleaved(cfgs, rounds: int, log=lambda message: None):
                 lens = [statistics.mean(x["ab_sample_len"][arm] for x in runs[i]) for arm in (0, 1)]
                 record.update(ab_rounds=times, ab_sample_len=[round(x, 1) for x in lens],
                               **ab_summary(times, cfg["decode_batch"] if cfg["mode"] == "decode" else None))
+            if "products_sec" in record:  # --floor: every round's batches, and the ratio over all of them
+                steps, products = ([t for x in runs[i] for t in x[key]] for key in ("floor_steps", "products_rounds"))
+                record.update(floor_steps=steps, products_rounds=products, **floor_summary(steps, products))
             if "phases" in record:  # each phase's median over the rounds
                 record["phases"] = {name: round(statistics.median(x["phases"][name] for x in runs[i]), 4)
                                     for name in record["phases"]}
@@ -780,7 +793,8 @@ def markdown(records) -> str:
             lines.append(f"| {r.get('arch') or 'lstm_smallvocab'} | {_mode_label(r)} | {r['vocab_size']:,} | "
                          f"{r['softmax']} | {r['K'] or '-'} | {r['batch']} | {r.get('sample_len', '-')} | "
                          f"{r['sec_per_step']:.3f} | {r['products_sec']:.3f} | {r['step_over_products']:.2f} | "
-                         f"{r['products_gflop']:.1f} | {r['products_gflop'] / r['products_sec']:.0f} | "
+                         f"{r['products_gflop']:.1f} | "
+                         f"{r['products_gflop'] / r['products_sec'] if r['products_sec'] else 0:.0f} | "
                          f"{r['product_calls']:,} | {r['other_aten_calls']:,} |")
         out.append("Each step's matrix products replayed alone (--floor; medians over the timed batches, step / "
                    "products: the median of the batches' ratios; smallvocab_tools/bench/floor.py):\n\n"
@@ -930,6 +944,9 @@ def parse_args(argv=None):
         parser.error("--floor times whole steps and their products: leave out --phases and --ab")
     if args.floor and args.modes == ["decode"]:
         parser.error("--floor measures training steps: use --modes ce reinforce")
+    if args.floor and args.device != "cpu":
+        parser.error("--floor counts the CPU's products (cuDNN's fused RNN kernels are not among them): "
+                     "leave out --device cuda")
     if args.ab:
         if args.phases:
             parser.error("--ab times whole steps: leave out --phases")

@@ -7,14 +7,17 @@ distinct product call (the operator, its operands' shapes, strides and
 dtypes), one copy of the operands and how often it ran; ``replay`` then runs
 those calls again, the same number of times each, with nothing between them:
 no elementwise operations, no gathers, no autograd, no Python.  Its wall time
-is what the step's products cost on this machine at the step's own shapes
-and layouts (each call's operands are warm in the cache, so this is a lower
-bound), and ``step / products`` says how much of the step is everything else.
+estimates what the step's products cost on this machine at the step's own
+shapes and layouts (close to a lower bound: a call repeated in the step,
+as the decoder's per-step products are, runs back to back on cache-warm
+operands), and ``step / products`` says how much of the step is everything
+else.
 
 Products: fairseq's and the plugin's layers reach BLAS and oneDNN through
 ``mm``, ``addmm``, ``bmm``, ``baddbmm`` (and their in-place and ``out=``
-forms), ``mv`` / ``addmv`` / ``addbmm``, oneDNN's LSTM layer
-(``mkldnn_rnn_layer`` and its backward: the paper's encoder on the CPU), the
+forms), ``mv`` / ``addmv`` / ``addbmm`` / ``dot``, oneDNN's LSTM layer
+(``mkldnn_rnn_layer`` and its backward, where torch runs an ``nn.LSTM``
+through oneDNN on the CPU, as the paper's encoder in the benchmark's steps), the
 CPU's fused attention (``_scaled_dot_product_flash_attention_for_cpu`` and
 its backward) and anything torch's own FLOP counter
 (``torch.utils.flop_counter``) knows.  FLOPs are counted with torch's formulas
@@ -25,6 +28,9 @@ where it has them (2mnk for a product of m x k by k x n), else:
   (the gradients of the inputs and of the weights);
 - the CPU's fused attention: torch's formulas for the other attention
   kernels (``sdpa_flop_count`` and ``sdpa_backward_flop_count``).
+
+The CPU only: cuDNN's fused RNN kernels (an LSTM on CUDA) are not counted,
+so ``benchmark.py`` refuses ``--floor`` with ``--device cuda``.
 """
 
 import time
@@ -61,23 +67,23 @@ def _attention_flops(forward: bool):
 def _registry_flops(packet):
     formula = flop_registry[packet]
 
-    def count(args, out=None) -> int:
-        return int(formula(*args, out_val=out))
+    def count(args, kwargs, out=None) -> int:
+        return int(formula(*args, **kwargs, out_val=out))
     return count
 
 
-def _mm_like(a_index: int):  # mv / addmv / addbmm: torch's counter has no formula for these
+def _mm_like(a_index: int):  # mv / addmv / addbmm / dot: torch's counter has no formula for these
     def count(args) -> int:
         a, b = args[a_index], args[a_index + 1]
         if a.dim() == 3:  # addbmm: (b, n, m) x (b, m, p)
             return 2 * a.shape[0] * a.shape[1] * a.shape[2] * b.shape[2]
-        return 2 * a.numel() * (b.shape[1] if b.dim() == 2 else 1)
+        return 2 * a.numel() * (b.shape[1] if b.dim() == 2 else 1)  # mv: (n, m) x (m,); dot: (n,) . (n,)
     return count
 
 
 FLOPS = {
     aten.mv: _mm_like(0), aten.addmv: _mm_like(1), aten.addmv_: _mm_like(1),
-    aten.addbmm: _mm_like(1), aten.addbmm_: _mm_like(1),
+    aten.addbmm: _mm_like(1), aten.addbmm_: _mm_like(1), aten.dot: _mm_like(0), aten.vdot: _mm_like(0),
     aten.mkldnn_rnn_layer: _rnn_flops(True), aten.mkldnn_rnn_layer_backward: _rnn_flops(False),
     aten._scaled_dot_product_flash_attention_for_cpu: _attention_flops(True),
     aten._scaled_dot_product_flash_attention_for_cpu_backward: _attention_flops(False),
@@ -86,28 +92,29 @@ FLOPS = {
 _IN_PLACE = {aten.addmm_: aten.addmm, aten.baddbmm_: aten.baddbmm}
 
 
-def product_flops(packet, args, out=None):
+def product_flops(packet, args, kwargs=None, out=None):
     """FLOPs of one call of a product operator (its overload packet), or
     None if ``packet`` is not a product."""
     packet = _IN_PLACE.get(packet, packet)
     if packet in FLOPS:
         return FLOPS[packet](args)
     if packet in flop_registry:
-        return _registry_flops(packet)(args, out)
+        return _registry_flops(packet)(args, {k: v for k, v in (kwargs or {}).items() if k != "out"}, out)
     return None
 
 
 def _copy(x):
-    """A tensor with the same shape, strides, storage offset, dtype, device
-    and values as ``x`` in a storage of its own (so a product reads the same
-    layout: a transposed view stays transposed, an expanded one expanded);
-    lists of tensors copied element-wise; anything else as is."""
+    """A tensor with the same shape, strides, dtype, device and values as
+    ``x`` in a storage of its own, holding only the span the view reads (so a
+    product reads the same layout: a transposed view stays transposed, an
+    expanded one expanded); lists of tensors copied element-wise; anything
+    else as is."""
     if isinstance(x, torch.Tensor):
         x = x.detach()
         if x.numel() == 0:
             return x.clone()
-        extent = x.storage_offset() + 1 + sum((size - 1) * stride for size, stride in zip(x.shape, x.stride()))
-        return x.as_strided((extent,), (1,), 0).clone().as_strided(x.shape, x.stride(), x.storage_offset())
+        span = 1 + sum((size - 1) * stride for size, stride in zip(x.shape, x.stride()))
+        return x.as_strided((span,), (1,), x.storage_offset()).clone().as_strided(x.shape, x.stride(), 0)
     if isinstance(x, (list, tuple)):
         return type(x)(_copy(y) for y in x)
     return x
@@ -135,7 +142,7 @@ class ProductRecorder(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        flops = product_flops(func.overloadpacket, args, out)
+        flops = product_flops(func.overloadpacket, args, kwargs, out)
         if flops is None:
             self.other[str(func.overloadpacket)] += 1
             return out
