@@ -380,6 +380,6 @@ def test_floor_records_pool_their_rounds(monkeypatch):
     record, = benchmark.run_interleaved([cfg], rounds=2)
     assert record["floor_steps"] == [4.0, 6.0, 3.0, 8.0] and record["products_rounds"] == [1.0, 2.0, 1.0, 1.0]
     assert record["products_sec"] == 1.0 and record["step_over_products"] == 3.5  # ratios 4, 3, 3, 8
-    assert record["products_flops"] == 20 and record["product_calls"] == 20
+    assert record["products_flops"] == 20 and record["product_calls"] == 20 and type(record["product_calls"]) is int
     assert "| 1.000 | 3.50 |" in benchmark.markdown([record])
     assert "| 0.000 |" in benchmark.markdown([dict(record, products_sec=0.0)])

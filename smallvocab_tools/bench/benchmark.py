@@ -720,7 +720,8 @@ def run_interleaved(cfgs, rounds: int, log=lambda message: None):
                               **ab_summary(times, cfg["decode_batch"] if cfg["mode"] == "decode" else None))
             if "products_sec" in record:  # --floor: every round's batches, and the ratio over all of them
                 steps, products = ([t for x in runs[i] for t in x[key]] for key in ("floor_steps", "products_rounds"))
-                record.update(floor_steps=steps, products_rounds=products, **floor_summary(steps, products))
+                counts = {key: int(record[key]) for key in ("products_flops", "product_calls", "other_aten_calls")}
+                record.update(floor_steps=steps, products_rounds=products, **floor_summary(steps, products), **counts)
             if "phases" in record:  # each phase's median over the rounds
                 record["phases"] = {name: round(statistics.median(x["phases"][name] for x in runs[i]), 4)
                                     for name in record["phases"]}
