@@ -484,14 +484,12 @@ def floor_steps(cfg: dict, step, samples, sample_lens, seed, snapshot, restore, 
     batch's largest products (``products_top``)."""
     from smallvocab_tools.bench.floor import ProductRecorder
 
+    for sample in samples[: cfg["warmup"]]:
+        step(sample)
+    del sample_lens[:]
     steps, products, flops, calls, other = [], [], [], [], []
     top = []
-    for i, sample in enumerate(samples):
-        if i < cfg["warmup"]:
-            step(sample)
-            if i == cfg["warmup"] - 1:
-                del sample_lens[:]
-            continue
+    for i, sample in enumerate(samples[cfg["warmup"]:], start=cfg["warmup"]):
         state = snapshot()
         seed(i)
         sync()
@@ -708,8 +706,7 @@ def run_interleaved(cfgs, rounds: int, log=lambda message: None):
         full = next((i for i, cfg in enumerate(group) if cfg["softmax"] == "full"), None)
         for i, cfg in enumerate(group):
             record = dict(runs[i][0], rounds=rounds, **{f"{time_key}_rounds": [x[time_key] for x in runs[i]]})
-            for key in (time_key, "tokens_per_sec", "sec_per_epoch", "peak_mem_mb", "peak_rss_mb", "products_flops",
-                        "products_gflop", "product_calls", "other_aten_calls"):
+            for key in (time_key, "tokens_per_sec", "sec_per_epoch", "peak_mem_mb", "peak_rss_mb"):
                 values = [x[key] for x in runs[i] if x.get(key) is not None]
                 if values:
                     record[key] = round(statistics.median(values), 4)
@@ -720,8 +717,10 @@ def run_interleaved(cfgs, rounds: int, log=lambda message: None):
                               **ab_summary(times, cfg["decode_batch"] if cfg["mode"] == "decode" else None))
             if "products_sec" in record:  # --floor: every round's batches, and the ratio over all of them
                 steps, products = ([t for x in runs[i] for t in x[key]] for key in ("floor_steps", "products_rounds"))
-                counts = {key: int(record[key]) for key in ("products_flops", "product_calls", "other_aten_calls")}
-                record.update(floor_steps=steps, products_rounds=products, **floor_summary(steps, products), **counts)
+                counts = {key: int(statistics.median(x[key] for x in runs[i]))  # medians over the rounds
+                          for key in ("products_flops", "product_calls", "other_aten_calls")}
+                record.update(floor_steps=steps, products_rounds=products, **floor_summary(steps, products), **counts,
+                              products_gflop=round(counts["products_flops"] / 1e9, 3))
             if "phases" in record:  # each phase's median over the rounds
                 record["phases"] = {name: round(statistics.median(x["phases"][name] for x in runs[i]), 4)
                                     for name in record["phases"]}

@@ -43,10 +43,6 @@ from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sd
 aten = torch.ops.aten
 
 
-def _shape(x):
-    return tuple(x.shape) if isinstance(x, torch.Tensor) else x
-
-
 def _rnn_flops(forward: bool):
     def count(args) -> int:
         x, w_ih, w_hh = args[0], args[1], args[2]  # input (T, B, I), weights (4H, I) and (4H, H)
@@ -64,14 +60,6 @@ def _attention_flops(forward: bool):
     return count
 
 
-def _registry_flops(packet):
-    formula = flop_registry[packet]
-
-    def count(args, kwargs, out=None) -> int:
-        return int(formula(*args, **kwargs, out_val=out))
-    return count
-
-
 def _mm_like(a_index: int):  # mv / addmv / addbmm / dot: torch's counter has no formula for these
     def count(args) -> int:
         a, b = args[a_index], args[a_index + 1]
@@ -82,14 +70,21 @@ def _mm_like(a_index: int):  # mv / addmv / addbmm / dot: torch's counter has no
 
 
 FLOPS = {
-    aten.mv: _mm_like(0), aten.addmv: _mm_like(1), aten.addmv_: _mm_like(1),
-    aten.addbmm: _mm_like(1), aten.addbmm_: _mm_like(1), aten.dot: _mm_like(0), aten.vdot: _mm_like(0),
+    aten.mv: _mm_like(0), aten.addmv: _mm_like(1), aten.addbmm: _mm_like(1), aten.dot: _mm_like(0),
+    aten.vdot: _mm_like(0),
     aten.mkldnn_rnn_layer: _rnn_flops(True), aten.mkldnn_rnn_layer_backward: _rnn_flops(False),
     aten._scaled_dot_product_flash_attention_for_cpu: _attention_flops(True),
     aten._scaled_dot_product_flash_attention_for_cpu_backward: _attention_flops(False),
 }
 # in-place forms count as their out-of-place operators (same operands)
-_IN_PLACE = {aten.addmm_: aten.addmm, aten.baddbmm_: aten.baddbmm}
+_IN_PLACE = {aten.addmm_: aten.addmm, aten.baddbmm_: aten.baddbmm, aten.addmv_: aten.addmv,
+             aten.addbmm_: aten.addbmm}
+
+
+def is_product(packet) -> bool:
+    """Whether calls of ``packet`` (an operator's overload packet) are products."""
+    packet = _IN_PLACE.get(packet, packet)
+    return packet in FLOPS or packet in flop_registry
 
 
 def product_flops(packet, args, kwargs=None, out=None):
@@ -98,8 +93,9 @@ def product_flops(packet, args, kwargs=None, out=None):
     packet = _IN_PLACE.get(packet, packet)
     if packet in FLOPS:
         return FLOPS[packet](args)
-    if packet in flop_registry:
-        return _registry_flops(packet)(args, {k: v for k, v in (kwargs or {}).items() if k != "out"}, out)
+    if packet in flop_registry:  # torch's formulas take the shapes of the operands (not of ``out=``)
+        kwargs = {k: v for k, v in (kwargs or {}).items() if k != "out"}
+        return int(flop_registry[packet](*args, **kwargs, out_val=out))
     return None
 
 
@@ -142,13 +138,13 @@ class ProductRecorder(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        flops = product_flops(func.overloadpacket, args, kwargs, out)
-        if flops is None:
+        if not is_product(func.overloadpacket):
             self.other[str(func.overloadpacket)] += 1
             return out
         key = (str(func), _signature(args), _signature(sorted(kwargs.items())))
         entry = self.calls.get(key)
-        if entry is None:
+        if entry is None:  # a new call: its operands copied and its FLOPs counted once
+            flops = product_flops(func.overloadpacket, args, kwargs, out)
             entry = self.calls[key] = [func, _copy(args), {k: _copy(v) for k, v in kwargs.items()}, 0, flops]
         entry[3] += 1
         return out
@@ -175,6 +171,6 @@ class ProductRecorder(TorchDispatchMode):
     def table(self, top: int = 10):
         """The ``top`` signatures by total FLOPs: (operator, operand shapes,
         calls, GFLOP)."""
-        rows = [(str(func), [_shape(a) for a in args if isinstance(a, torch.Tensor)], count, count * flops / 1e9)
+        rows = [(str(func), [tuple(a.shape) for a in args if isinstance(a, torch.Tensor)], count, count * flops / 1e9)
                 for func, args, _, count, flops in self.calls.values()]
         return sorted(rows, key=lambda row: -row[3])[:top]
