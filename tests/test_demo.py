@@ -46,6 +46,8 @@ def test_demo_script_end_to_end_small(tmp_path):
     rounds = [records[s]["sec_per_step_rounds"] for s in ("full", "small")]
     assert len(rounds[0]) == len(rounds[1]) == 2 and records["small"]["rounds"] == 2
     ratios = sorted(f / s for f, s in zip(*rounds))
-    assert summary["speedup"] == round((ratios[0] + ratios[1]) / 2, 2)
+    # bench.json keeps 3 decimals and the summary rounds that to 2 (so 0.9345 -> 0.935 -> 0.94): follow the chain
+    assert records["small"]["speedup"] == round((ratios[0] + ratios[1]) / 2, 3)
+    assert summary["speedup"] == round(records["small"]["speedup"], 2)
     assert "== summary" in out and f"-> {summary['speedup']:.2f}x faster" in out
     assert "BLEU on test" in out and "REINFORCE" in out
