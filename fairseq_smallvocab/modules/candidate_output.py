@@ -30,7 +30,7 @@ from fairseq.models import FairseqIncrementalDecoder
 from torch import Tensor, nn
 
 from fairseq_smallvocab.candidate_space import batch_union
-from fairseq_smallvocab.modules.gathered_embedding_grad import accumulation_dtype, active_route, lookup_rows
+from fairseq_smallvocab.modules.gathered_embedding_grad import accumulator, active_route, lookup_rows
 
 
 class RestrictionError(ValueError):
@@ -75,10 +75,10 @@ def gather_rows(table: Tensor, ids: Tensor, scratch: Optional[Scratch] = None, n
 def _weight_grad(buffer, weight: Tensor) -> Tensor:
     """Where a backward adds W's gradient: a new zero tensor, or (routed
     through an open ``gathered_embedding_grads`` block) the block's buffer;
-    float32 for a half or bfloat16 weight either way (``accumulation_dtype``:
-    the chunks' and the repeated rows' contributions add up in it)."""
+    float32 for a half or bfloat16 weight either way (``accumulator``: the
+    chunks' and the repeated rows' contributions add up in it)."""
     if buffer is None:
-        return torch.zeros(weight.shape, dtype=accumulation_dtype(weight.dtype), device=weight.device)
+        return accumulator(weight.shape, weight.dtype, weight.device)
     return buffer.start(weight.shape, weight.dtype, weight.device)
 
 
@@ -105,7 +105,7 @@ def _add_row_grads(dz, features, gathered, rows, grad_f, grad_w, grad_b, scratch
         row_grads = scratch.get("row_grads", (dz.size(0), dz.size(2), features.size(2)), features)
         torch.bmm(dz.transpose(1, 2), features, out=row_grads)
         row_grads = row_grads.view(len(ids), -1)
-        if row_grads.dtype != grad_w.dtype:  # a half weight's float32 sum (accumulation_dtype)
+        if row_grads.dtype != grad_w.dtype:  # a half weight's float32 sum (accumulator)
             row_grads = scratch.get("row_grads_wide", row_grads.shape, grad_w).copy_(row_grads)
         grad_w.index_add_(0, ids, row_grads)
     if grad_b is not None:
@@ -161,8 +161,7 @@ class CandidateLogits(torch.autograd.Function):
             grad_out = grad_out.to(features.dtype)
             grad_f = torch.empty_like(features) if need_f else None
             grad_w = _weight_grad(ctx.buffer, weight) if need_w else None
-            grad_b = torch.zeros(ctx.bias_shape, dtype=accumulation_dtype(grad_out.dtype),
-                                 device=grad_out.device) if need_b else None
+            grad_b = accumulator(ctx.bias_shape, grad_out.dtype, grad_out.device) if need_b else None
             scratch = Scratch()
             for start in range(0, features.size(0), CandidateLogits.CHUNK):
                 rows = candidates[start: start + CandidateLogits.CHUNK]
@@ -272,7 +271,7 @@ class CandidateLogProbs(torch.autograd.Function):
             # chunks' products write into slices of it
             grad_f = features.new_empty(features.shape) if need_f else None
             grad_w = _weight_grad(ctx.buffer, weight) if need_w else None
-            grad_b = torch.zeros(bias.shape, dtype=accumulation_dtype(dtype), device=bias.device) if need_b else None
+            grad_b = accumulator(bias.shape, dtype, bias.device) if need_b else None
             scratch = Scratch()
             for sl in CandidateLogProbs._chunks(bsz, steps, ctx.width, candidates):
                 rows = None if candidates is None else candidates[sl]

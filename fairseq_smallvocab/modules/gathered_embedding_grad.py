@@ -16,9 +16,9 @@ its rows through ``StepLookup``, whose backward adds its rows' gradient
 into one buffer shared by all the lookups of the block (index_add: B rows
 each), and hands nothing to the weight itself.  All the lookups take one
 extra input, ``anchor``: the output of ``Gather`` applied to the weight
-when the block opens.  Autograd runs a
-node once every node that uses its output is done, so ``Gather``'s backward
-runs after every lookup's, and returns the buffer as the weight's gradient:
+when the block opens.  Autograd runs a node once every node that uses its
+output is done, so ``Gather``'s backward runs after every lookup's, and
+returns the buffer as the weight's gradient:
 the same sum as T dense gradients (up to the order of the additions), made
 with one |V| x d tensor.
 
@@ -45,13 +45,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 
-def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The dtype a weight's gradient is summed in: float32 for a half or
-    bfloat16 weight (thousands of rows of one frequent word add up in it: in
-    bfloat16 a sum of ones stops growing at 256, in half at 2048;
-    ``nn.Embedding``'s own backward accumulates in float32 too), the weight's
-    own dtype otherwise."""
-    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+def accumulator(shape, dtype: torch.dtype, device) -> Tensor:
+    """Zeros to sum the gradient of a weight (or bias) of ``dtype`` in:
+    float32 for a half or bfloat16 weight (thousands of rows of one frequent
+    word add up in it: in bfloat16 a sum of ones stops growing at 256, in
+    half at 2048; ``nn.Embedding``'s own backward accumulates in float32
+    too), the weight's own dtype otherwise."""
+    wide = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    return torch.zeros(shape, dtype=wide, device=device)
 
 
 class _Buffer:
@@ -61,11 +62,11 @@ class _Buffer:
         self.grad = None
 
     def start(self, weight_shape, weight_dtype, device) -> Tensor:
-        """The gradient tensor to add into, made at the first use, in
-        ``accumulation_dtype`` (float32 for a half or bfloat16 weight).
+        """The gradient tensor to add into, made at the first use
+        (``accumulator``: float32 for a half or bfloat16 weight).
         ``Gather`` hands it back in the weight's dtype."""
         if self.grad is None:
-            self.grad = torch.zeros(weight_shape, dtype=accumulation_dtype(weight_dtype), device=device)
+            self.grad = accumulator(weight_shape, weight_dtype, device)
         return self.grad
 
 
