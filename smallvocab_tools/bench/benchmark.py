@@ -312,11 +312,12 @@ def worker(cfg: dict) -> dict:
     sample_lens = []
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0, momentum=0.75, weight_decay=1e-6)
     cuda = device.type == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
     timer = None
     if cfg.get("phases"):
         from smallvocab_tools.bench.phases import instrument
 
-        timer = instrument(model, criterion, sync=torch.cuda.synchronize if cuda else lambda: None)
+        timer = instrument(model, criterion, sync=sync)
 
     def phase(name):
         return timer.phase(name) if timer is not None else contextlib.nullcontext()
@@ -331,8 +332,7 @@ def worker(cfg: dict) -> dict:
         with phase("optimizer"):
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
+        sync()
 
     if cuda:
         torch.cuda.reset_peak_memory_stats(device)
@@ -352,12 +352,10 @@ def worker(cfg: dict) -> dict:
 
     ab = floor = None
     if cfg.get("ab"):  # (never with --phases or --floor)
-        ab = ab_steps(cfg, step, samples, sample_lens, torch.manual_seed, snapshot, restore,
-                      sync=torch.cuda.synchronize if cuda else lambda: None)
+        ab = ab_steps(cfg, step, samples, sample_lens, torch.manual_seed, snapshot, restore, sync=sync)
         sec_per_step = statistics.median(ab["ab_rounds"][0] + ab["ab_rounds"][1])
     elif cfg.get("floor"):  # (never with --phases)
-        floor = floor_steps(cfg, step, samples, sample_lens, torch.manual_seed, snapshot, restore,
-                            sync=torch.cuda.synchronize if cuda else lambda: None)
+        floor = floor_steps(cfg, step, samples, sample_lens, torch.manual_seed, snapshot, restore, sync=sync)
         sec_per_step = floor.pop("sec_per_step")
     else:
         for sample in samples[: cfg["warmup"]]:
