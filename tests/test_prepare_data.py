@@ -125,6 +125,41 @@ def test_existing_output_needs_force_and_is_replaced_only_when_complete(tiny_raw
     assert not _leftovers(tmp_path)
 
 
+@pytest.fixture
+def umask():
+    """Set the process umask for one test (``umask(0o027)``), restored after."""
+    before = os.umask(0o022)
+    os.umask(before)
+    yield os.umask
+    os.umask(before)
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o027, 0o077], ids=["022", "027", "077"])
+def test_output_folder_mode_follows_the_umask_like_mkdir(tmp_path, umask, mask):
+    umask(mask)
+    (tmp_path / "by-mkdir").mkdir()
+    with prep.atomic_output_dir(tmp_path / "out") as tmp:
+        (tmp / "a.txt").write_text("x\n")
+    mode = (tmp_path / "out").stat().st_mode
+    assert mode & 0o7777 == (tmp_path / "by-mkdir").stat().st_mode & 0o7777 == 0o777 & ~mask
+    # a set-group-ID parent is inherited as with mkdir (shared group folders)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o2775)
+    (shared / "by-mkdir").mkdir()
+    with prep.atomic_output_dir(shared / "out") as tmp:
+        pass
+    assert (shared / "out").stat().st_mode & 0o7777 == (shared / "by-mkdir").stat().st_mode & 0o7777
+
+
+def test_prepared_data_is_readable_by_the_group_under_umask_027(tiny_raw, tmp_path, umask):
+    umask(0o027)
+    prep.prepare(tiny_raw, tmp_path / "bin", "src", "tgt", SPLITS, min_count=1, log=lambda m: None)
+    assert (tmp_path / "bin").stat().st_mode & 0o777 == 0o750
+    assert (tmp_path / "bin" / "raw").stat().st_mode & 0o777 == 0o750
+    assert (tmp_path / "bin" / "dict.tgt.txt").stat().st_mode & 0o777 == 0o640
+
+
 def test_sentencepiece_subwords_round_trip_through_fairseq_post_process(tiny_raw, tmp_path):
     from fairseq.data import Dictionary, data_utils
 

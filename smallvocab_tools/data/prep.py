@@ -69,6 +69,21 @@ def remove_stale_temporaries(final: Path):
             shutil.rmtree(path, ignore_errors=True)
 
 
+def current_umask() -> int:
+    mask = os.umask(0o022)  # the only portable way to read it is to set it
+    os.umask(mask)
+    return mask
+
+
+def chmod_like_mkdir(folder: Path):
+    """Give a ``tempfile.mkdtemp`` folder the permissions ``mkdir`` would
+    have: mkdtemp makes it 0700 whatever the umask, so that data prepared for
+    a group would be readable by its owner alone.  The special bits (a
+    set-group-ID inherited from the parent) are kept."""
+    special = folder.stat().st_mode & 0o7000
+    folder.chmod(special | (0o777 & ~current_umask()))
+
+
 @contextlib.contextmanager
 def atomic_output_dir(final, overwrite=False):
     """Yield a temporary folder beside ``final``; rename it to ``final`` only
@@ -99,6 +114,7 @@ def atomic_output_dir(final, overwrite=False):
         yield tmp
         (tmp / OUTPUT_MARKER).write_text(f"written by {Path(sys.argv[0]).name or 'python'} "
                                          "(fairseq-smallvocab); --force may replace this folder\n")
+        chmod_like_mkdir(tmp)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
