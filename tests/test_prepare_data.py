@@ -321,6 +321,71 @@ def test_force_replaces_only_folders_the_tools_wrote(tmp_path):
     assert (empty / "train.tgt").is_file()
 
 
+def test_force_refuses_an_output_folder_holding_the_users_files(tiny_bin, tiny_raw, tmp_path):
+    dest = tmp_path / "data-bin"
+    shutil.copytree(tiny_bin, dest)
+    (dest / "notes.txt").write_text("which run this was\n")
+    (dest / "eval").mkdir()
+    (dest / "eval" / "hyps.txt").write_text("a translation\n")
+    (dest / "raw" / "my-refs.tgt").write_text("a reference\n")
+    before = _snapshot(dest)
+    with pytest.raises(prep.DataError) as err:
+        prep.prepare(tiny_raw, dest, "src", "tgt", SPLITS, min_count=1, force=True, log=lambda m: None)
+    message = str(err.value)
+    assert "3 file(s) that these tools did not write" in message
+    assert "eval/hyps.txt, notes.txt, raw/my-refs.tgt" in message
+    assert "move them out" in message and "nothing was changed" in message
+    assert _snapshot(dest) == before and not _leftovers(tmp_path)
+
+
+def test_force_replaces_what_the_tools_and_fairseq_wrote_there(tiny_bin, tiny_raw, tmp_path):
+    dest = tmp_path / "data-bin"
+    shutil.copytree(tiny_bin, dest)
+    written = {p for p, _ in _snapshot(dest)}
+    assert {"preprocess.log", "dict.tgt.txt", "train.src-tgt.tgt.bin", "raw/train.tgt", "stats.json"} <= written
+    # after it: fairseq-preprocess run again into the folder (another split, another dictionary), the
+    # plugin's candidate lists (--candidates-dir DATA/candidates, export_candidates.py), a killed export
+    for name in ("test2.src-tgt.src.bin", "test2.src-tgt.src.idx", "dict.de.txt", "candidates/valid.k50.npy",
+                 "candidates/valid.k50.json", "candidates/.test.k50.npy.tmp-123", "test.k20.npy"):
+        (dest / name).parent.mkdir(exist_ok=True)
+        (dest / name).write_text("x\n")
+    (dest / "stats.json").write_text("{}\n")  # edited: still the tools' file
+    prep.prepare(tiny_raw, dest, "src", "tgt", SPLITS, min_count=1, force=True, log=lambda m: None)
+    assert {p for p, _ in _snapshot(dest)} == written
+    assert json.loads((dest / "stats.json").read_text())["min_count"] == 1
+
+
+def test_force_on_a_folder_of_an_older_version_without_the_list_of_files(tmp_path):
+    dest = tmp_path / "out"
+    dest.mkdir()
+    for name in ("dict.src.txt", "train.src-tgt.src.bin", "train.src", "stats.json", "raw/valid.tgt",
+                 "spm.src.model", "test.npy", "test.index", "corpus.json", "lexicon.tsv"):
+        (dest / name).parent.mkdir(exist_ok=True)
+        (dest / name).write_text("old\n")
+    (dest / prep.OUTPUT_MARKER).write_text("written by prepare_data.py (fairseq-smallvocab); --force may replace "
+                                           "this folder\n")
+    (dest / "thesis.tex").write_text("months of work\n")
+    with pytest.raises(prep.DataError, match="1 file\\(s\\) that these tools did not write: thesis.tex"):
+        with prep.atomic_output_dir(dest, overwrite=True):
+            pass
+    (dest / "thesis.tex").unlink()
+    with prep.atomic_output_dir(dest, overwrite=True) as tmp:
+        (tmp / "new.txt").write_text("new\n")
+    assert sorted(p.name for p in dest.iterdir()) == [prep.OUTPUT_MARKER, "new.txt"]
+
+
+def test_files_the_user_adds_while_the_tools_run_are_kept(tmp_path):
+    dest = tmp_path / "out"
+    with prep.atomic_output_dir(dest) as tmp:
+        (tmp / "a.txt").write_text("a\n")
+    with pytest.raises(prep.DataError, match="did not write: mine.txt"):
+        with prep.atomic_output_dir(dest, overwrite=True) as tmp:
+            (tmp / "a.txt").write_text("b\n")
+            (dest / "mine.txt").write_text("added meanwhile\n")
+    assert (dest / "a.txt").read_text() == "a\n" and (dest / "mine.txt").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
 @pytest.mark.slow
 def test_stale_temporary_folders_of_killed_runs_are_removed(tiny_raw, tmp_path):
     import subprocess

@@ -20,6 +20,8 @@ class DataError(ValueError):
 
 
 OUTPUT_MARKER = ".smallvocab-output"  # written into every folder the tools below create
+# in OUTPUT_MARKER, before the list of the files the tool wrote, one a line
+WRITTEN_HEADER = "files it wrote (--force refuses to replace the folder while it holds any other file):"
 SPECIAL_TOKENS = ("<s>", "<pad>", "</s>", "<unk>")  # fairseq's Dictionary symbols
 
 
@@ -69,6 +71,57 @@ def remove_stale_temporaries(final: Path):
             shutil.rmtree(path, ignore_errors=True)
 
 
+# What fairseq and the plugin write into a data folder after these tools made
+# it: fairseq-preprocess run again there, candidate lists (--candidates-dir
+# DATA/..., export_candidates.py) and their temporaries.  All derived from the
+# data, so --force replaces them with the rest.
+_DERIVED = re.compile(r"dict\.[^/]+\.txt|[^/]+\.[^/]+-[^/]+\.[^/]+\.(?:bin|idx)|preprocess\.log"
+                      r"|(?:.+/)?\.?[^/]+\.k\d+\.(?:npy|json)(?:\.tmp-\d+)?")
+# Older versions wrote the marker without the list of files: what they wrote
+_OLDER_OUTPUTS = re.compile(r"(?:(?:raw|subword)/)?(?:train|valid|test)\.[^/]+|stats\.json|spm\.[^/]+\.(?:model|vocab)"
+                            r"|lexicon\.tsv|corpus\.json|config\.json")
+
+
+def files_in(folder) -> List[str]:
+    """Relative POSIX paths of everything under ``folder`` but folders
+    (links are listed, not followed), sorted."""
+    found = []
+    for root, dirs, files in os.walk(folder):
+        rel = Path(root).relative_to(folder)
+        links = [d for d in dirs if os.path.islink(os.path.join(root, d))]
+        found += [(rel / name).as_posix() for name in files + links]
+    return sorted(found)
+
+
+def foreign_files(folder) -> List[str]:
+    """The files in ``folder`` that these tools did not write: those not in
+    its ``OUTPUT_MARKER``'s list (every file when there is no marker), less
+    what fairseq and the plugin write into data folders."""
+    folder = Path(folder)
+    marker = folder / OUTPUT_MARKER
+    if not marker.is_file():
+        return files_in(folder)
+    lines = marker.read_text(encoding="utf-8", errors="replace").splitlines()
+    written = set(lines[lines.index(WRITTEN_HEADER) + 1:]) if WRITTEN_HEADER in lines else None
+
+    def ours(path):
+        if path == OUTPUT_MARKER or _DERIVED.fullmatch(path):
+            return True
+        return path in written if written is not None else _OLDER_OUTPUTS.fullmatch(path) is not None
+
+    return [path for path in files_in(folder) if not ours(path)]
+
+
+def refuse_foreign_files(final: Path):
+    foreign = foreign_files(final)
+    if foreign:
+        more = f" and {len(foreign) - 10} more" if len(foreign) > 10 else ""
+        raise DataError(f"{final} holds {len(foreign)} file(s) that these tools did not write: "
+                        f"{', '.join(foreign[:10])}{more}; --force replaces the whole folder, so it would delete "
+                        f"them: move them out of {final} (or delete them yourself) and run again, or choose another "
+                        "output folder (nothing was changed)")
+
+
 def current_umask() -> int:
     mask = os.umask(0o022)  # the only portable way to read it is to set it
     os.umask(mask)
@@ -93,9 +146,11 @@ def atomic_output_dir(final, overwrite=False):
     An existing ``final`` is an error unless ``overwrite`` (then it is
     replaced only after the new one is complete), and even then only an empty
     folder or one these tools wrote (it holds the ``OUTPUT_MARKER`` file) is
-    replaced: a user's own folder never is.  Temporary folders that killed
-    runs left for ``final`` are removed first.  Callers with input folders
-    check ``check_dest_apart_from_inputs`` before they read anything."""
+    replaced: a user's own folder never is, nor one of the tools' folders
+    holding files they did not write (checked before and again just before
+    the replacement).  The marker lists the files written.  Temporary folders
+    that killed runs left for ``final`` are removed first.  Callers with input
+    folders check ``check_dest_apart_from_inputs`` before they read anything."""
     final = Path(final)
     if final.exists() or final.is_symlink():
         if not overwrite:
@@ -107,14 +162,19 @@ def atomic_output_dir(final, overwrite=False):
             raise DataError(f"{final} exists and was not written by this project's tools (no {OUTPUT_MARKER} "
                             "file in it), so --force does not replace it: remove it yourself or choose another "
                             "output folder")
+        refuse_foreign_files(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(final)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-{os.getpid()}-", dir=final.parent))
     try:
         yield tmp
+        written = "".join(f"{path}\n" for path in files_in(tmp))
         (tmp / OUTPUT_MARKER).write_text(f"written by {Path(sys.argv[0]).name or 'python'} "
-                                         "(fairseq-smallvocab); --force may replace this folder\n")
+                                         "(fairseq-smallvocab); --force may replace this folder\n"
+                                         f"{WRITTEN_HEADER}\n{written}")
         chmod_like_mkdir(tmp)
+        if final.exists():  # files the user put there while this ran
+            refuse_foreign_files(final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
