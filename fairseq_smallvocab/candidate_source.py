@@ -130,7 +130,7 @@ class CandidateSource:
             return self._predicted_lists(split, rows, dict_hash, train, digest)
         path = self._exported_file(split)
         ids, meta = read_candidates(path, dict_hash=dict_hash, rows=rows, data_digest=digest,
-                                    data_name=self._data_name(split))
+                                    data_name=self._data_name(split), vocab_size=len(self.tgt_dict))
         self.lists_predictor = self.lists_predictor or meta.get("predictor")
         if train and not meta.get("gold_included"):
             raise ValueError(f"{path} was exported without the gold words; the training split needs them "
@@ -167,7 +167,7 @@ class CandidateSource:
         if path.exists():
             try:
                 ids, meta = read_candidates(path, k=self.k, dict_hash=dict_hash, rows=rows, data_digest=digest,
-                                            data_name=self._data_name(split))
+                                            data_name=self._data_name(split), vocab_size=len(self.tgt_dict))
                 if meta.get("predictor_sha256") == self._predictor_sha256 and meta.get("gold_included") == train:
                     logger.info(f"candidates for {split}: cached {path}")
                     return ids, str(path)

@@ -135,14 +135,43 @@ def write_candidates(path, ids: np.ndarray, meta: Dict) -> Path:
     return path
 
 
+def check_lists(ids: np.ndarray, vocab_size: Optional[int], where: str, chunk: Optional[int] = None):
+    """Refuse lists that hold an id twice in one row (its word's probability
+    would count twice in the small softmax) or an id outside the target
+    dictionary (``vocab_size``; None: only negative ids).  Reads ``ids`` a
+    block of rows at a time, so memory-mapped lists stay on disk."""
+    if chunk is None:
+        chunk = max(1, (1 << 20) // max(1, ids.shape[1]))
+    again = "the file is damaged or was not written by scripts/export_candidates.py: export it again"
+    for start in range(0, len(ids), chunk):
+        block = np.asarray(ids[start:start + chunk])
+        if not block.size:
+            continue
+        high = vocab_size if vocab_size is not None else np.iinfo(np.int64).max
+        if block.min() < 0 or block.max() >= high:
+            row, col = np.argwhere((block < 0) | (block >= high))[0]
+            limit = f"0..{vocab_size - 1}" if vocab_size is not None else "0 and above"
+            raise ValueError(f"{where}: example {start + row} holds id {block[row, col]} (outside the target "
+                             f"dictionary's ids {limit}): the lists were made with another dictionary, or {again}")
+        # numpy sorts 16-bit ids stably by radix (linear time); wider ones faster by introsort
+        ordered = np.sort(block, axis=1, kind="stable" if block.itemsize <= 2 else "quicksort")
+        repeated = ordered[:, 1:] == ordered[:, :-1]
+        if repeated.any():
+            row, col = np.argwhere(repeated)[0]
+            raise ValueError(f"{where}: example {start + row} lists id {ordered[row, col]} twice (a repeated "
+                             f"candidate counts its word's probability twice in the small softmax); {again}")
+
+
 def read_candidates(path, k: Optional[int] = None, dict_hash: Optional[int] = None,
                     rows: Optional[int] = None, data_digest: Optional[str] = None,
-                    data_name: str = "this data") -> Tuple[np.ndarray, Dict]:
+                    data_name: str = "this data", vocab_size: Optional[int] = None) -> Tuple[np.ndarray, Dict]:
     """(memory-mapped N x K ids, metadata).  Checks that the pair is whole
     (the .npy has the digest its .json records) and matches the expected K,
     target dictionary fingerprint, number of examples and split content
     (``data_digest``, from ``split_digest``; a mismatch raises
-    ``DataMismatch`` naming both data folders)."""
+    ``DataMismatch`` naming both data folders), and that every row holds
+    distinct ids of the target dictionary (``vocab_size``, default: the one
+    the description records; see ``check_lists``)."""
     path = Path(path).with_suffix(".npy")
     meta_path = path.with_suffix(".json")
     if not path.is_file() or not meta_path.is_file():
@@ -179,4 +208,5 @@ def read_candidates(path, k: Optional[int] = None, dict_hash: Optional[int] = No
             f"{meta.get('data')} (content SHA-256 {str(meta.get('data_sha256'))[:12]}...), but this run reads "
             f"{data_name} (content SHA-256 {data_digest[:12]}...). Same dictionary and size, different sentences: "
             "these lists would give every example another sentence's candidates.", made_from=meta.get("data"))
+    check_lists(ids, vocab_size if vocab_size is not None else meta.get("vocab_size"), str(path))
     return ids, meta

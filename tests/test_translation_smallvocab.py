@@ -26,6 +26,43 @@ def _task(data, **cfg):
     return TranslationSmallVocabTask.setup_task(config)
 
 
+def _write_lists(data, split, folder, k=60, gold=None, predictor="/elsewhere/vp/checkpoint_best.pt", edit=None):
+    """A split's lists as scripts/export_candidates.py writes them, made in-process without a predictor:
+    <unk>, the example's gold words (``gold``; default: for the training split), then other words;
+    ``edit(ids, tgt_dict)`` may change them before they are written."""
+    import os
+
+    from fairseq_smallvocab.candidates import candidate_file, split_digest, write_candidates
+    from fairseq_smallvocab.models.vocab_predictor import dictionary_fingerprint
+
+    full = _task(data, small_vocab_size=0)
+    full.load_dataset(split)
+    ds, d = full.dataset(split), full.target_dictionary
+    gold = split == "train" if gold is None else gold
+    rng = np.random.default_rng(0)
+    lists = []
+    for i in range(len(ds)):
+        words = [t for t in dict.fromkeys(ds[i]["target"].tolist()) if t >= d.nspecial] if gold else []
+        rest = [t for t in rng.permutation(len(d)).tolist() if t >= d.nspecial and t not in words]
+        lists.append([d.unk(), *words, *rest][:k])
+    ids = np.array(lists, dtype=np.uint16)
+    if edit is not None:
+        edit(ids, d)
+    meta = {"split": split, "vocab_size": len(d), "target_dict_hash": dictionary_fingerprint(d),
+            "data": os.path.abspath(str(data)), "data_sha256": split_digest(ds), "predictor": predictor,
+            "predictor_sha256": "0" * 64, "gold_included": gold, "always_included": [d.unk()]}
+    return write_candidates(candidate_file(folder, split, k), ids, meta)
+
+
+def test_a_list_id_outside_the_dictionary_is_named_not_an_index_error(tiny_bin, tmp_path):
+    def outside(ids, d):
+        ids[7, 30] = len(d)
+
+    path = _write_lists(tiny_bin, "train", tmp_path, edit=outside)
+    with pytest.raises(ValueError, match=rf"{re.escape(str(path))}: example 7 .*id \d+ .*outside.*export"):
+        _task(tiny_bin, candidates_dir=str(tmp_path), small_vocab_size=60).load_dataset("train")
+
+
 def test_candidate_rows_put_specials_at_their_ids_then_words_in_order():
     lists = np.array([[3, 9, 2, 7, 5, 8], [6, 1, 4, 10, 11, 12]])
     rows = candidate_rows(lists, k=7, nspecial=4, where="x")

@@ -2,6 +2,7 @@
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -217,6 +218,38 @@ def test_candidate_file_shape_checked(tmp_path):
         read_candidates(path)
     with pytest.raises(FileNotFoundError, match="export_candidates"):
         read_candidates(tmp_path / "absent.npy")
+
+
+def test_lists_with_a_repeated_or_unknown_id_are_refused_naming_file_example_and_id(tmp_path):
+    # a repeated word would get its probability counted twice in the small softmax; an id outside the
+    # dictionary used to give a bare IndexError further on
+    ids = np.stack([np.arange(4, 14, dtype=np.uint16) + i for i in range(5)])
+    ids[3, 6] = ids[3, 2]
+    path = write_candidates(tmp_path / "valid.k10.npy", ids, {"target_dict_hash": 1, "split": "valid",
+                                                               "vocab_size": 50})
+    with pytest.raises(ValueError, match=rf"{re.escape(str(path))}: example 3 .*id {ids[3, 2]} twice.*export"):
+        read_candidates(path)
+    ids[3, 6] = 40
+    ids[4, 1] = 50
+    path = write_candidates(path, ids, {"target_dict_hash": 1, "split": "valid", "vocab_size": 50})
+    with pytest.raises(ValueError, match=rf"{re.escape(str(path))}: example 4 .*id 50 .*0\.\.49.*export"):
+        read_candidates(path)
+    with pytest.raises(ValueError, match="example 3 .*id 40 .*0\\.\\.39"):  # the caller's dictionary decides
+        read_candidates(path, vocab_size=40)
+    ids[4, 1] = 49
+    path = write_candidates(path, ids, {"target_dict_hash": 1, "split": "valid", "vocab_size": 50})
+    assert isinstance(read_candidates(path)[0], np.memmap)
+
+
+def test_check_lists_reads_large_lists_in_chunks():
+    from fairseq_smallvocab.candidates import check_lists
+
+    rng = np.random.default_rng(0)
+    ids = np.stack([rng.permutation(3000)[:100] for _ in range(2500)]).astype(np.uint16)
+    check_lists(ids, 3000, "x", chunk=256)
+    ids[2222, 99] = ids[2222, 0]
+    with pytest.raises(ValueError, match=f"x: example 2222 .*id {ids[2222, 0]} twice"):
+        check_lists(ids, 3000, "x", chunk=256)
 
 
 def test_keep_last_batch_keeps_every_example(tiny_bin):
