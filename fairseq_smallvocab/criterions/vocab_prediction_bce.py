@@ -74,8 +74,8 @@ class VocabPredictionBCECriterion(FairseqCriterion):
 
     @staticmethod
     def reduce_metrics(logging_outputs) -> None:
-        def total(key):
-            return sum(log.get(key, 0) for log in logging_outputs)
+        def total(key):  # float(): distributed runs hand over the workers' sums as tensors (round() refuses them)
+            return float(sum(log.get(key, 0) for log in logging_outputs))
 
         nsentences = total("nsentences")
         metrics.log_scalar("loss", total("loss") / max(nsentences, 1), nsentences, round=3)

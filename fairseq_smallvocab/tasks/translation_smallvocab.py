@@ -298,10 +298,11 @@ class TranslationSmallVocabTask(TranslationTask):
 
     def reduce_metrics(self, logging_outputs, criterion):
         super().reduce_metrics(logging_outputs, criterion)
-        tokens = sum(log.get("cand_tokens", 0) for log in logging_outputs)
+        # float(): in distributed runs fairseq hands over the workers' sums as tensors, which round() refuses
+        tokens = float(sum(log.get("cand_tokens", 0) for log in logging_outputs))
         if tokens:
             metrics.log_scalar_sum("_cand_tokens", tokens)
-            metrics.log_scalar_sum("_cand_outside", sum(log.get("cand_outside", 0) for log in logging_outputs))
+            metrics.log_scalar_sum("_cand_outside", float(sum(log.get("cand_outside", 0) for log in logging_outputs)))
             # the share (%) of gold target tokens outside the example's candidates
             metrics.log_derived("gold_outside_cands", lambda m: round(
                 100.0 * m["_cand_outside"].sum / m["_cand_tokens"].sum, 3))
