@@ -115,8 +115,8 @@ def write_candidates(path, ids: np.ndarray, meta: Dict) -> Path:
     """Write ``ids`` and ``meta`` as a candidate file pair (the .npy renamed
     into place first, the .json last; see the module doc)."""
     path = Path(path).with_suffix(".npy")
-    if ids.ndim != 2:
-        raise ValueError(f"candidates must be an N x K matrix, got shape {ids.shape}")
+    if ids.ndim != 2 or ids.dtype.kind not in "iu":
+        raise ValueError(f"candidates must be an N x K matrix of integer ids, got {ids.dtype} of shape {ids.shape}")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp_npy = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     tmp_json = path.with_name(f".{path.stem}.json.tmp-{os.getpid()}")
@@ -191,7 +191,14 @@ def read_candidates(path, k: Optional[int] = None, dict_hash: Optional[int] = No
         raise ValueError(f"{path} does not match its description {meta_path.name} (the .npy's SHA-256 differs "
                          "from the one recorded): the pair was not written together, e.g. a run was killed "
                          "between the two; export it again")
-    ids = np.load(path, mmap_mode="r")
+    try:
+        ids = np.load(path, mmap_mode="r")
+    except (ValueError, OSError, EOFError) as err:  # e.g. a pickled object array, which cannot be mapped
+        raise ValueError(f"{path} is not a candidate list: it must be a .npy matrix of integer ids ({err}); "
+                         "export it again with scripts/export_candidates.py") from None
+    if ids.dtype.kind not in "iu":
+        raise ValueError(f"{path} holds {ids.dtype} values, not integer ids; export it again with "
+                         "scripts/export_candidates.py")
     if ids.ndim != 2 or ids.shape != (meta["rows"], meta["k"]):
         raise ValueError(f"{path} holds shape {ids.shape}, its description says ({meta['rows']}, {meta['k']}): "
                          "the pair is inconsistent; export it again")

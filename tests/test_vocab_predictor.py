@@ -252,6 +252,18 @@ def test_check_lists_reads_large_lists_in_chunks():
         check_lists(ids, 3000, "x", chunk=256)
 
 
+def test_a_pickled_list_file_is_named(tmp_path):
+    import hashlib
+
+    path = tmp_path / "valid.k2.npy"
+    np.save(path, np.array([[4, 5], [6, 7]], dtype=object))  # allow_pickle: an object array
+    meta = {"format": "fairseq-smallvocab-candidates", "version": 2, "rows": 2, "k": 2, "dtype": "object",
+            "target_dict_hash": 1, "npy_sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+    path.with_suffix(".json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match=rf"{re.escape(str(path))} .*integer.*export"):
+        read_candidates(path)
+
+
 def test_keep_last_batch_keeps_every_example(tiny_bin):
     task = _task(tiny_bin)
     task.load_dataset("test")
