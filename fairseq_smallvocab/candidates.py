@@ -187,6 +187,15 @@ def read_candidates(path, k: Optional[int] = None, dict_hash: Optional[int] = No
     if meta.get("version") != VERSION or "npy_sha256" not in meta:
         raise ValueError(f"{path} was written by an older version of fairseq-smallvocab, which did not record "
                          "what data it was made from; export it again with scripts/export_candidates.py")
+    needed = {"rows": "the number of examples", "k": "K, the candidates per example"}
+    if dict_hash is not None:
+        needed["target_dict_hash"] = "the target dictionary's fingerprint"
+    for key, what in needed.items():
+        if not isinstance(meta.get(key), int) or isinstance(meta.get(key), bool):
+            state = "lacks" if key not in meta else f"has {meta[key]!r} for"
+            raise ValueError(f"{meta_path} {state} '{key}' ({what}, an integer), which every description written "
+                             "by scripts/export_candidates.py holds: the file was edited or written by another "
+                             "tool; export the lists again")
     if file_sha256(path) != meta["npy_sha256"]:
         raise ValueError(f"{path} does not match its description {meta_path.name} (the .npy's SHA-256 differs "
                          "from the one recorded): the pair was not written together, e.g. a run was killed "

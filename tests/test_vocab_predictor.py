@@ -264,6 +264,18 @@ def test_a_pickled_list_file_is_named(tmp_path):
         read_candidates(path)
 
 
+@pytest.mark.parametrize("key", ["rows", "k"])
+def test_a_description_without_a_key_is_named(tmp_path, key):
+    path = write_candidates(tmp_path / "valid.k4.npy", np.arange(4, 16, dtype=np.uint16).reshape(3, 4),
+                            {"target_dict_hash": 1, "split": "valid"})
+    meta_path = path.with_suffix(".json")
+    meta = json.loads(meta_path.read_text())
+    del meta[key]
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match=rf"{re.escape(str(meta_path))} .*'{key}'.*export"):
+        read_candidates(path)
+
+
 def test_keep_last_batch_keeps_every_example(tiny_bin):
     task = _task(tiny_bin)
     task.load_dataset("test")
