@@ -386,6 +386,68 @@ def test_files_the_user_adds_while_the_tools_run_are_kept(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
+def test_a_link_to_a_folder_is_followed_and_stays_a_link(tmp_path):
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    with prep.atomic_output_dir(disk / "data-bin") as tmp:
+        (tmp / "dict.tgt.txt").write_text("old\n")
+    (disk / "data-bin").chmod(0o2750)  # set up for a group
+    link = tmp_path / "data-bin"
+    link.symlink_to(disk / "data-bin")
+    with pytest.raises(prep.DataError, match="data-bin .*already exists.*--force"):
+        with prep.atomic_output_dir(link):
+            pass
+    with prep.atomic_output_dir(link, overwrite=True) as tmp:
+        (tmp / "dict.tgt.txt").write_text("new\n")
+    assert link.is_symlink() and link.resolve() == (disk / "data-bin").resolve()
+    assert (disk / "data-bin" / "dict.tgt.txt").read_text() == "new\n"
+    assert (disk / "data-bin").stat().st_mode & 0o7777 == 0o2750
+    assert sorted(p.name for p in disk.iterdir()) == ["data-bin"]  # no temporary left beside the target
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data-bin", "disk"]
+    # a link to an empty folder (made on a larger disk for the output): written there
+    (disk / "empty").mkdir()
+    (tmp_path / "to-empty").symlink_to(disk / "empty")
+    with prep.atomic_output_dir(tmp_path / "to-empty", overwrite=True) as tmp:
+        (tmp / "a.txt").write_text("a\n")
+    assert (disk / "empty" / "a.txt").is_file() and (tmp_path / "to-empty").is_symlink()
+
+
+def test_a_link_to_a_folder_with_the_users_files_is_refused_naming_them(tiny_raw, tmp_path, capsys):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("prepare_data", PREPARE)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "thesis.tex").write_text("months of work\n")
+    (tmp_path / "link").symlink_to(mine)
+    with pytest.raises(SystemExit) as exit_:
+        script.main(["--raw-dir", str(tiny_raw), "--src", "src", "--tgt", "tgt", "--dest", str(tmp_path / "link"),
+                     "--force"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "link (a link to" in err and "not written by this project's tools" in err
+    assert "not a folder" not in err
+    assert [p.name for p in mine.iterdir()] == ["thesis.tex"] and (tmp_path / "link").is_symlink()
+
+
+def test_links_to_nothing_or_to_a_file_are_named_as_such(tmp_path):
+    (tmp_path / "dangling").symlink_to(tmp_path / "gone")
+    with pytest.raises(prep.DataError, match="dangling is a link to .*gone, which does not exist; create"):
+        with prep.atomic_output_dir(tmp_path / "dangling", overwrite=True):
+            pass
+    (tmp_path / "file.txt").write_text("x\n")
+    (tmp_path / "to-file").symlink_to(tmp_path / "file.txt")
+    with pytest.raises(prep.DataError, match="to-file is a link to the file .*file.txt, not a folder"):
+        with prep.atomic_output_dir(tmp_path / "to-file", overwrite=True):
+            pass
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    with pytest.raises(prep.DataError, match="loop is a link that cannot be followed"):
+        with prep.atomic_output_dir(tmp_path / "loop", overwrite=True):
+            pass
+    assert (tmp_path / "file.txt").read_text() == "x\n" and (tmp_path / "to-file").is_symlink()
+
+
 @pytest.mark.slow
 def test_stale_temporary_folders_of_killed_runs_are_removed(tiny_raw, tmp_path):
     import subprocess

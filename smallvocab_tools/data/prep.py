@@ -112,11 +112,11 @@ def foreign_files(folder) -> List[str]:
     return [path for path in files_in(folder) if not ours(path)]
 
 
-def refuse_foreign_files(final: Path):
+def refuse_foreign_files(final: Path, shown=None):
     foreign = foreign_files(final)
     if foreign:
         more = f" and {len(foreign) - 10} more" if len(foreign) > 10 else ""
-        raise DataError(f"{final} holds {len(foreign)} file(s) that these tools did not write: "
+        raise DataError(f"{shown or final} holds {len(foreign)} file(s) that these tools did not write: "
                         f"{', '.join(foreign[:10])}{more}; --force replaces the whole folder, so it would delete "
                         f"them: move them out of {final} (or delete them yourself) and run again, or choose another "
                         "output folder (nothing was changed)")
@@ -148,21 +148,37 @@ def atomic_output_dir(final, overwrite=False):
     folder or one these tools wrote (it holds the ``OUTPUT_MARKER`` file) is
     replaced: a user's own folder never is, nor one of the tools' folders
     holding files they did not write (checked before and again just before
-    the replacement).  The marker lists the files written.  Temporary folders
+    the replacement).  The marker lists the files written.  A link to a
+    folder is followed: the output is written at its target, the link kept.
+    Temporary folders
     that killed runs left for ``final`` are removed first.  Callers with input
     folders check ``check_dest_apart_from_inputs`` before they read anything."""
-    final = Path(final)
-    if final.exists() or final.is_symlink():
+    final, shown = Path(final), str(final)
+    if final.is_symlink():
+        # a link to a folder (often on a larger disk) is the folder for the
+        # user: the output is written there and the link left as it is
+        try:
+            target = final.resolve(strict=True)
+        except FileNotFoundError:
+            raise DataError(f"{final} is a link to {os.readlink(final)}, which does not exist; create that folder "
+                            "(or remove the link) and run again") from None
+        except (OSError, RuntimeError) as err:  # a loop: RuntimeError before Python 3.13
+            raise DataError(f"{final} is a link that cannot be followed ({err}); fix or remove it") from None
+        if not target.is_dir():
+            raise DataError(f"{final} is a link to the file {target}, not a folder; remove the link or choose "
+                            "another output folder")
+        final, shown = target, f"{final} (a link to {target})"
+    if final.exists():
         if not overwrite:
-            raise DataError(f"{final} already exists; remove it or pass --force to replace it")
-        if final.is_symlink() or not final.is_dir():
-            raise DataError(f"{final} exists and is not a folder; --force replaces only output folders of "
+            raise DataError(f"{shown} already exists; remove it or pass --force to replace it")
+        if not final.is_dir():
+            raise DataError(f"{shown} exists and is not a folder; --force replaces only output folders of "
                             "these tools: remove it yourself or choose another output folder")
         if any(final.iterdir()) and not (final / OUTPUT_MARKER).is_file():
-            raise DataError(f"{final} exists and was not written by this project's tools (no {OUTPUT_MARKER} "
+            raise DataError(f"{shown} exists and was not written by this project's tools (no {OUTPUT_MARKER} "
                             "file in it), so --force does not replace it: remove it yourself or choose another "
                             "output folder")
-        refuse_foreign_files(final)
+        refuse_foreign_files(final, shown)
     final.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(final)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-{os.getpid()}-", dir=final.parent))
@@ -174,7 +190,10 @@ def atomic_output_dir(final, overwrite=False):
                                          f"{WRITTEN_HEADER}\n{written}")
         chmod_like_mkdir(tmp)
         if final.exists():  # files the user put there while this ran
-            refuse_foreign_files(final)
+            refuse_foreign_files(final, shown)
+            # a folder set up for the output (a group's, a link's target)
+            # keeps the permissions it was given
+            tmp.chmod(final.stat().st_mode & 0o7777)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
