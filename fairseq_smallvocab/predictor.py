@@ -13,7 +13,7 @@ from fairseq.data import data_utils
 from fairseq_smallvocab.candidates import candidate_file, file_sha256, split_digest, write_candidates
 from fairseq_smallvocab.data import single_dictionary_lang, token_stream
 from fairseq_smallvocab.models.vocab_predictor import dictionary_fingerprint
-from fairseq_smallvocab.vocab import check_k, multi_hot, recall_hits, select_candidates
+from fairseq_smallvocab.vocab import TooManyForcedWords, check_k, multi_hot, recall_hits, select_candidates
 
 
 class PredictorError(ValueError):
@@ -127,7 +127,13 @@ def predict_candidates(model, task, split, k, include_gold=False, batch_size=256
     for sample in batches:
         gold = multi_hot(sample["target"], vocab, ignore=(d.pad(), d.bos())) if include_gold else None
         ids = sample["id"].numpy()
-        out[ids] = predict_lists(model, sample["net_input"], k, d, gold=gold, always=always).numpy()
+        try:
+            out[ids] = predict_lists(model, sample["net_input"], k, d, gold=gold, always=always).numpy()
+        except TooManyForcedWords as err:  # name the sentence by its id in the split, not its row in the batch
+            raise ValueError(
+                f"sentence {ids[err.row]} of split '{split}' needs {err.forced} forced words (its distinct gold "
+                f"words, eos included, and {[d[i] for i in always]}), more than K = {k}: use K >= {err.forced} "
+                "(scripts/export_candidates.py --k, fairseq-train --small-vocab-size)") from None
         filled[ids] = True
     if not filled.all():
         raise RuntimeError(f"{int((~filled).sum())} examples of {split} got no prediction")

@@ -54,6 +54,15 @@ def recall_hits(scores: torch.Tensor, targets: torch.Tensor, ks: Sequence[int], 
     return [int((positions.lt(k) & real).sum()) for k in ks], int(real.sum())
 
 
+class TooManyForcedWords(ValueError):
+    """An example (``row`` of the batch) with more words to force in
+    (``forced``) than K."""
+
+    def __init__(self, message, row: int, forced: int):
+        super().__init__(message)
+        self.row, self.forced = row, forced
+
+
 def select_candidates(scores: torch.Tensor, k: int, gold: Optional[torch.Tensor] = None,
                       always: Sequence[int] = ()) -> torch.Tensor:
     """The top-``k`` word ids of each example, best first, as (B, k) int64.
@@ -69,8 +78,9 @@ def select_candidates(scores: torch.Tensor, k: int, gold: Optional[torch.Tensor]
     n_forced = forced.sum(1)
     if bool((n_forced > k).any()):
         row = int((n_forced > k).nonzero()[0])
-        raise ValueError(f"example {row} of the batch needs {int(n_forced[row])} forced words (its distinct "
-                         f"gold words and {list(always)}), more than K = {k}; use a larger K")
+        raise TooManyForcedWords(f"example {row} of the batch needs {int(n_forced[row])} forced words (its "
+                                 f"distinct gold words and {list(always)}), more than K = {k}; use a larger K",
+                                 row, int(n_forced[row]))
     if gold is not None:
         adjusted += 2.0 * gold
     for idx in always:

@@ -153,6 +153,20 @@ def test_select_candidates_forces_gold_and_unk_and_keeps_order():
         select_candidates(scores, 1, gold=gold, always=(5,))
 
 
+def test_too_many_gold_words_name_the_sentence_and_a_larger_k(tmp_path):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    prep.write_lines(raw / "train.src", ["x", "y", "x y z", "z"])
+    prep.write_lines(raw / "train.tgt", ["a", "b", "a b c d e", "c"])
+    prep.prepare(raw, tmp_path / "bin", "src", "tgt", {"train": "train"}, min_count=1, log=lambda m: None)
+    task = _task(tmp_path / "bin")
+    model = _model(task).eval()
+    # sentence 2 needs its 5 words, eos and <unk>; the batch is sorted by length, so it is not the batch's row 2
+    with pytest.raises(ValueError, match=r"sentence 2 of split 'train' needs 7 forced words.*K = 5.*K >= 7"):
+        predict_candidates(model, task, "train", k=5, include_gold=True)
+    assert predict_candidates(model, task, "train", k=7, include_gold=True).shape == (4, 7)
+
+
 @pytest.mark.slow
 def test_training_candidates_contain_every_gold_word(predictor, tiny_bin):
     model, task = load_predictor(predictor, tiny_bin)
