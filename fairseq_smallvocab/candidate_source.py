@@ -37,7 +37,13 @@ from fairseq_smallvocab.candidates import (
 )
 from fairseq_smallvocab.data import token_stream
 from fairseq_smallvocab.models.vocab_predictor import dictionary_fingerprint
-from fairseq_smallvocab.predictor import export_split, load_predictor, predict_lists
+from fairseq_smallvocab.predictor import (
+    PredictorError,
+    export_split,
+    folder_instead_of_checkpoint,
+    load_predictor,
+    predict_lists,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -157,8 +163,11 @@ class CandidateSource:
         recomputed; one made from another data folder is refused (two data
         sets must not share a cache folder)."""
         predictor = Path(self.predictor_path())
+        given = "--vocab-predictor" if self.cfg.vocab_predictor else "the predictor recorded in the checkpoint"
+        folder = folder_instead_of_checkpoint(predictor, given)
+        if folder:
+            raise PredictorError(folder)
         if not predictor.is_file():
-            given = "--vocab-predictor" if self.cfg.vocab_predictor else "the predictor recorded in the checkpoint"
             raise FileNotFoundError(f"{given}, {predictor}, not found; give its location with --vocab-predictor")
         cache = Path(self.cfg.candidates_dir or predictor.parent / "candidates")
         if self._predictor_sha256 is None:

@@ -20,6 +20,18 @@ class PredictorError(ValueError):
     """A predictor checkpoint that cannot be used, with the reason and the fix."""
 
 
+def folder_instead_of_checkpoint(path, given: str) -> Optional[str]:
+    """The error for a folder given where a predictor checkpoint file is
+    expected (None when ``path`` is not a folder); ``given`` names the option."""
+    path = Path(path)
+    if not path.is_dir():
+        return None
+    found = [str(path / name) for name in ("checkpoint_best.pt", "checkpoint_last.pt") if (path / name).is_file()]
+    hint = f": give {' or '.join(found)}" if found else " (this one holds no checkpoint_best.pt or checkpoint_last.pt)"
+    return (f"{given}, {path}, is a folder; a checkpoint file is expected (a .pt file of fairseq-train's "
+            f"--save-dir){hint}")
+
+
 def load_predictor(path, data: Optional[str] = None, **task_overrides):
     """(model in eval mode, task) from a ``vocab_predictor`` checkpoint.
 
@@ -27,6 +39,9 @@ def load_predictor(path, data: Optional[str] = None, **task_overrides):
     target dictionaries must be the same); ``task_overrides`` set other task
     options (e.g. ``source_features``)."""
     path = Path(path)
+    folder = folder_instead_of_checkpoint(path, "the vocabulary predictor")
+    if folder:
+        raise PredictorError(folder)
     if not path.is_file():
         raise PredictorError(f"vocabulary predictor checkpoint not found: {path}")
     try:

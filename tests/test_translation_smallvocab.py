@@ -137,6 +137,17 @@ def test_bad_settings_are_named(tiny_bin):
         _task(tiny_bin, small_vocab_size=3, candidates_dir="x")
 
 
+def test_a_folder_given_to_vocab_predictor_is_named(tiny_bin, tmp_path):
+    (tmp_path / "vp").mkdir()
+    (tmp_path / "vp" / "checkpoint_last.pt").touch()
+    task = _task(tiny_bin, vocab_predictor=str(tmp_path / "vp"), candidates_dir=str(tmp_path / "c"),
+                 small_vocab_size=40)
+    with pytest.raises(ValueError, match=r"--vocab-predictor, .*vp, is a folder.*checkpoint file.*"
+                                         r"vp/checkpoint_last\.pt"):
+        task.load_dataset("valid")
+    assert not (tmp_path / "c").exists()
+
+
 @pytest.mark.slow
 def test_fairseq_train_with_small_vocabulary(predictor, tiny_bin, tmp_path):
     result = run(["fairseq-train", tiny_bin, *MT_TRAIN, "--vocab-predictor", predictor,

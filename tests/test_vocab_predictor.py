@@ -395,6 +395,17 @@ def test_dictionary_mismatch_names_both(predictor, tmp_path):
     assert str(other / "dict.tgt.txt") in message and "dict.tgt.txt (" in message
 
 
+def test_a_folder_given_as_the_predictor_is_named_with_the_checkpoints_it_holds(tmp_path):
+    with pytest.raises(PredictorError, match=rf"{re.escape(str(tmp_path))}, is a folder.*checkpoint file") as err:
+        load_predictor(tmp_path)
+    assert "not found" not in str(err.value) and "holds no checkpoint_best.pt" in str(err.value)
+    (tmp_path / "checkpoint_best.pt").touch()
+    (tmp_path / "checkpoint_last.pt").touch()
+    with pytest.raises(PredictorError, match=rf"is a folder.*{re.escape(str(tmp_path / 'checkpoint_best.pt'))} or "
+                                             rf"{re.escape(str(tmp_path / 'checkpoint_last.pt'))}"):
+        load_predictor(tmp_path)
+
+
 @pytest.mark.slow
 def test_missing_corrupt_and_foreign_checkpoints(predictor, tmp_path):
     with pytest.raises(PredictorError, match="not found"):
