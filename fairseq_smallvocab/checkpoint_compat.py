@@ -44,6 +44,7 @@ Set-up requires torch >= 2.4 (the first with ``add_safe_globals``).
 import argparse
 import collections
 import pickle
+import re
 import typing
 import zipfile
 
@@ -120,19 +121,44 @@ def load_checkpoint_file(f, *args, **kwargs):
     try:
         return torch.load(f, *args, **kwargs)
     except pickle.UnpicklingError as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         if not hasattr(torch.serialization, "add_safe_globals"):
             raise CheckpointLoadError(f"cannot load {name} safely with torch {torch.__version__}: fairseq "
                                       "checkpoints need torch >= 2.4 (torch.serialization.add_safe_globals); "
                                       "upgrade torch") from None
+        refused = _refused_globals(f, err)
+        what = ", ".join(refused) if refused else f"what torch's safe loader refused ({_torch_reason(err)})"
         raise CheckpointLoadError(
-            f"refused to load {name}: it references code that fairseq checkpoints never hold ({first}). "
-            "It was not loaded, and nothing in it ran. If it is a fairseq checkpoint from a source you trust, "
-            "report the type named above; otherwise do not use the file.") from None
+            f"refused to load {name}: it references {what}, which fairseq checkpoints never hold. It was not "
+            "loaded, and nothing in it ran. Do not use the file unless you trust its source; if it is a fairseq "
+            "checkpoint from a source you trust, report what is named here to fairseq-smallvocab, whose "
+            "allow-list (fairseq_smallvocab/checkpoint_compat.py) may lack it.") from None
     except (RuntimeError, OSError, EOFError, ValueError, zipfile.BadZipFile) as err:
         raise CheckpointLoadError(
             f"cannot read {name} as a fairseq checkpoint ({type(err).__name__}: {err}); the file may be incomplete "
             "or corrupt (an interrupted copy or save): copy or save it again, or use another checkpoint") from None
+
+
+def _refused_globals(f, err) -> list:
+    """The globals of a refused checkpoint that are not allow-listed: all of
+    them where torch can list them (its unpickler stops at the first),
+    else the one its error message names."""
+    found = []
+    if hasattr(torch.serialization, "get_unsafe_globals_in_checkpoint"):  # torch >= 2.5, zip checkpoints
+        try:
+            if hasattr(f, "seek"):
+                f.seek(0)
+            found = list(torch.serialization.get_unsafe_globals_in_checkpoint(f))
+        except Exception:  # a legacy (non-zip) file, an unseekable stream: the message still names one
+            found = []
+    return found or list(dict.fromkeys(re.findall(r"GLOBAL\s+([\w.]+)", str(err))))
+
+
+def _torch_reason(err) -> str:
+    """The line of torch's weights-only error that says what it refused,
+    without its general advice (which includes loading the file unsafely)."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    useful = [line for line in lines if not line.startswith(("Weights only load failed", "Check the documentation"))]
+    return (useful or [type(err).__name__])[0]
 
 
 class CheckpointTorch:

@@ -11,6 +11,7 @@ from fairseq import checkpoint_utils, tasks
 from fairseq.data import data_utils
 
 from fairseq_smallvocab.candidates import candidate_file, file_sha256, split_digest, write_candidates
+from fairseq_smallvocab.checkpoint_compat import CheckpointLoadError
 from fairseq_smallvocab.data import single_dictionary_lang, token_stream
 from fairseq_smallvocab.models.vocab_predictor import dictionary_fingerprint
 from fairseq_smallvocab.vocab import TooManyForcedWords, check_k, multi_hot, recall_hits, select_candidates
@@ -46,6 +47,8 @@ def load_predictor(path, data: Optional[str] = None, **task_overrides):
         raise PredictorError(f"vocabulary predictor checkpoint not found: {path}")
     try:
         state = checkpoint_utils.load_checkpoint_to_cpu(str(path))
+    except CheckpointLoadError as err:  # it names the file, what is wrong and what to do
+        raise PredictorError(str(err)) from None
     except Exception as err:  # a truncated or foreign file: torch/pickle/zip errors
         raise PredictorError(f"cannot read {path} as a fairseq checkpoint ({type(err).__name__}: {err}); "
                              "the file may be incomplete or corrupt: retrain or copy it again") from err

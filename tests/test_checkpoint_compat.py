@@ -176,10 +176,25 @@ def test_malicious_checkpoint_is_refused_through_fairseq(tmp_path):
         def __reduce__(self):
             return (os.system, (f"touch {marker}",))
 
-    torch.save({"cfg": {}, "model": {}, "payload": Exploit()}, path)
-    with pytest.raises(checkpoint_compat.CheckpointLoadError, match=r"refused to load .*evil\.pt.*nothing in it ran"):
+    torch.save({"cfg": {}, "model": {}, "payload": Exploit(), "more": pickle.loads}, path)
+    with pytest.raises(checkpoint_compat.CheckpointLoadError,
+                       match=r"refused to load .*evil\.pt.*nothing in it ran") as err:
         checkpoint_utils.load_checkpoint_to_cpu(str(path))
     assert not marker.exists()
+    # the refused types are named (torch stops at the first; every one is listed), and only advice that applies
+    message = str(err.value)
+    assert f"{os.system.__module__}.system" in message and "pickle.loads" in message, message
+    assert "named above" not in message and "will likely succeed" not in message  # torch's advice to unlock it
+
+
+def test_a_refused_predictor_checkpoint_names_the_type_and_is_not_called_corrupt(tmp_path):
+    from fairseq_smallvocab.predictor import PredictorError, load_predictor
+
+    path = tmp_path / "vp.pt"
+    torch.save({"cfg": {}, "model": {}, "payload": _Exploit()}, path)
+    with pytest.raises(PredictorError, match=rf"refused to load .*vp\.pt.*{os.system.__module__}\.system") as err:
+        load_predictor(path)
+    assert not any(word in str(err.value) for word in ("retrain", "corrupt", "incomplete")), str(err.value)
 
 
 @pytest.mark.slow
