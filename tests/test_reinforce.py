@@ -591,16 +591,35 @@ def _launch_two(tiny_bin, ce_ckpt, save, extra, model=MT):
     return outs
 
 
+def _valid_stats(out):
+    """The first validation's logged values, as {name: text}."""
+    line = re.search(r"valid on 'valid' subset \| (.*)", out).group(1)
+    return dict(part.strip().split(" ", 1) for part in line.split(" | "))
+
+
 @pytest.mark.slow
-def test_distributed_data_parallel_on_cpu_with_gloo(tiny_bin, ce_checkpoint, tmp_path):
+def test_distributed_data_parallel_on_cpu_with_gloo_validates_as_one_process(tiny_bin, ce_checkpoint, predictor,
+                                                                              tmp_path):
     """fairseq's DDP with 2 CPU processes: gloo, --ddp-backend legacy_ddp (PyTorch's
     DDP wrapper wants devices), fine-tuning from a checkpoint (rank 0 broadcasts
-    it through torch.load: the plugin's allow-list covers that too)."""
+    it through torch.load: the plugin's allow-list covers that too), inside
+    predicted vocabularies, validating: fairseq sums the workers' logging outputs
+    as tensors there, and the teacher-forced validation numbers equal a single
+    process's on the same data and weights (learning rate 0)."""
+    small = ["--small-vocab-size", "100", "--vocab-predictor", predictor, "--candidates-dir", tmp_path / "cands",
+             "--lr", "0"]
+    one = run(["fairseq-train", tiny_bin, *MT, "--criterion", "reinforce_gleu", "--optimizer", "sgd",
+               "--max-epoch", "1", "--batch-size", "16", "--max-sample-len", "30", "--finetune-from-model",
+               ce_checkpoint, "--save-dir", tmp_path / "one", *small])  # also writes the lists both workers read
     outs = _launch_two(tiny_bin, ce_checkpoint, tmp_path / "rl",
-                       ["--cpu", "--distributed-backend", "gloo", "--ddp-backend", "legacy_ddp"])
+                       ["--cpu", "--distributed-backend", "gloo", "--ddp-backend", "legacy_ddp", *small])
     assert "initialized host" in outs[1] and "as rank 1" in outs[1]
     assert re.search(r"train \| epoch 001 .*baseline_mse .*bsz 3\d", outs[0])  # 2 x 16 sentences per update
     assert (tmp_path / "rl" / "checkpoint_last.pt").exists()
+    single, both = _valid_stats(one.stdout + one.stderr), _valid_stats(outs[0])
+    for key in ("ce", "gold_outside_cands"):
+        assert float(both[key]) == float(single[key]), (key, single, both)
+    assert float(single["gold_outside_cands"]) > 0  # valid lists are the predictor's own: some gold words miss
 
 
 TRANSFORMER_MT = [*MT[:4], "--arch", "transformer", "--encoder-layers", "1", "--decoder-layers", "1",
