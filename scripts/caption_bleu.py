@@ -6,7 +6,9 @@ Reads fairseq-generate's output (a file or stdin; the D- lines, else the H-
 lines) for a split of a folder written by scripts/prepare_captions.py, with or
 without --one-caption-per-image (told apart by the number of hypotheses: one
 per image or one per caption).  References are the captions as binarized
-(DATA/raw/SPLIT.LANG), without <unk> replacement.
+(DATA/raw/SPLIT.LANG), without <unk> replacement.  The output's ids and its
+references (T- lines) must be the split's: an output of another split is
+refused, naming both.
 
     fairseq-generate DATA --user-dir fairseq_smallvocab --task captioning_smallvocab \\
         --path ckpt.pt --gen-subset test --one-caption-per-image --beam 5 > gen.out
@@ -22,19 +24,38 @@ from pathlib import Path
 import numpy as np
 
 
-def read_hypotheses(lines):
-    """{example id: hypothesis}, from D- lines when there are any, else H- lines."""
-    found = {"D": {}, "H": {}}
+def read_output(lines):
+    """({example id: hypothesis}, {example id: reference}): hypotheses from
+    D- lines when there are any, else H- lines; references from T- lines."""
+    found = {"D": {}, "H": {}, "T": {}}
     for line in lines:
-        m = re.match(r"^([DH])-(\d+)\t[^\t]*\t?(.*)$", line.rstrip("\n"))
+        line = line.rstrip("\n")
+        m = re.match(r"^([DH])-(\d+)\t[^\t]*\t?(.*)$", line) or re.match(r"^(T)-(\d+)\t(.*)$", line)
         if m:
             found[m.group(1)].setdefault(int(m.group(2)), m.group(3))
-    return found["D"] or found["H"]
+    return found["D"] or found["H"], found["T"]
 
 
-def score(hyps_by_id, captions, index, tokenize="13a"):
+def _ids(ids, limit=5):
+    ids = sorted(ids)
+    return ", ".join(map(str, ids[:limit])) + (f" and {len(ids) - limit} more" if len(ids) > limit else "")
+
+
+def same_caption(target: str, caption: str) -> bool:
+    """Whether a T- line is this caption: fairseq-generate writes unknown
+    words as <<unk>> (--min-count above 1), and --tokenizer or
+    --post-process may join tokens, so spacing is not compared then."""
+    t, c = target.split(), caption.split()
+    if len(t) == len(c) and all(a == b or a == "<<unk>>" for a, b in zip(t, c)):
+        return True
+    return "".join(t) == "".join(c)
+
+
+def score(hyps_by_id, captions, index, tokenize="13a", targets=None):
     """(sacrebleu BLEU, images scored).  Ids are caption numbers when there is
-    one hypothesis per caption, else ordinals of the images' first captions."""
+    one hypothesis per caption, else ordinals of the images' first captions.
+    ``targets`` (the T- lines, {id: reference}) are checked against the
+    split's captions: the ids of two splits of the same size fit both."""
     from fairseq_smallvocab.caption_refs import captions_by_image, first_caption_of_each_image, multi_reference_bleu
 
     firsts = first_caption_of_each_image(index)
@@ -45,8 +66,22 @@ def score(hyps_by_id, captions, index, tokenize="13a"):
     else:
         raise ValueError(f"{len(hyps_by_id)} hypotheses, but the split has {len(captions)} captions of "
                          f"{len(firsts)} images: give the whole fairseq-generate output of this split")
-    if max(hyps_by_id) >= len(caption_of):
-        raise ValueError(f"hypothesis id {max(hyps_by_id)} is outside the split; wrong --split or --data?")
+    outside = set(hyps_by_id) - set(range(len(caption_of)))
+    if outside:
+        kind = "captions" if len(caption_of) == len(captions) else "images"
+        missing = set(range(len(caption_of))) - set(hyps_by_id)
+        raise ValueError(f"hypothesis id {_ids(outside)} is outside the split's {len(caption_of)} {kind} "
+                         f"(ids 0..{len(caption_of) - 1}; missing: {_ids(missing)}): it was decoded from another "
+                         "split or data folder; pass the --split (fairseq-generate's --gen-subset) and --data it "
+                         "was decoded from")
+    wrong = [i for i in sorted(targets or {}) if i < len(caption_of)
+             and not same_caption(targets[i], captions[caption_of[i]])]
+    if wrong:
+        i = wrong[0]
+        raise ValueError(f"{len(wrong)} of the {len(targets)} references in its T- lines are not the split's "
+                         f"captions (T-{i}: {targets[i]!r}, line {caption_of[i] + 1} of the split: "
+                         f"{captions[caption_of[i]]!r}): it was decoded from another split or data folder; pass the "
+                         "--split (fairseq-generate's --gen-subset) and --data it was decoded from")
     refs_of = captions_by_image(captions, index)
     hyp_of_image = {}
     for i, hyp in sorted(hyps_by_id.items()):
@@ -80,13 +115,14 @@ def main(argv=None):
     index = np.loadtxt(index_path, dtype=np.int64, ndmin=1)
     stream = open(args.generate_output, encoding="utf-8") if args.generate_output else sys.stdin
     with stream:
-        hyps = read_hypotheses(stream)
+        hyps, targets = read_output(stream)
     if not hyps:
         parser.exit(2, "error: no H-/D- lines in the input (run fairseq-generate without --quiet)\n")
     try:
-        bleu, images = score(hyps, captions, index, args.tokenize)
+        bleu, images = score(hyps, captions, index, args.tokenize, targets)
     except ValueError as err:
-        parser.exit(2, f"error: {err}\n")
+        parser.exit(2, f"error: {args.generate_output or 'the input'} does not fit --split {args.split} of "
+                       f"{data} ({refs_path}: {len(captions)} captions): {err}\n")
     if args.json:
         print(json.dumps({"bleu": round(bleu.score, 2), "images": images, "references": len(captions),
                           "precisions": [round(p, 2) for p in bleu.precisions], "bp": round(bleu.bp, 4)}))

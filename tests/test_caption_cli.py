@@ -1,6 +1,7 @@
 """Captioning through fairseq's commands: training, decoding and multi-reference BLEU, REINFORCE,
 the benchmark on a captioning folder, and what the commands refuse."""
 
+import json
 import re
 
 import numpy as np
@@ -67,6 +68,82 @@ def test_multi_reference_bleu_uses_every_caption():
     assert single.score < 100.0
     with pytest.raises(ValueError, match="3 hypotheses"):
         mod.score({0: "a", 1: "b", 2: "c"}, captions, index)
+
+
+def _caption_bleu():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("caption_bleu", USER_DIR.parent / "scripts" / "caption_bleu.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+# two splits of the same size (like Flickr8k's dev and test): the hypotheses' ids alone fit both
+SPLIT_CAPTIONS = {"valid": ["a red dog on the left", "one red dog at the left", "a cat in the middle",
+                            "two cats in the middle", "a bird at the top", "one bird up high"],
+                  "test": ["a blue car on the road", "one blue car driving", "a man with a hat",
+                           "a man wearing a hat", "two children play", "kids playing together"]}
+
+
+def _caption_folder(tmp_path):
+    data = tmp_path / "data"
+    (data / "raw").mkdir(parents=True)
+    (data / "dict.en.txt").write_text("a 1\n")
+    for split, captions in SPLIT_CAPTIONS.items():
+        (data / "raw" / f"{split}.en").write_text("\n".join(captions) + "\n")
+        (data / f"{split}.index").write_text("0\n0\n1\n1\n2\n2\n")
+    return data
+
+
+def _generate_output(path, split, ids=(0, 1, 2), targets=None):
+    """fairseq-generate --one-caption-per-image's lines (T-, H-, D-) for ``split``: each image's first
+    caption is both its reference and its hypothesis."""
+    captions = SPLIT_CAPTIONS[split]
+    lines = []
+    for i in ids:
+        caption = captions[2 * i] if i < 3 else "a dog"
+        lines += [f"T-{i}\t{(targets or {}).get(i, caption)}", f"H-{i}\t-0.5\t{caption}", f"D-{i}\t-0.5\t{caption}"]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_caption_bleu_refuses_the_output_of_another_split(tmp_path, capsys):
+    mod = _caption_bleu()
+    data = _caption_folder(tmp_path)
+    gen = _generate_output(tmp_path / "test.out", "test")
+    mod.main(["--data", str(data), "--split", "test", "--json", str(gen)])
+    assert json.loads(capsys.readouterr().out)["bleu"] == 100.0
+    with pytest.raises(SystemExit) as exit_:
+        mod.main(["--data", str(data), "--split", "valid", str(gen)])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "test.out" in err and "--split valid" in err and "valid.en" in err
+    assert "3 of the 3 references" in err and "T-0" in err and "a blue car on the road" in err
+    assert "a red dog on the left" in err and "--gen-subset" in err
+
+
+def test_caption_bleu_names_ids_outside_the_split(tmp_path, capsys):
+    mod = _caption_bleu()
+    data = _caption_folder(tmp_path)
+    gen = _generate_output(tmp_path / "gen.out", "test", ids=(0, 1, 7))
+    with pytest.raises(SystemExit) as exit_:
+        mod.main(["--data", str(data), "--split", "test", str(gen)])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "gen.out" in err and "--split test" in err
+    assert "id 7" in err and "3 images" in err and "missing: 2" in err
+
+
+def test_caption_bleu_accepts_unknown_words_and_detokenized_references(tmp_path, capsys):
+    mod = _caption_bleu()
+    data = _caption_folder(tmp_path)
+    # --min-count > 1 escapes unknown words as <<unk>> in T- lines; --tokenizer moses joins punctuation
+    (data / "raw" / "test.en").write_text("\n".join(["a blue car on the road ."] + SPLIT_CAPTIONS["test"][1:]) + "\n")
+    gen = _generate_output(tmp_path / "gen.out", "test", targets={0: "a <<unk>> car on the road ."})
+    mod.main(["--data", str(data), "--split", "test", str(gen)])
+    assert "3 images" in capsys.readouterr().out
+    gen = _generate_output(tmp_path / "gen.out", "test", targets={0: "a blue car on the road."})
+    mod.main(["--data", str(data), "--split", "test", str(gen)])
+    assert "3 images" in capsys.readouterr().out
 
 
 @pytest.mark.slow
