@@ -13,7 +13,9 @@ folder.
 
 import argparse
 import logging
+import os
 import sys
+from pathlib import Path
 
 from fairseq_smallvocab.predictor import PredictorError, frequency_scores, load_predictor, recall_at
 from smallvocab_tools.analysis.plotting import finish, new_figure
@@ -29,13 +31,30 @@ def parse_run(text):
     return label, predictor, data or None
 
 
-def measure(runs, split, ks, batch_size=256):
-    """{label: {K: recall}} for each run and each data folder's baseline."""
-    curves, baselines = {}, {}
+def _listed(ks):
+    return ", ".join(map(str, ks))
+
+
+def measure(runs, split, ks, batch_size=256, log=print):
+    """{label: {K: recall}} for each run and each data folder's baseline.  A
+    K above a run's vocabulary size |V| is left out of its curve (noted with
+    ``log``); a run with no K left is an error, raised before any
+    computation."""
+    loaded = []
     for label, predictor, data in runs:
         model, task = load_predictor(predictor, data)
         vocab = len(task.target_dictionary)
         run_ks = [k for k in ks if k <= vocab]
+        if not run_ks:
+            raise ValueError(f"{label}: every K ({_listed(ks)}) is above its target vocabulary size |V| = {vocab}; "
+                             f"pass --ks with values up to {vocab}")
+        loaded.append((label, model, task, vocab, run_ks))
+    for label, _, _, vocab, run_ks in loaded:
+        if len(run_ks) < len(ks):
+            log(f"note: K = {_listed(k for k in ks if k > vocab)} left out for {label}: above its target "
+                f"vocabulary size |V| = {vocab}")
+    curves, baselines = {}, {}
+    for label, model, task, _, run_ks in loaded:
         curves[label] = recall_at(model, task, split, run_ks, batch_size)
         folder = str(task.cfg.data)
         if folder not in baselines:
@@ -65,6 +84,28 @@ def plot(curves, path, title):
     finish(plt, fig, ax, path, "K (size of the predicted vocabulary)", "recall of target tokens (%)", title)
 
 
+def check_png(path):
+    """Why the plot cannot be written at ``path`` (None when it can), told
+    before the recall is computed rather than after."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    path = Path(path)
+    folder = path.parent
+    if path.is_dir():
+        return f"{path} is a folder; give a file name, e.g. {path / 'recall.png'}"
+    if not folder.exists():
+        return f"the folder {folder} does not exist; create it (mkdir -p {folder}) or choose another path"
+    if not folder.is_dir():
+        return f"{folder} is not a folder"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"the folder {folder} is not writable; choose another path"
+    formats = FigureCanvasBase.get_supported_filetypes()
+    suffix = path.suffix[1:].lower()
+    if suffix and suffix not in formats:
+        return f"'{suffix}' is not an image format matplotlib writes ({', '.join(sorted(formats))}); use .png"
+    return None
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run", dest="runs", action="append", type=parse_run, required=True,
@@ -76,15 +117,21 @@ def main(argv=None):
     parser.add_argument("--batch-size", type=int, default=256)
     args = parser.parse_args(argv)
     logging.getLogger().setLevel(logging.WARNING)
+    problem = check_png(args.png) if args.png else None
+    if problem:
+        parser.exit(2, f"error: --png {args.png}: {problem}\n")
     try:
         ks = sorted({int(k) for k in args.ks.split(",") if k.strip()})
-        curves = measure(args.runs, args.split, ks, args.batch_size)
+        curves = measure(args.runs, args.split, ks, args.batch_size, log=lambda m: print(m, file=sys.stderr))
     except (PredictorError, ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
     print(markdown(curves, [k for k in ks if any(k in curve for curve in curves.values())]))
     if args.png:
-        plot(curves, args.png, args.title or f"recall@K on the {args.split} split")
+        try:
+            plot(curves, args.png, args.title or f"recall@K on the {args.split} split")
+        except OSError as err:  # e.g. the disk filled up meanwhile: the table above is printed
+            parser.exit(2, f"error: --png {args.png}: the plot could not be written ({err})\n")
         print(f"plot: {args.png}")
 
 

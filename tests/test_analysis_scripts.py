@@ -97,3 +97,64 @@ def test_rl_logs_table_and_start_epochs(tmp_path):
     assert (tmp_path / "fig3.png").stat().st_size > 1000
     bad = run([*args[:4], "--rl", f"other={runs[0]}"], check=False)
     assert bad.returncode != 0 and "--rl other: no --ce log with that label" in bad.stderr
+
+
+# -- scripts/recall_curve.py, in-process with a stand-in predictor ---------------------------------
+
+
+def _recall_curve(monkeypatch, vocab=300, computed=None):
+    """The script's module with load_predictor/recall_at/frequency_scores replaced: a predictor of a
+    |V|-word target dictionary whose recall@K is K / |V| (percent); ``computed`` collects the Ks measured."""
+    import importlib.util
+    from types import SimpleNamespace
+
+    spec = importlib.util.spec_from_file_location("recall_curve", REPO / "scripts" / "recall_curve.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    task = SimpleNamespace(target_dictionary=[None] * vocab, cfg=SimpleNamespace(data="data-bin"))
+
+    def recall_at(model, task, split, ks, batch_size=256, scores=None):
+        if computed is not None:
+            computed.append(list(ks))
+        return {k: 100.0 * k / vocab for k in ks}
+
+    monkeypatch.setattr(mod, "load_predictor", lambda predictor, data=None: (object(), task))
+    monkeypatch.setattr(mod, "recall_at", recall_at)
+    monkeypatch.setattr(mod, "frequency_scores", lambda task: None)
+    return mod
+
+
+def test_recall_curve_says_which_k_are_above_the_vocabulary(monkeypatch, capsys):
+    mod = _recall_curve(monkeypatch, vocab=300)
+    mod.main(["--run", "vp=ckpt.pt", "--ks", "50,100,500,1000"])
+    out, err = capsys.readouterr()
+    assert "| 100 |" in out and "| 500 |" not in out
+    assert "K = 500, 1000 left out for vp" in err and "|V| = 300" in err
+
+
+def test_recall_curve_refuses_when_every_k_is_above_the_vocabulary(monkeypatch, capsys):
+    computed = []
+    mod = _recall_curve(monkeypatch, vocab=300, computed=computed)
+    with pytest.raises(SystemExit) as exit_:
+        mod.main(["--run", "vp=ckpt.pt", "--ks", "500,1000"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "every K (500, 1000)" in err and "|V| = 300" in err and "--ks" in err
+    assert computed == []
+
+
+@pytest.mark.parametrize("where", ["missing folder", "a file as folder", "a folder as the file", "format"])
+def test_recall_curve_checks_the_png_path_before_computing(monkeypatch, capsys, tmp_path, where):
+    computed = []
+    mod = _recall_curve(monkeypatch, computed=computed)
+    (tmp_path / "file").write_text("x\n")
+    png = {"missing folder": tmp_path / "plots" / "recall.png", "a file as folder": tmp_path / "file" / "r.png",
+           "a folder as the file": tmp_path, "format": tmp_path / "recall.xyz"}[where]
+    with pytest.raises(SystemExit) as exit_:
+        mod.main(["--run", "vp=ckpt.pt", "--ks", "50", "--png", str(png)])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and f"--png {png}" in err and "Traceback" not in err
+    assert {"missing folder": "does not exist; create it", "a file as folder": "is not a folder",
+            "a folder as the file": "is a folder", "format": "'xyz' is not an image format"}[where] in err
+    assert computed == []  # nothing computed
+    mod.main(["--run", "vp=ckpt.pt", "--ks", "50", "--png", str(tmp_path / "recall.png")])
+    assert (tmp_path / "recall.png").stat().st_size > 1000
