@@ -363,6 +363,53 @@ def test_feature_errors_are_named(tiny_bin, tmp_path):
         _task(tiny_bin, source_features=str(feats), feature_dim=32).load_dataset("valid")
 
 
+def _dictionary_task(size):
+    """A stand-in task: the criterion reads only the target dictionary."""
+    from types import SimpleNamespace
+
+    from fairseq.data import Dictionary
+
+    d = Dictionary()
+    for i in range(size - len(d)):
+        d.add_symbol(f"w{i}")
+    assert len(d) == size
+    return SimpleNamespace(target_dictionary=d)
+
+
+def test_default_recall_at_above_a_small_vocabulary_is_dropped_with_a_note(caplog, hand_bin):
+    from fairseq_smallvocab.criterions.vocab_prediction_bce import DEFAULT_RECALL_AT, VocabPredictionBCECriterion
+
+    assert DEFAULT_RECALL_AT == "500,1000,2000"
+    with caplog.at_level("INFO"):
+        crit = VocabPredictionBCECriterion(_dictionary_task(1200), label_smoothing=0.1, recall_at=DEFAULT_RECALL_AT)
+    assert crit.ks == [500, 1000]
+    assert "recall@2000 left out" in caplog.text and "|V| = 1200" in caplog.text and "--recall-at" in caplog.text
+    caplog.clear()
+    # below 500 words no default K is left: validation logs the loss alone, and says so
+    task = _task(hand_bin)
+    with caplog.at_level("INFO"):
+        crit = VocabPredictionBCECriterion(task, label_smoothing=0.1, recall_at=DEFAULT_RECALL_AT)
+    assert crit.ks == [] and f"|V| = {len(task.target_dictionary)}" in caplog.text
+    assert "no recall@K is logged" in caplog.text
+    model = _model(task)
+    model.eval()
+    d = task.target_dictionary
+    sample = {"net_input": {"src_tokens": torch.tensor([[5, 6, d.eos()]]), "src_lengths": torch.tensor([3])},
+              "target": torch.tensor([[d.index("a"), d.eos()]]), "ntokens": 2}
+    loss, _, log = crit(model, sample)
+    assert torch.isfinite(loss) and not any(key.startswith("recall") for key in log)
+
+
+def test_an_explicit_recall_at_above_the_vocabulary_is_refused_naming_it():
+    from fairseq_smallvocab.criterions.vocab_prediction_bce import VocabPredictionBCECriterion
+
+    task = _dictionary_task(1200)
+    with pytest.raises(ValueError, match=r"--recall-at value = 5000 is out of range.*size 1200.*--recall-at values "
+                                         r"up to 1200"):
+        VocabPredictionBCECriterion(task, label_smoothing=0.1, recall_at="100,5000")
+    assert VocabPredictionBCECriterion(task, label_smoothing=0.1, recall_at="100,1200").ks == [100, 1200]
+
+
 # ---- bad input ----------------------------------------------------------------------------------
 
 

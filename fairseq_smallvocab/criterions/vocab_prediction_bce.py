@@ -12,6 +12,7 @@ most probable words.  ``recall@K`` can serve as ``--best-checkpoint-metric``
 (with ``--maximize-best-checkpoint-metric``).
 """
 
+import logging
 import math
 from dataclasses import dataclass, field
 
@@ -22,12 +23,17 @@ from fairseq.dataclass import FairseqDataclass
 
 from fairseq_smallvocab.vocab import check_k, multi_hot, recall_hits
 
+logger = logging.getLogger(__name__)
+
+DEFAULT_RECALL_AT = "500,1000,2000"
+
 
 @dataclass
 class VocabPredictionBCEConfig(FairseqDataclass):
     label_smoothing: float = field(default=0.1, metadata={"help": "eps: smooth the labels toward the prior"})
-    recall_at: str = field(default="500,1000,2000",
-                           metadata={"help": "comma-separated K values of the recall@K logged on validation"})
+    recall_at: str = field(default=DEFAULT_RECALL_AT,
+                           metadata={"help": "comma-separated K values of the recall@K logged on validation "
+                                             "(by default those up to the target vocabulary size)"})
 
 
 def parse_ks(text):
@@ -49,8 +55,24 @@ class VocabPredictionBCECriterion(FairseqCriterion):
         self.eps = label_smoothing
         vocab = len(task.target_dictionary)
         self.ks = parse_ks(recall_at)
+        if str(recall_at) == DEFAULT_RECALL_AT:
+            # the default was chosen for the paper's vocabularies; a user who
+            # did not pick it should not have to for a small one
+            # (an explicit --recall-at equal to the default reads the same)
+            above = [k for k in self.ks if k > vocab]
+            self.ks = [k for k in self.ks if k <= vocab]
+            if not self.ks:
+                logger.info(f"no recall@K is logged on validation: every default --recall-at value ({recall_at}) "
+                            f"is above the target vocabulary size |V| = {vocab}; pass --recall-at with values up "
+                            f"to {vocab} to log it")
+            elif above:
+                logger.info(f"recall@{','.join(map(str, above))} left out of the default --recall-at: above the "
+                            f"target vocabulary size |V| = {vocab}")
         for k in self.ks:
-            check_k(k, vocab, "a --recall-at value")
+            try:
+                check_k(k, vocab, "a --recall-at value")
+            except ValueError as err:
+                raise ValueError(f"{err}; pass --recall-at values up to {vocab}") from None
 
     def smoothed_labels(self, target, prior):
         d = self.task.target_dictionary
@@ -65,7 +87,7 @@ class VocabPredictionBCECriterion(FairseqCriterion):
         nsentences = target.size(0)
         logging_output = {"loss": loss.data, "nsentences": nsentences, "ntokens": sample["ntokens"],
                           "sample_size": nsentences}
-        if not model.training:
+        if not model.training and self.ks:
             hits, tokens = recall_hits(logits.detach(), target, self.ks, self.padding_idx)
             logging_output["recall_tokens"] = tokens
             for k, h in zip(self.ks, hits):
