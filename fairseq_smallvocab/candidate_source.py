@@ -16,6 +16,15 @@ Either way the lists must have been made from this very split: their file
 records a digest of the split's content (``candidates.split_digest``),
 checked on load.  Training rows always hold every gold word: lists cut from
 K' to K are checked (``training_k_needed``) whichever way they came.
+
+Only fairseq-train's training split gets lists with the gold words forced
+in.  Every other split is evaluated (validation BLEU, gold_outside_cands,
+fairseq-generate), and so is the training split itself once a model is
+loaded from a checkpoint (``loaded_model``: fairseq-generate --gen-subset
+train): gold words in their lists would make the scores optimistic.  The
+predictor then predicts its own lists (cached apart from the training
+ones); exported lists with the gold words are refused unless
+``--allow-gold-candidates`` accepts them, with a warning.
 """
 
 import logging
@@ -88,6 +97,21 @@ class CandidateSource:
         self._predictor = None  # (model, task), loaded only when a split is not cached
         self.lists_predictor = None  # the predictor named by exported lists' metadata
         self.model_predictor = None  # the predictor recorded in a loaded model's config
+        self.decoding = False  # a model was loaded from a checkpoint: every split is evaluated
+
+    def loaded_model(self, model_cfg):
+        """The task built a model from a checkpoint (fairseq-generate,
+        -interactive, -validate, the hub interface), before reading any
+        split: the predictor its config records is the default one, and
+        every split is evaluated, the training split too."""
+        self.model_predictor = getattr(model_cfg, "vocab_predictor", None)
+        self.decoding = True
+
+    def trains_on(self, split) -> bool:
+        """Whether ``split`` is trained on, so that its lists hold every gold
+        word: fairseq-train's training split, and nothing a loaded model
+        decodes or scores."""
+        return split == self.cfg.train_subset and not self.decoding
 
     def predictor_path(self) -> Optional[str]:
         """--vocab-predictor, else the one recorded in the model checkpoint."""
@@ -106,7 +130,7 @@ class CandidateSource:
         checked to hold every gold word, whichever path the lists came from."""
         self.require()
         lists, where = self._candidate_lists(split, rows, split_digest(dataset))
-        if split == self.cfg.train_subset:
+        if self.trains_on(split):
             need = training_k_needed(lists, dataset.tgt, self.tgt_dict.nspecial, len(self.tgt_dict))
             if need is None:
                 raise ValueError(f"{where}: some training lists lack gold words of their sentence; the training "
@@ -131,7 +155,7 @@ class CandidateSource:
 
     def _candidate_lists(self, split, rows, digest):
         dict_hash = dictionary_fingerprint(self.tgt_dict)
-        train = split == self.cfg.train_subset
+        train = self.trains_on(split)
         if self.predictor_path():
             return self._predicted_lists(split, rows, dict_hash, train, digest)
         path = self._exported_file(split)
@@ -141,7 +165,26 @@ class CandidateSource:
         if train and not meta.get("gold_included"):
             raise ValueError(f"{path} was exported without the gold words; the training split needs them "
                              "(scripts/export_candidates.py includes them for train by default)")
+        if not train and meta.get("gold_included"):
+            self._gold_in_evaluated_lists(path, split)
         return ids, str(path)
+
+    def _gold_in_evaluated_lists(self, path, split):
+        """Exported lists with the gold words forced in, for a split that is
+        evaluated: refused, or accepted with a warning when asked for."""
+        if getattr(self.cfg, "allow_gold_candidates", False):  # getattr: configs saved before the option
+            logger.warning(f"{path}: the lists of '{split}' hold its gold words (forced in when exported) and "
+                           f"--allow-gold-candidates accepts them: the scores of '{split}' (BLEU, "
+                           "gold_outside_cands) are optimistic")
+            return
+        why = ("a model loaded from a checkpoint decodes or scores it" if self.decoding
+               else "only the training split is trained on")
+        raise ValueError(
+            f"{path} holds lists with the gold words forced in (scripts/export_candidates.py --gold always, or "
+            f"the training split's lists), but '{split}' is evaluated here ({why}): its BLEU and "
+            "gold_outside_cands would be optimistic. Export its lists without them (scripts/export_candidates.py "
+            f"--splits {split} --gold never, into the --candidates-dir given here), or give --vocab-predictor to "
+            "predict them, or pass --allow-gold-candidates to use these lists knowingly")
 
     def _exported_file(self, split):
         """The split's exported list with the smallest K' >= K."""
@@ -173,6 +216,12 @@ class CandidateSource:
         if self._predictor_sha256 is None:
             self._predictor_sha256 = file_sha256(predictor)
         path = candidate_file(cache, split, self.k)
+        if split == self.cfg.train_subset and not train:
+            # a loaded model decodes the training split: the predictor's own lists, in a file of their own so
+            # that fairseq-train's lists (gold words forced in) stay cached beside them
+            path = path.with_name(f"{split}.k{self.k}.nogold.npy")
+            logger.info(f"candidates for {split}: the predictor's own lists, without the gold words forced in "
+                        "(the training lists hold them; this run decodes or scores the split)")
         if path.exists():
             try:
                 ids, meta = read_candidates(path, k=self.k, dict_hash=dict_hash, rows=rows, data_digest=digest,
@@ -190,7 +239,7 @@ class CandidateSource:
                 logger.warning(f"{err}; predicting the candidates again")
         model, ptask = self.load_predictor()
         path, ids, seconds = export_split(model, ptask, split, self.k, cache, predictor, self._predictor_sha256,
-                                          gold=train)
+                                          gold=train, path=path)
         logger.info(f"candidates for {split}: predicted in {seconds:.1f} s, cached in {path}")
         return ids, str(path)
 

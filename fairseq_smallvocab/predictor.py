@@ -188,9 +188,11 @@ def frequency_scores(task) -> torch.Tensor:
     return torch.from_numpy(counts.astype(np.float64))
 
 
-def export_split(model, task, split, k, out_dir, predictor_path, digest=None, gold=False, batch_size=256):
+def export_split(model, task, split, k, out_dir, predictor_path, digest=None, gold=False, batch_size=256,
+                 path=None):
     """Predict a split's K-candidate lists and write them as a candidate file
-    (see candidates.py).  Returns (path, ids, seconds spent predicting)."""
+    (see candidates.py), by default ``out_dir/SPLIT.kK.npy``.  Returns
+    (path, ids, seconds spent predicting)."""
     import time
 
     start = time.perf_counter()
@@ -202,5 +204,5 @@ def export_split(model, task, split, k, out_dir, predictor_path, digest=None, go
             "data_sha256": split_digest(task.dataset(split)),
             "predictor": str(predictor_path), "predictor_sha256": digest or file_sha256(predictor_path),
             "gold_included": gold, "always_included": [task.target_dictionary.unk()]}
-    return write_candidates(candidate_file(out_dir, split, k), ids, meta), ids, seconds
+    return write_candidates(path or candidate_file(out_dir, split, k), ids, meta), ids, seconds
 

@@ -29,7 +29,8 @@ def main(argv=None):
     parser.add_argument("--out-dir", required=True)
     parser.add_argument("--gold", choices=["train", "always", "never"], default="train",
                         help="force the gold words in: for the training split only (default), every split, "
-                             "or none")
+                             "or none; the tasks refuse lists with gold words for evaluated splits (optimistic "
+                             "scores) unless given --allow-gold-candidates")
     parser.add_argument("--batch-size", type=int, default=256)
     args = parser.parse_args(argv)
     logging.getLogger().setLevel(logging.WARNING)

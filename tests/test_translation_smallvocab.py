@@ -148,6 +148,66 @@ def test_a_folder_given_to_vocab_predictor_is_named(tiny_bin, tmp_path):
     assert not (tmp_path / "c").exists()
 
 
+def _model_cfg():
+    """A tiny lstm_smallvocab config, as fairseq hands it to the task's build_model."""
+    from omegaconf import OmegaConf
+
+    from fairseq_smallvocab.models.lstm_smallvocab import LSTMSmallVocabConfig
+
+    cfg = OmegaConf.structured(LSTMSmallVocabConfig(embed_dim=12))
+    cfg._name = "lstm_smallvocab"
+    return cfg
+
+
+def test_evaluated_splits_refuse_gold_forced_lists_unless_allowed(tiny_bin, tmp_path, caplog):
+    path = _write_lists(tiny_bin, "valid", tmp_path, gold=True)  # export_candidates.py --gold always
+    with pytest.raises(ValueError, match=rf"{re.escape(str(path))} holds lists with the gold words forced in.*"
+                                         r"'valid'.*optimistic.*--gold never.*--allow-gold-candidates"):
+        _task(tiny_bin, candidates_dir=str(tmp_path), small_vocab_size=40).load_dataset("valid")
+    caplog.set_level(logging.WARNING)
+    allowed = _task(tiny_bin, candidates_dir=str(tmp_path), small_vocab_size=40, allow_gold_candidates=True)
+    allowed.load_dataset("valid")
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("--allow-gold-candidates" in m and "optimistic" in m and str(path) in m for m in warned), warned
+    # fairseq-train's training split takes them, as it always did
+    _write_lists(tiny_bin, "train", tmp_path)
+    _task(tiny_bin, candidates_dir=str(tmp_path), small_vocab_size=60).load_dataset("train")
+
+
+def test_decoding_the_training_split_refuses_its_gold_forced_lists(tiny_bin, tmp_path, caplog):
+    path = _write_lists(tiny_bin, "train", tmp_path)
+    task = _task(tiny_bin, candidates_dir=str(tmp_path), small_vocab_size=60)
+    task.build_model(_model_cfg(), from_checkpoint=True)  # fairseq-generate loads the model, then the split
+    with pytest.raises(ValueError, match=rf"{re.escape(str(path))} holds lists with the gold words forced in.*"
+                                         r"'train' is evaluated here \(a model loaded from a checkpoint"):
+        task.load_dataset("train")
+    caplog.set_level(logging.WARNING)
+    allowed = _task(tiny_bin, candidates_dir=str(tmp_path), small_vocab_size=60, allow_gold_candidates=True)
+    allowed.build_model(_model_cfg(), from_checkpoint=True)
+    allowed.load_dataset("train")
+    assert "optimistic" in caplog.text
+
+
+@pytest.mark.slow
+def test_decoding_the_training_split_predicts_its_lists_without_gold(predictor, tiny_bin, tmp_path, caplog):
+    from fairseq_smallvocab.predictor import load_predictor, predict_candidates
+
+    settings = dict(vocab_predictor=str(predictor), candidates_dir=str(tmp_path), small_vocab_size=60)
+    _task(tiny_bin, **settings).load_dataset("train")  # fairseq-train's lists: gold forced in, cached
+    trained = (tmp_path / "train.k60.npy").stat().st_mtime_ns
+    caplog.set_level(logging.INFO)
+    task = _task(tiny_bin, **settings)
+    task.build_model(_model_cfg(), from_checkpoint=True)  # fairseq-generate --gen-subset train
+    task.load_dataset("train")
+    model, ptask = load_predictor(predictor, tiny_bin)
+    own = candidate_rows(predict_candidates(model, ptask, "train", 60), 60, 4, "x")
+    np.testing.assert_array_equal(task.dataset("train").rows, own)
+    assert "without the gold words" in caplog.text
+    # the training lists stay cached for the next fairseq-train
+    assert (tmp_path / "train.k60.npy").stat().st_mtime_ns == trained
+    assert read_candidates(tmp_path / "train.k60.npy")[1]["gold_included"]
+
+
 @pytest.mark.slow
 def test_fairseq_train_with_small_vocabulary(predictor, tiny_bin, tmp_path):
     result = run(["fairseq-train", tiny_bin, *MT_TRAIN, "--vocab-predictor", predictor,

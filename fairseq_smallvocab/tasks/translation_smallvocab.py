@@ -59,6 +59,11 @@ class TranslationSmallVocabConfig(TranslationConfig):
     small_vocab_size: Optional[int] = field(
         default=None, metadata={"help": "K, candidates per example including the special symbols (default: "
                                         "1000 when |V| > 10,000, else 500; 0: full softmax)"})
+    allow_gold_candidates: bool = field(
+        default=False, metadata={"help": "accept exported candidate lists with the gold words forced in "
+                                         "(export_candidates.py --gold always) for evaluated splits: validation, "
+                                         "test, any split a loaded model decodes; their scores are then optimistic "
+                                         "(a warning says so)"})
     batch_splits: int = field(
         default=1, metadata={"help": "S: sort each training batch by length and run forward and backward on S "
                                      "chunks, accumulating the gradients before one update (less memory)"})
@@ -181,7 +186,7 @@ class TranslationSmallVocabTask(TranslationTask):
         if not from_checkpoint:
             _check_training_precision(self.cfg)
         if from_checkpoint:  # decoding: the predictor behind the training candidates, unless one is given
-            self.candidates.model_predictor = getattr(cfg, "vocab_predictor", None)
+            self.candidates.loaded_model(cfg)
         else:  # training: record it in the model's config (saved with every checkpoint)
             path = self.cfg.vocab_predictor or self.candidates.lists_predictor
             path = os.path.abspath(path) if path else None
