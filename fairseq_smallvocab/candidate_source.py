@@ -27,6 +27,7 @@ ones); exported lists with the gold words are refused unless
 ``--allow-gold-candidates`` accepts them, with a warning.
 """
 
+import json
 import logging
 import os
 import re
@@ -116,6 +117,21 @@ class CandidateSource:
     def predictor_path(self) -> Optional[str]:
         """--vocab-predictor, else the one recorded in the model checkpoint."""
         return self.cfg.vocab_predictor or (None if self.cfg.candidates_dir else self.model_predictor)
+
+    def predictor_to_record(self) -> Optional[str]:
+        """The predictor a new model records in its config (saved with its
+        checkpoints: the default when it is decoded): --vocab-predictor, else
+        the one the --candidates-dir lists name, read from the training
+        list's description now, because fairseq-train builds the model before
+        it reads any split.  None when neither is known; a missing or broken
+        list is reported when the split is read."""
+        if self.cfg.vocab_predictor or self.lists_predictor or not self.cfg.candidates_dir:
+            return self.cfg.vocab_predictor or self.lists_predictor
+        try:
+            meta = json.loads(self._exported_file(self.cfg.train_subset).with_suffix(".json").read_text())
+        except (OSError, ValueError):
+            return None
+        return meta.get("predictor") if isinstance(meta, dict) else None
 
     def require(self):
         if not (self.predictor_path() or self.cfg.candidates_dir):

@@ -202,7 +202,8 @@ def export_split(model, task, split, k, out_dir, predictor_path, digest=None, go
             "target_dict_hash": dictionary_fingerprint(task.target_dictionary),
             "data": os.path.abspath(str(task.cfg.data).split(os.pathsep)[0]),
             "data_sha256": split_digest(task.dataset(split)),
-            "predictor": str(predictor_path), "predictor_sha256": digest or file_sha256(predictor_path),
+            # absolute: a model trained on these lists records it, to find it from any folder when decoded
+            "predictor": os.path.abspath(predictor_path), "predictor_sha256": digest or file_sha256(predictor_path),
             "gold_included": gold, "always_included": [task.target_dictionary.unk()]}
     return write_candidates(path or candidate_file(out_dir, split, k), ids, meta), ids, seconds
 

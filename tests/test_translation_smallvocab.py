@@ -208,6 +208,23 @@ def test_decoding_the_training_split_predicts_its_lists_without_gold(predictor, 
     assert read_candidates(tmp_path / "train.k60.npy")[1]["gold_included"]
 
 
+def test_a_model_trained_on_exported_lists_records_their_predictor(tiny_bin, tmp_path):
+    predictor = "/elsewhere/vp/checkpoint_best.pt"
+    for split in ("train", "valid"):
+        _write_lists(tiny_bin, split, tmp_path, predictor=predictor)
+    task = _task(tiny_bin, candidates_dir=str(tmp_path), small_vocab_size=60)
+    cfg = _model_cfg()
+    task.build_model(cfg)  # fairseq-train builds the model before it reads any split
+    assert cfg.vocab_predictor == predictor  # saved with every checkpoint
+    decoder = _task(tiny_bin, small_vocab_size=60)  # fairseq-interactive without --vocab-predictor
+    decoder.build_model(cfg, from_checkpoint=True)
+    assert decoder.candidates.predictor_path() == predictor
+    # no lists to read the predictor from: nothing recorded, the error comes when a split is read
+    bare = _model_cfg()
+    _task(tiny_bin, candidates_dir=str(tmp_path / "empty"), small_vocab_size=60).build_model(bare)
+    assert bare.vocab_predictor is None
+
+
 @pytest.mark.slow
 def test_fairseq_train_with_small_vocabulary(predictor, tiny_bin, tmp_path):
     result = run(["fairseq-train", tiny_bin, *MT_TRAIN, "--vocab-predictor", predictor,

@@ -167,6 +167,16 @@ def test_too_many_gold_words_name_the_sentence_and_a_larger_k(tmp_path):
     assert predict_candidates(model, task, "train", k=7, include_gold=True).shape == (4, 7)
 
 
+def test_exported_lists_name_their_predictor_by_an_absolute_path(hand_bin, tmp_path, monkeypatch):
+    from fairseq_smallvocab.predictor import export_split
+
+    task = _task(hand_bin)
+    task.load_dataset("valid")
+    monkeypatch.chdir(tmp_path)  # a relative path would name another file from any other folder
+    path, _, _ = export_split(_model(task).eval(), task, "valid", 5, "out", "vp/checkpoint_best.pt", "0" * 64)
+    assert read_candidates(path)[1]["predictor"] == str(tmp_path / "vp" / "checkpoint_best.pt")
+
+
 @pytest.mark.slow
 def test_training_candidates_contain_every_gold_word(predictor, tiny_bin):
     model, task = load_predictor(predictor, tiny_bin)

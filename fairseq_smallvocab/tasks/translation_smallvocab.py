@@ -188,7 +188,7 @@ class TranslationSmallVocabTask(TranslationTask):
         if from_checkpoint:  # decoding: the predictor behind the training candidates, unless one is given
             self.candidates.loaded_model(cfg)
         else:  # training: record it in the model's config (saved with every checkpoint)
-            path = self.cfg.vocab_predictor or self.candidates.lists_predictor
+            path = self.candidates.predictor_to_record()
             path = os.path.abspath(path) if path else None
             if isinstance(cfg, DictConfig):
                 with open_dict(cfg):
