@@ -475,6 +475,23 @@ def test_fairseq_train_fine_tunes_and_resumes_with_the_baseline_state(tiny_bin, 
     # with one baseline step each; a fresh baseline would count 2 * steps
     assert state2["_extra_state"]["adam"]["state"][0]["step"] == steps + 2 * steps
 
+    # resumed with another baseline: the saved one is not restored, and the log says so
+    out = run(["fairseq-train", tiny_bin, *rl, "--max-epoch", "3", "--rl-baseline", "loo", "--rl-samples", "2"])
+    assert "the checkpoint holds reinforce_gleu.baseline, which this run does not use" in out.stdout + out.stderr
+
+    # resumed from weights gone to NaN: every batch is skipped, and nothing replaces the saved checkpoints
+    last = tmp_path / "rl" / "checkpoint_last.pt"
+    ckpt = torch.load(last, weights_only=False)
+    for value in ckpt["model"].values():
+        value.fill_(float("nan"))
+    torch.save(ckpt, last)
+    saved = {p.name: p.read_bytes() for p in (tmp_path / "rl").glob("checkpoint*.pt")}
+    out = run(["fairseq-train", tiny_bin, *rl, "--max-epoch", "4", "--rl-baseline", "loo", "--rl-samples", "2"],
+              check=False)
+    assert out.returncode != 0 and "was skipped because its reward or loss was not finite" in out.stderr
+    assert re.search(r"valid on 'valid' subset \| nonfinite \d+ \| loss inf", out.stdout)  # not fairseq's -1
+    assert {p.name: p.read_bytes() for p in (tmp_path / "rl").glob("checkpoint*.pt")} == saved
+
 
 @pytest.mark.slow
 def test_fairseq_train_with_several_samples_a_sacrebleu_reward_and_temperature(tiny_bin, ce_checkpoint, tmp_path):

@@ -31,10 +31,9 @@ Baselines (``--rl-baseline``, ``baselines.py``): ``learned`` (default, the
 paper's), ``loo`` (the mean reward of the other N - 1 samples of the same
 input; Kool et al. 2019), ``self-critical`` and ``none``.  The learned
 baseline's state (w, b and its Adam state) is saved in fairseq checkpoints
-through the task's checkpoint dict (``extra_state``; fairseq's
-``get_checkpoint_dict`` / ``set_checkpoint_dict``) and restored when
-training resumes; fine-tuning from another checkpoint starts a fresh
-baseline.
+through the task (``add_checkpoint_state``, ``train_checkpoints``) and
+restored when training resumes; fine-tuning from another checkpoint starts a
+fresh baseline.
 
 Logged besides the loss: ``reward`` (mean over samples, x 100),
 ``reward_std`` (spread of the N rewards of one input, x 100; N >= 2),
@@ -49,7 +48,10 @@ eval mode without gradient and scores them with gradient (``sampler``).
 A batch whose reward or loss is not finite is skipped: its loss is replaced by
 an exact zero (so nothing reaches the optimizer) and ``nonfinite`` counts it;
 the logged averages (loss, ce, reward, baseline, ...) are over the batches
-that produced them, so skipped batches do not pull them towards zero.
+that produced them, so skipped batches do not pull them towards zero.  When
+every batch was skipped the loss logs as inf (fairseq's placeholder -1 would
+rank as the best validation score), and the task stops training before a
+checkpoint is saved from such a stretch (``check_before_save``).
 """
 
 import math
@@ -215,7 +217,9 @@ class ReinforceGleuCriterion(FairseqCriterion):
 
         metrics.log_scalar_sum("nonfinite", total("nonfinite"))
         sentences, tokens, steps = total("finite_sentences"), total("finite_tokens"), total("steps")
-        if not sentences:  # every batch skipped: nothing to average
+        if not sentences:  # every batch skipped: nothing to average, and no loss to rank a checkpoint by
+            if total("nonfinite"):
+                metrics.log_scalar("loss", math.inf, 1, round=3)
             return
         samples = total("finite_samples") or sentences  # logs written before --rl-samples: one per sentence
         metrics.log_scalar("loss", total("loss") / sentences, sentences, round=3)

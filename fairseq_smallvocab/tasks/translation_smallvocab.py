@@ -161,6 +161,7 @@ class TranslationSmallVocabTask(TranslationTask):
         # features is refused)
         self.candidates = CandidateSource(cfg, k, tgt_dict, predictor_overrides={"source_features": None})
         self._checkpoint_parts = {}  # name -> module whose state_dict travels with checkpoints
+        self._finite_count = [0, 0]  # training batches skipped as non-finite, finite ones (check_before_save)
 
     @property
     def small_vocab(self) -> bool:
@@ -273,23 +274,43 @@ class TranslationSmallVocabTask(TranslationTask):
 
     def add_checkpoint_state(self, name, module):
         """Save ``module.state_dict()`` in every checkpoint and restore it when
-        training resumes from one, through fairseq's task checkpoint dict
-        (``extra_state[TaskClass]``): for state that is neither the model's
-        nor a parameter of the criterion (reinforce_gleu's learned baseline).
-        Fine-tuning from another checkpoint (--finetune-from-model,
-        --reset-dataloader) starts it afresh, as fairseq does."""
+        training resumes from one (``train_checkpoints``: in
+        ``extra_state[TaskClass]``, on every fairseq 0.12): for state that is
+        neither the model's nor a parameter of the criterion (reinforce_gleu's
+        learned baseline).  Fine-tuning from another checkpoint
+        (--finetune-from-model, --reset-dataloader) starts it afresh, as
+        fairseq does."""
         self._checkpoint_parts[name] = module
 
-    def get_checkpoint_dict(self):
-        return {self.__class__.__name__: {name: m.state_dict() for name, m in self._checkpoint_parts.items()}}
+    def checkpoint_state(self):
+        return {name: m.state_dict() for name, m in self._checkpoint_parts.items()}
 
-    def set_checkpoint_dict(self, state):
+    def restore_checkpoint_state(self, state):
         for name, module in self._checkpoint_parts.items():
             if name in state:
                 module.load_state_dict(state[name])
                 logger.info(f"restored {name} from the checkpoint")
             else:
                 logger.info(f"the checkpoint holds no {name}; starting a fresh one")
+        for name in state:
+            if name not in self._checkpoint_parts:  # e.g. a learned baseline's run resumed with --rl-baseline loo
+                logger.warning(f"the checkpoint holds {name}, which this run does not use (its settings differ "
+                               "from the run that saved it): not restored, and the next checkpoint will not hold it")
+
+    def check_before_save(self):
+        """Refuse to save when every training batch since the last checkpoint
+        was skipped as non-finite (``reinforce_gleu`` counts them): the model
+        learned nothing, its weights may be NaN, and saving would replace good
+        checkpoints (fairseq would even take the placeholder loss -1 of an
+        epoch without a loss as the best score)."""
+        skipped, finite = self._finite_count
+        self._finite_count = [0, 0]
+        if skipped and not finite:
+            raise FloatingPointError(
+                f"every training batch since the last checkpoint ({skipped:g}) was skipped because its reward or "
+                "loss was not finite (the log's 'nonfinite' count), so training stops without saving: the "
+                "checkpoints in --save-dir keep the last good state. Resume from them with a smaller --lr (or "
+                "--clip-norm), and check the data and the model's weights.")
 
     # -- metrics ---------------------------------------------------------------------------------
 
@@ -303,6 +324,10 @@ class TranslationSmallVocabTask(TranslationTask):
 
     def reduce_metrics(self, logging_outputs, criterion):
         super().reduce_metrics(logging_outputs, criterion)
+        if getattr(criterion, "training", False) and logging_outputs and "nonfinite" in logging_outputs[0]:
+            # the workers' summed logs: every worker counts alike
+            self._finite_count[0] += float(sum(log["nonfinite"] for log in logging_outputs))
+            self._finite_count[1] += float(sum(log.get("finite_sentences", 0) for log in logging_outputs))
         # float(): in distributed runs fairseq hands over the workers' sums as tensors, which round() refuses
         tokens = float(sum(log.get("cand_tokens", 0) for log in logging_outputs))
         if tokens:

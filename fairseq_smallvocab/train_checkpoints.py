@@ -1,0 +1,188 @@
+"""What the plugin adds to fairseq-train's checkpoint saving and loading
+(installed when the plugin is imported; every fairseq 0.12 the plugin
+accepts takes the same path).
+
+* **Task state.**  A task with ``checkpoint_state()`` (a dict) has it saved in
+  every checkpoint, as ``extra_state[TaskClassName]``, and handed to its
+  ``restore_checkpoint_state(state)`` when training resumes; fine-tuning from
+  another checkpoint (the first launch of ``--finetune-from-model``, or
+  ``--reset-dataloader``) starts afresh, as fairseq does with its own state.
+  fairseq added hooks for this (``get_checkpoint_dict`` /
+  ``set_checkpoint_dict``, commit e29f53bf, 2023) after the 0.12.2 and 0.12.3
+  tags, so with ``fairseq==0.12.2`` a learned baseline relying on them was
+  lost on every resume; the plugin wraps ``Trainer.save_checkpoint`` and
+  ``checkpoint_utils.load_checkpoint`` instead, and keeps the hooks' place in
+  the checkpoint, so checkpoints written through them restore too.
+* **Atomic copies.**  fairseq writes ``checkpoint_N.pt`` atomically (a .tmp
+  file, then a rename) and then copies it to ``checkpoint_last.pt`` and
+  ``checkpoint_best.pt`` in place: a kill during that copy left a truncated
+  ``checkpoint_last.pt``.  The copies go to a temporary file that is renamed.
+  Should a checkpoint to resume from still be unreadable (a file damaged some
+  other way), the error names the newest other checkpoint in the folder.
+* **One trainer per --save-dir.**  Two trainers writing checkpoints to one
+  folder overwrite each other's files and one of them dies on the other's
+  vanished .tmp file; the second is refused at start, naming the first's pid.
+* **No checkpoint from nothing.**  Before saving, the task's
+  ``check_before_save()`` may refuse (``translation_smallvocab``: when every
+  training batch since the last checkpoint was skipped as non-finite), so a
+  run gone to NaN never replaces a good checkpoint.
+"""
+
+import logging
+import os
+import shutil
+
+logger = logging.getLogger(__name__)
+
+_installed = False
+_locks = {}  # save dir -> the open lock file (held for the life of the process)
+
+
+class SaveDirInUse(RuntimeError):
+    """Another training process writes checkpoints to the same folder."""
+
+
+def _task_key(task) -> str:
+    return task.__class__.__name__
+
+
+def _is_local(path) -> bool:
+    return "://" not in str(path)
+
+
+def _fine_tuning(cfg, trainer) -> bool:
+    """Whether fairseq's ``load_checkpoint`` starts a fresh data loader (and so
+    fresh task state): --reset-dataloader, or --finetune-from-model on its first
+    launch (no checkpoint_last in --save-dir yet), as fairseq decides it."""
+    if getattr(cfg, "reset_dataloader", False):
+        return True
+    if getattr(cfg, "finetune_from_model", None) is None or cfg.restore_file != "checkpoint_last.pt":
+        return False
+    last = os.path.join(cfg.save_dir, f"checkpoint_last{trainer.checkpoint_suffix}.pt")
+    return not os.path.exists(last)
+
+
+def _lock_save_dir(cfg, trainer):
+    """Hold an exclusive lock on --save-dir for as long as this process lives."""
+    if getattr(cfg, "no_save", False) or not trainer.should_save_checkpoint_on_current_rank:
+        return
+    try:
+        import fcntl
+    except ImportError:  # not on POSIX: no advisory locks to use
+        return
+    folder = os.path.abspath(cfg.save_dir)
+    if folder in _locks or not _is_local(folder):
+        return
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, ".fairseq-train.lock")
+    handle = open(path, "a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.seek(0)
+        owner = handle.read().strip() or "unknown"
+        handle.close()
+        raise SaveDirInUse(
+            f"--save-dir {folder} is in use by another training process (pid {owner}, holding {path}): two "
+            "trainers writing checkpoints to one folder overwrite each other's files. Give this run its own "
+            "--save-dir, or wait for the other to finish.") from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"{os.getpid()}\n")
+    handle.flush()
+    _locks[folder] = handle
+
+
+def _other_checkpoints(folder, damaged):
+    """The folder's other checkpoint files, newest first."""
+    try:
+        names = [n for n in os.listdir(folder) if n.startswith("checkpoint") and n.endswith(".pt")]
+    except OSError:
+        return []
+    paths = [os.path.join(folder, n) for n in names if os.path.join(folder, n) != os.path.abspath(damaged)]
+    return sorted((p for p in paths if os.path.getsize(p) > 0), key=os.path.getmtime, reverse=True)
+
+
+def _resume_hint(cfg, err):
+    """The load error, naming the newest intact-looking checkpoint to resume from instead."""
+    from fairseq_smallvocab.checkpoint_compat import CheckpointLoadError
+
+    if not isinstance(err, CheckpointLoadError):
+        return None
+    folder = os.path.abspath(cfg.save_dir)
+    others = _other_checkpoints(folder, os.path.join(folder, cfg.restore_file))
+    if not others:
+        return None
+    name = os.path.basename(others[0])
+    return CheckpointLoadError(
+        f"{err}\nTo resume, the newest other checkpoint in {folder} is {name}: pass --restore-file {name} (or "
+        f"move the damaged file aside and copy {name} to checkpoint_last.pt)")
+
+
+def _atomic_path_manager(path_manager):
+    """fairseq's PathManager whose ``copy`` writes a local destination through a temporary file and a rename."""
+
+    class AtomicCopyPathManager(path_manager):
+        @staticmethod
+        def copy(src_path, dst_path, overwrite=False):
+            if not (_is_local(src_path) and _is_local(dst_path)):
+                return path_manager.copy(src_path, dst_path, overwrite)
+            if not overwrite and os.path.exists(dst_path):
+                return False
+            tmp = f"{dst_path}.tmp-copy-{os.getpid()}"
+            try:
+                shutil.copyfile(src_path, tmp)
+                os.replace(tmp, dst_path)
+            finally:
+                if os.path.exists(tmp):
+                    os.remove(tmp)
+            return True
+
+    AtomicCopyPathManager.__name__ = path_manager.__name__
+    return AtomicCopyPathManager
+
+
+def install():
+    """Wrap fairseq's checkpoint saving and loading (once)."""
+    global _installed
+    if _installed:
+        return
+    from fairseq import checkpoint_utils
+    from fairseq.trainer import Trainer
+
+    fairseq_save = Trainer.save_checkpoint
+    fairseq_save_all = checkpoint_utils.save_checkpoint
+    fairseq_load = checkpoint_utils.load_checkpoint
+
+    def save_checkpoint(self, filename, extra_state):
+        state = getattr(self.task, "checkpoint_state", None)
+        if state is not None:
+            extra_state = {**extra_state, _task_key(self.task): state()}
+        return fairseq_save(self, filename, extra_state)
+
+    def save_checkpoints(cfg, trainer, epoch_itr, val_loss):
+        check = getattr(trainer.task, "check_before_save", None)
+        if check is not None:
+            check()
+        return fairseq_save_all(cfg, trainer, epoch_itr, val_loss)
+
+    def load_checkpoint(cfg, trainer, **passthrough_args):
+        _lock_save_dir(cfg, trainer)
+        fresh = _fine_tuning(cfg, trainer)
+        try:
+            extra_state, epoch_itr = fairseq_load(cfg, trainer, **passthrough_args)
+        except Exception as err:
+            better = _resume_hint(cfg, err)
+            if better is None:
+                raise
+            raise better from None
+        restore = getattr(trainer.task, "restore_checkpoint_state", None)
+        if extra_state is not None and not fresh and restore is not None:
+            restore(extra_state.get(_task_key(trainer.task), {}))
+        return extra_state, epoch_itr
+
+    Trainer.save_checkpoint = save_checkpoint
+    checkpoint_utils.save_checkpoint = save_checkpoints
+    checkpoint_utils.load_checkpoint = load_checkpoint
+    checkpoint_utils.PathManager = _atomic_path_manager(checkpoint_utils.PathManager)
+    _installed = True
