@@ -453,3 +453,28 @@ def test_teacher_forced_union_and_per_example_rows_agree(overlap, monkeypatch):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
     monkeypatch.setattr(output, "UNION_MAX_RATIO", 2.0)
     assert (len(torch.unique(cands)) <= 2 * K) == overlap  # the default picks the union exactly when they overlap
+
+
+def test_samples_stop_at_the_decoders_learned_positions(caplog):
+    """A transformer with learned positions has no position beyond
+    --max-target-positions: REINFORCE's samples (default limit 100) are cut
+    there, and the log says so once (an IndexError in the sampler before)."""
+    import logging
+
+    from fairseq_smallvocab.criterions.reinforce_gleu import ReinforceGleuCriterion
+
+    torch.manual_seed(0)
+    model = restrict(_stock("transformer", decoder_learned_pos=True, max_target_positions=3, **TRANSFORMER),
+                     "transformer")
+    tgt_dict = model.decoder.dictionary
+    lengths = torch.tensor([7, 6, 5, 4, 2])
+    src, prev, tgt, cands = translation_batch(lengths, T_SRC, 3, K, V_SRC, tgt_dict)
+    sample = {"net_input": {"src_tokens": src, "src_lengths": lengths, "prev_output_tokens": prev,
+                            "candidates": cands}, "target": tgt, "ntokens": int(tgt.ne(1).sum())}
+    crit = ReinforceGleuCriterion(SimpleNamespace(target_dictionary=tgt_dict), rl_baseline="none")
+    with caplog.at_level(logging.INFO):
+        for _ in range(2):
+            loss, _, log = crit(model.train(), sample)
+            loss.backward()
+    assert 0 < log["sample_len"] <= 3 * len(lengths)  # eos has a chance of 1 in 15: most samples reach the cut
+    assert caplog.text.count("samples are cut at 3 tokens, the decoder's positions") == 1

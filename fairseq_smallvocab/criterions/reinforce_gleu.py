@@ -54,7 +54,9 @@ rank as the best validation score), and the task stops training before a
 checkpoint is saved from such a stretch (``check_before_save``).
 """
 
+import logging
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -68,7 +70,26 @@ from fairseq_smallvocab.baselines import BASELINES as BASELINE_CLASSES
 from fairseq_smallvocab.baselines import build_baseline
 from fairseq_smallvocab.rewards import REWARDS, build_reward
 
+logger = logging.getLogger(__name__)
+
 BASELINES = ChoiceEnum(list(BASELINE_CLASSES))
+
+
+def _available_memory(device):
+    """Bytes that can still be allocated on ``device`` (None where unknown)."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    if device.type != "cpu":
+        return None
+    try:
+        with open("/proc/meminfo") as f:
+            fields = dict(line.split(":", 1) for line in f)
+        return int(fields["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):  # not Linux
+        try:
+            return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (AttributeError, ValueError, OSError):
+            return None
 REWARD_NAMES = ChoiceEnum(list(REWARDS))
 
 
@@ -101,9 +122,9 @@ class ReinforceGleuCriterion(FairseqCriterion):
         super().__init__(task)
         if rl_samples < 1:
             raise ValueError(f"--rl-samples must be >= 1 (samples per input), got {rl_samples}")
-        if not sample_temperature > 0:
-            raise ValueError(f"--sample-temperature must be > 0, got {sample_temperature}: for greedy sequences "
-                             "use --rl-baseline self-critical, whose baseline is the greedy decode")
+        if not 0 < sample_temperature < math.inf:
+            raise ValueError(f"--sample-temperature must be a finite number > 0, got {sample_temperature}: for "
+                             "greedy sequences use --rl-baseline self-critical, whose baseline is the greedy decode")
         if gleu_detok is not None and reward_post_process is not None and gleu_detok != reward_post_process:
             raise ValueError(f"--gleu-detok {gleu_detok} and --reward-post-process {reward_post_process} disagree: "
                              "--gleu-detok is the old name of --reward-post-process, give only that one")
@@ -127,22 +148,50 @@ class ReinforceGleuCriterion(FairseqCriterion):
                              f"(the other samples of the same input make the baseline), got {rl_samples}")
         if self.baseline_name == "learned" and hasattr(task, "add_checkpoint_state"):  # a bare test task has none
             task.add_checkpoint_state("reinforce_gleu.baseline", self.baseline)
+        self._capped_to_positions = False  # whether the log has said that the decoder's positions cap samples
 
     # -- rewards ------------------------------------------------------------------------------------
 
-    def sample_limits(self, net_input, bsz):
-        """The longest sample of each example: --max-sample-len, and with
-        --sample-len-ratio at most ceil(ratio * source length) + 5."""
+    def sample_limits(self, net_input, bsz, max_positions=None):
+        """The longest sample of each example: --max-sample-len, with
+        --sample-len-ratio at most ceil(ratio * source length) + 5, and at
+        most the decoder's ``max_positions`` (a learned positional embedding
+        has no row beyond it)."""
         src_lengths = net_input.get("src_lengths")
         if src_lengths is None:  # image features: no source length
             if self.sample_len_ratio > 0:
                 raise ValueError("--sample-len-ratio needs source sentences; these inputs (image features) have "
                                  "no length: limit the samples with --max-sample-len")
-            return torch.full((bsz,), self.max_sample_len, dtype=torch.long, device=net_input["features"].device)
-        limit = torch.full_like(src_lengths, self.max_sample_len)
+            limit = torch.full((bsz,), self.max_sample_len, dtype=torch.long, device=net_input["features"].device)
+        else:
+            limit = torch.full_like(src_lengths, self.max_sample_len)
         if self.sample_len_ratio > 0:
             limit = torch.minimum(limit, torch.ceil(src_lengths.float() * self.sample_len_ratio).long() + 5)
+        if max_positions is not None and self.max_sample_len > max_positions:
+            if not self._capped_to_positions:
+                logger.info(f"samples are cut at {max_positions} tokens, the decoder's positions "
+                            f"(max_decoder_positions(), e.g. --max-target-positions), below --max-sample-len "
+                            f"{self.max_sample_len}")
+                self._capped_to_positions = True
+            limit = limit.clamp(max=max_positions)
         return limit
+
+    def check_memory(self, sample, rows, limits, vocab):
+        """Refuse a batch whose samples would not fit in memory, before
+        drawing them: the scoring pass alone makes a rows x T x |candidates|
+        float32 tensor and its gradient (T taken as the batch's longest
+        reference, a typical sample length; samples may grow to the limit)."""
+        available = _available_memory(limits.device)
+        if available is None:
+            return
+        steps = min(int(sample["target"].size(1)), int(limits.max()))
+        needed = 2 * 4 * rows * steps * vocab
+        if needed > available:
+            raise MemoryError(
+                f"--rl-samples {self.rl_samples} with this batch of {sample['target'].size(0)} sentences makes "
+                f"{rows:,} sampled sequences, whose scoring needs at least {needed / 2 ** 30:.1f} GiB "
+                f"({rows:,} x {steps} steps x {vocab:,} words x 4 bytes, twice), more than the "
+                f"{available / 2 ** 30:.1f} GiB available: lower --rl-samples, or --batch-size / --max-tokens")
 
     def rewards(self, tokens, lengths, target):
         """The reward of each sample against its gold target (eos and pad left out)."""
@@ -155,11 +204,21 @@ class ReinforceGleuCriterion(FairseqCriterion):
     def forward(self, model, sample, reduce=True):
         net_input = sample["net_input"]
         nsentences, n = sample["target"].size(0), self.rl_samples
-        limits = self.sample_limits(net_input, nsentences)
+        max_positions = getattr(model, "max_decoder_positions", None)
+        limits = self.sample_limits(net_input, nsentences, max_positions() if max_positions else None)
+        candidates = net_input.get("candidates")
+        self.check_memory(sample, nsentences * n, limits,
+                          candidates.size(1) if candidates is not None else len(self.task.target_dictionary))
         net_output = model(**net_input, sample_lens=limits, greedy_too=self.baseline.needs_greedy,
                            num_samples=n, temperature=self.temperature)
         samples = net_output[1]["samples"]  # B * N rows, the N samples of example b in rows b * N ... b * N + N - 1
         pad = self.padding_idx
+        if self.temperature != 1.0 and not torch.isfinite(samples["entropy"]).all() \
+                and torch.isfinite(samples["lprobs"]).all():
+            # the model's own distribution is finite, the one divided by the temperature is not
+            raise ValueError(f"--sample-temperature {self.temperature} makes the logits divided by it overflow "
+                             "(not finite), so every sample would be one word repeated: use a larger temperature "
+                             "(e.g. >= 0.05)")
 
         lprobs = model.get_normalized_probs(net_output, log_probs=True)
         target = model.get_targets(sample, net_output)
