@@ -129,6 +129,11 @@ class SmallVocabSequenceGenerator(SequenceGenerator):
         if unsupported:
             raise ValueError(f"decoding inside a small vocabulary does not support {', '.join(unsupported)}; "
                              "decode with the full softmax (--small-vocab-size 0)")
+        topk = getattr(self.search, "sampling_topk", -1)
+        if topk > candidates.size(1):
+            raise ValueError(f"--sampling-topk {topk} is larger than the small vocabulary of each input (K = "
+                             f"{candidates.size(1)}, --small-vocab-size): pass --sampling-topk {candidates.size(1)} "
+                             "or less, or decode with the full softmax (--small-vocab-size 0)")
         if prefix_tokens is not None:
             prefix_tokens = self._prefix_positions(candidates, prefix_tokens)
         vocab_size, self.vocab_size = self.vocab_size, candidates.size(1)  # the search's view of lprobs

@@ -42,12 +42,39 @@ hypothesis positions.  Cost B x L^2 per order, no sorting and no n-gram ids
 (so no overflow, whatever the vocabulary).
 """
 
+import logging
 from typing import List, Optional, Sequence
 
 import torch
 from torch import Tensor
 
+logger = logging.getLogger(__name__)
+
 REWARDS = ("gleu", "bleu", "chrf", "constant")
+
+# fairseq's post-processings (``data_utils.post_process``, fairseq-generate's --post-process) and the mark that
+# the tokens of a dictionary made for each carry (None: nothing to look for)
+POST_PROCESSING_MARKS = {"sentencepiece": "\u2581", "wordpiece": "_", "letter": "|", "silence": "<SIL>",
+                         "_EOW": "_EOW", "subword_nmt": "@@", "@@ ": "@@", "@@": "@@", "none": None}
+
+
+def check_post_process(post_process: Optional[str], dictionary, flag: str = "--reward-post-process"):
+    """Refuse a post-processing fairseq does not know (it would fail at the
+    first batch); warn when no token of ``dictionary`` carries its mark: a
+    word-level dictionary post-processed as subwords glues each sentence
+    into one word, and the reward then scores almost nothing."""
+    if post_process is None:
+        return
+    if post_process not in POST_PROCESSING_MARKS:
+        raise ValueError(f"{flag} {post_process!r} is not a fairseq post-processing; choose one of "
+                         f"{', '.join(repr(k) for k in POST_PROCESSING_MARKS)} (as fairseq-generate's --post-process), "
+                         "or leave the flag out for word-level data")
+    mark = POST_PROCESSING_MARKS[post_process]
+    if mark is not None and not any(mark in dictionary[i] for i in range(dictionary.nspecial, len(dictionary))):
+        logger.warning(f"{flag} {post_process}: no token of the target dictionary ({len(dictionary)} entries) holds "
+                       f"{mark!r}, the mark of {post_process} pieces, so these look like whole words; "
+                       f"post-processing them as {post_process} joins each sentence into one word and the reward "
+                       "scores almost nothing: leave the flag out for word-level data")
 
 
 def ngram_matches(hyp: Tensor, hyp_lens: Tensor, ref: Tensor, ref_lens: Tensor, max_order: int = 4) -> Tensor:
@@ -186,6 +213,7 @@ class ConstantReward(SentenceReward):
 
 
 def build_reward(name: str, dictionary, post_process: Optional[str] = None, max_order: int = 4) -> SentenceReward:
+    check_post_process(post_process, dictionary)
     if name == "gleu":
         return NgramReward(dictionary, post_process, max_order, gleu_batch)
     if name == "bleu":  # BLEU's own four orders

@@ -110,3 +110,15 @@ def test_union_scorer_follows_beam_reordering_and_finished_sentences(monkeypatch
     torch.testing.assert_close(scorer(steps), want)
     full = UnionScorer(weight, None, None)
     torch.testing.assert_close(full(features), features @ weight.T)
+
+
+def test_a_sampling_topk_above_k_is_refused_naming_k(setup):
+    model, tgt_dict, sample = setup
+    generator = SmallVocabSequenceGenerator([model], tgt_dict, beam_size=1, max_len_b=10,
+                                            search_strategy=search.Sampling(tgt_dict, sampling_topk=K + 1))
+    with pytest.raises(ValueError, match=rf"--sampling-topk {K + 1} is larger than the small vocabulary of each "
+                                         rf"input \(K = {K}"):
+        generator.generate([model], sample)
+    generator.search.sampling_topk = K  # all of them: allowed
+    with torch.no_grad():
+        assert len(generator.generate([model], sample)) == B

@@ -6,7 +6,7 @@ from collections import Counter
 import pytest
 import torch
 
-from fairseq_smallvocab.rewards import gleu, gleu_batch
+from fairseq_smallvocab.rewards import build_reward, gleu, gleu_batch
 
 
 def brute_gleu(hyp, ref, max_order=4):
@@ -141,3 +141,23 @@ def test_empty_samples_and_references_score_zero_without_a_crash(name):
         assert got == [0.0, 0.0, 0.0, pytest.approx(1.0)]
     (h0, hl0) = _reward_batch(d, [])  # no sample at all
     assert build_reward(name, d)(h0, hl0, h0, hl0).tolist() == []
+
+
+def test_a_subword_post_processing_of_word_level_data_is_warned_about(caplog):
+    """--reward-post-process sentencepiece on a word-level dictionary joins each
+    sentence into one word (the reward fell from 23.7 to 1.6, silently)."""
+    import logging
+
+    from fairseq.data import Dictionary
+
+    words, pieces = Dictionary(), Dictionary()
+    for w in ("a", "cat", "sat"):
+        words.add_symbol(w)
+        pieces.add_symbol("\u2581" + w)
+    with caplog.at_level(logging.WARNING):
+        build_reward("gleu", pieces, "sentencepiece")
+        assert not caplog.records
+        build_reward("gleu", words, "sentencepiece")
+    assert "no token of the target dictionary (7 entries) holds '\u2581'" in caplog.text
+    with pytest.raises(ValueError, match=r"--reward-post-process 'spm' is not a fairseq post-processing"):
+        build_reward("chrf", words, "spm")
