@@ -52,21 +52,27 @@ from fairseq_smallvocab.predictor import (
     export_split,
     folder_instead_of_checkpoint,
     load_predictor,
+    longer_than,
     predict_lists,
+    token_batches,
 )
 
 logger = logging.getLogger(__name__)
 
 
-def training_k_needed(lists: np.ndarray, targets, nspecial: int, vocab_size: int, chunk=512) -> Optional[int]:
+def training_k_needed(lists: np.ndarray, targets, nspecial: int, vocab_size: int, chunk=512,
+                      skipped: Optional[np.ndarray] = None) -> Optional[int]:
     """The smallest K for which ``candidate_rows(lists, K)`` keeps every gold
     word of every example (``targets``: the split's fairseq token dataset,
     one target per list), or None when some gold word is not in its list at
-    all.  Special ids are always in a row and need no room."""
+    all.  Special ids are always in a row and need no room; the examples
+    ``skipped`` marks (training never reads them) need nothing."""
     lists = np.asarray(lists)
     tokens = token_stream(targets).astype(np.int64)
     example = np.repeat(np.arange(len(targets.sizes), dtype=np.int64), np.asarray(targets.sizes, dtype=np.int64))
     words = tokens >= nspecial
+    if skipped is not None:
+        words &= ~skipped[example]
     tokens, example = tokens[words], example[words]  # example ids ascending
     table = np.full((min(chunk, len(lists)), vocab_size), -1, dtype=np.int32)  # each word's rank in its row
     worst = -1
@@ -83,6 +89,15 @@ def training_k_needed(lists: np.ndarray, targets, nspecial: int, vocab_size: int
             return None
         worst = max(worst, int(ranks.max(initial=-1)))
     return nspecial + worst + 1
+
+
+def _covers(recorded, wanted) -> bool:
+    """Whether lists whose gold words were forced in up to the lengths
+    ``recorded`` (None: every sentence) hold those of every sentence up to
+    ``wanted``."""
+    if recorded is None:
+        return True
+    return all(r is None or (w is not None and r >= w) for r, w in zip(recorded, wanted))
 
 
 class CandidateSource:
@@ -147,11 +162,16 @@ class CandidateSource:
         self.require()
         lists, where = self._candidate_lists(split, rows, split_digest(dataset))
         if self.trains_on(split):
-            need = training_k_needed(lists, dataset.tgt, self.tgt_dict.nspecial, len(self.tgt_dict))
+            need = training_k_needed(lists, dataset.tgt, self.tgt_dict.nspecial, len(self.tgt_dict),
+                                     skipped=longer_than(dataset, self.gold_within()))
             if need is None:
+                src, tgt = self.gold_within()
                 raise ValueError(f"{where}: some training lists lack gold words of their sentence; the training "
                                  "split needs lists with every gold word (scripts/export_candidates.py includes "
-                                 "them for train by default): export them again")
+                                 "them for train by default, except for sentences longer than its "
+                                 "--max-source-positions / --max-target-positions, which fairseq-train skips): "
+                                 f"export them again, with --max-source-positions {src} --max-target-positions "
+                                 f"{tgt} as this run's")
             if need > self.k:
                 raise ValueError(f"--small-vocab-size {self.k} is too small for the training lists of {where}: "
                                  f"cut to K = {self.k} they would lose gold words (training lists must hold every "
@@ -159,6 +179,12 @@ class CandidateSource:
         if examples is not None:
             lists = np.asarray(lists)[examples]
         return candidate_rows(lists, self.k, self.tgt_dict.nspecial, where)
+
+    def gold_within(self):
+        """(longest source, longest target) that fairseq-train reads: training
+        lists need the gold words of these sentences only (it skips longer
+        ones: --max-source-positions, --max-target-positions)."""
+        return (getattr(self.cfg, "max_source_positions", None), getattr(self.cfg, "max_target_positions", None))
 
     # -- where the lists come from -------------------------------------------------------------
 
@@ -242,7 +268,8 @@ class CandidateSource:
             try:
                 ids, meta = read_candidates(path, k=self.k, dict_hash=dict_hash, rows=rows, data_digest=digest,
                                             data_name=self._data_name(split), vocab_size=len(self.tgt_dict))
-                if meta.get("predictor_sha256") == self._predictor_sha256 and meta.get("gold_included") == train:
+                if (meta.get("predictor_sha256") == self._predictor_sha256 and meta.get("gold_included") == train
+                        and (not train or _covers(meta.get("gold_within"), self.gold_within()))):
                     logger.info(f"candidates for {split}: cached {path}")
                     return ids, str(path)
             except DataMismatch as err:
@@ -255,7 +282,7 @@ class CandidateSource:
                 logger.warning(f"{err}; predicting the candidates again")
         model, ptask = self.load_predictor()
         path, ids, seconds = export_split(model, ptask, split, self.k, cache, predictor, self._predictor_sha256,
-                                          gold=train, path=path)
+                                          gold=train, path=path, gold_within=self.gold_within() if train else None)
         logger.info(f"candidates for {split}: predicted in {seconds:.1f} s, cached in {path}")
         return ids, str(path)
 
@@ -274,10 +301,10 @@ class CandidateSource:
             raise ValueError("decoding raw text inside a small vocabulary needs the predictor (--vocab-predictor), "
                              "not exported lists")
         model, _ = self.load_predictor()
-        lists = []
+        lists = np.zeros((len(dataset), self.k), dtype=np.int64)
+        order = dataset.ordered_indices()
         with torch.no_grad():
-            for start in range(0, len(dataset), 256):
-                batch = dataset.collater([dataset[i] for i in range(start, min(start + 256, len(dataset)))])
-                lists.append(predict_lists(model, batch["net_input"], self.k, self.tgt_dict)[
-                    batch["id"].argsort()].numpy())
-        return candidate_rows(np.concatenate(lists), self.k, self.tgt_dict.nspecial, where)
+            for batch in token_batches(order, dataset.num_tokens_vec(order)):
+                sample = dataset.collater([dataset[i] for i in batch])
+                lists[sample["id"].numpy()] = predict_lists(model, sample["net_input"], self.k, self.tgt_dict).numpy()
+        return candidate_rows(lists, self.k, self.tgt_dict.nspecial, where)

@@ -3,7 +3,7 @@ candidate lists and measuring recall@K over a data split."""
 
 import os
 from pathlib import Path
-from typing import Dict, Optional, Sequence
+from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -108,14 +108,63 @@ def _target_dictionary_file(folder, lang, reads_features) -> Optional[str]:
     return os.path.join(folder, f"dict.{lang}.txt") if lang else None
 
 
-def _batches(task, split, batch_size):
-    """The split's batches in dataset order, none filtered out or dropped."""
+# A prediction batch's padded tokens (examples x the longest one's tokens): the source embeddings it makes
+# (that many x d floats) stay small, whatever the longest sentence of the split
+PREDICT_MAX_TOKENS = 16384
+
+
+def token_batches(indices, num_tokens, max_tokens: int = PREDICT_MAX_TOKENS, max_sentences: int = 256):
+    """``indices`` (best sorted by ``num_tokens``, their sizes) cut into
+    batches of at most ``max_sentences`` examples and ``max_tokens`` padded
+    tokens; a sentence longer than ``max_tokens`` is a batch of its own
+    (every example gets its prediction: none is filtered out or dropped)."""
+    from fairseq.data.data_utils_fast import batch_by_size_vec
+
+    # capped at the bound, a long sentence fits a batch alone, and nothing else fits beside it
+    capped = np.minimum(np.asarray(num_tokens, dtype=np.int64), max_tokens)
+    return batch_by_size_vec(np.asarray(indices, dtype=np.int64), capped, int(max_tokens), int(max_sentences), 1)
+
+
+def longer_than(dataset, limits) -> np.ndarray:
+    """Which examples fairseq-train skips as too long: a source longer than
+    ``limits[0]`` or a target longer than ``limits[1]`` (--max-source-positions,
+    --max-target-positions; None: no limit), as fairseq's
+    ``filter_indices_by_size`` does.  Image features have no source length."""
+    from fairseq.data import BaseWrapperDataset
+
+    while isinstance(dataset, BaseWrapperDataset):
+        dataset = dataset.dataset
+    skipped = np.zeros(len(dataset), dtype=bool)
+    for sizes, limit in ((getattr(dataset, "src_sizes", None), limits[0]), (getattr(dataset, "tgt_sizes", None),
+                                                                            limits[1])):
+        if sizes is not None and limit is not None:
+            skipped |= np.asarray(sizes) > limit
+    return skipped
+
+
+def _num_tokens(dataset, indices) -> np.ndarray:
+    """The examples' sizes for batching: fairseq's wrappers (KeepLastBatchDataset) leave
+    ``num_tokens_vec`` unimplemented, the datasets they wrap have it."""
+    from fairseq.data import BaseWrapperDataset
+
+    inner = dataset
+    while isinstance(inner, BaseWrapperDataset):
+        inner = inner.dataset
+    try:
+        return np.asarray(inner.num_tokens_vec(indices))
+    except NotImplementedError:
+        return np.array([dataset.num_tokens(i) for i in indices], dtype=np.int64)
+
+
+def _batches(task, split, max_sentences, max_tokens=PREDICT_MAX_TOKENS):
+    """The split's batches, bounded by ``max_sentences`` and ``max_tokens``
+    (``token_batches``), none filtered out or dropped."""
     if split not in task.datasets:
         task.load_dataset(split)
     dataset = task.dataset(split)
-    itr = task.get_batch_iterator(dataset=dataset, max_sentences=batch_size, max_positions=None,
-                                  required_batch_size_multiple=1, seed=1, num_workers=0)
-    return len(dataset), itr.next_epoch_itr(shuffle=False)
+    order = dataset.ordered_indices()  # by length: little padding
+    batches = token_batches(order, _num_tokens(dataset, order), max_tokens, max_sentences)
+    return len(dataset), (dataset.collater([dataset[i] for i in batch]) for batch in batches)
 
 
 def predict_lists(model, net_input, k: int, tgt_dict, gold: Optional[torch.Tensor] = None,
@@ -129,22 +178,30 @@ def predict_lists(model, net_input, k: int, tgt_dict, gold: Optional[torch.Tenso
 
 @torch.no_grad()
 def predict_candidates(model, task, split, k, include_gold=False, batch_size=256,
-                       always: Optional[Sequence[int]] = None) -> np.ndarray:
-    """Each example's K candidate target ids (best first) as an (N, K) array.
+                       always: Optional[Sequence[int]] = None, gold_within: Optional[Tuple] = None,
+                       max_tokens: int = PREDICT_MAX_TOKENS) -> np.ndarray:
+    """Each example's K candidate target ids (best first) as an (N, K) array,
+    predicted in batches of at most ``batch_size`` examples and
+    ``max_tokens`` padded tokens.
 
     With ``include_gold`` every word of the gold target is forced in (the
-    training split: 100% recall).  ``always`` (default: unk) are forced in
-    for every example."""
+    training split: 100% recall), except for the examples that fairseq-train
+    skips as longer than ``gold_within`` ((max source, max target)
+    positions, see ``longer_than``; None: none skipped).  ``always``
+    (default: unk) are forced in for every example."""
     d = task.target_dictionary
     vocab = len(d)
     check_k(k, vocab)
     always = (d.unk(),) if always is None else tuple(always)
-    n, batches = _batches(task, split, batch_size)
+    n, batches = _batches(task, split, batch_size, max_tokens)
+    skipped = longer_than(task.dataset(split), gold_within) if include_gold and gold_within else None
     out = np.empty((n, k), dtype=np.uint16 if vocab <= np.iinfo(np.uint16).max else np.int32)
     filled = np.zeros(n, dtype=bool)
     for sample in batches:
         gold = multi_hot(sample["target"], vocab, ignore=(d.pad(), d.bos())) if include_gold else None
         ids = sample["id"].numpy()
+        if skipped is not None and skipped[ids].any():
+            gold[torch.from_numpy(skipped[ids])] = 0.0
         try:
             out[ids] = predict_lists(model, sample["net_input"], k, d, gold=gold, always=always).numpy()
         except TooManyForcedWords as err:  # name the sentence by its id in the split, not its row in the batch
@@ -159,15 +216,15 @@ def predict_candidates(model, task, split, k, include_gold=False, batch_size=256
 
 
 @torch.no_grad()
-def recall_at(model, task, split, ks: Sequence[int], batch_size=256, scores: Optional[torch.Tensor] = None
-              ) -> Dict[int, float]:
+def recall_at(model, task, split, ks: Sequence[int], batch_size=256, scores: Optional[torch.Tensor] = None,
+              max_tokens: int = PREDICT_MAX_TOKENS) -> Dict[int, float]:
     """Token-level recall@K (percent) of the predictor on a split, for each K;
     with ``scores`` (one score per target word) a fixed ranking is measured
     instead, e.g. the frequency baseline."""
     for k in ks:
         check_k(k, len(task.target_dictionary))
     hits, tokens = np.zeros(len(ks), dtype=np.int64), 0
-    _, batches = _batches(task, split, batch_size)
+    _, batches = _batches(task, split, batch_size, max_tokens)
     for sample in batches:
         target = sample["target"]
         if scores is None:
@@ -189,14 +246,16 @@ def frequency_scores(task) -> torch.Tensor:
 
 
 def export_split(model, task, split, k, out_dir, predictor_path, digest=None, gold=False, batch_size=256,
-                 path=None):
+                 path=None, gold_within: Optional[Tuple] = None):
     """Predict a split's K-candidate lists and write them as a candidate file
-    (see candidates.py), by default ``out_dir/SPLIT.kK.npy``.  Returns
-    (path, ids, seconds spent predicting)."""
+    (see candidates.py), by default ``out_dir/SPLIT.kK.npy``; ``gold`` and
+    ``gold_within`` as ``predict_candidates``'s ``include_gold`` and
+    ``gold_within``.  Returns (path, ids, seconds spent predicting)."""
     import time
 
     start = time.perf_counter()
-    ids = predict_candidates(model, task, split, k, include_gold=gold, batch_size=batch_size)
+    ids = predict_candidates(model, task, split, k, include_gold=gold, batch_size=batch_size,
+                             gold_within=gold_within)
     seconds = time.perf_counter() - start
     meta = {"split": split, "vocab_size": len(task.target_dictionary),
             "target_dict_hash": dictionary_fingerprint(task.target_dictionary),
@@ -204,6 +263,8 @@ def export_split(model, task, split, k, out_dir, predictor_path, digest=None, go
             "data_sha256": split_digest(task.dataset(split)),
             # absolute: a model trained on these lists records it, to find it from any folder when decoded
             "predictor": os.path.abspath(predictor_path), "predictor_sha256": digest or file_sha256(predictor_path),
-            "gold_included": gold, "always_included": [task.target_dictionary.unk()]}
+            "gold_included": gold, "always_included": [task.target_dictionary.unk()],
+            # the (source, target) lengths beyond which no gold word was forced in (fairseq-train skips those)
+            "gold_within": list(gold_within) if gold and gold_within else None}
     return write_candidates(path or candidate_file(out_dir, split, k), ids, meta), ids, seconds
 

@@ -2,8 +2,10 @@
 """Write each example's top-K predicted target words for one or more splits.
 
 For the training split the gold target words are always included (the top K
-of o + the gold indicator: the paper's 100% training recall); for the other
-splits the list is the predictor's top K.  The unknown word is always
+of o + the gold indicator: the paper's 100% training recall), except for the
+sentences fairseq-train skips as too long (--max-source-positions,
+--max-target-positions); for the other splits the list is the predictor's
+top K.  The unknown word is always
 included.  Output per split: OUT/SPLIT.kK.npy (N x K ids, best first,
 memory-mappable) and OUT/SPLIT.kK.json (how it was made); see
 fairseq_smallvocab/candidates.py.
@@ -31,7 +33,12 @@ def main(argv=None):
                         help="force the gold words in: for the training split only (default), every split, "
                              "or none; the tasks refuse lists with gold words for evaluated splits (optimistic "
                              "scores) unless given --allow-gold-candidates")
-    parser.add_argument("--batch-size", type=int, default=256)
+    for side in ("source", "target"):
+        parser.add_argument(f"--max-{side}-positions", type=int, default=1024,
+                            help=f"gold words are forced in only for sentences whose {side} is at most this long: "
+                                 "fairseq-train skips longer ones (give the value it trains with; default: "
+                                 "fairseq's 1024)")
+    parser.add_argument("--batch-size", type=int, default=256, help="most sentences per prediction batch")
     args = parser.parse_args(argv)
     logging.getLogger().setLevel(logging.WARNING)
     try:
@@ -41,7 +48,8 @@ def main(argv=None):
         for split in args.splits:
             gold = args.gold == "always" or (args.gold == "train" and split == task.cfg.train_subset)
             path, ids, seconds = export_split(model, task, split, args.k, args.out_dir, args.predictor, digest,
-                                              gold, args.batch_size)
+                                              gold, args.batch_size, gold_within=(args.max_source_positions,
+                                                                                  args.max_target_positions))
             print(f"{split}: {ids.shape[0]} examples x K={args.k} -> {path} "
                   f"({seconds:.2f} s, {1000 * seconds / max(1, ids.shape[0]):.2f} ms per example"
                   f"{', gold words included' if gold else ''})")

@@ -38,11 +38,11 @@ def _write_lists(data, split, folder, k=60, gold=None, predictor="/elsewhere/vp/
     full = _task(data, small_vocab_size=0)
     full.load_dataset(split)
     ds, d = full.dataset(split), full.target_dictionary
-    gold = split == "train" if gold is None else gold
+    gold = np.full(len(ds), split == "train" if gold is None else gold)  # or a mask: which examples get them
     rng = np.random.default_rng(0)
     lists = []
     for i in range(len(ds)):
-        words = [t for t in dict.fromkeys(ds[i]["target"].tolist()) if t >= d.nspecial] if gold else []
+        words = [t for t in dict.fromkeys(ds[i]["target"].tolist()) if t >= d.nspecial] if gold[i] else []
         rest = [t for t in rng.permutation(len(d)).tolist() if t >= d.nspecial and t not in words]
         lists.append([d.unk(), *words, *rest][:k])
     ids = np.array(lists, dtype=np.uint16)
@@ -50,7 +50,7 @@ def _write_lists(data, split, folder, k=60, gold=None, predictor="/elsewhere/vp/
         edit(ids, d)
     meta = {"split": split, "vocab_size": len(d), "target_dict_hash": dictionary_fingerprint(d),
             "data": os.path.abspath(str(data)), "data_sha256": split_digest(ds), "predictor": predictor,
-            "predictor_sha256": "0" * 64, "gold_included": gold, "always_included": [d.unk()]}
+            "predictor_sha256": "0" * 64, "gold_included": bool(gold.any()), "always_included": [d.unk()]}
     return write_candidates(candidate_file(folder, split, k), ids, meta)
 
 
@@ -223,6 +223,46 @@ def test_a_model_trained_on_exported_lists_records_their_predictor(tiny_bin, tmp
     bare = _model_cfg()
     _task(tiny_bin, candidates_dir=str(tmp_path / "empty"), small_vocab_size=60).build_model(bare)
     assert bare.vocab_predictor is None
+
+
+def test_training_lists_need_no_gold_words_for_the_sentences_training_skips(tiny_bin, tmp_path):
+    full = _task(tiny_bin, small_vocab_size=0)
+    full.load_dataset("train")
+    ds = full.dataset("train")
+    long = (ds.src_sizes > 30) | (ds.tgt_sizes > 30)
+    assert 0 < long.sum() < len(ds)
+    _write_lists(tiny_bin, "train", tmp_path, gold=~long)
+    with pytest.raises(ValueError, match="lack gold words"):
+        _task(tiny_bin, candidates_dir=str(tmp_path), small_vocab_size=60).load_dataset("train")
+    # fairseq-train skips sentences longer than --max-source/target-positions (its train iterator ignores them)
+    task = _task(tiny_bin, candidates_dir=str(tmp_path), small_vocab_size=60, max_source_positions=30,
+                 max_target_positions=30)
+    task.load_dataset("train")
+    assert len(task.dataset("train")) == len(ds)  # a row for every sentence all the same
+
+
+@pytest.mark.slow
+def test_predicted_training_lists_force_gold_words_where_training_reads_them(predictor, tiny_bin, tmp_path):
+    limits = dict(max_source_positions=30, max_target_positions=30)
+    task = _task(tiny_bin, vocab_predictor=str(predictor), candidates_dir=str(tmp_path), small_vocab_size=60,
+                 **limits)
+    task.load_dataset("train")
+    assert read_candidates(tmp_path / "train.k60.npy")[1]["gold_within"] == [30, 30]
+    ds = task.dataset("train")
+    for i in range(len(ds)):
+        if ds.src_sizes[i] <= 30 and ds.tgt_sizes[i] <= 30:
+            assert set(ds[i]["target"].tolist()) <= set(ds.rows[i].tolist())
+    # a run that trains on longer sentences does not take these lists from the cache
+    first = (tmp_path / "train.k60.npy").stat().st_mtime_ns
+    _task(tiny_bin, vocab_predictor=str(predictor), candidates_dir=str(tmp_path), small_vocab_size=60,
+          max_source_positions=60, max_target_positions=60).load_dataset("train")
+    assert read_candidates(tmp_path / "train.k60.npy")[1]["gold_within"] == [60, 60]
+    assert (tmp_path / "train.k60.npy").stat().st_mtime_ns != first
+    # one that trains on fewer reuses them
+    again = (tmp_path / "train.k60.npy").stat().st_mtime_ns
+    _task(tiny_bin, vocab_predictor=str(predictor), candidates_dir=str(tmp_path), small_vocab_size=60,
+          **limits).load_dataset("train")
+    assert (tmp_path / "train.k60.npy").stat().st_mtime_ns == again
 
 
 @pytest.mark.slow

@@ -177,6 +177,73 @@ def test_exported_lists_name_their_predictor_by_an_absolute_path(hand_bin, tmp_p
     assert read_candidates(path)[1]["predictor"] == str(tmp_path / "vp" / "checkpoint_best.pt")
 
 
+def test_prediction_batches_are_bounded_by_tokens_not_sentences():
+    from fairseq_smallvocab.predictor import token_batches
+
+    sizes = np.array([5] * 300 + [100_000] + [20] * 50 + [700] * 3)
+    order = np.argsort(sizes, kind="stable")
+    batches = token_batches(order, sizes[order], max_tokens=1000, max_sentences=64)
+    assert sorted(np.concatenate(batches).tolist()) == list(range(len(sizes)))  # every example, once
+    for batch in batches:
+        assert len(batch) <= 64
+        assert len(batch) * sizes[batch].max() <= 1000 or len(batch) == 1, (len(batch), sizes[batch].max())
+    assert [300] in [b.tolist() for b in batches]  # the long sentence alone, not dropped
+
+
+@pytest.fixture(scope="module")
+def long_bin(tmp_path_factory):
+    """Short sentence pairs and one of 3,000 tokens (source and target) with 600 distinct target words."""
+    raw = tmp_path_factory.mktemp("long") / "raw"
+    raw.mkdir()
+    rng = np.random.default_rng(0)
+    words = [f"w{i}" for i in range(600)]
+    src = [" ".join(rng.choice(["x", "y", "z"], size=3)) for _ in range(40)]
+    tgt = [" ".join(rng.choice(words[:30], size=3)) for _ in range(40)]
+    src[17] = " ".join(rng.choice(["x", "y", "z"], size=3000))
+    tgt[17] = " ".join(words * 5)
+    prep.write_lines(raw / "train.src", src)
+    prep.write_lines(raw / "train.tgt", tgt)
+    prep.prepare(raw, raw.parent / "bin", "src", "tgt", {"train": "train"}, min_count=1, log=lambda m: None)
+    return raw.parent / "bin"
+
+
+def test_a_long_sentence_is_predicted_in_a_batch_of_its_own(long_bin, monkeypatch):
+    from fairseq_smallvocab.predictor import PREDICT_MAX_TOKENS
+
+    task = _task(long_bin)
+    model = _model(task).eval()
+    shapes = []
+    real = model.predict
+
+    def spy(**net_input):
+        shapes.append(tuple(net_input["src_tokens"].shape))
+        return real(**net_input)
+
+    monkeypatch.setattr(model, "predict", spy)
+    ids = predict_candidates(model, task, "train", k=20, batch_size=256)
+    assert ids.shape == (40, 20) and (3001, ) in [s[1:] for s in shapes]
+    assert all(b * t <= PREDICT_MAX_TOKENS or b == 1 for b, t in shapes), shapes  # not 40 x 3,001
+
+
+def test_sentences_training_skips_need_no_gold_words(long_bin, tmp_path):
+    from fairseq_smallvocab.predictor import export_split
+
+    task = _task(long_bin)
+    model = _model(task).eval()
+    d = task.target_dictionary
+    with pytest.raises(ValueError, match="sentence 17 of split 'train' needs 602 forced words"):
+        predict_candidates(model, task, "train", k=40, include_gold=True)
+    # fairseq-train skips sentences longer than --max-source/target-positions: their lists need no gold words
+    ids = predict_candidates(model, task, "train", k=40, include_gold=True, gold_within=(1024, 1024))
+    train = task.dataset("train")
+    for i in range(len(train)):
+        assert (set(train[i]["target"].tolist()) <= set(ids[i].tolist())) == (i != 17), i
+    path, _, _ = export_split(model, task, "train", 40, tmp_path, "vp.pt", "0" * 64, gold=True,
+                              gold_within=(1024, 1024))
+    assert read_candidates(path)[1]["gold_within"] == [1024, 1024]
+    assert d.unk() in ids[17]
+
+
 @pytest.mark.slow
 def test_training_candidates_contain_every_gold_word(predictor, tiny_bin):
     model, task = load_predictor(predictor, tiny_bin)
