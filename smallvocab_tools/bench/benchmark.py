@@ -917,6 +917,11 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if args.worker:
         return args
+    # --quick's settings become the defaults, so that options given explicitly win; the command line is parsed
+    # again before anything below fills in a setting (a later parse would drop those: d = None, issue #29)
+    if args.quick:
+        parser.set_defaults(modes=["ce", "reinforce"], vocab_sizes=[24000], k=[1000], k_sweep=[], steps=2, warmup=1)
+        args = parser.parse_args(argv)
     if args.embed_dim is None and args.arch == "lstm_smallvocab":
         args.embed_dim = 256
     if args.rounds < 1:
@@ -926,9 +931,6 @@ def parse_args(argv=None):
                      "loo (the other samples of an input are its baseline)")
     if args.arch != "lstm_smallvocab" and args.data:
         parser.error("--arch goes with synthetic batches (--vocab-sizes); --data measures the recipe's model")
-    if args.quick:  # --quick's settings become the defaults, so that options given explicitly win
-        parser.set_defaults(modes=["ce", "reinforce"], vocab_sizes=[24000], k=[1000], k_sweep=[], steps=2, warmup=1)
-        args = parser.parse_args(argv)
     if args.max_sample_len is None:
         args.max_sample_len = (50 if args.captions else 100) if args.data else args.max_len
     if args.max_sample_len < 1:
