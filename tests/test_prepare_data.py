@@ -346,7 +346,8 @@ def test_force_replaces_what_the_tools_and_fairseq_wrote_there(tiny_bin, tiny_ra
     # after it: fairseq-preprocess run again into the folder (another split, another dictionary), the
     # plugin's candidate lists (--candidates-dir DATA/candidates, export_candidates.py), a killed export
     for name in ("test2.src-tgt.src.bin", "test2.src-tgt.src.idx", "dict.de.txt", "candidates/valid.k50.npy",
-                 "candidates/valid.k50.json", "candidates/.test.k50.npy.tmp-123", "test.k20.npy"):
+                 "candidates/valid.k50.json", "candidates/.test.k50.npy.tmp-123", "test.k20.npy",
+                 "candidates/train.k50.nogold.npy", "candidates/train.k50.nogold.json"):
         (dest / name).parent.mkdir(exist_ok=True)
         (dest / name).write_text("x\n")
     (dest / "stats.json").write_text("{}\n")  # edited: still the tools' file

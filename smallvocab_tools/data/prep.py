@@ -76,7 +76,7 @@ def remove_stale_temporaries(final: Path):
 # DATA/..., export_candidates.py) and their temporaries.  All derived from the
 # data, so --force replaces them with the rest.
 _DERIVED = re.compile(r"dict\.[^/]+\.txt|[^/]+\.[^/]+-[^/]+\.[^/]+\.(?:bin|idx)|preprocess\.log"
-                      r"|(?:.+/)?\.?[^/]+\.k\d+\.(?:npy|json)(?:\.tmp-\d+)?")
+                      r"|(?:.+/)?\.?[^/]+\.k\d+(?:\.nogold)?\.(?:npy|json)(?:\.tmp-\d+)?")
 # Older versions wrote the marker without the list of files: what they wrote
 _OLDER_OUTPUTS = re.compile(r"(?:(?:raw|subword)/)?(?:train|valid|test)\.[^/]+|stats\.json|spm\.[^/]+\.(?:model|vocab)"
                             r"|lexicon\.tsv|corpus\.json|config\.json")
