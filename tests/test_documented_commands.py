@@ -1070,7 +1070,13 @@ def test_scripts_run_in_process_on_tiny_settings(tiny_raw, tmp_path, capsys):
             arg for name, value in TINY.__dict__.items() for arg in (f"--{name.replace('_', '-')}", value)]),
     }
     assert set(runs) == {c for c, doc in COMMANDS.items() if doc.kind == "run" and doc.test == IN_PROCESS}
-    out = {command: _run_in_process(argv, capsys) for command, argv in runs.items()}
+    import torch
+
+    threads = torch.get_num_threads()
+    try:
+        out = {command: _run_in_process(argv, capsys) for command, argv in runs.items()}
+    finally:  # the benchmarks set torch's threads for the process: the tests after this one keep theirs
+        torch.set_num_threads(threads)
 
     assert out[USER_DIR_OF_AN_INSTALL].strip() == str(USER_DIR)  # what --user-dir takes
     for name in ("speedup", "time_vs_k", "memory"):  # the plots docs/ shows, redrawn from its records
