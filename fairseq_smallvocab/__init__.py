@@ -11,11 +11,11 @@ line, or ``import fairseq_smallvocab`` from Python.  Importing the package
 * registers the plugin's tasks, models and criteria with fairseq's registries,
   and
 * lets ``fairseq-train --cpu --clip-norm`` run on a machine with a GPU
-  (``grad_clip_compat``: fairseq 0.12 computes the norm on the GPU there),
+  (``compat/grad_clip.py``: fairseq 0.12 computes the norm on the GPU there),
   and
 * saves the tasks' own state in fairseq-train's checkpoints on every fairseq
   0.12, makes its copies to checkpoint_last/best atomic and keeps one trainer
-  per --save-dir (``train_checkpoints``).
+  per --save-dir (``compat/train_checkpoints.py``).
 """
 
 __version__ = "0.1.0"
@@ -31,11 +31,11 @@ except ModuleNotFoundError as exc:  # pragma: no cover - exercised only without 
         "see README.md, 'Installing into an existing fairseq environment'"
     ) from exc
 
-from fairseq_smallvocab import checkpoint_compat, grad_clip_compat, train_checkpoints  # noqa: E402
+from fairseq_smallvocab.compat import checkpoint_loading, grad_clip, train_checkpoints  # noqa: E402
 
-checkpoint_compat.allow_fairseq_checkpoint_globals()
-checkpoint_compat.install_checkpoint_loader()
-grad_clip_compat.install()
+checkpoint_loading.allow_fairseq_checkpoint_globals()
+checkpoint_loading.install_checkpoint_loader()
+grad_clip.install()
 train_checkpoints.install()
 
 from fairseq_smallvocab import criterions, models, tasks  # noqa: E402,F401

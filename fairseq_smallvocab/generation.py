@@ -1,6 +1,6 @@
 """Decoding inside each input's candidate vocabulary with fairseq's own
 ``SequenceGenerator`` (greedy, beam search, sampling), for any restricted
-model (``candidate_model``).
+model (``restricted_model``).
 
 A small-vocabulary model scores only the K candidates of each example, so the
 generator works in *candidate space*: a hypothesis token is a position
@@ -35,8 +35,8 @@ import torch.nn.functional as F
 from fairseq.sequence_generator import EnsembleModel, SequenceGenerator
 from torch import Tensor
 
-from fairseq_smallvocab.candidate_space import candidate_positions
-from fairseq_smallvocab.modules.candidate_output import UnionScorer, find_output_weights
+from fairseq_smallvocab.candidates.space import candidate_positions
+from fairseq_smallvocab.output.restricted import UnionScorer, find_output_weights
 
 
 def _output_weights(model):

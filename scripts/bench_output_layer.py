@@ -21,8 +21,8 @@ import time
 import torch
 import torch.nn.functional as F
 
-from fairseq_smallvocab.candidate_space import batch_union
-from fairseq_smallvocab.modules.candidate_output import CandidateLogits
+from fairseq_smallvocab.candidates.space import batch_union
+from fairseq_smallvocab.output.restricted import CandidateLogits
 from smallvocab_tools.bench.benchmark import make_batch
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Time REINFORCE's sentence rewards (fairseq_smallvocab.rewards) on one
+"""Time REINFORCE's sentence rewards (fairseq_smallvocab.reinforce.rewards) on one
 batch as a step scores it: B inputs x N samples of up to L words, each
 against its input's reference, as ids of a fairseq dictionary (what the
 criterion passes; bleu and chrf turn them into strings for sacrebleu, gleu
@@ -17,7 +17,7 @@ import time
 import torch
 from fairseq.data import Dictionary
 
-from fairseq_smallvocab.rewards import REWARDS, build_reward
+from fairseq_smallvocab.reinforce.rewards import REWARDS, build_reward
 
 
 def main(argv=None):

@@ -45,7 +45,7 @@ python scripts/prepare_data.py --raw-dir "$DEMO_DIR/raw" --src src --tgt tgt \
 # the paper's rule for the size of the small vocabulary (K = 1000 above 10K words, else
 # 500), capped by the dictionary: its words plus fairseq's 4 special symbols
 V=$(( $(wc -l < "$DEMO_DIR/data-bin/dict.tgt.txt") + 4 ))
-K=$(python -c "from fairseq_smallvocab.candidate_space import default_small_vocab_size as k; print(k($DEMO_VOCAB))")
+K=$(python -c "from fairseq_smallvocab.candidates.space import default_small_vocab_size as k; print(k($DEMO_VOCAB))")
 K=$(( K < V ? K : V ))
 DATA=(--task translation_smallvocab -s src -t tgt --small-vocab-size "$K"
       --vocab-predictor "$DEMO_DIR/predictor/checkpoint_best.pt" --candidates-dir "$DEMO_DIR/candidates")

@@ -8,7 +8,7 @@ sentences fairseq-train skips as too long (--max-source-positions,
 top K.  The unknown word is always
 included.  Output per split: OUT/SPLIT.kK.npy (N x K ids, best first,
 memory-mappable) and OUT/SPLIT.kK.json (how it was made); see
-fairseq_smallvocab/candidates.py.
+fairseq_smallvocab/predictor/lists.py.
 
     python scripts/export_candidates.py --predictor ckpt/vp/checkpoint_best.pt \\
         --data data-bin/multi30k.en-de --splits train valid test --k 500 --out-dir cands/
@@ -18,7 +18,7 @@ import argparse
 import logging
 import sys
 
-from fairseq_smallvocab.predictor import PredictorError, export_split, file_sha256, load_predictor
+from fairseq_smallvocab.predictor.inference import PredictorError, export_split, file_sha256, load_predictor
 
 
 def main(argv=None):

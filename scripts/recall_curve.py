@@ -17,7 +17,7 @@ import os
 import sys
 from pathlib import Path
 
-from fairseq_smallvocab.predictor import PredictorError, frequency_scores, load_predictor, recall_at
+from fairseq_smallvocab.predictor.inference import PredictorError, frequency_scores, load_predictor, recall_at
 from smallvocab_tools.analysis.plotting import finish, new_figure
 
 DEFAULT_KS = [50, 100, 200, 300, 500, 750, 1000, 1500, 2000, 3000, 5000, 10000]

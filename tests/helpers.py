@@ -146,14 +146,14 @@ def translation_batch(lengths, t_src, t_tgt, k, v_src, tgt_dict):
 
 def candidate_batch(k, vocab_size, gold=None, bsz=None, nspecial=4, shuffle=True):
     """B x K candidate rows as training lists give them (the plugin's
-    ``candidate_space.candidate_rows``): the special ids, then each row's gold
+    ``candidates.space.candidate_rows``): the special ids, then each row's gold
     words (``gold[b]``'s ids >= nspecial, in order of first occurrence), then
     other words in a random order (torch's generator) or, without
     ``shuffle``, in id order."""
     import numpy as np
     import torch
 
-    from fairseq_smallvocab.candidate_space import candidate_rows
+    from fairseq_smallvocab.candidates.space import candidate_rows
 
     lists = []
     for b in range(len(gold) if gold is not None else bsz):

@@ -1,4 +1,4 @@
-"""Oracles for every model family the tasks restrict (``candidate_model``):
+"""Oracles for every model family the tasks restrict (``restricted_model``):
 small log-probs, loss and output-weight gradients equal the full softmax
 masked to the same candidates; greedy and beam search equal fairseq's stock
 generator on the masked full softmax; samples stay inside the candidates and
@@ -17,11 +17,11 @@ from fairseq.sequence_generator import SequenceGenerator
 from helpers import candidate_batch, make_dictionary, translation_batch
 
 import fairseq_smallvocab  # noqa: F401  (registers the plugin's models)
-from fairseq_smallvocab.candidate_model import restrict
-from fairseq_smallvocab.candidate_space import candidate_positions
+from fairseq_smallvocab.candidates.space import candidate_positions
 from fairseq_smallvocab.generation import SmallVocabSequenceGenerator
 from fairseq_smallvocab.models.lstm_smallvocab import LSTMSmallVocabConfig, LSTMSmallVocabModel
-from fairseq_smallvocab.modules.candidate_output import RestrictionError, eval_mode
+from fairseq_smallvocab.output.restricted import RestrictionError, eval_mode
+from fairseq_smallvocab.restricted_model import restrict
 
 V_SRC, V_TGT, B, T_SRC, T_TGT, K, D = 30, 70, 5, 7, 6, 18, 16
 
@@ -230,8 +230,9 @@ def _reinforce_grads(model, net, cands, gathered, monkeypatch):
     """Every parameter's gradient of a loss that uses the CE pass's logits and the
     samples' log-probabilities (the same dropout masks and draws each time),
     with the weight gradients gathered (the default) or each use's own."""
-    from fairseq_smallvocab import candidate_model, sampler
-    from fairseq_smallvocab.modules import gathered_embedding_grad
+    from fairseq_smallvocab import restricted_model as candidate_model
+    from fairseq_smallvocab.output import gathered_grad as gathered_embedding_grad
+    from fairseq_smallvocab.reinforce import sampler
 
     with monkeypatch.context() as patch:
         if not gathered:
@@ -362,7 +363,7 @@ def test_extra_special_symbols_and_language_tags():
     """A target dictionary with an extra special symbol (<mask>: nspecial = 5,
     at its own position in every row) and a language tag (an ordinary symbol,
     a candidate like any word)."""
-    from fairseq_smallvocab.candidate_space import candidate_rows, check_rows
+    from fairseq_smallvocab.candidates.space import candidate_rows, check_rows
 
     d = Dictionary(extra_special_symbols=["<mask>"])
     tag = d.add_symbol("__de__")
@@ -432,7 +433,7 @@ def test_teacher_forced_union_and_per_example_rows_agree(overlap, monkeypatch):
     """restricted_logits scores the batch union with one product when the rows
     overlap (|U| <= 2K) and each example's rows otherwise: the same logits and
     gradients either way, forced both ways."""
-    import fairseq_smallvocab.modules.candidate_output as output
+    import fairseq_smallvocab.output.restricted as output
 
     torch.manual_seed(0)
     weight, bias = torch.randn(V_TGT, 8, requires_grad=True), torch.randn(V_TGT, requires_grad=True)

@@ -208,12 +208,12 @@ def test_ab_steps_alternate_the_two_values_from_one_seed(monkeypatch):
     """--ab: each batch runs under A and B (A B, then B A, ...), both from the
     batch's seed and the same model state; warm-up batches are untimed; the setting is restored, also
     when a step fails; the ratio is the median of the batches' A / B."""
-    from fairseq_smallvocab.modules import candidate_output
+    from fairseq_smallvocab.output import restricted as candidate_output
     from smallvocab_tools.bench import benchmark
 
     clock = [0.0]
     monkeypatch.setattr(benchmark.time, "perf_counter", lambda: clock[0])
-    spec = "fairseq_smallvocab.modules.candidate_output.TRANSPOSED_MIN_ROWS=7,9"
+    spec = "fairseq_smallvocab.output.restricted.TRANSPOSED_MIN_ROWS=7,9"
     before = candidate_output.TRANSPOSED_MIN_ROWS
     calls, seeds, lens = [], [], []
     costs = iter([1.0, 1.0, 4.0, 2.0, 3.0, 1.0, 6.0, 2.0])  # per call, in call order
@@ -246,14 +246,14 @@ def test_ab_steps_alternate_the_two_values_from_one_seed(monkeypatch):
     assert candidate_output.TRANSPOSED_MIN_ROWS == before
 
 
-SETTING = "fairseq_smallvocab.modules.candidate_output.TRANSPOSED_MIN_ROWS"
+SETTING = "fairseq_smallvocab.output.restricted.TRANSPOSED_MIN_ROWS"
 
 
 @pytest.mark.parametrize("spec, problem", [
     ("TRANSPOSED_MIN_ROWS=1,2", "module-level setting of the plugin"),
     ("os.sep=1,2", "module-level setting of the plugin"),
     ("fairseq_smallvocab.nowhere.X=1,2", "no module fairseq_smallvocab.nowhere"),
-    ("fairseq_smallvocab.modules.candidate_output.NOPE=1,2", "has no setting NOPE"),
+    ("fairseq_smallvocab.output.restricted.NOPE=1,2", "has no setting NOPE"),
     (SETTING + "=1", "two values are compared, not 1"),
     (SETTING + "=1,x", "Python literals"),
     (SETTING + "=1,2.5", "2.5 is not of TRANSPOSED_MIN_ROWS's type"),
@@ -263,7 +263,7 @@ def test_ab_refuses_what_it_cannot_compare(spec, problem):
 
     with pytest.raises(ValueError, match=re.escape(problem)):
         parse_ab(spec)
-    module, name, values = parse_ab("fairseq_smallvocab.sampler.STORED_PROBS_MAX_ELEMENTS=0, 268435456")
+    module, name, values = parse_ab("fairseq_smallvocab.reinforce.sampler.STORED_PROBS_MAX_ELEMENTS=0, 268435456")
     assert name == "STORED_PROBS_MAX_ELEMENTS" and values == (0, 2 ** 28)
 
 
@@ -278,7 +278,7 @@ def test_benchmark_ab_runs_both_values_in_each_round(tmp_path):
                "--k-sweep", "--no-full", "--batch", "4", "--max-len", "6", "--embed-dim", "8", "--steps", "2",
                "--warmup", "1", "--threads", "1", "--rounds", "2", "--ab",
                # the same draws either way (only the backward's source of p_t differs): equal sample lengths
-               "fairseq_smallvocab.sampler.STORED_PROBS_MAX_ELEMENTS=0,268435456",
+               "fairseq_smallvocab.reinforce.sampler.STORED_PROBS_MAX_ELEMENTS=0,268435456",
                "--json", tmp_path / "ab.json"])
     record, = json.loads((tmp_path / "ab.json").read_text())
     assert record["ab_values"] == [0, 268435456]

@@ -193,7 +193,7 @@ def test_interactive_is_refused_at_start(cap_model, cap_bin):
 
 @pytest.mark.slow
 def test_predictors_of_the_other_input_kind_are_named(cap_predictor, cap_bin, tiny_bin, predictor, tmp_path):
-    from fairseq_smallvocab.predictor import PredictorError, load_predictor
+    from fairseq_smallvocab.predictor.inference import PredictorError, load_predictor
     from fairseq_smallvocab.tasks.translation_smallvocab import TranslationSmallVocabConfig, TranslationSmallVocabTask
 
     cfg = TranslationSmallVocabConfig(data=str(tiny_bin), vocab_predictor=str(cap_predictor),

@@ -10,11 +10,11 @@ from helpers import candidate_batch, make_dictionary
 
 
 def _model():
-    from fairseq_smallvocab.candidate_model import restrict
     from fairseq_smallvocab.models.lstm_caption_smallvocab import (
         LSTMCaptionSmallVocabConfig,
         LSTMCaptionSmallVocabModel,
     )
+    from fairseq_smallvocab.restricted_model import restrict
 
     d = make_dictionary(54)  # the specials and 50 words
 

@@ -15,7 +15,7 @@ from helpers import USER_DIR, run
 from omegaconf import OmegaConf
 
 import fairseq_smallvocab  # noqa: F401  (registers the allow-list)
-from fairseq_smallvocab import checkpoint_compat
+from fairseq_smallvocab.compat import checkpoint_loading as checkpoint_compat
 
 TORCH_WEIGHTS_ONLY_DEFAULT = tuple(int(x) for x in torch.__version__.split(".")[:2]) >= (2, 6)
 TINY_LSTM = ["--arch", "lstm", "--encoder-embed-dim", "16", "--decoder-embed-dim", "16",
@@ -188,7 +188,7 @@ def test_malicious_checkpoint_is_refused_through_fairseq(tmp_path):
 
 
 def test_a_refused_predictor_checkpoint_names_the_type_and_is_not_called_corrupt(tmp_path):
-    from fairseq_smallvocab.predictor import PredictorError, load_predictor
+    from fairseq_smallvocab.predictor.inference import PredictorError, load_predictor
 
     path = tmp_path / "vp.pt"
     torch.save({"cfg": {}, "model": {}, "payload": _Exploit()}, path)

@@ -13,8 +13,8 @@ from helpers import candidate_batch, make_dictionary
 
 from fairseq_smallvocab.generation import SmallVocabSequenceGenerator
 from fairseq_smallvocab.models.lstm_smallvocab import LSTMSmallVocabConfig, LSTMSmallVocabModel
-from fairseq_smallvocab.modules import candidate_output
-from fairseq_smallvocab.modules.candidate_output import UnionScorer
+from fairseq_smallvocab.output import restricted as candidate_output
+from fairseq_smallvocab.output.restricted import UnionScorer
 
 V_SRC, V_TGT, B, T_SRC, K = 30, 80, 6, 7, 20
 

@@ -9,14 +9,14 @@ import torch.nn.functional as F
 from helpers import candidate_batch
 from torch import nn
 
-from fairseq_smallvocab.modules.candidate_output import (
+from fairseq_smallvocab.output.gathered_grad import gathered_embedding_grads
+from fairseq_smallvocab.output.restricted import (
     CandidateLogits,
     CandidateLogProbs,
     _routed,
     candidate_log_probs,
     restricted_logits,
 )
-from fairseq_smallvocab.modules.gathered_embedding_grad import gathered_embedding_grads
 
 EXCLUDED = [1, 0]  # pad and bos: positions equal ids for the specials
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU"))]

@@ -78,3 +78,70 @@ def test_the_plugin_package_holds_only_the_plugin():
     assert run([sys.executable, "-c", code], cwd="/").stdout.split("\n")[-3:-1] == ["[]", "tools ok"]
     for script in sorted((REPO / "scripts").glob("*.py")):
         assert "sys.path.insert" not in script.read_text(), script
+
+
+def _imports(root):
+    """{module: modules of the same package it imports} of a package folder,
+    imports inside functions included (they hide cycles, not remove them)."""
+    import ast
+
+    mods = {}
+    for path in root.rglob("*.py"):
+        rel = path.relative_to(root.parent).with_suffix("")
+        mods[".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts)] = path
+    graph = {}
+    for mod, path in mods.items():
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                found |= {node.module, *(f"{node.module}.{a.name}" for a in node.names)}
+            elif isinstance(node, ast.Import):
+                found |= {a.name for a in node.names}
+        # a package's own __init__ may import its children, and a child its parent: not a cycle of layout
+        graph[mod] = {m for m in found & set(mods) if m != mod and not mod.startswith(m + ".")
+                      and not m.startswith(mod + ".")}
+    return graph
+
+
+def _cycle(graph):
+    """One import cycle of ``graph`` as a list of names, or None."""
+    state = {}
+
+    def visit(node, path):
+        state[node] = "open"
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state:
+                found = visit(nxt, path + [nxt])
+                if found:
+                    return found
+        state[node] = "done"
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            found = visit(node, [node])
+            if found:
+                return found
+    return None
+
+
+@pytest.mark.parametrize("package", ["fairseq_smallvocab", "smallvocab_tools"])
+def test_no_import_cycle_between_modules_or_between_the_plugins_parts(package):
+    graph = _imports(REPO / package)
+    assert _cycle(graph) is None, _cycle(graph)
+    parts = {}  # the same graph between the top-level parts (a subpackage, or a module of its own)
+    for mod, deps in graph.items():
+        for dep in deps:
+            a, b = mod.split(".")[1:2], dep.split(".")[1:2]
+            if a and b and a != b:
+                parts.setdefault(a[0], set()).add(b[0])
+    assert _cycle(parts) is None, _cycle(parts)
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]  # the check itself finds one
+
+
+def test_the_methods_four_parts_are_found_by_folder_name():
+    for part in ("predictor", "candidates", "output", "reinforce"):
+        assert (USER_DIR / part / "__init__.py").is_file(), part
+        assert (USER_DIR / part / "__init__.py").read_text().startswith('"""'), part  # says what the part is

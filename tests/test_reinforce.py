@@ -12,10 +12,10 @@ from fairseq import utils
 from fairseq.data import Dictionary
 from helpers import USER_DIR, candidate_batch, make_dictionary, run
 
-from fairseq_smallvocab.candidate_model import restrict
 from fairseq_smallvocab.criterions.reinforce_gleu import ReinforceGleuCriterion
 from fairseq_smallvocab.models.lstm_smallvocab import LSTMSmallVocabConfig, LSTMSmallVocabModel
-from fairseq_smallvocab.rewards import gleu
+from fairseq_smallvocab.reinforce.rewards import gleu
+from fairseq_smallvocab.restricted_model import restrict
 
 V_SRC, V_TGT, B, T_SRC, T_TGT, K, D = 30, 50, 6, 6, 5, 14, 10
 
@@ -55,7 +55,7 @@ def test_policy_gradient_equals_hand_computation(small, baseline, n, keep_probs,
     rewarded or not; the leave-one-out baseline of sample j is the mean
     reward of the other N - 1 samples of the same input.  With the sampler's
     kept step distributions (the default) and without (the logits made again)."""
-    from fairseq_smallvocab import sampler
+    from fairseq_smallvocab.reinforce import sampler
 
     if not keep_probs:
         monkeypatch.setattr(sampler, "STORED_PROBS_MAX_ELEMENTS", 0)
@@ -117,7 +117,7 @@ def _ranked_choices(monkeypatch, rank_of_row):
     """Replace the sampler's draw by a deterministic one: row r takes the
     ``rank_of_row(r)``-th most likely word of its step (so the same sample can
     be drawn in a batch of N samples per input and alone)."""
-    from fairseq_smallvocab import sampler
+    from fairseq_smallvocab.reinforce import sampler
 
     def draw(logits, with_entropy=False, with_probs=False, probs_out=None):
         ranks = torch.tensor([rank_of_row(r) for r in range(logits.size(0))])
@@ -161,7 +161,7 @@ def test_n_samples_give_the_average_of_n_single_sample_gradients(small, monkeypa
 
 
 def test_leave_one_out_baseline_by_hand():
-    from fairseq_smallvocab.baselines import LeaveOneOutBaseline
+    from fairseq_smallvocab.reinforce.baselines import LeaveOneOutBaseline
 
     rewards = torch.tensor([0.2, 0.5, 0.9, 0.0, 0.0, 0.6])  # two inputs, three samples each
     mask = torch.tensor([[1, 1, 0], [1, 0, 0], [1, 1, 1], [1, 1, 1], [1, 0, 0], [1, 1, 0]], dtype=torch.bool)
@@ -217,7 +217,7 @@ def test_n_samples_stay_inside_their_example_candidates_and_temperature_explores
 
 
 def test_sampling_entropy_equals_the_softmax_entropy():
-    from fairseq_smallvocab.sampler import sample_categorical
+    from fairseq_smallvocab.reinforce.sampler import sample_categorical
 
     logits = torch.randn(5, 9) * 3
     logits[:, [1, 4]] = float("-inf")  # excluded words (pad, bos)
@@ -742,7 +742,7 @@ def test_learned_baseline_state_saved_before_its_first_step_restores_an_unfitted
     """A state saved before any batch (weight of size 0, no Adam state), loaded into a fitted baseline,
     gives back the unfitted one: its next step equals a fresh baseline's (benchmark.py --ab restores
     such a snapshot between the two settings it compares)."""
-    from fairseq_smallvocab.baselines import LearnedBaseline
+    from fairseq_smallvocab.reinforce.baselines import LearnedBaseline
 
     states, mask, rewards = torch.randn(3, 4, D), torch.ones(3, 4, dtype=torch.bool), torch.rand(3)
     used = LearnedBaseline(lr=0.1)
@@ -762,7 +762,7 @@ def test_learned_baseline_reads_the_state_of_checkpoints_written_before_the_base
     """Checkpoints of 0.1 saved the criterion's buffers as baseline_weight / baseline_bias (and the Adam
     state) under the task's "reinforce_gleu.baseline"; the baseline module reads them, and its size comes
     from the saved weight (before any batch)."""
-    from fairseq_smallvocab.baselines import LearnedBaseline
+    from fairseq_smallvocab.reinforce.baselines import LearnedBaseline
 
     old = LearnedBaseline(lr=0.1)
     old.learn(torch.randn(3, 4, D), torch.ones(3, 4, dtype=torch.bool), torch.rand(3))

@@ -6,7 +6,7 @@ from collections import Counter
 import pytest
 import torch
 
-from fairseq_smallvocab.rewards import build_reward, gleu, gleu_batch
+from fairseq_smallvocab.reinforce.rewards import build_reward, gleu, gleu_batch
 
 
 def brute_gleu(hyp, ref, max_order=4):
@@ -88,7 +88,7 @@ def test_bleu_and_chrf_rewards_equal_sacrebleu_sentence_scores():
     import sacrebleu
     from fairseq.data import Dictionary
 
-    from fairseq_smallvocab.rewards import build_reward
+    from fairseq_smallvocab.reinforce.rewards import build_reward
 
     rng = random.Random(3)
     words = "a man in blue shirt is riding bike down the street , . two dogs play ein mann".split()
@@ -115,7 +115,7 @@ def test_rewards_of_post_processed_words():
     differently split but equal sentences score 1."""
     from fairseq.data import Dictionary
 
-    from fairseq_smallvocab.rewards import build_reward
+    from fairseq_smallvocab.reinforce.rewards import build_reward
 
     d = Dictionary()
     (h, hl) = _reward_batch(d, ["\u2581the \u2581cat \u2581sat"])
@@ -130,7 +130,7 @@ def test_rewards_of_post_processed_words():
 def test_empty_samples_and_references_score_zero_without_a_crash(name):
     from fairseq.data import Dictionary
 
-    from fairseq_smallvocab.rewards import build_reward
+    from fairseq_smallvocab.reinforce.rewards import build_reward
 
     d = Dictionary()
     (h, hl), (r, rl) = _reward_batch(d, ["", "a b", "", "a b c"]), _reward_batch(d, ["a b", "", "", "a b c"])

@@ -23,7 +23,7 @@ def _hyps(stdout):
 
 def _load(path):
     """A fairseq checkpoint, loaded as the plugin loads them (its globals allow-listed for weights_only)."""
-    from fairseq_smallvocab.checkpoint_compat import allow_fairseq_checkpoint_globals
+    from fairseq_smallvocab.compat.checkpoint_loading import allow_fairseq_checkpoint_globals
 
     allow_fairseq_checkpoint_globals()
     return torch.load(path, weights_only=True)

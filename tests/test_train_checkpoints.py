@@ -14,8 +14,8 @@ from fairseq import checkpoint_utils, metrics
 from test_translation_smallvocab import _task
 
 import fairseq_smallvocab  # noqa: F401  (installs the wrappers)
-from fairseq_smallvocab import train_checkpoints
-from fairseq_smallvocab.checkpoint_compat import CheckpointLoadError
+from fairseq_smallvocab.compat import train_checkpoints
+from fairseq_smallvocab.compat.checkpoint_loading import CheckpointLoadError
 from fairseq_smallvocab.criterions.reinforce_gleu import ReinforceGleuCriterion
 
 

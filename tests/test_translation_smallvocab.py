@@ -9,9 +9,9 @@ import pytest
 import torch
 from helpers import REPO, USER_DIR, run
 
-from fairseq_smallvocab.candidate_model import restrict
-from fairseq_smallvocab.candidate_space import candidate_rows
-from fairseq_smallvocab.candidates import read_candidates
+from fairseq_smallvocab.candidates.space import candidate_rows
+from fairseq_smallvocab.predictor.lists import read_candidates
+from fairseq_smallvocab.restricted_model import restrict
 from fairseq_smallvocab.tasks.translation_smallvocab import TranslationSmallVocabConfig, TranslationSmallVocabTask
 
 MT_TRAIN = ["--user-dir", USER_DIR, "--task", "translation_smallvocab", "--arch", "lstm_smallvocab",
@@ -32,8 +32,8 @@ def _write_lists(data, split, folder, k=60, gold=None, predictor="/elsewhere/vp/
     ``edit(ids, tgt_dict)`` may change them before they are written."""
     import os
 
-    from fairseq_smallvocab.candidates import candidate_file, split_digest, write_candidates
     from fairseq_smallvocab.models.vocab_predictor import dictionary_fingerprint
+    from fairseq_smallvocab.predictor.lists import candidate_file, split_digest, write_candidates
 
     full = _task(data, small_vocab_size=0)
     full.load_dataset(split)
@@ -190,7 +190,7 @@ def test_decoding_the_training_split_refuses_its_gold_forced_lists(tiny_bin, tmp
 
 @pytest.mark.slow
 def test_decoding_the_training_split_predicts_its_lists_without_gold(predictor, tiny_bin, tmp_path, caplog):
-    from fairseq_smallvocab.predictor import load_predictor, predict_candidates
+    from fairseq_smallvocab.predictor.inference import load_predictor, predict_candidates
 
     settings = dict(vocab_predictor=str(predictor), candidates_dir=str(tmp_path), small_vocab_size=60)
     _task(tiny_bin, **settings).load_dataset("train")  # fairseq-train's lists: gold forced in, cached
@@ -365,7 +365,7 @@ def test_gold_outside_candidates_counts_reference_tokens_not_in_the_row():
     import torch
     from fairseq.data import Dictionary
 
-    from fairseq_smallvocab.candidate_space import gold_outside_candidates
+    from fairseq_smallvocab.candidates.space import gold_outside_candidates
 
     d = Dictionary()
     for w in "abcdefgh":
@@ -440,7 +440,7 @@ def test_a_pair_not_written_together_is_refused(tmp_path, monkeypatch):
     import json
     import os
 
-    from fairseq_smallvocab import candidates
+    from fairseq_smallvocab.predictor import lists as candidates
 
     path = candidates.write_candidates(tmp_path / "valid.k4.npy", np.arange(12, dtype=np.uint16).reshape(3, 4),
                                        {"split": "valid", "target_dict_hash": 1, "data_sha256": "a"})
@@ -488,8 +488,8 @@ def test_training_lists_cut_to_a_smaller_k_must_keep_every_gold_word(predictor, 
 def test_training_k_needed_by_brute_force(monkeypatch):
     from types import SimpleNamespace
 
-    import fairseq_smallvocab.candidate_source as source
-    from fairseq_smallvocab.candidate_source import training_k_needed
+    import fairseq_smallvocab.candidates.source as source
+    from fairseq_smallvocab.candidates.source import training_k_needed
 
     rng = np.random.default_rng(0)
     vocab, nspecial = 40, 4

@@ -10,10 +10,16 @@ import torch
 import torch.nn.functional as F
 from helpers import REPO, USER_DIR, run
 
-from fairseq_smallvocab.candidates import read_candidates, write_candidates
 from fairseq_smallvocab.data import KeepLastBatchDataset
-from fairseq_smallvocab.predictor import PredictorError, frequency_scores, load_predictor, predict_candidates, recall_at
-from fairseq_smallvocab.vocab import recall_hits, select_candidates
+from fairseq_smallvocab.predictor.inference import (
+    PredictorError,
+    frequency_scores,
+    load_predictor,
+    predict_candidates,
+    recall_at,
+)
+from fairseq_smallvocab.predictor.lists import read_candidates, write_candidates
+from fairseq_smallvocab.predictor.scoring import recall_hits, select_candidates
 from smallvocab_tools.data import prep
 from smallvocab_tools.data.synthetic import SyntheticConfig, write_corpus
 
@@ -168,7 +174,7 @@ def test_too_many_gold_words_name_the_sentence_and_a_larger_k(tmp_path):
 
 
 def test_exported_lists_name_their_predictor_by_an_absolute_path(hand_bin, tmp_path, monkeypatch):
-    from fairseq_smallvocab.predictor import export_split
+    from fairseq_smallvocab.predictor.inference import export_split
 
     task = _task(hand_bin)
     task.load_dataset("valid")
@@ -178,7 +184,7 @@ def test_exported_lists_name_their_predictor_by_an_absolute_path(hand_bin, tmp_p
 
 
 def test_prediction_batches_are_bounded_by_tokens_not_sentences():
-    from fairseq_smallvocab.predictor import token_batches
+    from fairseq_smallvocab.predictor.inference import token_batches
 
     sizes = np.array([5] * 300 + [100_000] + [20] * 50 + [700] * 3)
     order = np.argsort(sizes, kind="stable")
@@ -208,7 +214,7 @@ def long_bin(tmp_path_factory):
 
 
 def test_a_long_sentence_is_predicted_in_a_batch_of_its_own(long_bin, monkeypatch):
-    from fairseq_smallvocab.predictor import PREDICT_MAX_TOKENS
+    from fairseq_smallvocab.predictor.inference import PREDICT_MAX_TOKENS
 
     task = _task(long_bin)
     model = _model(task).eval()
@@ -226,7 +232,7 @@ def test_a_long_sentence_is_predicted_in_a_batch_of_its_own(long_bin, monkeypatc
 
 
 def test_sentences_training_skips_need_no_gold_words(long_bin, tmp_path):
-    from fairseq_smallvocab.predictor import export_split
+    from fairseq_smallvocab.predictor.inference import export_split
 
     task = _task(long_bin)
     model = _model(task).eval()
@@ -333,7 +339,7 @@ def test_lists_with_a_repeated_or_unknown_id_are_refused_naming_file_example_and
 
 
 def test_check_lists_reads_large_lists_in_chunks():
-    from fairseq_smallvocab.candidates import check_lists
+    from fairseq_smallvocab.predictor.lists import check_lists
 
     rng = np.random.default_rng(0)
     ids = np.stack([rng.permutation(3000)[:100] for _ in range(2500)]).astype(np.uint16)

@@ -14,7 +14,7 @@ length limit.  Then, for sample j of example b,
 summed over the batch; the sample size is the number of sentences, so N
 samples give the average of N single-sample gradients, not N times one.
 
-Rewards (``--reward``, ``rewards.py``): ``gleu`` (the paper's), sacrebleu's
+Rewards (``--reward``, ``reinforce/rewards.py``): ``gleu`` (the paper's), sacrebleu's
 sentence ``bleu`` and ``chrf``, and ``constant`` (1 for every sample: the
 control); ``--reward-post-process`` scores post-processed words of subword
 data.
@@ -27,11 +27,11 @@ sequences it is shown (tau = 1, the default, is plain REINFORCE; tau != 1
 trades the estimator's unbiasedness for exploration, as sampling-temperature
 studies of RL for translation do).
 
-Baselines (``--rl-baseline``, ``baselines.py``): ``learned`` (default, the
+Baselines (``--rl-baseline``, ``reinforce/baselines.py``): ``learned`` (default, the
 paper's), ``loo`` (the mean reward of the other N - 1 samples of the same
 input; Kool et al. 2019), ``self-critical`` and ``none``.  The learned
 baseline's state (w, b and its Adam state) is saved in fairseq checkpoints
-through the task (``add_checkpoint_state``, ``train_checkpoints``) and
+through the task (``add_checkpoint_state``, ``compat.train_checkpoints``) and
 restored when training resumes; fine-tuning from another checkpoint starts a
 fresh baseline.
 
@@ -42,8 +42,8 @@ decode: every token the argmax of its step), ``entropy`` (nats per sampled
 step, of the distribution sampled from) and ``sample_len``.
 
 The model is any encoder-decoder restricted by the plugin's tasks
-(``candidate_model``): its forward with ``sample_lens`` draws the samples in
-eval mode without gradient and scores them with gradient (``sampler``).
+(``restricted_model``): its forward with ``sample_lens`` draws the samples in
+eval mode without gradient and scores them with gradient (``reinforce.sampler``).
 
 A batch whose reward or loss is not finite is skipped: its loss is replaced by
 an exact zero (so nothing reaches the optimizer) and ``nonfinite`` counts it;
@@ -66,9 +66,9 @@ from fairseq import metrics
 from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 
-from fairseq_smallvocab.baselines import BASELINES as BASELINE_CLASSES
-from fairseq_smallvocab.baselines import build_baseline
-from fairseq_smallvocab.rewards import REWARDS, build_reward
+from fairseq_smallvocab.reinforce.baselines import BASELINES as BASELINE_CLASSES
+from fairseq_smallvocab.reinforce.baselines import build_baseline
+from fairseq_smallvocab.reinforce.rewards import REWARDS, build_reward
 
 logger = logging.getLogger(__name__)
 

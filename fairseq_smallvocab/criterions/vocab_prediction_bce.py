@@ -21,7 +21,7 @@ from fairseq import metrics
 from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import FairseqDataclass
 
-from fairseq_smallvocab.vocab import check_k, multi_hot, recall_hits
+from fairseq_smallvocab.predictor.scoring import check_k, multi_hot, recall_hits
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ Encoder: embeddings, a bidirectional LSTM (d units per direction).  Decoder
 W_p is tied to the target embedding.  The output layer is a plain linear map
 over the whole vocabulary; ``translation_smallvocab`` restricts it to each
 example's K candidates as it does for any fairseq model
-(``candidate_model``, ``modules/candidate_output.py``).  This file holds the
+(``restricted_model``, ``output/restricted.py``).  This file holds the
 architecture only.
 
 Initialization as the paper's code: weights uniform in [-0.1, 0.1], biases 0,
@@ -103,7 +103,7 @@ class TiedOutputDecoder(FairseqIncrementalDecoder):
     """What the plugin's LSTM decoders share: a target embedding tied to the
     output layer (W_p = the embedding; bias b_p), logits = W_p s_t + b_p over
     the whole vocabulary (the tasks restrict it to each example's candidates:
-    ``modules.candidate_output``), and incremental-decoding caches.
+    ``output.restricted``), and incremental-decoding caches.
     Subclasses give ``extract_features`` (the states s_t) and list the batch
     dimension of each tensor they cache under "state" in ``STATE_BATCH_DIMS``."""
 

@@ -9,7 +9,7 @@ predictor's top K plus the gold indicator; lists cut to a smaller K are
 checked to keep them); valid/test lists are the predicted top K.
 Any fairseq encoder-decoder with a linear output layer and an incremental
 decoder (``transformer`` and its variants, fairseq's ``lstm``, the plugin's
-``lstm_smallvocab``) is restricted at build time (``candidate_model``) and
+``lstm_smallvocab``) is restricted at build time (``restricted_model``) and
 then scores only those K words; its state-dict keys stay the stock ones, so
 checkpoints of the stock ``translation`` task fine-tune here and checkpoints
 written here decode with stock fairseq.  fairseq's ``cross_entropy`` /
@@ -39,11 +39,11 @@ from fairseq.tasks.translation import TranslationConfig, TranslationTask
 from omegaconf import II, DictConfig, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from fairseq_smallvocab.candidate_model import restrict
-from fairseq_smallvocab.candidate_source import CandidateSource
-from fairseq_smallvocab.candidate_space import default_small_vocab_size, gold_outside_candidates
+from fairseq_smallvocab.candidates.source import CandidateSource
+from fairseq_smallvocab.candidates.space import default_small_vocab_size, gold_outside_candidates
 from fairseq_smallvocab.data import KeepLastBatchDataset
 from fairseq_smallvocab.generation import SmallVocabSequenceGenerator
+from fairseq_smallvocab.restricted_model import restrict
 
 logger = logging.getLogger(__name__)
 
@@ -274,7 +274,7 @@ class TranslationSmallVocabTask(TranslationTask):
 
     def add_checkpoint_state(self, name, module):
         """Save ``module.state_dict()`` in every checkpoint and restore it when
-        training resumes from one (``train_checkpoints``: in
+        training resumes from one (``compat.train_checkpoints``: in
         ``extra_state[TaskClass]``, on every fairseq 0.12): for state that is
         neither the model's nor a parameter of the criterion (reinforce_gleu's
         learned baseline).  Fine-tuning from another checkpoint

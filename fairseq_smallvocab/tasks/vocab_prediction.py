@@ -28,7 +28,7 @@ from fairseq_smallvocab.data import (
     single_dictionary_lang,
     token_stream,
 )
-from fairseq_smallvocab.vocab import document_frequency
+from fairseq_smallvocab.predictor.scoring import document_frequency
 
 logger = logging.getLogger(__name__)
 

@@ -87,7 +87,7 @@ JSON records.
     python scripts/benchmark.py --modes reinforce --data data-bin/all/multi30k.en-de \
         --candidates-dir checkpoints/vp-multi30k.en-de.all/candidates --k 1000 --no-full \
         --sample-limit flat --max-sample-len 99 --steps 8 --warmup 1 \
-        --ab fairseq_smallvocab.modules.candidate_output.TRANSPOSED_MIN_ROWS=1000000000,32
+        --ab fairseq_smallvocab.output.restricted.TRANSPOSED_MIN_ROWS=1000000000,32
     python scripts/benchmark.py --modes reinforce --data data-bin/all/multi30k.en-de \
         --candidates-dir checkpoints/vp-multi30k.en-de.all/candidates --k 1000 \
         --sample-limit flat --max-sample-len 99 --steps 5 --warmup 1 --floor
@@ -112,8 +112,8 @@ MODES = ("ce", "reinforce", "decode")
 
 
 def paper_k(vocab_size: int) -> int:
-    """The paper's K for this |V| (one rule: ``candidate_space.default_small_vocab_size``)."""
-    from fairseq_smallvocab.candidate_space import default_small_vocab_size
+    """The paper's K for this |V| (one rule: ``candidates.space.default_small_vocab_size``)."""
+    from fairseq_smallvocab.candidates.space import default_small_vocab_size
 
     return default_small_vocab_size(vocab_size)
 
@@ -155,7 +155,7 @@ def make_batch(vocab_size, k, batch, max_len, device, seed=0, zipf=0.0):
     is the frequency rank, as in a fairseq dictionary), uniform when 0."""
     import torch
 
-    from fairseq_smallvocab.candidate_space import candidate_rows
+    from fairseq_smallvocab.candidates.space import candidate_rows
 
     gen = torch.Generator().manual_seed(seed)
     nspecial, eos = 4, 2
@@ -216,8 +216,8 @@ def build_model(cfg: dict, task):
     layers from --embed-dim and --layers when given)."""
     from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 
-    from fairseq_smallvocab.candidate_model import restrict
     from fairseq_smallvocab.models.lstm_smallvocab import LSTMSmallVocabConfig, LSTMSmallVocabModel
+    from fairseq_smallvocab.restricted_model import restrict
 
     arch = cfg.get("arch", "lstm_smallvocab")
     if arch == "lstm_smallvocab":
@@ -409,7 +409,7 @@ def parse_ab(spec: str):
     target, sep, values = spec.partition("=")
     module_name, _, name = target.rpartition(".")
     usage = ("give a module-level setting of the plugin and two values, e.g. "
-             "fairseq_smallvocab.modules.candidate_output.TRANSPOSED_MIN_ROWS=1000000000,32")
+             "fairseq_smallvocab.output.restricted.TRANSPOSED_MIN_ROWS=1000000000,32")
     if not sep or not name or module_name.split(".")[0] != "fairseq_smallvocab":
         raise ValueError(f"--ab {spec}: {usage}")
     try:
@@ -535,10 +535,10 @@ def ab_summary(times, sentences_per_batch: Optional[int] = None) -> dict:
 def decode_worker(cfg: dict) -> dict:
     import torch
 
-    from fairseq_smallvocab.candidate_space import candidate_rows
+    from fairseq_smallvocab.candidates.space import candidate_rows
     from fairseq_smallvocab.generation import SmallVocabSequenceGenerator
     from fairseq_smallvocab.models.vocab_predictor import VocabPredictor, VocabPredictorConfig
-    from fairseq_smallvocab.predictor import predict_lists
+    from fairseq_smallvocab.predictor.inference import predict_lists
 
     _Task = _setup(cfg)
     tgt_dict = _Task.target_dictionary
@@ -881,7 +881,7 @@ def parse_args(argv=None):
     parser.add_argument("--ab", metavar="MODULE.NAME=A,B",
                         help="compare two values of one of the plugin's module-level settings in one process: each "
                              "training step or decoded batch runs under both, in alternating order, from the same "
-                             "seed (e.g. fairseq_smallvocab.modules.candidate_output.TRANSPOSED_MIN_ROWS="
+                             "seed (e.g. fairseq_smallvocab.output.restricted.TRANSPOSED_MIN_ROWS="
                              "1000000000,32); reports each value's median and the median ratio A / B. The setting "
                              "must be read where it is used: one copied at import or when a model is built (`from "
                              "... import NAME`) does not change, and both sides then measure the same code")

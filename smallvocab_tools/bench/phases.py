@@ -68,7 +68,7 @@ class PhaseTimer:
 def instrument(model, criterion, sync=lambda: None) -> PhaseTimer:
     """A timer wrapped around the model's and the criterion's phases (the
     plugin's sampler module functions included)."""
-    from fairseq_smallvocab import sampler
+    from fairseq_smallvocab.reinforce import sampler
 
     timer = PhaseTimer(sync)
     timer.wrap(model, "forward", "ce_pass")  # the model's forward less the phases timed inside it

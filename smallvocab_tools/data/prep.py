@@ -14,6 +14,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
+import numpy as np
+
 
 class DataError(ValueError):
     """Bad input data; the message names the file (and line) and the fix."""
@@ -350,12 +352,18 @@ def dictionary_size(path) -> int:
     return n
 
 
+def zipf_slope(counts: Sequence[int], top: Optional[int] = None):
+    """Least-squares slope of log(frequency) against log(rank)."""
+    freq = np.sort(np.asarray(counts, dtype=np.float64))[::-1]
+    freq = freq[freq > 0][:top]
+    ranks = np.arange(1, len(freq) + 1)
+    return float(np.polyfit(np.log(ranks), np.log(freq), 1)[0])
+
+
 def tail_stats(counts: Iterable[int]) -> Dict:
     """How heavy the rare-word tail of a word-count distribution is: the share
     of types seen once and at most three times, the share of tokens covered by
     the 10% most frequent types, and the Zipf slope."""
-    from smallvocab_tools.data.synthetic import zipf_slope
-
     freqs = sorted(counts, reverse=True)
     n = max(1, len(freqs))
     return {"singleton_share": round(sum(1 for c in freqs if c == 1) / n, 4),

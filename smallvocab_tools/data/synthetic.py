@@ -32,9 +32,11 @@ words (plus fairseq's special symbols).
 
 import json
 from dataclasses import asdict, dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Tuple
 
 import numpy as np
+
+from smallvocab_tools.data.prep import atomic_output_dir
 
 OPEN_CLASSES = ("NOUN", "VERB", "ADJ", "ADV")
 OPEN_SHARE = {"NOUN": 0.55, "VERB": 0.20, "ADJ": 0.17, "ADV": 0.08}
@@ -89,7 +91,7 @@ class SyntheticConfig:
                 raise ValueError(f"{name} must be in [0, 1]")
 
 
-def _make_words(rng, syllables, n, taken):
+def make_words(rng, syllables, n, taken):
     """n distinct pseudo-words not in ``taken``, shortest first."""
     words = []
     seen = set(taken)
@@ -113,7 +115,7 @@ class Lexicon:
         src_taken, tgt_taken = set(PUNCT), set(PUNCT)
 
         def words(syllables, taken, n):
-            w = _make_words(rng, syllables, n, taken)
+            w = make_words(rng, syllables, n, taken)
             taken.update(w)
             return w
 
@@ -359,8 +361,6 @@ def write_corpus(out_dir, cfg: SyntheticConfig, src_lang="src", tgt_lang="tgt", 
     """Generate the corpus into ``out_dir`` (a new folder: written to a
     temporary sibling and renamed at the end, so it is never half-written).
     Writes {train,valid,test}.{src_lang,tgt_lang}, lexicon.tsv and corpus.json."""
-    from smallvocab_tools.data.prep import atomic_output_dir
-
     if src_lang == tgt_lang:
         raise ValueError(f"source and target language names must differ, both are {src_lang!r}")
     with atomic_output_dir(out_dir, overwrite=overwrite) as tmp:
@@ -377,11 +377,3 @@ def write_corpus(out_dir, cfg: SyntheticConfig, src_lang="src", tgt_lang="tgt", 
                     sentences={k: len(v) for k, v in splits.items()})
         (tmp / "corpus.json").write_text(json.dumps(info, indent=2) + "\n")
     return info
-
-
-def zipf_slope(counts: Sequence[int], top: Optional[int] = None):
-    """Least-squares slope of log(frequency) against log(rank)."""
-    freq = np.sort(np.asarray(counts, dtype=np.float64))[::-1]
-    freq = freq[freq > 0][:top]
-    ranks = np.arange(1, len(freq) + 1)
-    return float(np.polyfit(np.log(ranks), np.log(freq), 1)[0])

@@ -26,7 +26,7 @@ from typing import Dict, List, Tuple
 
 import numpy as np
 
-from smallvocab_tools.data.synthetic import _make_words
+from smallvocab_tools.data.synthetic import make_words
 
 SYLLABLES = [c + v for c in ("b", "c", "d", "f", "g", "l", "m", "n", "p", "r", "s", "t", "v", "w")
              for v in ("a", "e", "i", "o", "u", "ai", "ee", "oo")]
@@ -83,7 +83,7 @@ class CaptionWorld:
                   "next", "to", ",", "with", "picture"}
 
         def words(n):
-            out = _make_words(rng, SYLLABLES, n, taken)
+            out = make_words(rng, SYLLABLES, n, taken)
             taken.update(out)
             taken.update(w + "s" for w in out)  # plurals stay distinct from every other word
             return out

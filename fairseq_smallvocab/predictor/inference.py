@@ -10,11 +10,11 @@ import torch
 from fairseq import checkpoint_utils, tasks
 from fairseq.data import data_utils
 
-from fairseq_smallvocab.candidates import candidate_file, file_sha256, split_digest, write_candidates
-from fairseq_smallvocab.checkpoint_compat import CheckpointLoadError
+from fairseq_smallvocab.compat.checkpoint_loading import CheckpointLoadError
 from fairseq_smallvocab.data import single_dictionary_lang, token_stream
 from fairseq_smallvocab.models.vocab_predictor import dictionary_fingerprint
-from fairseq_smallvocab.vocab import TooManyForcedWords, check_k, multi_hot, recall_hits, select_candidates
+from fairseq_smallvocab.predictor.lists import candidate_file, file_sha256, split_digest, write_candidates
+from fairseq_smallvocab.predictor.scoring import TooManyForcedWords, check_k, multi_hot, recall_hits, select_candidates
 
 
 class PredictorError(ValueError):

@@ -6,7 +6,7 @@ vocabulary V (W: |V| x d; ``output_projection`` of a Transformer, with W the
 target embedding when embeddings are tied; ``fc_out`` or the tied embedding
 of fairseq's ``lstm``; the target embedding and ``output_bias`` of the
 plugin's LSTMs).  With the candidates c_b of example b (K ids, see
-``candidate_space``), the restricted layer computes
+``candidates.space``), the restricted layer computes
 
     logits[b, t, k] = W[c_b[k]] . s[b, t] + b[c_b[k]]        (B x T x K)
 
@@ -29,8 +29,8 @@ import torch.nn.functional as F
 from fairseq.models import FairseqIncrementalDecoder
 from torch import Tensor, nn
 
-from fairseq_smallvocab.candidate_space import batch_union
-from fairseq_smallvocab.modules.gathered_embedding_grad import accumulator, active_route, lookup_rows
+from fairseq_smallvocab.candidates.space import batch_union
+from fairseq_smallvocab.output.gathered_grad import accumulator, active_route, lookup_rows
 
 
 class RestrictionError(ValueError):

@@ -4,7 +4,7 @@ REINFORCE needs, per example b, a sequence y_b ~ p(. | x_b) drawn inside the
 example's candidates c_b (or the whole vocabulary), and the differentiable
 log-probabilities log p(y_bt | y_b<t, x_b) of the drawn tokens.  Both read the
 same policy: the model in eval mode (every dropout and LayerDrop off), which
-the caller arranges (``candidate_model``).
+the caller arranges (``restricted_model``).
 
 - ``sample``: step by step through the decoder's incremental state, without
   gradient; each step scores the rows of the batch's candidate union with one
@@ -30,7 +30,7 @@ the caller arranges (``candidate_model``).
   no second pass through the decoder; an RNN step's graph does not grow with
   t.  Both ways give the same log-probabilities (tested).  The kept steps'
   embedding lookups give their weight one gradient, not one per step
-  (``modules/gathered_embedding_grad.py``).
+  (``output/gathered_grad.py``).
 """
 
 from contextlib import nullcontext
@@ -39,8 +39,8 @@ from typing import Dict, Optional
 import torch
 from torch import Tensor
 
-from fairseq_smallvocab.modules.candidate_output import UnionScorer, candidate_log_probs
-from fairseq_smallvocab.modules.gathered_embedding_grad import gathered_embedding_grads
+from fairseq_smallvocab.output.gathered_grad import gathered_embedding_grads
+from fairseq_smallvocab.output.restricted import UnionScorer, candidate_log_probs
 
 
 def sample_categorical(logits: Tensor, with_entropy: bool = False, with_probs: bool = False,

@@ -57,7 +57,7 @@ def check_rows(candidates: Tensor, nspecial: int, vocab_size: int):
     if not bool(candidates[:, :nspecial].eq(specials).all()):
         row = int(candidates[:, :nspecial].ne(specials).any(1).nonzero()[0])
         raise ValueError(f"candidate row {row} does not start with the special symbols 0..{nspecial - 1} at "
-                         "their own ids (build rows with candidate_space.candidate_rows)")
+                         "their own ids (build rows with candidates.space.candidate_rows)")
     if candidates.numel() and (int(candidates.min()) < 0 or int(candidates.max()) >= vocab_size):
         raise ValueError(f"candidate ids outside the target dictionary (0..{vocab_size - 1})")
 

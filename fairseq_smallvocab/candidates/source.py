@@ -1,7 +1,7 @@
 """Where a task's candidate lists come from, in one place.
 
 ``CandidateSource`` gives the translation and captioning tasks each split's
-candidate rows (``candidate_space``) and fairseq-interactive's rows for raw
+candidate rows (``candidates.space``) and fairseq-interactive's rows for raw
 input, from one of:
 
 - ``--vocab-predictor CKPT``: predicted once per split and K and cached on
@@ -37,17 +37,10 @@ from typing import Dict, Optional
 import numpy as np
 import torch
 
-from fairseq_smallvocab.candidate_space import candidate_rows
-from fairseq_smallvocab.candidates import (
-    DataMismatch,
-    candidate_file,
-    file_sha256,
-    read_candidates,
-    split_digest,
-)
+from fairseq_smallvocab.candidates.space import candidate_rows
 from fairseq_smallvocab.data import token_stream
 from fairseq_smallvocab.models.vocab_predictor import dictionary_fingerprint
-from fairseq_smallvocab.predictor import (
+from fairseq_smallvocab.predictor.inference import (
     PredictorError,
     export_split,
     folder_instead_of_checkpoint,
@@ -55,6 +48,13 @@ from fairseq_smallvocab.predictor import (
     longer_than,
     predict_lists,
     token_batches,
+)
+from fairseq_smallvocab.predictor.lists import (
+    DataMismatch,
+    candidate_file,
+    file_sha256,
+    read_candidates,
+    split_digest,
 )
 
 logger = logging.getLogger(__name__)

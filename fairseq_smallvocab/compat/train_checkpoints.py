@@ -105,7 +105,7 @@ def _other_checkpoints(folder, damaged):
 
 def _resume_hint(cfg, err):
     """The load error, naming the newest intact-looking checkpoint to resume from instead."""
-    from fairseq_smallvocab.checkpoint_compat import CheckpointLoadError
+    from fairseq_smallvocab.compat.checkpoint_loading import CheckpointLoadError
 
     if not isinstance(err, CheckpointLoadError):
         return None

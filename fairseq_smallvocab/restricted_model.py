@@ -2,7 +2,7 @@
 
 ``restrict(model, arch)`` is what the plugin's tasks do to the model fairseq
 builds (``transformer``, fairseq's ``lstm``, the plugin's LSTMs, ...): it
-finds the decoder's linear output layer (``modules.candidate_output``), and
+finds the decoder's linear output layer (``output.restricted``), and
 gives the model instance the ``CandidateModel`` behaviour below by making it
 an instance of a subclass of its own class.  No parameter, buffer or
 submodule is added, so the state-dict keys stay the stock ones (a checkpoint
@@ -10,7 +10,7 @@ of the stock ``translation`` task loads strictly, and a checkpoint written
 with the plugin decodes with stock fairseq) and the arch name in checkpoints
 is unchanged.
 
-The model then takes ``candidates`` (B x K target ids, ``candidate_space``)
+The model then takes ``candidates`` (B x K target ids, ``candidates.space``)
 beside its usual ``net_input``: they travel beside ``encoder_out``, not
 inside it, so stock encoders need no change.  Its forward is the stock one
 split in two, encoder -> ``decoder.extract_features`` (the states s_t) ->
@@ -21,7 +21,7 @@ its mass over the K candidates, not over V).  ``candidates=None`` is the full
 softmax through the same code.
 
 With ``sample_lens`` the same forward also samples ``num_samples`` sequences
-per example for REINFORCE (``sampler``), with the whole model in eval mode
+per example for REINFORCE (``reinforce.sampler``), with the whole model in eval mode
 (every dropout and LayerDrop off; each module's flag restored afterwards),
 and scores them: one forward, so that REINFORCE works through fairseq's
 distributed wrappers.  The N samples of an example come from one encoder
@@ -38,16 +38,16 @@ from fairseq.models import FairseqEncoderDecoderModel
 from fairseq.models.lstm import LSTMDecoder
 from torch import Tensor
 
-from fairseq_smallvocab import sampler
-from fairseq_smallvocab.candidate_space import candidate_positions
-from fairseq_smallvocab.modules.candidate_output import (
+from fairseq_smallvocab.candidates.space import candidate_positions
+from fairseq_smallvocab.output.gathered_grad import gathered_embedding_grads
+from fairseq_smallvocab.output.restricted import (
     OutputWeights,
     RestrictionError,
     eval_mode,
     find_output_weights,
     restricted_logits,
 )
-from fairseq_smallvocab.modules.gathered_embedding_grad import gathered_embedding_grads
+from fairseq_smallvocab.reinforce import sampler
 
 
 def _extra_dict(extra) -> Dict:
@@ -88,7 +88,7 @@ class CandidateModel:
         if hasattr(self.decoder, "set_beam_size"):  # a generator may have left beam_size > 1 in attention
             self.decoder.set_beam_size(1)
         # REINFORCE uses the embeddings and the output layer several times (the CE pass and the policy): their
-        # weight gradients are gathered into one tensor per weight (see modules/gathered_embedding_grad.py)
+        # weight gradients are gathered into one tensor per weight (see output/gathered_grad.py)
         gathered = sample_lens is not None and torch.is_grad_enabled()
         with gathered_embedding_grads(self) if gathered else nullcontext():
             encoder_out = self.encoder(**net_input)

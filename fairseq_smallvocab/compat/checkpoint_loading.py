@@ -131,7 +131,7 @@ def load_checkpoint_file(f, *args, **kwargs):
             f"refused to load {name}: it references {what}, which fairseq checkpoints never hold. It was not "
             "loaded, and nothing in it ran. Do not use the file unless you trust its source; if it is a fairseq "
             "checkpoint from a source you trust, report what is named here to fairseq-smallvocab, whose "
-            "allow-list (fairseq_smallvocab/checkpoint_compat.py) may lack it.") from None
+            "allow-list (fairseq_smallvocab/compat/checkpoint_loading.py) may lack it.") from None
     except (RuntimeError, OSError, EOFError, ValueError, zipfile.BadZipFile) as err:
         raise CheckpointLoadError(
             f"cannot read {name} as a fairseq checkpoint ({type(err).__name__}: {err}); the file may be incomplete "

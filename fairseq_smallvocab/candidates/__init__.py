@@ -1,0 +1,8 @@
+"""Each example's K candidate target words, as the generator sees them.
+
+- ``space``: the B x K row convention (fairseq's special symbols at their own
+  ids first, then the example's words), gold ids to candidate positions, the
+  batch's union, the default K (1000 above 10K target words, else 500);
+- ``source``: where a split's lists come from (``--vocab-predictor`` with its
+  cache, ``--candidates-dir`` exports, the predictor a checkpoint records)
+  and the checks that they belong to this very split."""

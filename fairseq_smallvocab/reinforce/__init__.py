@@ -1,0 +1,6 @@
+"""REINFORCE inside the candidates (the paper's section 2.2): drawing samples
+from the restricted policy and scoring them (``sampler``), the sentence
+rewards (``rewards``: GLEU, BLEU, chrF, constant) and the baselines
+(``baselines``: learned, leave-one-out, self-critical, none).  The loss that
+puts them together is the ``reinforce_gleu`` criterion
+(``criterions/reinforce_gleu.py``)."""
