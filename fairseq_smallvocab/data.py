@@ -1,13 +1,28 @@
-"""Datasets of the plugin's tasks."""
+"""Datasets of the plugin's tasks, and their data folder."""
 
+import os
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
 import torch
+from fairseq import utils
 from fairseq.data import BaseWrapperDataset, FairseqDataset, data_utils, indexed_dataset
 
 from fairseq_smallvocab.caption_refs import captions_by_image, first_caption_of_each_image
+
+
+def data_folder(data) -> str:
+    """The folder a task's ``data`` names (fairseq's ``--data``, or the first
+    of several ``a:b`` folders, as fairseq splits them), absolute where it is
+    local: the one that holds the dictionaries, and how candidate lists name
+    the data they were made from."""
+    if not data:
+        raise ValueError("no data folder: give the data folder (the fairseq-preprocess output, or the captions and "
+                         "features folder) as the first argument of fairseq-train (task.data=DIR with "
+                         "fairseq-hydra-train)")
+    first = utils.split_paths(str(data))[0]
+    return first if "://" in first else os.path.abspath(first)
 
 
 def token_stream(dataset):

@@ -145,3 +145,18 @@ def test_the_methods_four_parts_are_found_by_folder_name():
     for part in ("predictor", "candidates", "output", "reinforce"):
         assert (USER_DIR / part / "__init__.py").is_file(), part
         assert (USER_DIR / part / "__init__.py").read_text().startswith('"""'), part  # says what the part is
+
+
+def test_the_data_folder_is_named_in_one_place(tmp_path, monkeypatch):
+    """fairseq's --data may list several folders (a:b); the first holds the dictionaries and names the data in
+    candidate lists, whose cache check compares what the exporter recorded with what the task reads: one
+    function computes it for both (five expressions did)."""
+    from fairseq_smallvocab.data import data_folder
+
+    monkeypatch.chdir(tmp_path)
+    assert data_folder("bin1:bin2") == str(tmp_path / "bin1") and data_folder(tmp_path) == str(tmp_path)
+    with pytest.raises(ValueError, match=r"no data folder: .*task.data=DIR with fairseq-hydra-train"):
+        data_folder(None)
+    for path in USER_DIR.rglob("*.py"):
+        if path.name != "data.py":
+            assert "os.pathsep" not in path.read_text(), path

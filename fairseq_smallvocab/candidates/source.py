@@ -29,7 +29,6 @@ ones); exported lists with the gold words are refused unless
 
 import json
 import logging
-import os
 import re
 from pathlib import Path
 from typing import Dict, Optional
@@ -38,7 +37,7 @@ import numpy as np
 import torch
 
 from fairseq_smallvocab.candidates.space import candidate_rows
-from fairseq_smallvocab.data import token_stream
+from fairseq_smallvocab.data import data_folder, token_stream
 from fairseq_smallvocab.models.vocab_predictor import dictionary_fingerprint
 from fairseq_smallvocab.predictor.inference import (
     PredictorError,
@@ -188,12 +187,8 @@ class CandidateSource:
 
     # -- where the lists come from -------------------------------------------------------------
 
-    def _data_folder(self) -> str:
-        """The (first) data folder, absolute: how candidate files name their data."""
-        return os.path.abspath(self.cfg.data.split(os.pathsep)[0])
-
     def _data_name(self, split):
-        return f"split '{split}' of {self._data_folder()}"
+        return f"split '{split}' of {data_folder(self.cfg.data)}"
 
     def _candidate_lists(self, split, rows, digest):
         dict_hash = dictionary_fingerprint(self.tgt_dict)
@@ -273,7 +268,7 @@ class CandidateSource:
                     logger.info(f"candidates for {split}: cached {path}")
                     return ids, str(path)
             except DataMismatch as err:
-                here = self._data_folder()
+                here = data_folder(self.cfg.data)
                 if err.made_from != here:
                     raise DataMismatch(f"{err} Give this data a cache folder of its own with --candidates-dir "
                                        "(or remove the cached file if the other data is gone).") from None
@@ -289,7 +284,7 @@ class CandidateSource:
     def load_predictor(self):
         """(model, task) of the vocabulary predictor, loaded once."""
         if self._predictor is None:
-            self._predictor = load_predictor(self.predictor_path(), self.cfg.data.split(os.pathsep)[0],
+            self._predictor = load_predictor(self.predictor_path(), data_folder(self.cfg.data),
                                              **self.predictor_overrides)
         return self._predictor
 

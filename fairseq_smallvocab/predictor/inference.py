@@ -11,7 +11,7 @@ from fairseq import checkpoint_utils, tasks
 from fairseq.data import data_utils
 
 from fairseq_smallvocab.compat.checkpoint_loading import CheckpointLoadError
-from fairseq_smallvocab.data import single_dictionary_lang, token_stream
+from fairseq_smallvocab.data import data_folder, single_dictionary_lang, token_stream
 from fairseq_smallvocab.models.vocab_predictor import dictionary_fingerprint
 from fairseq_smallvocab.predictor.lists import candidate_file, file_sha256, split_digest, write_candidates
 from fairseq_smallvocab.predictor.scoring import TooManyForcedWords, check_k, multi_hot, recall_hits, select_candidates
@@ -74,7 +74,7 @@ def load_predictor(path, data: Optional[str] = None, **task_overrides):
         cfg.task.data = str(data)
     for key, value in task_overrides.items():
         setattr(cfg.task, key, value)
-    folder = str(cfg.task.data).split(os.pathsep)[0]
+    folder = data_folder(cfg.task.data)
     tgt = getattr(cfg.task, "target_lang", None)
     if tgt and not os.path.isfile(os.path.join(folder, f"dict.{tgt}.txt")):
         found = ", ".join(sorted(p.name for p in Path(folder).glob("dict.*.txt"))) or "no dict.*.txt at all"
@@ -89,7 +89,7 @@ def load_predictor(path, data: Optional[str] = None, **task_overrides):
         raise PredictorError(
             f"target dictionaries differ: the predictor {path} was trained with "
             f"{trained_dict or f'the target dictionary of {trained_on}'} ({saved_size} entries), the data uses "
-            f"{os.path.join(str(cfg.task.data), f'dict.{tgt}.txt')} ({len(task.target_dictionary)} entries). "
+            f"{os.path.join(folder, f'dict.{tgt}.txt')} ({len(task.target_dictionary)} entries). "
             "Use a predictor trained on this data, or binarize the data with "
             "fairseq-preprocess --tgtdict pointing to the predictor's dictionary.")
     model = task.build_model(cfg.model, from_checkpoint=True)
@@ -102,7 +102,9 @@ def _target_dictionary_file(folder, lang, reads_features) -> Optional[str]:
     """The target dictionary a predictor was trained with, as its data folder
     names it: dict.LANG.txt of the language it recorded, else of the folder's
     only dictionary (captions) or inferred language pair (sentence pairs)."""
-    folder = str(folder).split(os.pathsep)[0]
+    if not folder:  # a checkpoint that records no data folder
+        return None
+    folder = data_folder(folder)
     if not lang and os.path.isdir(folder):
         lang = single_dictionary_lang(folder) if reads_features else data_utils.infer_language_pair(folder)[1]
     return os.path.join(folder, f"dict.{lang}.txt") if lang else None
@@ -259,7 +261,7 @@ def export_split(model, task, split, k, out_dir, predictor_path, digest=None, go
     seconds = time.perf_counter() - start
     meta = {"split": split, "vocab_size": len(task.target_dictionary),
             "target_dict_hash": dictionary_fingerprint(task.target_dictionary),
-            "data": os.path.abspath(str(task.cfg.data).split(os.pathsep)[0]),
+            "data": data_folder(task.cfg.data),
             "data_sha256": split_digest(task.dataset(split)),
             # absolute: a model trained on these lists records it, to find it from any folder when decoded
             "predictor": os.path.abspath(predictor_path), "predictor_sha256": digest or file_sha256(predictor_path),

@@ -42,6 +42,7 @@ from omegaconf import open_dict
 from fairseq_smallvocab.caption_refs import multi_reference_bleu
 from fairseq_smallvocab.data import (
     KeepLastBatchDataset,
+    data_folder,
     feature_target_dataset,
     features_width,
     single_dictionary_lang,
@@ -85,15 +86,12 @@ class CaptioningSmallVocabTask(TranslationSmallVocabTask):
 
     def __init__(self, cfg, tgt_dict):
         super().__init__(cfg, None, tgt_dict)
-        self.features_dir = cfg.features or utils.split_paths(cfg.data)[0]
+        self.features_dir = cfg.features or data_folder(cfg.data)
         self.candidates.predictor_overrides = {"source_features": self.features_dir}  # it reads image features
 
     @classmethod
     def setup_task(cls, cfg, **kwargs):
-        if not cfg.data:
-            raise ValueError("no data folder: give the captions and features folder as the first argument of "
-                             "fairseq-train (task.data=DIR with fairseq-hydra-train)")
-        path = utils.split_paths(cfg.data)[0]
+        path = data_folder(cfg.data)
         cfg.target_lang = caption_lang(cfg, path)
         tgt_dict = cls.load_dictionary(os.path.join(path, f"dict.{cfg.target_lang}.txt"))
         if cfg.feature_dim is None:

@@ -41,7 +41,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from fairseq_smallvocab.candidates.source import CandidateSource
 from fairseq_smallvocab.candidates.space import default_small_vocab_size, gold_outside_candidates
-from fairseq_smallvocab.data import KeepLastBatchDataset
+from fairseq_smallvocab.data import KeepLastBatchDataset, data_folder
 from fairseq_smallvocab.generation import SmallVocabSequenceGenerator
 from fairseq_smallvocab.restricted_model import restrict
 
@@ -134,9 +134,6 @@ class CandidateDataset(KeepLastBatchDataset):
         return batch
 
 
-NO_DATA = ("no data folder: give the fairseq-preprocess output as the first argument of fairseq-train "
-           "(task.data=DIR with fairseq-hydra-train)")
-
 
 @register_task("translation_smallvocab", dataclass=TranslationSmallVocabConfig)
 class TranslationSmallVocabTask(TranslationTask):
@@ -177,8 +174,7 @@ class TranslationSmallVocabTask(TranslationTask):
 
     @classmethod
     def setup_task(cls, cfg, **kwargs):
-        if not cfg.data:
-            raise ValueError(NO_DATA)
+        data_folder(cfg.data)  # refuses a missing one
         return super().setup_task(cfg, **kwargs)
 
     def build_model(self, cfg, from_checkpoint=False):

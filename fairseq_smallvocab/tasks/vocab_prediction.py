@@ -23,6 +23,7 @@ from omegaconf import II
 
 from fairseq_smallvocab.data import (
     KeepLastBatchDataset,
+    data_folder,
     feature_target_dataset,
     features_width,
     single_dictionary_lang,
@@ -64,10 +65,7 @@ class VocabPredictionTask(FairseqTask):
 
     @classmethod
     def setup_task(cls, cfg: VocabPredictionConfig, **kwargs):
-        if not cfg.data:
-            raise ValueError("no data folder: give the fairseq-preprocess output as the first argument of "
-                             "fairseq-train (task.data=DIR with fairseq-hydra-train)")
-        path = utils.split_paths(cfg.data)[0]
+        path = data_folder(cfg.data)
         if cfg.source_features is not None and cfg.target_lang is None:
             cfg.target_lang = single_dictionary_lang(path)
         if cfg.source_lang is None or cfg.target_lang is None:
