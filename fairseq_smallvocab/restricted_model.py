@@ -20,9 +20,10 @@ ids to candidate positions, so fairseq's ``cross_entropy`` and
 its mass over the K candidates, not over V).  ``candidates=None`` is the full
 softmax through the same code.
 
-With ``sample_lens`` the same forward also samples ``num_samples`` sequences
-per example for REINFORCE (``reinforce.sampler``), with the whole model in eval mode
-(every dropout and LayerDrop off; each module's flag restored afterwards),
+With a ``policy`` request (``reinforce.sampler.SampleRequest``) the same
+forward also samples N sequences per example for REINFORCE, with the whole
+model in eval mode (every dropout and LayerDrop off; each module's flag
+restored afterwards),
 and scores them: one forward, so that REINFORCE works through fairseq's
 distributed wrappers.  The N samples of an example come from one encoder
 pass, repeated N times by the encoder's own ``reorder_encoder_out`` (as beam
@@ -48,6 +49,7 @@ from fairseq_smallvocab.output.restricted import (
     restricted_logits,
 )
 from fairseq_smallvocab.reinforce import sampler
+from fairseq_smallvocab.reinforce.sampler import SampleRequest, Samples
 
 
 def _extra_dict(extra) -> Dict:
@@ -73,23 +75,21 @@ class CandidateModel:
             raise TypeError(f"{type(self).__name__}.forward takes {len(names)} positional inputs ({names})")
         return {**dict(zip(names, args)), **kwargs}
 
-    def forward(self, *args, candidates: Optional[Tensor] = None, sample_lens: Optional[Tensor] = None,
-                greedy_too: bool = False, features_only: bool = False, num_samples: int = 1,
-                temperature: float = 1.0, **kwargs):
+    def forward(self, *args, candidates: Optional[Tensor] = None, policy: Optional[SampleRequest] = None,
+                features_only: bool = False, **kwargs):
         """Teacher-forced decoder output (B x T x K logits inside ``candidates``,
-        B x T x V without) and its extra dict, with ``"candidates"``; with
-        ``sample_lens`` (B: the longest sample of each example) also
-        ``"samples"`` (``sampler.sample`` + ``sampler.score``: B * N rows,
-        example b's N samples in rows b * N ... b * N + N - 1, drawn at
-        ``temperature``) and, with ``greedy_too``, ``"greedy"`` (B greedy
-        decodes, without gradient)."""
+        B x T x V without) and its extra dict, with ``"candidates"``; with a
+        ``policy`` request (REINFORCE's) also ``"samples"`` (``Samples`` of
+        ``sampler.sample`` + ``sampler.score``: B * N rows, example b's N
+        samples in rows b * N ... b * N + N - 1) and, with its
+        ``greedy_too``, ``"greedy"`` (B greedy decodes, without gradient)."""
         net_input = self._net_input(args, kwargs)
         prev_output_tokens = net_input.pop("prev_output_tokens")
         if hasattr(self.decoder, "set_beam_size"):  # a generator may have left beam_size > 1 in attention
             self.decoder.set_beam_size(1)
         # REINFORCE uses the embeddings and the output layer several times (the CE pass and the policy): their
         # weight gradients are gathered into one tensor per weight (see output/gathered_grad.py)
-        gathered = sample_lens is not None and torch.is_grad_enabled()
+        gathered = policy is not None and torch.is_grad_enabled()
         with gathered_embedding_grads(self) if gathered else nullcontext():
             encoder_out = self.encoder(**net_input)
             features, extra = self.decoder.extract_features(prev_output_tokens, encoder_out)
@@ -97,33 +97,31 @@ class CandidateModel:
             weight, bias = self.output_weights()
             out = features if features_only else restricted_logits(features, weight, bias, candidates)
             extra["candidates"] = [] if candidates is None else [candidates]
-            if sample_lens is not None:
-                extra.update(self.sample_and_score(net_input, candidates, sample_lens, greedy_too, num_samples,
-                                                   temperature))
+            if policy is not None:
+                extra.update(self.sample_and_score(net_input, candidates, policy))
         return out, extra
 
-    def sample_and_score(self, net_input, candidates, sample_lens, greedy_too=False, num_samples=1,
-                         temperature=1.0) -> Dict:
+    def sample_and_score(self, net_input, candidates, policy: SampleRequest) -> Dict[str, Samples]:
         """REINFORCE's policy: samples (and the greedy decode) drawn and scored
         with the whole model in eval mode."""
         weight, bias = self.output_weights()
+        max_lens, n = policy.max_lens, policy.num_samples
         out = {}
         with eval_mode(self):
             encoder_out = self.encoder(**net_input)
-            if greedy_too:
+            if policy.greedy_too:
                 with torch.no_grad():
-                    out["greedy"] = sampler.sample(self.decoder, encoder_out, weight, bias, candidates,
-                                                   sample_lens, greedy=True)
-            if num_samples > 1:
-                order = torch.arange(sample_lens.size(0), device=sample_lens.device).repeat_interleave(num_samples)
+                    out["greedy"] = sampler.sample(self.decoder, encoder_out, weight, bias, candidates, max_lens,
+                                                   greedy=True)
+            if n > 1:
+                order = torch.arange(max_lens.size(0), device=max_lens.device).repeat_interleave(n)
                 encoder_out = self.encoder.reorder_encoder_out(encoder_out, order)
                 candidates = None if candidates is None else candidates.index_select(0, order)
-                sample_lens = sample_lens.index_select(0, order)
-            samples = sampler.sample(self.decoder, encoder_out, weight, bias, candidates, sample_lens,
-                                     keep_graph=self.sample_keeps_graph, temperature=temperature,
+                max_lens = max_lens.index_select(0, order)
+            samples = sampler.sample(self.decoder, encoder_out, weight, bias, candidates, max_lens,
+                                     keep_graph=self.sample_keeps_graph, temperature=policy.temperature,
                                      keep_probs=torch.is_grad_enabled())
-            samples.update(sampler.score(self.decoder, encoder_out, weight, bias, candidates, samples))
-        out["samples"] = samples
+            out["samples"] = sampler.score(self.decoder, encoder_out, weight, bias, candidates, samples)
         return out
 
     def get_targets(self, sample, net_output):

@@ -21,6 +21,7 @@ from fairseq_smallvocab.candidates.space import candidate_positions
 from fairseq_smallvocab.generation import SmallVocabSequenceGenerator
 from fairseq_smallvocab.models.lstm_smallvocab import LSTMSmallVocabConfig, LSTMSmallVocabModel
 from fairseq_smallvocab.output.restricted import RestrictionError, eval_mode
+from fairseq_smallvocab.reinforce.sampler import SampleRequest
 from fairseq_smallvocab.restricted_model import restrict
 
 V_SRC, V_TGT, B, T_SRC, T_TGT, K, D = 30, 70, 5, 7, 6, 18, 16
@@ -208,22 +209,22 @@ def test_samples_stay_inside_candidates_and_stepwise_logprobs_equal_rescoring(fa
         for keep in (True, False):
             model.sample_keeps_graph = keep
             torch.manual_seed(5)
-            out, extra = model(**family.net, candidates=family.cands, sample_lens=lens)
+            out, extra = model(**family.net, candidates=family.cands, policy=SampleRequest(lens))
             results[keep] = extra["samples"]
     finally:
         model.sample_keeps_graph = default
     assert all(m.training for m in model.modules())  # restored
     kept, rescored = results[True], results[False]
-    assert torch.equal(kept["tokens"], rescored["tokens"]) and kept["mask"].any()
-    torch.testing.assert_close(kept["lprobs"], rescored["lprobs"], atol=1e-5, rtol=1e-5)
-    assert rescored["lprobs"].requires_grad and (rescored["lprobs"] <= 0).all()
+    assert torch.equal(kept.tokens, rescored.tokens) and kept.mask.any()
+    torch.testing.assert_close(kept.lprobs, rescored.lprobs, atol=1e-5, rtol=1e-5)
+    assert rescored.lprobs.requires_grad and (rescored.lprobs <= 0).all()
     d = family.tgt_dict
     for b in range(B):
-        steps = rescored["mask"][b]
-        assert set(rescored["tokens"][b][steps].tolist()) <= set(family.cands[b].tolist()) - {d.pad(), d.bos()}
-    positions = candidate_positions(family.cands, rescored["tokens"].masked_fill(~rescored["mask"], d.eos()),
+        steps = rescored.mask[b]
+        assert set(rescored.tokens[b][steps].tolist()) <= set(family.cands[b].tolist()) - {d.pad(), d.bos()}
+    positions = candidate_positions(family.cands, rescored.tokens.masked_fill(~rescored.mask, d.eos()),
                                     d.unk())
-    assert torch.equal(positions, rescored["positions"])
+    assert torch.equal(positions, rescored.positions)
 
 
 def _reinforce_grads(model, net, cands, gathered, monkeypatch):
@@ -244,8 +245,8 @@ def _reinforce_grads(model, net, cands, gathered, monkeypatch):
                       staticmethod(lambda ctx, g: gathers.append(1) or backward(ctx, g)))
         model.zero_grad(set_to_none=True)
         torch.manual_seed(7)
-        out, extra = model(**net, candidates=cands, sample_lens=torch.full((B,), 8))
-        loss = out.float().log_softmax(-1).mean() + extra["samples"]["lprobs"].sum()
+        out, extra = model(**net, candidates=cands, policy=SampleRequest(torch.full((B,), 8)))
+        loss = out.float().log_softmax(-1).mean() + extra["samples"].lprobs.sum()
         loss.backward()
     return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}, len(gathers)
 
@@ -290,16 +291,16 @@ def test_several_samples_per_input_are_scored_against_their_own_source(family):
     n = 3
     model = family.model.train()
     torch.manual_seed(4)
-    extra = model(**family.net, candidates=family.cands, sample_lens=torch.full((B,), 8), num_samples=n,
-                  greedy_too=True, temperature=5.0)[1]
+    extra = model(**family.net, candidates=family.cands,
+                  policy=SampleRequest(torch.full((B,), 8), num_samples=n, greedy_too=True, temperature=5.0))[1]
     samples, d = extra["samples"], family.tgt_dict
-    assert samples["tokens"].size(0) == B * n and extra["greedy"]["tokens"].size(0) == B
+    assert samples.tokens.size(0) == B * n and extra["greedy"].tokens.size(0) == B
     assert all(m.training for m in model.modules())
     distinct = 0
     with eval_mode(model), torch.no_grad():
         for row in range(B * n):
-            b, steps = row // n, samples["mask"][row]
-            ys = samples["tokens"][row][steps].tolist()
+            b, steps = row // n, samples.mask[row]
+            ys = samples.tokens[row][steps].tolist()
             assert set(ys) <= set(family.cands[b].tolist()) - {d.pad(), d.bos()}
             length = int(family.net["src_lengths"][b])  # left-padded: example b alone, without its padding
             one = {"src_tokens": family.net["src_tokens"][b: b + 1, T_SRC - length:],
@@ -307,9 +308,9 @@ def test_several_samples_per_input_are_scored_against_their_own_source(family):
             prev = torch.tensor([[d.eos()] + ys[:-1]])
             logits = model(**one, prev_output_tokens=prev, candidates=family.cands[b: b + 1])[0][0]
             logits[:, [d.pad(), d.bos()]] = float("-inf")
-            want = F.log_softmax(logits, -1).gather(1, samples["positions"][row][steps].unsqueeze(1)).squeeze(1)
-            torch.testing.assert_close(samples["lprobs"][row][steps], want, atol=1e-5, rtol=1e-5)
-            distinct += row % n > 0 and ys != samples["tokens"][row - 1][samples["mask"][row - 1]].tolist()
+            want = F.log_softmax(logits, -1).gather(1, samples.positions[row][steps].unsqueeze(1)).squeeze(1)
+            torch.testing.assert_close(samples.lprobs[row][steps], want, atol=1e-5, rtol=1e-5)
+            distinct += row % n > 0 and ys != samples.tokens[row - 1][samples.mask[row - 1]].tolist()
     assert distinct > 0  # the N samples of an input are separate draws
 
 
@@ -332,21 +333,21 @@ def test_recurrent_layers_sample_in_training_mode_with_their_dropout_off(monkeyp
 
     monkeypatch.setattr(torch.nn.LSTM, "forward", spy)
     torch.manual_seed(3)
-    samples = model(**net, candidates=cands, sample_lens=torch.full((B,), 6))[1]["samples"]
+    samples = model(**net, candidates=cands, policy=SampleRequest(torch.full((B,), 6)))[1]["samples"]
     assert seen == [(True, 0.5), (True, 0.0)]  # the CE pass with its dropout, the policy without
     assert all(m.training and m.dropout == 0.5 for m in rnns)
-    samples["lprobs"].sum().backward()  # what cuDNN would refuse after an eval-mode forward
+    samples.lprobs.sum().backward()  # what cuDNN would refuse after an eval-mode forward
     model.eval()
     with torch.no_grad():
         for b in range(B):
-            steps = samples["mask"][b]
-            ys = samples["tokens"][b][steps].tolist()
+            steps = samples.mask[b]
+            ys = samples.tokens[b][steps].tolist()
             one = {"src_tokens": src[b: b + 1, T_SRC - int(lengths[b]):], "src_lengths": lengths[b: b + 1]}
             logits = model(**one, prev_output_tokens=torch.tensor([[tgt_dict.eos()] + ys[:-1]]),
                            candidates=cands[b: b + 1])[0][0]
             logits[:, [tgt_dict.pad(), tgt_dict.bos()]] = float("-inf")
-            want = F.log_softmax(logits, -1).gather(1, samples["positions"][b][steps].unsqueeze(1)).squeeze(1)
-            torch.testing.assert_close(samples["lprobs"][b][steps].detach(), want, atol=1e-5, rtol=1e-5)
+            want = F.log_softmax(logits, -1).gather(1, samples.positions[b][steps].unsqueeze(1)).squeeze(1)
+            torch.testing.assert_close(samples.lprobs[b][steps].detach(), want, atol=1e-5, rtol=1e-5)
 
 
 def test_models_that_cannot_be_restricted_are_named():

@@ -15,6 +15,7 @@ from helpers import USER_DIR, candidate_batch, make_dictionary, run
 from fairseq_smallvocab.criterions.reinforce_gleu import ReinforceGleuCriterion
 from fairseq_smallvocab.models.lstm_smallvocab import LSTMSmallVocabConfig, LSTMSmallVocabModel
 from fairseq_smallvocab.reinforce.rewards import gleu
+from fairseq_smallvocab.reinforce.sampler import SampleRequest
 from fairseq_smallvocab.restricted_model import restrict
 
 V_SRC, V_TGT, B, T_SRC, T_TGT, K, D = 30, 50, 6, 6, 5, 14, 10
@@ -69,8 +70,8 @@ def test_policy_gradient_equals_hand_computation(small, baseline, n, keep_probs,
 
     torch.manual_seed(6)  # the same samples again
     with torch.no_grad():
-        samples = model(**sample["net_input"], sample_lens=torch.full((B,), 7), num_samples=n)[1]["samples"]
-    tokens, mask = samples["tokens"], samples["mask"]
+        samples = model(**sample["net_input"], policy=SampleRequest(torch.full((B,), 7), num_samples=n))[1]["samples"]
+    tokens, mask = samples.tokens, samples.mask
     assert tokens.size(0) == B * n and size == B
     d = task.target_dictionary
     eos, pad = d.eos(), d.pad()
@@ -197,22 +198,22 @@ def test_n_samples_stay_inside_their_example_candidates_and_temperature_explores
     cold, hot = ({"samples": None} for _ in range(2))
     for out, temp in ((cold, 1e-4), (hot, 3.0)):
         torch.manual_seed(2)
-        out.update(model(**sample["net_input"], sample_lens=lens, num_samples=4, temperature=temp,
-                         greedy_too=True)[1])
+        out.update(model(**sample["net_input"], policy=SampleRequest(lens, num_samples=4, temperature=temp,
+                                                                     greedy_too=True))[1])
     for row in range(B * 4):
         allowed = set(sample["net_input"]["candidates"][row // 4].tolist()) if small else set(range(V_TGT))
-        steps = hot["samples"]["mask"][row]
-        assert set(hot["samples"]["tokens"][row][steps].tolist()) <= allowed - {d.pad(), d.bos()}
+        steps = hot["samples"].mask[row]
+        assert set(hot["samples"].tokens[row][steps].tolist()) <= allowed - {d.pad(), d.bos()}
     def sequences(out):
-        return [out["tokens"][r][out["mask"][r]].tolist() for r in range(out["tokens"].size(0))]
+        return [out.tokens[r][out.mask[r]].tolist() for r in range(out.tokens.size(0))]
 
     # near-zero temperature: every sample is the greedy decode, and says so
     greedy = [seq for seq in sequences(cold["greedy"]) for _ in range(4)]
-    assert sequences(cold["samples"]) == greedy and cold["samples"]["is_greedy"].all()
+    assert sequences(cold["samples"]) == greedy and cold["samples"].is_greedy.all()
     # a hot one: is_greedy says exactly which samples equal the greedy decode; the entropy is higher
     same = [seq == want for seq, want in zip(sequences(hot["samples"]), greedy)]
-    assert hot["samples"]["is_greedy"].tolist() == same and 0 < sum(same) < len(same)
-    per_step = [x["samples"]["entropy"].sum() / x["samples"]["mask"].sum() for x in (cold, hot)]
+    assert hot["samples"].is_greedy.tolist() == same and 0 < sum(same) < len(same)
+    per_step = [x["samples"].entropy.sum() / x["samples"].mask.sum() for x in (cold, hot)]
     assert per_step[0] < 0.01 < 1.0 < per_step[1]
 
 
@@ -473,11 +474,11 @@ def test_self_critical_baseline_is_the_greedy_reward():
     crit = ReinforceGleuCriterion(task, rl_baseline="self-critical", max_sample_len=8)
     _, _, log = crit(model, sample)
     with torch.no_grad():
-        greedy = model(**sample["net_input"], sample_lens=torch.full((B,), 8), greedy_too=True)[1]["greedy"]
+        greedy = model(**sample["net_input"], policy=SampleRequest(torch.full((B,), 8), greedy_too=True))[1]["greedy"]
     d = task.target_dictionary
     want = 0.0
     for b in range(B):
-        ys = [t for t in greedy["tokens"][b][greedy["mask"][b]].tolist() if t != d.eos()]
+        ys = [t for t in greedy.tokens[b][greedy.mask[b]].tolist() if t != d.eos()]
         ref = [t for t in sample["target"][b].tolist() if t not in (d.eos(), d.pad())]
         want += gleu(ys, ref)
     assert log["greedy_reward"] == pytest.approx(want, abs=1e-6) and want > 0

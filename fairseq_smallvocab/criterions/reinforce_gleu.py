@@ -42,7 +42,7 @@ decode: every token the argmax of its step), ``entropy`` (nats per sampled
 step, of the distribution sampled from) and ``sample_len``.
 
 The model is any encoder-decoder restricted by the plugin's tasks
-(``restricted_model``): its forward with ``sample_lens`` draws the samples in
+(``restricted_model``): its forward with a ``policy`` request draws the samples in
 eval mode without gradient and scores them with gradient (``reinforce.sampler``).
 
 A batch whose reward or loss is not finite is skipped: its loss is replaced by
@@ -69,6 +69,7 @@ from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq_smallvocab.reinforce.baselines import BASELINES as BASELINE_CLASSES
 from fairseq_smallvocab.reinforce.baselines import build_baseline
 from fairseq_smallvocab.reinforce.rewards import REWARDS, build_reward
+from fairseq_smallvocab.reinforce.sampler import SampleRequest
 
 logger = logging.getLogger(__name__)
 
@@ -209,12 +210,15 @@ class ReinforceGleuCriterion(FairseqCriterion):
         candidates = net_input.get("candidates")
         self.check_memory(sample, nsentences * n, limits,
                           candidates.size(1) if candidates is not None else len(self.task.target_dictionary))
-        net_output = model(**net_input, sample_lens=limits, greedy_too=self.baseline.needs_greedy,
-                           num_samples=n, temperature=self.temperature)
+        # Sampling happens inside the model's forward (restricted_model.sample_and_score: draw, then score with
+        # gradient), so that fairseq's distributed wrappers see one forward for the CE term and the policy alike.
+        policy = SampleRequest(limits, num_samples=n, greedy_too=self.baseline.needs_greedy,
+                               temperature=self.temperature)
+        net_output = model(**net_input, policy=policy)
         samples = net_output[1]["samples"]  # B * N rows, the N samples of example b in rows b * N ... b * N + N - 1
         pad = self.padding_idx
-        if self.temperature != 1.0 and not torch.isfinite(samples["entropy"]).all() \
-                and torch.isfinite(samples["lprobs"]).all():
+        if self.temperature != 1.0 and not torch.isfinite(samples.entropy).all() \
+                and torch.isfinite(samples.lprobs).all():
             # the model's own distribution is finite, the one divided by the temperature is not
             raise ValueError(f"--sample-temperature {self.temperature} makes the logits divided by it overflow "
                              "(not finite), so every sample would be one word repeated: use a larger temperature "
@@ -224,29 +228,29 @@ class ReinforceGleuCriterion(FairseqCriterion):
         target = model.get_targets(sample, net_output)
         ce = F.nll_loss(lprobs.view(-1, lprobs.size(-1)), target.reshape(-1), ignore_index=pad, reduction="sum")
 
-        mask = samples["mask"]
+        mask = samples.mask
         gold = sample["target"].repeat_interleave(n, 0) if n > 1 else sample["target"]
         with torch.no_grad():
-            reward = self.rewards(samples["tokens"], samples["lengths"], gold)
+            reward = self.rewards(samples.tokens, samples.lengths, gold)
             greedy_reward = None
             logs = {}
             if self.baseline.needs_greedy:
                 greedy = net_output[1]["greedy"]
-                greedy_reward = self.rewards(greedy["tokens"], greedy["lengths"], sample["target"])
+                greedy_reward = self.rewards(greedy.tokens, greedy.lengths, sample["target"])
                 logs["greedy_reward"] = greedy_reward.sum().item()
                 greedy_reward = greedy_reward.repeat_interleave(n, 0)
-            base = self.baseline.values(samples["features"], mask, reward, greedy_reward, n) * mask
+            base = self.baseline.values(samples.features, mask, reward, greedy_reward, n) * mask
             if n > 1:
                 logs["reward_std"] = reward.double().view(-1, n).std(1).sum().item()
         advantage = (reward.unsqueeze(1) - base) * mask
-        rl = -(advantage * samples["lprobs"] * mask).sum() / n
+        rl = -(advantage * samples.lprobs * mask).sum() / n
         loss = self.rl_lambda * ce + (1.0 - self.rl_lambda) * rl
 
         finite = bool(torch.isfinite(reward).all() and torch.isfinite(loss))
         if not finite:  # an exact zero that still touches every parameter (distributed wrappers expect that)
             loss = sum(p.reshape(-1)[:1].sum() * 0.0 for p in model.parameters() if p.requires_grad)
         if model.training:  # a skipped batch does not teach the baseline either (its keys log 0)
-            learned = self.baseline.learn(samples["features"], mask, reward) if finite \
+            learned = self.baseline.learn(samples.features, mask, reward) if finite \
                 else dict.fromkeys(self.baseline.log_keys, 0.0)
             logs.update({key: value * nsentences for key, value in learned.items()})
 
@@ -261,9 +265,9 @@ class ReinforceGleuCriterion(FairseqCriterion):
             "finite_sentences": kept(nsentences), "finite_tokens": kept(sample["ntokens"]),
             "finite_samples": kept(reward.numel()),
             "reward": kept(reward.sum().item()), "baseline": kept(base.sum().item()),
-            "steps": kept(mask.sum().item()), "sample_len": kept(samples["lengths"].sum().item()),
-            "greedy_samples": kept(samples["is_greedy"].sum().item()),
-            "entropy": kept(samples["entropy"].sum().item()),
+            "steps": kept(mask.sum().item()), "sample_len": kept(samples.lengths.sum().item()),
+            "greedy_samples": kept(samples.is_greedy.sum().item()),
+            "entropy": kept(samples.entropy.sum().item()),
             **{key: kept(value) for key, value in logs.items()}}
         return loss, nsentences, logging_output
 

@@ -34,6 +34,7 @@ the caller arranges (``restricted_model``).
 """
 
 from contextlib import nullcontext
+from dataclasses import dataclass
 from typing import Dict, Optional
 
 import torch
@@ -41,6 +42,36 @@ from torch import Tensor
 
 from fairseq_smallvocab.output.gathered_grad import gathered_embedding_grads
 from fairseq_smallvocab.output.restricted import UnionScorer, candidate_log_probs
+
+
+@dataclass(frozen=True)
+class SampleRequest:
+    """What REINFORCE asks of the restricted model's forward besides its
+    teacher-forced pass (``restricted_model``): ``num_samples`` sequences per
+    example, each at most ``max_lens[b]`` tokens (B), drawn at
+    ``temperature``, and with ``greedy_too`` each example's greedy decode."""
+
+    max_lens: Tensor
+    num_samples: int = 1
+    greedy_too: bool = False
+    temperature: float = 1.0
+
+
+@dataclass
+class Samples:
+    """Sequences drawn by ``sample``, one per row: B x T tensors unless said
+    otherwise.  ``score`` fills ``lprobs`` and replaces ``features``."""
+
+    tokens: Tensor  # target ids, pad after the end
+    positions: Tensor  # the chosen index in the row's candidates (the id for the full softmax); eos after the end
+    mask: Tensor  # the steps that count, the eos included
+    lengths: Tensor  # B: tokens before the eos
+    is_greedy: Optional[Tensor] = None  # B, drawn samples only: every token was its step's argmax
+    entropy: Optional[Tensor] = None  # B, drawn samples only: summed over the steps, of what was drawn from
+    features: Optional[Tensor] = None  # B x T x d: the states that chose each token (kept graph; detached by score)
+    probs: Optional[Tensor] = None  # B x T x K: each step's softmax (temperature 1), kept by the sampling loop
+    chosen_lprobs: Optional[Tensor] = None  # B x T: log p of the drawn word, with ``probs``
+    lprobs: Optional[Tensor] = None  # by score: log p(y_t), differentiable, 0 after the end
 
 
 def sample_categorical(logits: Tensor, with_entropy: bool = False, with_probs: bool = False,
@@ -80,21 +111,14 @@ STORED_PROBS_MAX_ELEMENTS = 2 ** 28
 
 def sample(decoder, encoder_out, weight: Tensor, bias: Optional[Tensor], candidates: Optional[Tensor],
            max_lens: Tensor, greedy: bool = False, keep_graph: bool = False,
-           temperature: float = 1.0, keep_probs: bool = False) -> Dict[str, Tensor]:
+           temperature: float = 1.0, keep_probs: bool = False) -> Samples:
     """A sequence per example from the decoder (multinomial from
-    softmax(logits / temperature), or argmax with ``greedy``).  Returns
-    B x T tensors: ``tokens`` (target ids, pad after the end), ``positions``
-    (the chosen index in the example's candidates; the id for the full
-    softmax), ``mask`` (steps that count, the eos included), and B tensors
-    ``lengths`` (tokens before the eos); unless ``greedy``, ``is_greedy``
-    (every token was its step's argmax: the sample is the greedy decode) and
-    ``entropy`` (summed over the sample's steps, of the distribution drawn
-    from); with ``keep_graph``, also ``features``: the states that chose each
-    token, with their graph; with ``keep_probs`` (not greedy, and at most
-    ``STORED_PROBS_MAX_ELEMENTS`` entries), also ``probs`` (B x T x K: each
-    step's softmax over the row's candidates, temperature 1) and
-    ``chosen_lprobs`` (B x T: log p of the drawn word), which ``score``
-    then uses instead of making the logits again."""
+    softmax(logits / temperature), or argmax with ``greedy``), as ``Samples``:
+    unless ``greedy`` with ``is_greedy`` and ``entropy``; with ``keep_graph``
+    with ``features``, the states that chose each token, with their graph;
+    with ``keep_probs`` (not greedy, and at most ``STORED_PROBS_MAX_ELEMENTS``
+    entries) with ``probs`` and ``chosen_lprobs``, which ``score`` then uses
+    instead of making the logits again."""
     d = decoder.dictionary
     eos, pad = d.eos(), d.pad()
     scorer = UnionScorer(weight, bias, candidates)
@@ -157,32 +181,33 @@ def sample(decoder, encoder_out, weight: Tensor, bias: Optional[Tensor], candida
             if not alive.any():
                 break
     out = tokens[:, 1: done + 1]
-    result = {"tokens": out, "positions": positions[:, :done].masked_fill(~mask[:, :done], eos),
-              "mask": mask[:, :done], "lengths": (mask[:, :done] & out.ne(eos)).sum(1)}
+    result = Samples(tokens=out, positions=positions[:, :done].masked_fill(~mask[:, :done], eos),
+                     mask=mask[:, :done], lengths=(mask[:, :done] & out.ne(eos)).sum(1))
     if not greedy:
-        result.update(is_greedy=is_greedy, entropy=entropy)
+        result.is_greedy, result.entropy = is_greedy, entropy
     if keep_graph:
-        result["features"] = torch.stack(states, 1) if states else weight.new_zeros(bsz, 0, weight.size(1))
+        result.features = torch.stack(states, 1) if states else weight.new_zeros(bsz, 0, weight.size(1))
     if store_probs:
-        result.update(probs=probs[:, :done], chosen_lprobs=chosen[:, :done])
+        result.probs, result.chosen_lprobs = probs[:, :done], chosen[:, :done]
     return result
 
 
 def score(decoder, encoder_out, weight: Tensor, bias: Optional[Tensor], candidates: Optional[Tensor],
-          samples: Dict[str, Tensor]) -> Dict[str, Tensor]:
-    """``lprobs`` (B x T: log p(y_t) under the restrictions of sampling, 0
-    after the end), differentiable, and ``features`` (the decoder states that
-    scored each step, detached), from the states ``sample`` kept or from one
-    teacher-forced pass over the samples."""
-    mask, tokens = samples["mask"], samples["tokens"]
+          samples: Samples) -> Samples:
+    """Fills ``samples.lprobs`` (log p(y_t) under the restrictions of
+    sampling, 0 after the end), differentiable, and sets ``features`` to the
+    decoder states that scored each step, detached: from the states
+    ``sample`` kept or from one teacher-forced pass over the samples."""
+    mask, tokens = samples.mask, samples.tokens
     d = decoder.dictionary
-    if "features" in samples:
-        s = samples["features"]
+    if samples.features is not None:
+        s = samples.features
     elif tokens.size(1) == 0:
         s = weight.new_zeros(tokens.size(0), 0, weight.size(1))
     else:
         prev = torch.cat([tokens.new_full((tokens.size(0), 1), d.eos()), tokens[:, :-1]], dim=1)
         s, _ = decoder.extract_features(prev, encoder_out)
-    lprobs = candidate_log_probs(s, weight, bias, candidates, samples["positions"], _excluded(d),
-                                 probs=samples.get("probs"), chosen=samples.get("chosen_lprobs"))
-    return {"lprobs": lprobs.masked_fill(~mask, 0.0), "features": s.detach()}
+    lprobs = candidate_log_probs(s, weight, bias, candidates, samples.positions, _excluded(d),
+                                 probs=samples.probs, chosen=samples.chosen_lprobs)
+    samples.lprobs, samples.features = lprobs.masked_fill(~mask, 0.0), s.detach()
+    return samples
