@@ -394,7 +394,7 @@ def test_mixed_precision_small_output_layer_and_reinforce():
     """--amp (autocast) and --bf16/--fp16 (fairseq converts model and criterion):
     the small output layer and reinforce_gleu run, values close to float32,
     and the learned baseline stays float32 and learns."""
-    from fairseq_smallvocab.criterions.reinforce_gleu import ReinforceGleuCriterion
+    from fairseq_smallvocab.criterions.reinforce_gleu import ReinforceGleuConfig, ReinforceGleuCriterion
 
     torch.manual_seed(0)
     model = restrict(_stock("transformer", **TRANSFORMER), "transformer").train()
@@ -416,7 +416,7 @@ def test_mixed_precision_small_output_layer_and_reinforce():
     task = SimpleNamespace(target_dictionary=tgt_dict, source_dictionary=model.encoder.dictionary)
     model.train()
     for precision in ("autocast", "bf16"):
-        crit = ReinforceGleuCriterion(task, max_sample_len=6)
+        crit = ReinforceGleuCriterion(task, ReinforceGleuConfig(max_sample_len=6))
         if precision == "bf16":  # what fairseq's trainer does with --bf16 / --fp16
             model, crit = model.to(torch.bfloat16), crit.to(torch.bfloat16)
         model.zero_grad()
@@ -463,7 +463,7 @@ def test_samples_stop_at_the_decoders_learned_positions(caplog):
     there, and the log says so once (an IndexError in the sampler before)."""
     import logging
 
-    from fairseq_smallvocab.criterions.reinforce_gleu import ReinforceGleuCriterion
+    from fairseq_smallvocab.criterions.reinforce_gleu import ReinforceGleuConfig, ReinforceGleuCriterion
 
     torch.manual_seed(0)
     model = restrict(_stock("transformer", decoder_learned_pos=True, max_target_positions=3, **TRANSFORMER),
@@ -473,7 +473,7 @@ def test_samples_stop_at_the_decoders_learned_positions(caplog):
     src, prev, tgt, cands = translation_batch(lengths, T_SRC, 3, K, V_SRC, tgt_dict)
     sample = {"net_input": {"src_tokens": src, "src_lengths": lengths, "prev_output_tokens": prev,
                             "candidates": cands}, "target": tgt, "ntokens": int(tgt.ne(1).sum())}
-    crit = ReinforceGleuCriterion(SimpleNamespace(target_dictionary=tgt_dict), rl_baseline="none")
+    crit = ReinforceGleuCriterion(SimpleNamespace(target_dictionary=tgt_dict), ReinforceGleuConfig(rl_baseline="none"))
     with caplog.at_level(logging.INFO):
         for _ in range(2):
             loss, _, log = crit(model.train(), sample)

@@ -10,7 +10,7 @@ from fairseq import metrics
 from test_reinforce import _setup
 from test_translation_smallvocab import _task
 
-from fairseq_smallvocab.criterions.reinforce_gleu import ReinforceGleuCriterion
+from fairseq_smallvocab.criterions.reinforce_gleu import ReinforceGleuConfig, ReinforceGleuCriterion
 from fairseq_smallvocab.criterions.vocab_prediction_bce import VocabPredictionBCECriterion
 
 
@@ -39,7 +39,7 @@ def test_the_task_reduces_tensors_from_distributed_workers(tiny_bin):
     workers' validation batches."""
     task = _task(tiny_bin, small_vocab_size=40)
     model, _, sample = _setup()
-    crit = ReinforceGleuCriterion(task, rl_baseline="none")
+    crit = ReinforceGleuCriterion(task, ReinforceGleuConfig(rl_baseline="none"))
     crit.eval()
     logs = []
     for seed in (1, 2):

@@ -12,13 +12,18 @@ from fairseq import utils
 from fairseq.data import Dictionary
 from helpers import USER_DIR, candidate_batch, make_dictionary, run
 
-from fairseq_smallvocab.criterions.reinforce_gleu import ReinforceGleuCriterion
+from fairseq_smallvocab.criterions.reinforce_gleu import ReinforceGleuConfig, ReinforceGleuCriterion
 from fairseq_smallvocab.models.lstm_smallvocab import LSTMSmallVocabConfig, LSTMSmallVocabModel
 from fairseq_smallvocab.reinforce.rewards import gleu
 from fairseq_smallvocab.reinforce.sampler import SampleRequest
 from fairseq_smallvocab.restricted_model import restrict
 
 V_SRC, V_TGT, B, T_SRC, T_TGT, K, D = 30, 50, 6, 6, 5, 14, 10
+
+
+def _crit(task, **options):
+    """The criterion as fairseq builds it: from its config (fairseq's defaults but for ``options``)."""
+    return ReinforceGleuCriterion(task, ReinforceGleuConfig(**options))
 
 
 def _setup(small=True, seed=0):
@@ -61,7 +66,7 @@ def test_policy_gradient_equals_hand_computation(small, baseline, n, keep_probs,
     if not keep_probs:
         monkeypatch.setattr(sampler, "STORED_PROBS_MAX_ELEMENTS", 0)
     model, task, sample = _setup(small)
-    crit = ReinforceGleuCriterion(task, rl_lambda=0.0, rl_baseline=baseline, max_sample_len=7, rl_samples=n)
+    crit = _crit(task, rl_lambda=0.0, rl_baseline=baseline, max_sample_len=7, rl_samples=n)
     torch.manual_seed(6)
     loss, size, log = crit(model, sample)
     model.zero_grad()
@@ -140,7 +145,7 @@ def test_n_samples_give_the_average_of_n_single_sample_gradients(small, monkeypa
     params = [p for p in model.parameters() if p.requires_grad]
 
     def loss_and_grads(rl_samples):
-        crit = ReinforceGleuCriterion(task, rl_lambda=lam, rl_baseline="none", max_sample_len=7,
+        crit = _crit(task, rl_lambda=lam, rl_baseline="none", max_sample_len=7,
                                       rl_samples=rl_samples)
         model.zero_grad()
         loss, size, log = crit(model, sample)
@@ -178,14 +183,14 @@ def test_constant_reward_with_leave_one_out_leaves_only_the_ce_term(small):
     """Every sample rewarded 1, the others' mean is 1: zero advantage, so the
     loss and its gradients are lambda * CE alone."""
     model, task, sample = _setup(small)
-    crit = ReinforceGleuCriterion(task, rl_lambda=0.3, rl_baseline="loo", rl_samples=4, reward="constant")
+    crit = _crit(task, rl_lambda=0.3, rl_baseline="loo", rl_samples=4, reward="constant")
     loss, _, log = crit(model, sample)
     assert log["rl"] == 0.0 and log["reward"] == 4 * B and log["baseline"] == log["steps"] > 0
     model.zero_grad()
     loss.backward()
     got = [p.grad.clone() for p in model.parameters()]
     model.zero_grad()
-    (0.3 * ReinforceGleuCriterion(task, rl_lambda=1.0, rl_baseline="none")(model, sample)[0]).backward()
+    (0.3 * _crit(task, rl_lambda=1.0, rl_baseline="none")(model, sample)[0]).backward()
     for g, want in zip(got, [p.grad for p in model.parameters()]):
         torch.testing.assert_close(g, want)
 
@@ -244,7 +249,7 @@ def test_logged_metrics_of_several_samples():
     from fairseq.logging import metrics
 
     model, task, sample = _setup()
-    crit = ReinforceGleuCriterion(task, rl_baseline="loo", rl_samples=3, reward="chrf", max_sample_len=7)
+    crit = _crit(task, rl_baseline="loo", rl_samples=3, reward="chrf", max_sample_len=7)
     logs = [crit(model, sample)[2] for _ in range(2)]
     with metrics.aggregate() as agg:
         ReinforceGleuCriterion.reduce_metrics(logs)
@@ -272,7 +277,7 @@ def test_bad_rl_settings_are_named_at_start_up():
              (dict(gleu_detok="sentencepiece", reward_post_process="subword_nmt"), r"--gleu-detok .* disagree")]
     for kwargs, message in cases:
         with pytest.raises(ValueError, match=message):
-            ReinforceGleuCriterion(task, **kwargs)
+            _crit(task, **kwargs)
 
 
 def test_a_temperature_whose_scaled_logits_overflow_is_refused():
@@ -281,12 +286,12 @@ def test_a_temperature_whose_scaled_logits_overflow_is_refused():
     logits are not finite still has its batch skipped, not refused."""
     model, task, sample = _setup()
     with pytest.raises(ValueError, match=r"--sample-temperature 1e-45 makes the logits divided by it overflow"):
-        ReinforceGleuCriterion(task, rl_baseline="none", sample_temperature=1e-45)(model.train(), sample)
-    _, _, log = ReinforceGleuCriterion(task, rl_baseline="none", sample_temperature=0.5)(model, sample)
+        _crit(task, rl_baseline="none", sample_temperature=1e-45)(model.train(), sample)
+    _, _, log = _crit(task, rl_baseline="none", sample_temperature=0.5)(model, sample)
     assert log["nonfinite"] == 0 and log["entropy"] > 0
     with torch.no_grad():
         model.decoder.output_bias.fill_(float("nan"))
-    _, _, log = ReinforceGleuCriterion(task, rl_baseline="none", sample_temperature=0.5)(model, sample)
+    _, _, log = _crit(task, rl_baseline="none", sample_temperature=0.5)(model, sample)
     assert log["nonfinite"] == 1
 
 
@@ -296,7 +301,7 @@ def test_samples_that_cannot_fit_in_memory_are_refused_before_drawing(monkeypatc
     from fairseq_smallvocab.criterions import reinforce_gleu
 
     model, task, sample = _setup()
-    crit = ReinforceGleuCriterion(task, rl_baseline="loo", rl_samples=10000)
+    crit = _crit(task, rl_baseline="loo", rl_samples=10000)
     rows, steps = B * 10000, sample["target"].size(1)
     monkeypatch.setattr(reinforce_gleu, "_available_memory", lambda device: 8 * rows * steps * K - 1)
     drawn = []
@@ -319,7 +324,7 @@ def test_reinforce_backward_on_cuda(baseline, n):
     a forward made in eval mode: the policy's forward must not be one."""
     model, task, sample = _setup(True)
     model, sample = model.cuda().train(), utils.move_to_cuda(sample)
-    crit = ReinforceGleuCriterion(task, rl_baseline=baseline, rl_samples=n, max_sample_len=7).cuda()
+    crit = _crit(task, rl_baseline=baseline, rl_samples=n, max_sample_len=7).cuda()
     loss, _, log = crit(model, sample)
     loss.backward()
     assert log["nonfinite"] == 0 and all(torch.isfinite(p.grad).all() for p in model.parameters()
@@ -328,14 +333,14 @@ def test_reinforce_backward_on_cuda(baseline, n):
 
 def test_ce_term_and_mixing():
     model, task, sample = _setup()
-    only_ce = ReinforceGleuCriterion(task, rl_lambda=1.0, rl_baseline="none")
+    only_ce = _crit(task, rl_lambda=1.0, rl_baseline="none")
     loss, _, log = only_ce(model, sample)
     lprobs = model.get_normalized_probs(model(**sample["net_input"]), log_probs=True)
     target = model.get_targets(sample, model(**sample["net_input"]))
     ce = F.nll_loss(lprobs.view(-1, K), target.view(-1), ignore_index=1, reduction="sum")
     torch.testing.assert_close(loss, ce)
     torch.manual_seed(3)
-    mixed, _, mlog = ReinforceGleuCriterion(task, rl_lambda=0.25, rl_baseline="none")(model, sample)
+    mixed, _, mlog = _crit(task, rl_lambda=0.25, rl_baseline="none")(model, sample)
     torch.testing.assert_close(mixed, 0.25 * mlog["ce"] + 0.75 * mlog["rl"])
 
 
@@ -343,7 +348,7 @@ def test_empty_samples_get_zero_reward_without_crashing():
     model, task, sample = _setup()
     with torch.no_grad():
         model.decoder.output_bias[task.target_dictionary.eos()] = 100.0  # eos first, every time
-    crit = ReinforceGleuCriterion(task, rl_baseline="learned")
+    crit = _crit(task, rl_baseline="learned")
     loss, _, log = crit(model, sample)
     assert log["reward"] == 0.0 and log["sample_len"] == 0 and log["steps"] == B and torch.isfinite(loss)
     loss.backward()
@@ -351,7 +356,7 @@ def test_empty_samples_get_zero_reward_without_crashing():
 
 def test_nonfinite_batches_are_skipped_and_counted(monkeypatch):
     model, task, sample = _setup()
-    crit = ReinforceGleuCriterion(task, rl_baseline="learned")
+    crit = _crit(task, rl_baseline="learned")
     monkeypatch.setattr(crit, "rewards", lambda *a: torch.full((B,), float("nan")))
     loss, _, log = crit(model, sample)
     assert log["nonfinite"] == 1 and loss.item() == 0.0
@@ -365,12 +370,12 @@ def test_bad_settings_are_named():
     _, task, _ = _setup()
     for value in (-0.1, 1.5):
         with pytest.raises(ValueError, match=r"--rl-lambda must be in \[0, 1\]"):
-            ReinforceGleuCriterion(task, rl_lambda=value)
+            _crit(task, rl_lambda=value)
 
 
 def test_learned_baseline_fits_rewards_and_its_adam_state_round_trips():
     model, task, sample = _setup()
-    crit = ReinforceGleuCriterion(task, rl_baseline="learned", baseline_lr=0.05)
+    crit = _crit(task, rl_baseline="learned", baseline_lr=0.05)
     model.train()
     first = last = None
     for _ in range(30):
@@ -381,7 +386,7 @@ def test_learned_baseline_fits_rewards_and_its_adam_state_round_trips():
     state = crit.state_dict()
     assert {"baseline.weight", "baseline.bias", "baseline._extra_state"} <= state.keys()
     assert state["baseline.weight"].shape == (D,)  # its size came from the model's states
-    fresh = ReinforceGleuCriterion(task, rl_baseline="learned", baseline_lr=0.05)
+    fresh = _crit(task, rl_baseline="learned", baseline_lr=0.05)
     fresh.load_state_dict(state)
     torch.testing.assert_close(fresh.baseline.weight, crit.baseline.weight)
     a, b = crit.baseline._optimizer().state_dict(), fresh.baseline._optimizer().state_dict()
@@ -402,7 +407,7 @@ def test_nonfinite_batches_do_not_pull_the_logged_averages(monkeypatch):
     from fairseq.logging import metrics
 
     model, task, sample = _setup()
-    crit = ReinforceGleuCriterion(task, rl_baseline="learned")
+    crit = _crit(task, rl_baseline="learned")
     model.train()
     torch.manual_seed(3)
     _, _, good = crit(model, sample)
@@ -430,7 +435,7 @@ def test_learned_baseline_stays_float32_when_fairseq_halves_the_criterion():
     """--fp16: fairseq's trainer calls criterion.half(); the baseline (buffers, its own Adam) stays float32
     (on CUDA it failed with 'expected scalar type Float but found Half')."""
     model, task, sample = _setup()
-    crit = ReinforceGleuCriterion(task, rl_baseline="learned").half()
+    crit = _crit(task, rl_baseline="learned").half()
     assert crit.baseline.weight.dtype == crit.baseline.bias.dtype == torch.float32
     model.train()
     _, _, log = crit(model, sample)
@@ -471,7 +476,7 @@ def test_self_critical_baseline_is_the_greedy_reward():
     model, task, sample = _setup()
     with torch.no_grad():
         model.decoder.output_bias[2] = 0.0  # greedy decodes that do not stop at once
-    crit = ReinforceGleuCriterion(task, rl_baseline="self-critical", max_sample_len=8)
+    crit = _crit(task, rl_baseline="self-critical", max_sample_len=8)
     _, _, log = crit(model, sample)
     with torch.no_grad():
         greedy = model(**sample["net_input"], policy=SampleRequest(torch.full((B,), 8), greedy_too=True))[1]["greedy"]
@@ -589,7 +594,7 @@ def _learn_to_copy():
                 "net_input": {"src_tokens": src, "src_lengths": torch.full((n,), length + 1),
                               "prev_output_tokens": prev}}
 
-    rl = ReinforceGleuCriterion(task, rl_lambda=0.0, rl_baseline="learned", baseline_lr=0.01, max_sample_len=8)
+    rl = _crit(task, rl_lambda=0.0, rl_baseline="learned", baseline_lr=0.01, max_sample_len=8)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
 
     def train(criterion, steps):
@@ -609,7 +614,7 @@ def _learn_to_copy():
         torch.set_rng_state(rng)
         return total / 16
 
-    train(ReinforceGleuCriterion(task, rl_lambda=1.0, rl_baseline="none"), 60)  # CE warm-up
+    train(_crit(task, rl_lambda=1.0, rl_baseline="none"), 60)  # CE warm-up
     for group in optimizer.param_groups:
         group["lr"] = 0.003
     before = held_out_reward()
@@ -708,7 +713,7 @@ def test_distributed_data_parallel_on_gpus(tiny_bin, ce_checkpoint, tmp_path):
 def _baseline_worker(rank, port, out):
     torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     _, task, _ = _setup()
-    crit = ReinforceGleuCriterion(task, rl_baseline="learned", baseline_lr=0.1)
+    crit = _crit(task, rl_baseline="learned", baseline_lr=0.1)
     gen = torch.Generator().manual_seed(rank)  # each worker sees other states and rewards
     for _ in range(3):
         crit.baseline.learn(torch.randn(4, 3, D, generator=gen), torch.ones(4, 3), torch.rand(4, generator=gen))
@@ -733,8 +738,8 @@ def test_gleu_on_detokenized_words_for_subword_data():
     task = SimpleNamespace(target_dictionary=d)
     hyp = torch.tensor([[ids["\u2581the"], ids["\u2581cat"], ids["\u2581sat"]]])
     ref = torch.tensor([[ids["\u2581th"], ids["e"], ids["\u2581cat"], ids["\u2581sat"], d.eos()]])
-    plain = ReinforceGleuCriterion(task, rl_baseline="none").rewards(hyp, torch.tensor([3]), ref)
-    words = ReinforceGleuCriterion(task, rl_baseline="none", gleu_detok="sentencepiece").rewards(
+    plain = _crit(task, rl_baseline="none").rewards(hyp, torch.tensor([3]), ref)
+    words = _crit(task, rl_baseline="none", gleu_detok="sentencepiece").rewards(
         hyp, torch.tensor([3]), ref)
     assert words.tolist() == [1.0] and plain.item() == pytest.approx(gleu([1, 2, 3], [4, 5, 2, 3]))
 

@@ -115,39 +115,47 @@ class ReinforceGleuConfig(FairseqDataclass):
     gleu_detok: Optional[str] = field(default=None, metadata={"help": "old name of --reward-post-process"})
 
 
+def check_config(cfg: ReinforceGleuConfig) -> None:
+    """Every setting of the criterion, checked in one place before anything
+    is built: a bad one stops fairseq-train at start-up, naming its flag."""
+    post_process = cfg.reward_post_process
+    if cfg.rl_samples < 1:
+        raise ValueError(f"--rl-samples must be >= 1 (samples per input), got {cfg.rl_samples}")
+    if not 0 < cfg.sample_temperature < math.inf:
+        raise ValueError(f"--sample-temperature must be a finite number > 0, got {cfg.sample_temperature}: for "
+                         "greedy sequences use --rl-baseline self-critical, whose baseline is the greedy decode")
+    if cfg.gleu_detok is not None and post_process is not None and cfg.gleu_detok != post_process:
+        raise ValueError(f"--gleu-detok {cfg.gleu_detok} and --reward-post-process {post_process} disagree: "
+                         "--gleu-detok is the old name of --reward-post-process, give only that one")
+    if not 0.0 <= cfg.rl_lambda <= 1.0:
+        raise ValueError(f"--rl-lambda must be in [0, 1], got {cfg.rl_lambda}")
+    if cfg.max_sample_len < 1:
+        raise ValueError(f"--max-sample-len must be >= 1, got {cfg.max_sample_len}")
+    if cfg.sample_len_ratio < 0:
+        raise ValueError(f"--sample-len-ratio must be >= 0, got {cfg.sample_len_ratio}")
+    if cfg.gleu_max_order < 1:
+        raise ValueError(f"--gleu-max-order must be >= 1, got {cfg.gleu_max_order}")
+    if str(cfg.reward) not in REWARDS:
+        raise ValueError(f"unknown reward '{cfg.reward}': --reward must be one of {', '.join(REWARDS)}")
+    if str(cfg.rl_baseline) not in BASELINE_CLASSES:
+        raise ValueError(f"unknown baseline '{cfg.rl_baseline}': --rl-baseline must be one of "
+                         f"{', '.join(BASELINE_CLASSES)}")
+    needed = BASELINE_CLASSES[str(cfg.rl_baseline)].min_samples
+    if cfg.rl_samples < needed:
+        raise ValueError(f"--rl-baseline {cfg.rl_baseline} needs --rl-samples >= {needed} (the other samples of "
+                         f"the same input make the baseline), got {cfg.rl_samples}")
+
+
 @register_criterion("reinforce_gleu", dataclass=ReinforceGleuConfig)
 class ReinforceGleuCriterion(FairseqCriterion):
-    def __init__(self, task, rl_lambda=0.005, rl_baseline="learned", baseline_lr=1e-3, max_sample_len=100,
-                 sample_len_ratio=0.0, gleu_max_order=4, gleu_detok=None, rl_samples=1, reward="gleu",
-                 sample_temperature=1.0, reward_post_process=None):
+    def __init__(self, task, cfg: ReinforceGleuConfig):
         super().__init__(task)
-        if rl_samples < 1:
-            raise ValueError(f"--rl-samples must be >= 1 (samples per input), got {rl_samples}")
-        if not 0 < sample_temperature < math.inf:
-            raise ValueError(f"--sample-temperature must be a finite number > 0, got {sample_temperature}: for "
-                             "greedy sequences use --rl-baseline self-critical, whose baseline is the greedy decode")
-        if gleu_detok is not None and reward_post_process is not None and gleu_detok != reward_post_process:
-            raise ValueError(f"--gleu-detok {gleu_detok} and --reward-post-process {reward_post_process} disagree: "
-                             "--gleu-detok is the old name of --reward-post-process, give only that one")
-        if not 0.0 <= rl_lambda <= 1.0:
-            raise ValueError(f"--rl-lambda must be in [0, 1], got {rl_lambda}")
-        if max_sample_len < 1:
-            raise ValueError(f"--max-sample-len must be >= 1, got {max_sample_len}")
-        if sample_len_ratio < 0:
-            raise ValueError(f"--sample-len-ratio must be >= 0, got {sample_len_ratio}")
-        if gleu_max_order < 1:
-            raise ValueError(f"--gleu-max-order must be >= 1, got {gleu_max_order}")
-        self.rl_lambda, self.baseline_name = rl_lambda, str(rl_baseline)
-        self.max_sample_len, self.sample_len_ratio = max_sample_len, sample_len_ratio
-        self.rl_samples, self.temperature = rl_samples, sample_temperature
-        self.reward_name = str(reward)
-        self.reward = build_reward(self.reward_name, task.target_dictionary, reward_post_process or gleu_detok,
-                                   gleu_max_order)
-        self.baseline = build_baseline(self.baseline_name, baseline_lr)
-        if rl_samples < self.baseline.min_samples:
-            raise ValueError(f"--rl-baseline {self.baseline_name} needs --rl-samples >= {self.baseline.min_samples} "
-                             f"(the other samples of the same input make the baseline), got {rl_samples}")
-        if self.baseline_name == "learned" and hasattr(task, "add_checkpoint_state"):  # a bare test task has none
+        check_config(cfg)
+        self.cfg = cfg
+        self.reward = build_reward(str(cfg.reward), task.target_dictionary, cfg.reward_post_process or cfg.gleu_detok,
+                                   cfg.gleu_max_order)
+        self.baseline = build_baseline(str(cfg.rl_baseline), cfg.baseline_lr)
+        if str(cfg.rl_baseline) == "learned" and hasattr(task, "add_checkpoint_state"):  # a bare test task has none
             task.add_checkpoint_state("reinforce_gleu.baseline", self.baseline)
         self._capped_to_positions = False  # whether the log has said that the decoder's positions cap samples
 
@@ -160,19 +168,19 @@ class ReinforceGleuCriterion(FairseqCriterion):
         has no row beyond it)."""
         src_lengths = net_input.get("src_lengths")
         if src_lengths is None:  # image features: no source length
-            if self.sample_len_ratio > 0:
+            if self.cfg.sample_len_ratio > 0:
                 raise ValueError("--sample-len-ratio needs source sentences; these inputs (image features) have "
                                  "no length: limit the samples with --max-sample-len")
-            limit = torch.full((bsz,), self.max_sample_len, dtype=torch.long, device=net_input["features"].device)
+            limit = torch.full((bsz,), self.cfg.max_sample_len, dtype=torch.long, device=net_input["features"].device)
         else:
-            limit = torch.full_like(src_lengths, self.max_sample_len)
-        if self.sample_len_ratio > 0:
-            limit = torch.minimum(limit, torch.ceil(src_lengths.float() * self.sample_len_ratio).long() + 5)
-        if max_positions is not None and self.max_sample_len > max_positions:
+            limit = torch.full_like(src_lengths, self.cfg.max_sample_len)
+        if self.cfg.sample_len_ratio > 0:
+            limit = torch.minimum(limit, torch.ceil(src_lengths.float() * self.cfg.sample_len_ratio).long() + 5)
+        if max_positions is not None and self.cfg.max_sample_len > max_positions:
             if not self._capped_to_positions:
                 logger.info(f"samples are cut at {max_positions} tokens, the decoder's positions "
                             f"(max_decoder_positions(), e.g. --max-target-positions), below --max-sample-len "
-                            f"{self.max_sample_len}")
+                            f"{self.cfg.max_sample_len}")
                 self._capped_to_positions = True
             limit = limit.clamp(max=max_positions)
         return limit
@@ -189,7 +197,7 @@ class ReinforceGleuCriterion(FairseqCriterion):
         needed = 2 * 4 * rows * steps * vocab
         if needed > available:
             raise MemoryError(
-                f"--rl-samples {self.rl_samples} with this batch of {sample['target'].size(0)} sentences makes "
+                f"--rl-samples {self.cfg.rl_samples} with this batch of {sample['target'].size(0)} sentences makes "
                 f"{rows:,} sampled sequences, whose scoring needs at least {needed / 2 ** 30:.1f} GiB "
                 f"({rows:,} x {steps} steps x {vocab:,} words x 4 bytes, twice), more than the "
                 f"{available / 2 ** 30:.1f} GiB available: lower --rl-samples, or --batch-size / --max-tokens")
@@ -204,7 +212,7 @@ class ReinforceGleuCriterion(FairseqCriterion):
 
     def forward(self, model, sample, reduce=True):
         net_input = sample["net_input"]
-        nsentences, n = sample["target"].size(0), self.rl_samples
+        nsentences, n = sample["target"].size(0), self.cfg.rl_samples
         max_positions = getattr(model, "max_decoder_positions", None)
         limits = self.sample_limits(net_input, nsentences, max_positions() if max_positions else None)
         candidates = net_input.get("candidates")
@@ -213,16 +221,16 @@ class ReinforceGleuCriterion(FairseqCriterion):
         # Sampling happens inside the model's forward (restricted_model.sample_and_score: draw, then score with
         # gradient), so that fairseq's distributed wrappers see one forward for the CE term and the policy alike.
         policy = SampleRequest(limits, num_samples=n, greedy_too=self.baseline.needs_greedy,
-                               temperature=self.temperature)
+                               temperature=self.cfg.sample_temperature)
         net_output = model(**net_input, policy=policy)
         samples = net_output[1]["samples"]  # B * N rows, the N samples of example b in rows b * N ... b * N + N - 1
         pad = self.padding_idx
-        if self.temperature != 1.0 and not torch.isfinite(samples.entropy).all() \
+        if self.cfg.sample_temperature != 1.0 and not torch.isfinite(samples.entropy).all() \
                 and torch.isfinite(samples.lprobs).all():
             # the model's own distribution is finite, the one divided by the temperature is not
-            raise ValueError(f"--sample-temperature {self.temperature} makes the logits divided by it overflow "
-                             "(not finite), so every sample would be one word repeated: use a larger temperature "
-                             "(e.g. >= 0.05)")
+            raise ValueError(f"--sample-temperature {self.cfg.sample_temperature} makes the logits divided by it "
+                             "overflow (not finite), so every sample would be one word repeated: use a larger "
+                             "temperature (e.g. >= 0.05)")
 
         lprobs = model.get_normalized_probs(net_output, log_probs=True)
         target = model.get_targets(sample, net_output)
@@ -244,7 +252,7 @@ class ReinforceGleuCriterion(FairseqCriterion):
                 logs["reward_std"] = reward.double().view(-1, n).std(1).sum().item()
         advantage = (reward.unsqueeze(1) - base) * mask
         rl = -(advantage * samples.lprobs * mask).sum() / n
-        loss = self.rl_lambda * ce + (1.0 - self.rl_lambda) * rl
+        loss = self.cfg.rl_lambda * ce + (1.0 - self.cfg.rl_lambda) * rl
 
         finite = bool(torch.isfinite(reward).all() and torch.isfinite(loss))
         if not finite:  # an exact zero that still touches every parameter (distributed wrappers expect that)

@@ -288,7 +288,7 @@ def worker(cfg: dict) -> dict:
     import torch
     from fairseq.criterions.cross_entropy import CrossEntropyCriterion
 
-    from fairseq_smallvocab.criterions.reinforce_gleu import ReinforceGleuCriterion
+    from fairseq_smallvocab.criterions.reinforce_gleu import ReinforceGleuConfig, ReinforceGleuCriterion
 
     device = torch.device(cfg["device"])
     count = cfg["warmup"] + cfg["steps"]
@@ -303,8 +303,8 @@ def worker(cfg: dict) -> dict:
         if cfg["mode"] == "ce":
             criterion = CrossEntropyCriterion(_Task, sentence_avg=False)
         else:
-            criterion = ReinforceGleuCriterion(_Task, max_sample_len=cfg["max_sample_len"],
-                                               rl_samples=cfg["rl_samples"], rl_baseline=cfg["rl_baseline"]).to(device)
+            criterion = ReinforceGleuCriterion(_Task, ReinforceGleuConfig(max_sample_len=cfg["max_sample_len"],
+                                               rl_samples=cfg["rl_samples"], rl_baseline=cfg["rl_baseline"])).to(device)
         samples = [make_batch(cfg["vocab_size"], cfg["K"], cfg["batch"], cfg["max_len"], device,
                               zipf=cfg["zipf"])] * count
         epoch_sentences = cfg["epoch_sentences"]
