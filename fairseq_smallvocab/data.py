@@ -25,6 +25,15 @@ def data_folder(data) -> str:
     return first if "://" in first else os.path.abspath(first)
 
 
+def unwrapped(dataset):
+    """The dataset inside fairseq's wrappers (``BaseWrapperDataset``, the
+    plugin's ``KeepLastBatchDataset`` and ``CandidateDataset``): the one that
+    holds the sizes and tokens."""
+    while isinstance(dataset, BaseWrapperDataset):
+        dataset = dataset.dataset
+    return dataset
+
+
 def token_stream(dataset):
     """All items of a fairseq indexed dataset concatenated, as a numpy array of
     its own: a copy, because the dataset unmaps its file when it is freed."""

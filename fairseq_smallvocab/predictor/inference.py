@@ -11,7 +11,7 @@ from fairseq import checkpoint_utils, tasks
 from fairseq.data import data_utils
 
 from fairseq_smallvocab.compat.checkpoint_loading import CheckpointLoadError
-from fairseq_smallvocab.data import data_folder, single_dictionary_lang, token_stream
+from fairseq_smallvocab.data import data_folder, single_dictionary_lang, token_stream, unwrapped
 from fairseq_smallvocab.models.vocab_predictor import dictionary_fingerprint
 from fairseq_smallvocab.predictor.lists import candidate_file, file_sha256, split_digest, write_candidates
 from fairseq_smallvocab.predictor.scoring import TooManyForcedWords, check_k, multi_hot, recall_hits, select_candidates
@@ -132,10 +132,7 @@ def longer_than(dataset, limits) -> np.ndarray:
     ``limits[0]`` or a target longer than ``limits[1]`` (--max-source-positions,
     --max-target-positions; None: no limit), as fairseq's
     ``filter_indices_by_size`` does.  Image features have no source length."""
-    from fairseq.data import BaseWrapperDataset
-
-    while isinstance(dataset, BaseWrapperDataset):
-        dataset = dataset.dataset
+    dataset = unwrapped(dataset)
     skipped = np.zeros(len(dataset), dtype=bool)
     for sizes, limit in ((getattr(dataset, "src_sizes", None), limits[0]), (getattr(dataset, "tgt_sizes", None),
                                                                             limits[1])):
@@ -147,13 +144,8 @@ def longer_than(dataset, limits) -> np.ndarray:
 def _num_tokens(dataset, indices) -> np.ndarray:
     """The examples' sizes for batching: fairseq's wrappers (KeepLastBatchDataset) leave
     ``num_tokens_vec`` unimplemented, the datasets they wrap have it."""
-    from fairseq.data import BaseWrapperDataset
-
-    inner = dataset
-    while isinstance(inner, BaseWrapperDataset):
-        inner = inner.dataset
     try:
-        return np.asarray(inner.num_tokens_vec(indices))
+        return np.asarray(unwrapped(dataset).num_tokens_vec(indices))
     except NotImplementedError:
         return np.array([dataset.num_tokens(i) for i in indices], dtype=np.int64)
 

@@ -84,10 +84,9 @@ def split_digest(dataset) -> str:
     predictor's task and the translation/captioning tasks reading the same
     files: source and target tokens (sentence pairs), or the captions, each
     caption's image row and the image features (captions)."""
-    from fairseq.data import BaseWrapperDataset
+    from fairseq_smallvocab.data import unwrapped
 
-    while isinstance(dataset, BaseWrapperDataset):
-        dataset = dataset.dataset
+    dataset = unwrapped(dataset)
     h = hashlib.sha256()
     if hasattr(dataset, "features"):  # data.FeatureTargetDataset: every caption, whatever it serves
         h.update(b"captions|")
