@@ -117,7 +117,9 @@ class ReinforceGleuConfig(FairseqDataclass):
 
 def check_config(cfg: ReinforceGleuConfig) -> None:
     """Every setting of the criterion, checked in one place before anything
-    is built: a bad one stops fairseq-train at start-up, naming its flag."""
+    is built: a bad one stops fairseq-train at start-up, naming its flag
+    (the reward's name and its post-processing, which is checked against the
+    dictionary, are checked where the reward is built: ``build_reward``)."""
     post_process = cfg.reward_post_process
     if cfg.rl_samples < 1:
         raise ValueError(f"--rl-samples must be >= 1 (samples per input), got {cfg.rl_samples}")
@@ -135,8 +137,6 @@ def check_config(cfg: ReinforceGleuConfig) -> None:
         raise ValueError(f"--sample-len-ratio must be >= 0, got {cfg.sample_len_ratio}")
     if cfg.gleu_max_order < 1:
         raise ValueError(f"--gleu-max-order must be >= 1, got {cfg.gleu_max_order}")
-    if str(cfg.reward) not in REWARDS:
-        raise ValueError(f"unknown reward '{cfg.reward}': --reward must be one of {', '.join(REWARDS)}")
     if str(cfg.rl_baseline) not in BASELINE_CLASSES:
         raise ValueError(f"unknown baseline '{cfg.rl_baseline}': --rl-baseline must be one of "
                          f"{', '.join(BASELINE_CLASSES)}")
