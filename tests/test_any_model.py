@@ -231,17 +231,17 @@ def _reinforce_grads(model, net, cands, gathered, monkeypatch):
     """Every parameter's gradient of a loss that uses the CE pass's logits and the
     samples' log-probabilities (the same dropout masks and draws each time),
     with the weight gradients gathered (the default) or each use's own."""
-    from fairseq_smallvocab import restricted_model as candidate_model
-    from fairseq_smallvocab.output import gathered_grad as gathered_embedding_grad
+    from fairseq_smallvocab import restricted_model
+    from fairseq_smallvocab.output import gathered_grad
     from fairseq_smallvocab.reinforce import sampler
 
     with monkeypatch.context() as patch:
         if not gathered:
-            for where in (candidate_model, sampler):
+            for where in (restricted_model, sampler):
                 patch.setattr(where, "gathered_embedding_grads", lambda module: contextlib.nullcontext())
         gathers = []
-        backward = gathered_embedding_grad.Gather.backward
-        patch.setattr(gathered_embedding_grad.Gather, "backward",
+        backward = gathered_grad.Gather.backward
+        patch.setattr(gathered_grad.Gather, "backward",
                       staticmethod(lambda ctx, g: gathers.append(1) or backward(ctx, g)))
         model.zero_grad(set_to_none=True)
         torch.manual_seed(7)

@@ -15,7 +15,7 @@ from helpers import USER_DIR, run
 from omegaconf import OmegaConf
 
 import fairseq_smallvocab  # noqa: F401  (registers the allow-list)
-from fairseq_smallvocab.compat import checkpoint_loading as checkpoint_compat
+from fairseq_smallvocab.compat import checkpoint_loading
 
 TORCH_WEIGHTS_ONLY_DEFAULT = tuple(int(x) for x in torch.__version__.split(".")[:2]) >= (2, 6)
 TINY_LSTM = ["--arch", "lstm", "--encoder-embed-dim", "16", "--decoder-embed-dim", "16",
@@ -43,7 +43,7 @@ def checkpoint(request, tiny_bin, tmp_path_factory):
 
 def _allowed_names():
     names = set()
-    for entry in checkpoint_compat.fairseq_checkpoint_globals():
+    for entry in checkpoint_loading.fairseq_checkpoint_globals():
         if isinstance(entry, tuple):
             names.add(entry[1])
         else:
@@ -139,7 +139,7 @@ def test_code_execution_is_still_refused():
 
 
 def test_allow_list_holds_only_classes_and_numpy_reconstructors():
-    for entry in checkpoint_compat.fairseq_checkpoint_globals():
+    for entry in checkpoint_loading.fairseq_checkpoint_globals():
         obj, name = entry if isinstance(entry, tuple) else (entry, None)
         if name is not None:  # numpy's pickle reconstructors, under their pickle names
             assert name.rsplit(".", 1)[-1] in ("_reconstruct", "scalar")
@@ -177,7 +177,7 @@ def test_malicious_checkpoint_is_refused_through_fairseq(tmp_path):
             return (os.system, (f"touch {marker}",))
 
     torch.save({"cfg": {}, "model": {}, "payload": Exploit(), "more": pickle.loads}, path)
-    with pytest.raises(checkpoint_compat.CheckpointLoadError,
+    with pytest.raises(checkpoint_loading.CheckpointLoadError,
                        match=r"refused to load .*evil\.pt.*nothing in it ran") as err:
         checkpoint_utils.load_checkpoint_to_cpu(str(path))
     assert not marker.exists()

@@ -440,10 +440,10 @@ def test_a_pair_not_written_together_is_refused(tmp_path, monkeypatch):
     import json
     import os
 
-    from fairseq_smallvocab.predictor import lists as candidates
+    from fairseq_smallvocab.predictor import lists
 
-    path = candidates.write_candidates(tmp_path / "valid.k4.npy", np.arange(12, dtype=np.uint16).reshape(3, 4),
-                                       {"split": "valid", "target_dict_hash": 1, "data_sha256": "a"})
+    path = lists.write_candidates(tmp_path / "valid.k4.npy", np.arange(12, dtype=np.uint16).reshape(3, 4),
+                                  {"split": "valid", "target_dict_hash": 1, "data_sha256": "a"})
     real_replace, calls = os.replace, []
 
     def crash_before_the_json(src, dst):  # the process dies between the two renames
@@ -452,15 +452,15 @@ def test_a_pair_not_written_together_is_refused(tmp_path, monkeypatch):
             raise KeyboardInterrupt
         real_replace(src, dst)
 
-    monkeypatch.setattr(candidates.os, "replace", crash_before_the_json)
+    monkeypatch.setattr(lists.os, "replace", crash_before_the_json)
     with pytest.raises(KeyboardInterrupt):
-        candidates.write_candidates(path, np.zeros((3, 4), dtype=np.uint16),
-                                    {"split": "valid", "target_dict_hash": 1, "data_sha256": "b"})
+        lists.write_candidates(path, np.zeros((3, 4), dtype=np.uint16),
+                               {"split": "valid", "target_dict_hash": 1, "data_sha256": "b"})
     monkeypatch.undo()
     assert str(calls[0]).endswith(".npy")  # the lists first, their description last
     assert json.loads(path.with_suffix(".json").read_text())["data_sha256"] == "a"  # old description, new lists
     with pytest.raises(ValueError, match="does not match its description.*export it again"):
-        candidates.read_candidates(path)
+        lists.read_candidates(path)
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary file left
 
 
