@@ -24,7 +24,10 @@ Special symbols sit at their own ids in every candidate row (positions 0..3 =
 bos, pad, eos, unk), so the generator's eos / pad / unk handling, min and max
 length, unk penalty, length normalization and n-gram blocking (positions map
 one-to-one to ids within an example) are unchanged.  Without candidates the
-classes behave exactly like fairseq's.
+classes behave exactly like fairseq's, except that the generator refuses, when
+it is built, what it could not do inside candidates (constraints, a prefix
+function, a language model, suppressed tokens): the task builds it only for
+a small vocabulary, and a refusal at start beats one at the first batch.
 """
 
 import math
@@ -32,6 +35,7 @@ from typing import Dict, List, Optional
 
 import torch
 import torch.nn.functional as F
+from fairseq import search
 from fairseq.sequence_generator import EnsembleModel, SequenceGenerator
 from torch import Tensor
 
@@ -113,22 +117,26 @@ class SmallVocabSequenceGenerator(SequenceGenerator):
         if not isinstance(models, EnsembleModel):
             models = CandidateEnsembleModel(models)
         super().__init__(models, tgt_dict, **kwargs)
+        # the one refusal of what the generator's parts would do over the full vocabulary: fairseq turns
+        # --constraints and a prefix function into a search strategy, --lm-path into a second model
+        unsupported = [name for name, used in [
+            ("--constraints", isinstance(self.search, search.LexicallyConstrainedBeamSearch)),
+            ("prefix_allowed_tokens_fn", isinstance(self.search, search.PrefixConstrainedBeamSearch)),
+            ("a language model (--lm-path)", self.lm_model is not None),
+            ("--tokens-to-suppress", getattr(self, "token_indices_to_suppress", None) is not None),
+        ] if used]
+        if unsupported:
+            raise ValueError(f"decoding inside a small vocabulary does not support {', '.join(unsupported)}; "
+                             "decode with the full softmax (--small-vocab-size 0)")
 
     def _generate(self, sample, prefix_tokens: Optional[Tensor] = None, constraints: Optional[Tensor] = None,
                   bos_token: Optional[int] = None):
         candidates = sample["net_input"].get("candidates")
         if candidates is None:
             return super()._generate(sample, prefix_tokens, constraints, bos_token)
-        nspecial = self.tgt_dict.nspecial
-        unsupported = [name for name, used in [
-            ("lexical constraints", constraints is not None),
-            ("a language model (--lm-path)", self.lm_model is not None),
-            ("--tokens-to-suppress", self.token_indices_to_suppress is not None),
-            (f"a non-special bos token ({bos_token})", bos_token is not None and bos_token >= nspecial),
-        ] if used]
-        if unsupported:
-            raise ValueError(f"decoding inside a small vocabulary does not support {', '.join(unsupported)}; "
-                             "decode with the full softmax (--small-vocab-size 0)")
+        if bos_token is not None and bos_token >= self.tgt_dict.nspecial:  # a word: not at its id in every row
+            raise ValueError(f"decoding inside a small vocabulary does not support a non-special bos token "
+                             f"({bos_token}); decode with the full softmax (--small-vocab-size 0)")
         topk = getattr(self.search, "sampling_topk", -1)
         if topk > candidates.size(1):
             raise ValueError(f"--sampling-topk {topk} is larger than the small vocabulary of each input (K = "

@@ -109,6 +109,16 @@ def test_decoding_limits_that_allow_no_token_are_refused(small_model, tiny_bin):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("flag", ["--constraints", "--print-alignment"])
+def test_generator_options_the_candidates_cannot_serve_are_refused_at_start(small_model, tiny_bin, predictor,
+                                                                                 tmp_path, flag):
+    out = run(["fairseq-generate", tiny_bin, *DECODE, "--path", small_model, "--small-vocab-size", "40",
+               "--candidates-dir", tmp_path, "--vocab-predictor", predictor, flag], check=False)
+    assert out.returncode != 0 and flag in out.stderr and "--small-vocab-size 0" in out.stderr
+    assert "H-" not in out.stdout
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("flag", ["--fp16", "--bf16"])
 def test_half_precision_training_that_fairseq_cannot_run_is_refused_early(tiny_bin, tmp_path, flag):
     import importlib.util

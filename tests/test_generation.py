@@ -122,3 +122,25 @@ def test_a_sampling_topk_above_k_is_refused_naming_k(setup):
     generator.search.sampling_topk = K  # all of them: allowed
     with torch.no_grad():
         assert len(generator.generate([model], sample)) == B
+
+
+@pytest.mark.parametrize("what", ["constraints", "prefix function", "language model", "suppressed tokens"])
+def test_what_candidates_cannot_serve_is_refused_when_the_generator_is_built(setup, what):
+    model, tgt_dict, sample = setup
+    options = {
+        "constraints": {"search_strategy": search.LexicallyConstrainedBeamSearch(tgt_dict, "ordered")},
+        "prefix function": {"search_strategy": search.PrefixConstrainedBeamSearch(tgt_dict, lambda b, s: [4])},
+        "language model": {"lm_model": model},
+        "suppressed tokens": {"tokens_to_suppress": ["w3"]},
+    }[what]
+    flag = {"constraints": "--constraints", "prefix function": "prefix_allowed_tokens_fn",
+            "language model": "--lm-path", "suppressed tokens": "--tokens-to-suppress"}[what]
+    with pytest.raises(ValueError, match=f"does not support [^;]*{flag}.*--small-vocab-size 0"):
+        SmallVocabSequenceGenerator([model], tgt_dict, beam_size=2, max_len_b=10, **options)
+
+
+def test_a_word_as_bos_token_is_refused(setup):
+    model, tgt_dict, sample = setup
+    generator = SmallVocabSequenceGenerator([model], tgt_dict, beam_size=1, max_len_b=10)
+    with pytest.raises(ValueError, match="non-special bos token"):
+        generator.generate([model], sample, bos_token=tgt_dict.nspecial)

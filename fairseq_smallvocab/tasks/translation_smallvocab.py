@@ -210,17 +210,17 @@ class TranslationSmallVocabTask(TranslationTask):
         if not self.small_vocab or seq_gen_cls is not None:
             return super().build_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs,
                                            prefix_allowed_tokens_fn)
+        # these two would make fairseq build another class than ours; the generator refuses the rest
         unsupported = [flag for flag, used in [
             ("--score-reference", getattr(args, "score_reference", False)),
             ("--print-alignment", getattr(args, "print_alignment", False)),
-            ("--constraints", getattr(args, "constraints", False)),
-            ("prefix_allowed_tokens_fn", prefix_allowed_tokens_fn or getattr(args, "prefix_allowed_tokens_fn", None)),
         ] if used]
         if unsupported:
             raise ValueError(f"{', '.join(unsupported)} not supported inside a small vocabulary; "
                              "use --small-vocab-size 0 (full softmax)")
         return super().build_generator(models, args, seq_gen_cls=SmallVocabSequenceGenerator,
-                                       extra_gen_cls_kwargs=extra_gen_cls_kwargs)
+                                       extra_gen_cls_kwargs=extra_gen_cls_kwargs,
+                                       prefix_allowed_tokens_fn=prefix_allowed_tokens_fn)
 
     def build_dataset_for_inference(self, src_tokens, src_lengths, constraints=None):
         """fairseq-interactive's batches, with each line's candidates predicted
