@@ -183,10 +183,10 @@ def test_benchmark_on_a_captioning_folder(cap_model, cap_bin, cap_predictor, tmp
 
 
 @pytest.mark.slow
-def test_interactive_is_refused_at_start(cap_model, cap_bin):
-    out = run(["fairseq-interactive", cap_bin, *CAP, *DECODE, "--buffer-size", "8", "--path", cap_model], stdin="",
-              check=False)
-    assert out.returncode != 0  # no input at all: refused before reading any
+def test_interactive_is_refused_at_the_first_line(cap_model, cap_bin):
+    out = run(["fairseq-interactive", cap_bin, *CAP, *DECODE, "--buffer-size", "8", "--path", cap_model],
+              stdin="a dog runs\n", check=False)
+    assert out.returncode != 0
     assert "not lines of text: fairseq-interactive cannot be used with it" in out.stderr
     assert "encode_line" not in out.stderr
 

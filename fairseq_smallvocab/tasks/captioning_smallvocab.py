@@ -29,7 +29,6 @@ split, so that fairseq-generate decodes each image once
 
 import logging
 import os
-import sys
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -137,6 +136,11 @@ class CaptioningSmallVocabTask(TranslationSmallVocabTask):
                 cfg.feature_dim = int(self.feature_dim)
         return super().build_model(cfg, from_checkpoint)
 
+    def get_interactive_tokens_and_lengths(self, lines, encode_fn):
+        # fairseq-interactive's first use of an input line: refuse before it encodes the line with a source
+        # dictionary, which captions lack
+        raise NotImplementedError(NOT_INTERACTIVE)
+
     def build_dataset_for_inference(self, src_tokens, src_lengths, constraints=None):
         raise NotImplementedError(NOT_INTERACTIVE)
 
@@ -149,10 +153,6 @@ class CaptioningSmallVocabTask(TranslationSmallVocabTask):
 
     def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None,
                         prefix_allowed_tokens_fn=None):
-        # fairseq-interactive builds the generator before it reads any input: refuse there, at start,
-        # rather than fail on the first line (its encoder needs a source dictionary captions lack)
-        if sys._getframe(1).f_globals.get("__name__") == "fairseq_cli.interactive":
-            raise ValueError(NOT_INTERACTIVE)
         if getattr(args, "max_len_a", 0):
             raise ValueError("an image has no source length: limit captions with --max-len-b, not --max-len-a")
         return super().build_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn)
