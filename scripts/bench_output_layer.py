@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from fairseq_smallvocab.candidates.space import batch_union
 from fairseq_smallvocab.output.restricted import CandidateLogits
-from smallvocab_tools.bench.benchmark import make_batch
+from smallvocab_tools.bench.workload import make_batch
 
 
 def union_logits(features, weight, bias, candidates):

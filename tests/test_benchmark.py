@@ -26,7 +26,7 @@ def test_benchmark_writes_records_and_table(tmp_path):
 
 
 def test_benchmark_batch_candidates_hold_the_gold_words():
-    from smallvocab_tools.bench.benchmark import make_batch
+    from smallvocab_tools.bench.workload import make_batch
 
     sample = make_batch(vocab_size=500, k=60, batch=3, max_len=20, device="cpu")
     cands = sample["net_input"]["candidates"]
@@ -167,8 +167,9 @@ def test_benchmark_several_samples_per_input(tmp_path):
 def test_benchmark_zipf_batches_look_like_real_ones():
     """--zipf: frequent target words (low ids) dominate, and the candidate lists are the
     gold words plus the most frequent words, so that the lists of a batch overlap."""
-    bench = _benchmark_module()
-    sample = bench.make_batch(vocab_size=5000, k=300, batch=8, max_len=40, device="cpu", zipf=1.2)
+    from smallvocab_tools.bench.workload import make_batch
+
+    sample = make_batch(vocab_size=5000, k=300, batch=8, max_len=40, device="cpu", zipf=1.2)
     target, cands = sample["target"], sample["net_input"]["candidates"]
     assert int((target[:, :-1] < 104).sum()) > 0.5 * target[:, :-1].numel()  # top 100 words: most tokens
     for row, gold in zip(cands.tolist(), target.tolist()):
@@ -176,7 +177,7 @@ def test_benchmark_zipf_batches_look_like_real_ones():
         assert set(range(4, 150)) <= set(row)  # the most frequent words fill the rest
     union = set(cands.flatten().tolist())
     assert len(union) < 2 * 300  # a random fill would give about 8 x 300
-    uniform = bench.make_batch(vocab_size=5000, k=300, batch=8, max_len=40, device="cpu", zipf=0)
+    uniform = make_batch(vocab_size=5000, k=300, batch=8, max_len=40, device="cpu", zipf=0)
     assert len(set(uniform["net_input"]["candidates"].flatten().tolist())) > 4 * 300
 
 
@@ -208,11 +209,13 @@ def test_ab_steps_alternate_the_two_values_from_one_seed(monkeypatch):
     """--ab: each batch runs under A and B (A B, then B A, ...), both from the
     batch's seed and the same model state; warm-up batches are untimed; the setting is restored, also
     when a step fails; the ratio is the median of the batches' A / B."""
+    import time
+
     from fairseq_smallvocab.output import restricted
-    from smallvocab_tools.bench import benchmark
+    from smallvocab_tools.bench.ab import ab_steps
 
     clock = [0.0]
-    monkeypatch.setattr(benchmark.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
     spec = "fairseq_smallvocab.output.restricted.TRANSPOSED_MIN_ROWS=7,9"
     before = restricted.TRANSPOSED_MIN_ROWS
     calls, seeds, lens = [], [], []
@@ -228,7 +231,7 @@ def test_ab_steps_alternate_the_two_values_from_one_seed(monkeypatch):
 
     cfg = {"ab": spec, "warmup": 1, "rl_samples": 1}
     snapshot, restore = lambda: list(weights), lambda state: weights.__setitem__(0, state[0])
-    ab = benchmark.ab_steps(cfg, step, [0, 1, 2, 3], lens, seeds.append, snapshot, restore)
+    ab = ab_steps(cfg, step, [0, 1, 2, 3], lens, seeds.append, snapshot, restore)
     assert calls == [(0, 7, 0), (0, 9, 0), (1, 9, 1), (1, 7, 1), (2, 7, 2), (2, 9, 2), (3, 9, 3), (3, 7, 3)]
     assert seeds == [0, 0, 1, 1, 2, 2, 3, 3]
     assert restricted.TRANSPOSED_MIN_ROWS == before
@@ -242,7 +245,7 @@ def test_ab_steps_alternate_the_two_values_from_one_seed(monkeypatch):
         raise RuntimeError("boom")
 
     with pytest.raises(RuntimeError):
-        benchmark.ab_steps(cfg, failing, [0], [], seeds.append, snapshot, restore)
+        ab_steps(cfg, failing, [0], [], seeds.append, snapshot, restore)
     assert restricted.TRANSPOSED_MIN_ROWS == before
 
 
@@ -259,7 +262,7 @@ SETTING = "fairseq_smallvocab.output.restricted.TRANSPOSED_MIN_ROWS"
     (SETTING + "=1,2.5", "2.5 is not of TRANSPOSED_MIN_ROWS's type"),
 ])
 def test_ab_refuses_what_it_cannot_compare(spec, problem):
-    from smallvocab_tools.bench.benchmark import parse_ab
+    from smallvocab_tools.bench.ab import parse_ab
 
     with pytest.raises(ValueError, match=re.escape(problem)):
         parse_ab(spec)
@@ -306,13 +309,15 @@ def test_floor_steps_time_each_batch_then_replay_its_products(monkeypatch):
     run again from the same seed and state under the recorder (the same
     samples: one length per batch kept), and its products are replayed; the
     record's ratio is the median of the batches' step / products."""
+    import time
+
     import torch
 
-    from smallvocab_tools.bench import benchmark
+    from smallvocab_tools.bench import floor
+    from smallvocab_tools.bench.train_worker import floor_steps
 
     clock = [0.0]
-    monkeypatch.setattr(benchmark.time, "perf_counter", lambda: clock[0])
-    from smallvocab_tools.bench import floor
+    monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
 
     replays = iter([1.0, 2.0, 1.0])
     monkeypatch.setattr(floor.ProductRecorder, "replay", lambda self, sync=None: next(replays))
@@ -328,7 +333,7 @@ def test_floor_steps_time_each_batch_then_replay_its_products(monkeypatch):
         clock[0] += next(costs)
 
     snapshot, restore = lambda: list(weights), lambda state: weights.__setitem__(0, state[0])
-    result = benchmark.floor_steps({"warmup": 1}, step, [1, 2, 3, 4], lens, seeds.append, snapshot, restore)
+    result = floor_steps({"warmup": 1}, step, [1, 2, 3, 4], lens, seeds.append, snapshot, restore)
     assert calls == [(1, 0), (2, 1), (2, 1), (3, 2), (3, 2), (4, 3), (4, 3)]  # each recorded step from the state
     assert seeds == [1, 1, 2, 2, 3, 3]
     assert lens == [20, 30, 40]  # one length per timed batch
@@ -363,7 +368,8 @@ def test_floor_records_pool_their_rounds(monkeypatch):
     """--floor with --rounds: a record's batches are every round's, its
     products time and step / products ratio come from all of them; the table
     prints it (and a products time of 0 does not divide)."""
-    from smallvocab_tools.bench import benchmark
+    from smallvocab_tools.bench import runner
+    from smallvocab_tools.bench.report import markdown
 
     rounds = iter([([4.0, 6.0], [1.0, 2.0], 10), ([3.0, 8.0], [1.0, 1.0], 30)])
 
@@ -375,11 +381,11 @@ def test_floor_records_pool_their_rounds(monkeypatch):
                 "products_sec": 9.0, "step_over_products": 9.0, "products_flops": flops,
                 "products_gflop": flops / 1e9, "product_calls": flops, "other_aten_calls": 5}
 
-    monkeypatch.setattr(benchmark, "run_isolated", fake_run)
+    monkeypatch.setattr(runner, "run_isolated", fake_run)
     cfg = {"mode": "ce", "softmax": "small", "K": 40, "vocab_size": 300, "batch": 4, "floor": True}
-    record, = benchmark.run_interleaved([cfg], rounds=2)
+    record, = runner.run_interleaved([cfg], rounds=2)
     assert record["floor_steps"] == [4.0, 6.0, 3.0, 8.0] and record["products_rounds"] == [1.0, 2.0, 1.0, 1.0]
     assert record["products_sec"] == 1.0 and record["step_over_products"] == 3.5  # ratios 4, 3, 3, 8
     assert record["products_flops"] == 20 and record["product_calls"] == 20 and type(record["product_calls"]) is int
-    assert "| 1.000 | 3.50 |" in benchmark.markdown([record])
-    assert "| 0.000 |" in benchmark.markdown([dict(record, products_sec=0.0)])
+    assert "| 1.000 | 3.50 |" in markdown([record])
+    assert "| 0.000 |" in markdown([dict(record, products_sec=0.0)])

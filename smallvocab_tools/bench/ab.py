@@ -1,0 +1,90 @@
+"""``--ab MODULE.NAME=A,B``: two values of one of the plugin's module-level
+settings compared inside one worker process, batch by batch.
+
+``parse_ab`` reads and checks the option, ``ab_steps`` runs every batch under
+both values (used by both workers), ``ab_summary`` gives the medians and the
+median ratio A / B (also used by the runner to pool a configuration's rounds).
+"""
+
+import ast
+import importlib
+import statistics
+import time
+from typing import Optional
+
+
+def parse_ab(spec: str):
+    """``--ab module.NAME=A,B`` -> (module, NAME, (A, B)): a module-level
+    setting of the plugin and two values for it (Python literals of its type)."""
+    target, sep, values = spec.partition("=")
+    module_name, _, name = target.rpartition(".")
+    usage = ("give a module-level setting of the plugin and two values, e.g. "
+             "fairseq_smallvocab.output.restricted.TRANSPOSED_MIN_ROWS=1000000000,32")
+    if not sep or not name or module_name.split(".")[0] != "fairseq_smallvocab":
+        raise ValueError(f"--ab {spec}: {usage}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise ValueError(f"--ab {spec}: no module {module_name} ({error}); {usage}") from None
+    if not hasattr(module, name):
+        raise ValueError(f"--ab {spec}: {module_name} has no setting {name}; {usage}")
+    current = getattr(module, name)
+    parts = values.split(",")
+    try:
+        parsed = tuple(ast.literal_eval(part.strip()) for part in parts)
+    except (ValueError, SyntaxError):
+        raise ValueError(f"--ab {spec}: the values must be Python literals; {usage}") from None
+    if len(parsed) != 2:
+        raise ValueError(f"--ab {spec}: two values are compared, not {len(parsed)}; {usage}")
+    allowed = (int, float) if isinstance(current, float) else (type(current),)
+    for value in parsed:
+        if type(value) not in allowed:
+            raise ValueError(f"--ab {spec}: {value!r} is not of {name}'s type ({type(current).__name__}: "
+                             f"{current!r} now)")
+    return module, name, parsed
+
+
+def ab_steps(cfg: dict, step, samples, sample_lens, seed, snapshot, restore, sync=lambda: None) -> dict:
+    """Every batch runs once under each of the two values of ``cfg["ab"]``
+    (A B, then B A for the next batch, and so on), both from the same random
+    seed and the same weights and optimizer states (``restore(snapshot())``
+    between the two: an update changes what the policy samples, and so the
+    step's work), in this one process: the machine's drift, which moves whole
+    processes by up to 2x here, then hits both values alike.  The first
+    --warmup batches are untimed.  Returns each value's step times and sample
+    lengths and the median of the batches' ratios A / B."""
+    module, name, values = parse_ab(cfg["ab"])
+    original = getattr(module, name)
+    times, lens = ([], []), ([], [])
+    try:
+        for i, sample in enumerate(samples):
+            state = snapshot()
+            for j, arm in enumerate((0, 1) if i % 2 == 0 else (1, 0)):
+                if j:
+                    restore(state)
+                setattr(module, name, values[arm])
+                seed(i)
+                sync()  # the restore's copies (CUDA) are not the step's time
+                start = time.perf_counter()
+                step(sample)
+                if i >= cfg["warmup"]:
+                    times[arm].append(time.perf_counter() - start)
+                    if sample_lens:  # training steps note their samples' length
+                        lens[arm].append(sample_lens[-1])
+    finally:
+        setattr(module, name, original)
+    del sample_lens[:]
+    sample_lens.extend(lens[0] + lens[1])
+    return {"ab": cfg["ab"], "ab_values": list(values), "ab_rounds": [list(t) for t in times],
+            "ab_sample_len": [round(statistics.mean(x) / cfg.get("rl_samples", 1), 1) if x else 0 for x in lens],
+            **ab_summary(times)}
+
+
+def ab_summary(times, sentences_per_batch: Optional[int] = None) -> dict:
+    """Each value's median time, the median of the batches' ratios A / B, and
+    for decoding (``sentences_per_batch``) each value's ms per sentence."""
+    summary = {"ab_sec_per_step": [round(statistics.median(t), 4) for t in times],
+               "ab_ratio": round(statistics.median(a / b for a, b in zip(*times)), 3)}
+    if sentences_per_batch:
+        summary["ab_ms_per_sentence"] = [round(1000 * t / sentences_per_batch, 3) for t in summary["ab_sec_per_step"]]
+    return summary

@@ -1,0 +1,212 @@
+"""The training worker: one ce / reinforce configuration measured in this
+process (``benchmark.py --worker``), its record returned.
+
+A step is what fairseq-train does per update (forward, loss, backward,
+gradient clipping to 1.0, an SGD update); after --warmup untimed steps,
+--steps steps are timed, and peak memory is read around them.  ``--phases``
+times each step's phases (``phases.py``), ``--ab`` runs each batch under two
+values of a setting (``ab.py``), and ``--floor`` times each step's matrix
+products alone (``floor_steps`` below, with ``floor.py``'s recorder).
+"""
+
+import contextlib
+import copy
+import math
+import statistics
+import time
+
+from smallvocab_tools.bench.ab import ab_steps
+from smallvocab_tools.bench.phases import instrument
+from smallvocab_tools.bench.workload import build_model, make_batch, real_setup, synthetic_task, to_device
+
+
+def _rss_mb(field: str) -> float:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024.0
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def _reset_peak_rss() -> bool:
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # resets VmHWM to the current RSS (Linux >= 4.0)
+        return True
+    except OSError:
+        return False
+
+
+def _ru_maxrss_mb() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def train_worker(cfg: dict) -> dict:
+    """Measure one ce / reinforce configuration in this process; returns its record."""
+    import torch
+    from fairseq.criterions.cross_entropy import CrossEntropyCriterion
+
+    from fairseq_smallvocab.criterions.reinforce_gleu import ReinforceGleuConfig, ReinforceGleuCriterion
+
+    device = torch.device(cfg["device"])
+    count = cfg["warmup"] + cfg["steps"]
+    if cfg.get("data"):
+        model, criterion, samples, epoch_sentences = real_setup(cfg, count)
+        samples = [to_device(sample, device) for sample in samples]
+        model, criterion = model.to(device), criterion.to(device)
+    else:
+        task = synthetic_task(cfg)
+        model = build_model(cfg, task).to(device)
+        cfg["d"] = cfg["d"] or model.output_weights()[0].size(1)
+        if cfg["mode"] == "ce":
+            criterion = CrossEntropyCriterion(task, sentence_avg=False)
+        else:
+            criterion = ReinforceGleuCriterion(task, ReinforceGleuConfig(max_sample_len=cfg["max_sample_len"],
+                                               rl_samples=cfg["rl_samples"], rl_baseline=cfg["rl_baseline"])).to(device)
+        samples = [make_batch(cfg["vocab_size"], cfg["K"], cfg["batch"], cfg["max_len"], device,
+                              zipf=cfg["zipf"])] * count
+        epoch_sentences = cfg["epoch_sentences"]
+    model.train()
+    sample_lens = []
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0, momentum=0.75, weight_decay=1e-6)
+    cuda = device.type == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    timer = None
+    if cfg.get("phases"):
+        timer = instrument(model, criterion, sync=sync)
+
+    def phase(name):
+        return timer.phase(name) if timer is not None else contextlib.nullcontext()
+
+    def step(sample):
+        optimizer.zero_grad(set_to_none=True)
+        with phase("loss"):
+            loss, _, log = criterion(model, sample)
+        sample_lens.append(log.get("sample_len", 0) / sample["target"].size(0))
+        with phase("backward"):
+            loss.backward()
+        with phase("optimizer"):
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+        sync()
+
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(device)
+        base = torch.cuda.memory_allocated(device) / 2**20
+    else:
+        base = _rss_mb("VmRSS")
+        reset = _reset_peak_rss()
+    timed = samples[cfg["warmup"]:]
+
+    def snapshot():
+        return copy.deepcopy((model.state_dict(), criterion.state_dict(), optimizer.state_dict()))
+
+    def restore(state):
+        model.load_state_dict(state[0])
+        criterion.load_state_dict(state[1])
+        optimizer.load_state_dict(state[2])
+
+    ab = floor = None
+    if cfg.get("ab"):  # (never with --phases or --floor)
+        ab = ab_steps(cfg, step, samples, sample_lens, torch.manual_seed, snapshot, restore, sync=sync)
+        sec_per_step = statistics.median(ab["ab_rounds"][0] + ab["ab_rounds"][1])
+    elif cfg.get("floor"):  # (never with --phases)
+        floor = floor_steps(cfg, step, samples, sample_lens, torch.manual_seed, snapshot, restore, sync=sync)
+        sec_per_step = floor.pop("sec_per_step")
+    else:
+        for sample in samples[: cfg["warmup"]]:
+            step(sample)
+        del sample_lens[:]  # the record's sample length is the timed steps'
+        if timer is not None:
+            timer.reset()
+        start = time.perf_counter()
+        for sample in timed:
+            step(sample)
+        sec_per_step = (time.perf_counter() - start) / cfg["steps"]
+    phases = None if timer is None else {name: round(span / cfg["steps"], 4) for name, span in timer.spans.items()}
+    if cuda:
+        peak_total = torch.cuda.max_memory_allocated(device) / 2**20
+    else:
+        peak_total = _rss_mb("VmHWM") if reset else _ru_maxrss_mb()
+    peak = peak_total - base
+    batches = math.ceil(epoch_sentences / cfg["batch"])
+    tokens = sum(int(sample["ntokens"]) for sample in timed)
+    record = {**{key: cfg[key] for key in ("device", "mode", "softmax", "vocab_size", "K", "d", "batch", "max_len",
+                                           "steps", "warmup", "threads", "zipf")}, "arch": cfg.get("arch"),
+              "sec_per_step": round(sec_per_step, 4),
+              "tokens_per_sec": round(tokens / (sec_per_step * cfg["steps"]), 1),
+              "sec_per_epoch": round(batches * sec_per_step, 1), "epoch_sentences": epoch_sentences,
+              "peak_mem_mb": round(peak, 1), "peak_rss_mb": round(peak_total, 1), "torch": torch.__version__}
+    if cfg["mode"] == "reinforce":
+        record["sample_len"] = round(sum(sample_lens) / len(sample_lens) / cfg["rl_samples"], 1)
+        record.update(rl_samples=cfg["rl_samples"], rl_baseline=cfg["rl_baseline"],
+                      sample_limit=cfg["sample_limit"], max_sample_len=cfg["max_sample_len"])
+    if phases is not None:
+        record["phases"] = phases
+    if ab is not None:
+        record.update(ab)
+    if floor is not None:
+        record.update(floor)
+    if cfg.get("data"):
+        record.update(data=cfg["data"], zipf=None, task="captioning" if cfg.get("captions") else "translation",
+                      checkpoint=cfg.get("checkpoint"),
+                      vocab_size=len(model.decoder.dictionary),
+                      max_len=max(sample["target"].size(1) for sample in timed),
+                      mean_tgt_len=round(tokens / sum(sample["target"].size(0) for sample in timed), 2))
+    return record
+
+
+def floor_steps(cfg: dict, step, samples, sample_lens, seed, snapshot, restore, sync=lambda: None) -> dict:
+    """``--floor``: each timed batch's step, timed, then the same step again
+    from the same seed, weights and optimizer states under a
+    ``ProductRecorder`` (untimed; it makes the same samples), whose matrix
+    products are then replayed alone and timed (``floor.py``).  The first
+    --warmup batches are plain untimed steps (their samples' lengths are
+    dropped).  Returns each batch's step and products-alone times, their
+    medians, the median of the batches' ratios step / products, the median
+    batch's product FLOPs, product calls and other ATen calls, and the last
+    batch's largest products (``products_top``)."""
+    # imported here, not at the top: floor.py imports torch, and the command line, which imports this module,
+    # runs without torch
+    from smallvocab_tools.bench.floor import ProductRecorder
+
+    for sample in samples[: cfg["warmup"]]:
+        step(sample)
+    del sample_lens[:]
+    steps, products, flops, calls, other = [], [], [], [], []
+    top = []
+    for i, sample in enumerate(samples[cfg["warmup"]:], start=cfg["warmup"]):
+        state = snapshot()
+        seed(i)
+        sync()
+        start = time.perf_counter()
+        step(sample)
+        steps.append(time.perf_counter() - start)
+        restore(state)
+        seed(i)
+        recorder = ProductRecorder()
+        with recorder:
+            step(sample)
+        if sample_lens:  # the same samples again: one entry per timed step
+            sample_lens.pop()
+        products.append(recorder.replay(sync))
+        flops.append(recorder.flops)
+        calls.append(recorder.product_calls)
+        other.append(sum(recorder.other.values()))
+        top = recorder.table(6)
+        del recorder
+    return {"sec_per_step": statistics.median(steps), "floor_steps": [round(t, 6) for t in steps],
+            "products_rounds": [round(t, 6) for t in products], **floor_summary(steps, products),
+            "products_flops": int(statistics.median(flops)), "products_gflop": round(statistics.median(flops) / 1e9, 3),
+            "product_calls": int(statistics.median(calls)),
+            "other_aten_calls": int(statistics.median(other)),
+            "products_top": [[name, [list(shape) for shape in shapes], count, round(g, 3)]
+                             for name, shapes, count, g in top]}
+
+
+def floor_summary(steps, products) -> dict:
+    """The median products-alone time and the median of the batches' ratios step / products."""
+    return {"products_sec": round(statistics.median(products), 6),
+            "step_over_products": round(statistics.median(s / p for s, p in zip(steps, products)), 3)}
