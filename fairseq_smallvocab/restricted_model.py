@@ -4,7 +4,8 @@
 builds (``transformer``, fairseq's ``lstm``, the plugin's LSTMs, ...): it
 finds the decoder's linear output layer (``output.restricted``), and
 gives the model instance the ``CandidateModel`` behaviour below by making it
-an instance of a subclass of its own class.  No parameter, buffer or
+an instance of a subclass of its own class (``RestrictedTransformerModel`` for
+a ``TransformerModel``).  No parameter, buffer or
 submodule is added, so the state-dict keys stay the stock ones (a checkpoint
 of the stock ``translation`` task loads strictly, and a checkpoint written
 with the plugin decodes with stock fairseq) and the arch name in checkpoints
@@ -151,10 +152,13 @@ def _positional_names(cls):
 
 
 def _restricted_class(cls):
+    """``Restricted<Stock>``: one subclass per stock class, named as what it is (logs and errors say a
+    restricted model is restricted); ``isinstance`` of the stock class still holds."""
     if cls not in _RESTRICTED:
-        _RESTRICTED[cls] = type(cls.__name__, (CandidateModel, cls),
-                                {"__module__": cls.__module__, "__qualname__": cls.__qualname__,
-                                 "__doc__": cls.__doc__})
+        name = f"Restricted{cls.__name__}"
+        _RESTRICTED[cls] = type(name, (CandidateModel, cls), {
+            "__module__": __name__, "__qualname__": name,
+            "__doc__": f"fairseq's {cls.__qualname__}, restricted to each example's candidates (``restrict``)."})
     return _RESTRICTED[cls]
 
 

@@ -115,7 +115,9 @@ def test_state_dict_keys_stay_stock_and_load_strictly(family):
     fresh = FAMILIES[family.name]()
     fresh.load_state_dict(model.state_dict(), strict=True)  # a stock model reads the restricted one's weights
     restrict(fresh).load_state_dict(model.state_dict(), strict=True)
-    assert type(fresh).__name__ == type(model).__name__ and isinstance(fresh, type(FAMILIES[family.name]()))
+    stock = type(FAMILIES[family.name]())
+    assert type(fresh) is type(model) and isinstance(fresh, stock)
+    assert type(fresh).__name__ == f"Restricted{stock.__name__}"
 
 
 def test_small_logprobs_equal_masked_full_softmax(family):
