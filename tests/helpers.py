@@ -1,7 +1,8 @@
 """What the tests share besides fixtures (conftest.py holds those): the
 repository's paths, ``run`` (a command in a subprocess, for tests marked
-``slow``), the tiny fairseq-train settings of the predictor, and builders of
-dictionaries and batches."""
+``slow``), the tiny fairseq-train settings of the predictor, builders of
+dictionaries and batches, the captioning tests' settings, and the REINFORCE
+tests' model, batch and criterion (``_setup``, ``_crit``)."""
 
 import json
 import os
@@ -204,3 +205,51 @@ def copy_folder(folder, tmp_path):
     data = tmp_path / "data"
     shutil.copytree(folder, data)
     return data
+
+
+# -- REINFORCE (tests/test_reinforce_*.py, test_distributed_logs.py) -------------------------------------------------
+
+# the REINFORCE tests' sizes: source and target vocabularies, batch, source and target lengths (eos included),
+# candidates per example (K), the model's dimension
+V_SRC, V_TGT, B, T_SRC, T_TGT, K, D = 30, 50, 6, 6, 5, 14, 10
+
+
+def _crit(task, **options):
+    """The criterion as fairseq builds it: from its config (fairseq's defaults but for ``options``)."""
+    from fairseq_smallvocab.criterions.reinforce_gleu import ReinforceGleuConfig, ReinforceGleuCriterion
+
+    return ReinforceGleuCriterion(task, ReinforceGleuConfig(**options))
+
+
+def _setup(small=True, seed=0):
+    """(model, task, sample): a restricted lstm_smallvocab of random weights (eos likely enough that samples
+    end at different steps), its task, and a batch of B sentence pairs whose targets use a few words
+    (example 2 ends early), with K candidates per example unless not ``small`` (the full vocabulary)."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from fairseq_smallvocab.models.lstm_smallvocab import LSTMSmallVocabConfig, LSTMSmallVocabModel
+    from fairseq_smallvocab.restricted_model import restrict
+
+    torch.manual_seed(seed)
+    src_dict, tgt_dict = make_dictionary(V_SRC), make_dictionary(V_TGT)
+    task = SimpleNamespace(source_dictionary=src_dict, target_dictionary=tgt_dict)
+    model = restrict(LSTMSmallVocabModel.build_model(LSTMSmallVocabConfig(embed_dim=D, dropout=0.0), task))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.4)
+        model.decoder.output_bias[2] = 3.0  # eos likely enough that samples end at different steps
+    pad, eos = tgt_dict.pad(), tgt_dict.eos()
+    src = torch.randint(4, V_SRC, (B, T_SRC))
+    src[:, -1] = eos
+    tgt = torch.randint(4, 12, (B, T_TGT))  # a few words, so that samples share n-grams with the gold
+    tgt[:, -1] = eos
+    tgt[2, 3:] = torch.tensor([eos, pad])
+    prev = torch.cat([torch.full((B, 1), eos), tgt[:, :-1]], 1).masked_fill(tgt.eq(pad), pad)
+    net_input = {"src_tokens": src, "src_lengths": torch.full((B,), T_SRC), "prev_output_tokens": prev}
+    if small:
+        net_input["candidates"] = candidate_batch(K, V_TGT, gold=tgt, shuffle=False)
+    sample = {"id": torch.arange(B), "net_input": net_input, "target": tgt, "nsentences": B,
+              "ntokens": int(tgt.ne(pad).sum())}
+    return model, task, sample

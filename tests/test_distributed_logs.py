@@ -7,7 +7,7 @@ per-batch dicts of a single process."""
 import pytest
 import torch
 from fairseq import metrics
-from test_reinforce import _setup
+from helpers import _setup
 from test_translation_smallvocab import _task
 
 from fairseq_smallvocab.criterions.reinforce_gleu import ReinforceGleuConfig, ReinforceGleuCriterion

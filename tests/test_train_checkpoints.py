@@ -1,7 +1,7 @@
 """fairseq-train's checkpoints as the plugin extends them (train_checkpoints.py):
 atomic copies, one trainer per --save-dir, the way back from a damaged
 checkpoint_last.pt, no checkpoint from a stretch of non-finite batches.  The
-task state's round trip through fairseq-train runs in test_reinforce.py."""
+task state's round trip through fairseq-train runs in test_reinforce_cli.py."""
 
 import fcntl
 import os

@@ -1,0 +1,192 @@
+"""reinforce_gleu through fairseq-train (slow): fine-tuning and resuming with the
+learned baseline's state, several samples with a sacrebleu reward and a
+temperature, bad settings stopping the run; and distributed: DDP on CPU with gloo
+(validating as one process, a stock transformer), on 2 GPUs, and the learned
+baseline identical across workers."""
+
+import re
+
+import pytest
+import torch
+from helpers import USER_DIR, D, _crit, _setup, run
+
+MT = ["--user-dir", USER_DIR, "--task", "translation_smallvocab", "--arch", "lstm_smallvocab", "--embed-dim", "16",
+      "--batch-size", "32", "--cpu", "--no-progress-bar", "--log-format", "simple", "--num-workers", "0",
+      "--no-epoch-checkpoints", "--log-interval", "1"]
+
+
+@pytest.fixture(scope="module")
+def ce_checkpoint(tiny_bin, tmp_path_factory):
+    save = tmp_path_factory.mktemp("ce")
+    run(["fairseq-train", tiny_bin, *MT, "--small-vocab-size", "0", "--criterion", "cross_entropy",
+         "--optimizer", "adam", "--lr", "0.01", "--max-epoch", "2", "--save-dir", save])
+    return save / "checkpoint_best.pt"
+
+
+@pytest.mark.slow
+def test_fairseq_train_fine_tunes_and_resumes_with_the_baseline_state(tiny_bin, ce_checkpoint, tmp_path):
+    rl = [*MT, "--small-vocab-size", "0", "--criterion", "reinforce_gleu", "--optimizer", "sgd", "--lr", "0.01",
+          "--save-dir", tmp_path / "rl", "--max-sample-len", "20"]
+    run(["fairseq-train", tiny_bin, *rl, "--max-epoch", "1", "--finetune-from-model", ce_checkpoint])
+    def baseline_state():
+        ckpt = torch.load(tmp_path / "rl" / "checkpoint_last.pt", weights_only=True)
+        assert ckpt["criterion"] is None  # no parameters: fairseq neither saves nor wraps the criterion
+        return ckpt["extra_state"]["TranslationSmallVocabTask"]["reinforce_gleu.baseline"]
+
+    state = baseline_state()
+    steps = state["_extra_state"]["adam"]["state"][0]["step"]
+    assert steps > 0 and state["weight"].abs().sum() > 0
+    out = run(["fairseq-train", tiny_bin, *rl, "--max-epoch", "2", "--batch-splits", "2"])  # resumes
+    log = out.stdout + out.stderr
+    assert "Loaded checkpoint" in log and "reward" in log and "baseline_mse" in log
+    assert "restored reinforce_gleu.baseline from the checkpoint" in log
+    state2 = baseline_state()
+    # the resumed epoch continued the saved Adam: the same updates, each now two chunks (--batch-splits 2)
+    # with one baseline step each; a fresh baseline would count 2 * steps
+    assert state2["_extra_state"]["adam"]["state"][0]["step"] == steps + 2 * steps
+
+    # resumed with another baseline: the saved one is not restored, and the log says so
+    out = run(["fairseq-train", tiny_bin, *rl, "--max-epoch", "3", "--rl-baseline", "loo", "--rl-samples", "2"])
+    assert "the checkpoint holds reinforce_gleu.baseline, which this run does not use" in out.stdout + out.stderr
+
+    # resumed from weights gone to NaN: every batch is skipped, and nothing replaces the saved checkpoints
+    last = tmp_path / "rl" / "checkpoint_last.pt"
+    ckpt = torch.load(last, weights_only=False)
+    for value in ckpt["model"].values():
+        value.fill_(float("nan"))
+    torch.save(ckpt, last)
+    saved = {p.name: p.read_bytes() for p in (tmp_path / "rl").glob("checkpoint*.pt")}
+    out = run(["fairseq-train", tiny_bin, *rl, "--max-epoch", "4", "--rl-baseline", "loo", "--rl-samples", "2"],
+              check=False)
+    assert out.returncode != 0 and "was skipped because its reward or loss was not finite" in out.stderr
+    assert re.search(r"valid on 'valid' subset \| nonfinite \d+ \| loss inf", out.stdout)  # not fairseq's -1
+    assert {p.name: p.read_bytes() for p in (tmp_path / "rl").glob("checkpoint*.pt")} == saved
+
+
+@pytest.mark.slow
+def test_fairseq_train_with_several_samples_a_sacrebleu_reward_and_temperature(tiny_bin, ce_checkpoint, tmp_path):
+    """--rl-samples 3 --rl-baseline loo --reward chrf --sample-temperature 0.8 through fairseq-train: the
+    new metrics are logged, a resumed run continues (the leave-one-out baseline keeps no state), and bad
+    settings stop fairseq-train at start-up with the criterion's message."""
+    rl = [*MT, "--small-vocab-size", "0", "--criterion", "reinforce_gleu", "--optimizer", "sgd", "--lr", "0.01",
+          "--save-dir", tmp_path / "rl", "--max-sample-len", "20", "--rl-samples", "3", "--rl-baseline", "loo",
+          "--reward", "chrf", "--sample-temperature", "0.8"]
+    out = run(["fairseq-train", tiny_bin, *rl, "--max-epoch", "1", "--finetune-from-model", ce_checkpoint])
+    log = out.stdout + out.stderr
+    values = {key: float(re.findall(rf"\| {key} ([-\d.]+)", log)[-1])
+              for key in ("reward", "reward_std", "greedy_frac", "entropy", "baseline")}
+    assert 0 < values["reward"] < 100 and values["reward_std"] > 0 and 0 <= values["greedy_frac"] <= 1
+    assert values["entropy"] > 0 and "baseline_mse" not in log
+    ckpt = torch.load(tmp_path / "rl" / "checkpoint_last.pt", weights_only=False)
+    assert "reinforce_gleu.baseline" not in str(ckpt["extra_state"].get("TranslationSmallVocabTask", {}))
+    out = run(["fairseq-train", tiny_bin, *rl, "--max-epoch", "2"])
+    assert "Loaded checkpoint" in out.stdout + out.stderr and "epoch 002" in out.stdout + out.stderr
+    for flags, message in ((["--rl-samples", "1"], "--rl-baseline loo needs --rl-samples >= 2"),
+                           (["--reward", "rouge"], "invalid choice: 'rouge'")):  # the others: test_bad_rl_settings
+        bad = run(["fairseq-train", tiny_bin, *rl, *flags, "--max-epoch", "3"], check=False)
+        assert bad.returncode != 0 and message in bad.stderr, bad.stderr[-2000:]
+
+
+def _free_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _launch_two(tiny_bin, ce_ckpt, save, extra, model=MT):
+    """Two fairseq-train workers (ranks 0 and 1) of one distributed run
+    (fine-tuning ``ce_ckpt``, or from scratch when None)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    port = _free_port()
+    exe = str(Path(sys.executable).parent / "fairseq-train")
+    procs = []
+    for rank in (0, 1):
+        args = [exe, str(tiny_bin), *map(str, model), "--small-vocab-size", "0", "--criterion", "reinforce_gleu",
+                "--optimizer", "sgd", "--lr", "0.01", "--max-epoch", "1", "--batch-size", "16",
+                *(["--finetune-from-model", str(ce_ckpt)] if ce_ckpt else []), "--save-dir", str(save),
+                "--max-sample-len", "30",
+                "--distributed-init-method", f"tcp://127.0.0.1:{port}", "--distributed-world-size", "2",
+                "--distributed-rank", str(rank), "--distributed-no-spawn", "--device-id", str(rank), *extra]
+        procs.append(subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                      env=dict(os.environ, OMP_NUM_THREADS="1")))
+    outs = [p.communicate(timeout=600)[0] for p in procs]
+    for p, out in zip(procs, outs):
+        assert p.returncode == 0, out[-4000:]
+    return outs
+
+
+def _valid_stats(out):
+    """The first validation's logged values, as {name: text}."""
+    line = re.search(r"valid on 'valid' subset \| (.*)", out).group(1)
+    return dict(part.strip().split(" ", 1) for part in line.split(" | "))
+
+
+@pytest.mark.slow
+def test_distributed_data_parallel_on_cpu_with_gloo_validates_as_one_process(tiny_bin, ce_checkpoint, predictor,
+                                                                              tmp_path):
+    """fairseq's DDP with 2 CPU processes: gloo, --ddp-backend legacy_ddp (PyTorch's
+    DDP wrapper wants devices), fine-tuning from a checkpoint (rank 0 broadcasts
+    it through torch.load: the plugin's allow-list covers that too), inside
+    predicted vocabularies, validating: fairseq sums the workers' logging outputs
+    as tensors there, and the teacher-forced validation numbers equal a single
+    process's on the same data and weights (learning rate 0)."""
+    small = ["--small-vocab-size", "100", "--vocab-predictor", predictor, "--candidates-dir", tmp_path / "cands",
+             "--lr", "0"]
+    one = run(["fairseq-train", tiny_bin, *MT, "--criterion", "reinforce_gleu", "--optimizer", "sgd",
+               "--max-epoch", "1", "--batch-size", "16", "--max-sample-len", "30", "--finetune-from-model",
+               ce_checkpoint, "--save-dir", tmp_path / "one", *small])  # also writes the lists both workers read
+    outs = _launch_two(tiny_bin, ce_checkpoint, tmp_path / "rl",
+                       ["--cpu", "--distributed-backend", "gloo", "--ddp-backend", "legacy_ddp", *small])
+    assert "initialized host" in outs[1] and "as rank 1" in outs[1]
+    assert re.search(r"train \| epoch 001 .*baseline_mse .*bsz 3\d", outs[0])  # 2 x 16 sentences per update
+    assert (tmp_path / "rl" / "checkpoint_last.pt").exists()
+    single, both = _valid_stats(one.stdout + one.stderr), _valid_stats(outs[0])
+    for key in ("ce", "gold_outside_cands"):
+        assert float(both[key]) == float(single[key]), (key, single, both)
+    assert float(single["gold_outside_cands"]) > 0  # valid lists are the predictor's own: some gold words miss
+
+
+TRANSFORMER_MT = [*MT[:4], "--arch", "transformer", "--encoder-layers", "1", "--decoder-layers", "1",
+                  "--encoder-embed-dim", "16", "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32",
+                  "--decoder-ffn-embed-dim", "32", "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
+                  "--share-decoder-input-output-embed", *MT[8:]]
+
+
+@pytest.mark.slow
+def test_distributed_reinforce_on_a_transformer_with_gloo(tiny_bin, tmp_path):
+    """The generic sampler through fairseq's DDP: a stock transformer, 2 CPU processes."""
+    assert MT[4:8] == ["--arch", "lstm_smallvocab", "--embed-dim", "16"]
+    outs = _launch_two(tiny_bin, None, tmp_path / "rl", ["--cpu", "--distributed-backend", "gloo",
+                                                         "--ddp-backend", "legacy_ddp"], model=TRANSFORMER_MT)
+    assert re.search(r"train \| epoch 001 .*reward .*baseline_mse .*bsz 3\d", outs[0])
+    assert (tmp_path / "rl" / "checkpoint_last.pt").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs (PyTorch DDP, NCCL)")
+def test_distributed_data_parallel_on_gpus(tiny_bin, ce_checkpoint, tmp_path):
+    _launch_two(tiny_bin, ce_checkpoint, tmp_path / "rl", ["--rl-baseline", "self-critical"])
+
+
+def _baseline_worker(rank, port, out):
+    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    _, task, _ = _setup()
+    crit = _crit(task, rl_baseline="learned", baseline_lr=0.1)
+    gen = torch.Generator().manual_seed(rank)  # each worker sees other states and rewards
+    for _ in range(3):
+        crit.baseline.learn(torch.randn(4, 3, D, generator=gen), torch.ones(4, 3), torch.rand(4, generator=gen))
+    torch.save(crit.state_dict()["baseline.weight"], out / f"w{rank}.pt")
+    torch.distributed.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_learned_baseline_stays_identical_across_workers(tmp_path):
+    torch.multiprocessing.spawn(_baseline_worker, args=(_free_port(), tmp_path), nprocs=2, join=True)
+    w0, w1 = torch.load(tmp_path / "w0.pt"), torch.load(tmp_path / "w1.pt")
+    assert w0.abs().sum() > 0 and torch.equal(w0, w1)

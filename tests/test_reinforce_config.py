@@ -1,0 +1,68 @@
+"""reinforce_gleu refuses bad settings with a message naming the flag: at start-up
+(the flags' ranges, the reward, the samples a baseline needs), and before drawing
+(a temperature whose scaled logits overflow, samples that cannot fit in memory)."""
+
+import pytest
+import torch
+from helpers import B, K, _crit, _setup
+
+
+def test_bad_rl_settings_are_named_at_start_up():
+    _, task, _ = _setup()
+    cases = [(dict(rl_samples=0), r"--rl-samples must be >= 1"),
+             (dict(rl_baseline="loo"), r"--rl-baseline loo needs --rl-samples >= 2"),
+             (dict(reward="rouge"), r"unknown reward 'rouge': --reward must be one of gleu, bleu, chrf, constant"),
+             (dict(sample_temperature=0.0), r"--sample-temperature must be a finite number > 0"),
+             (dict(sample_temperature=-1.0), r"--sample-temperature must be a finite number > 0"),
+             (dict(sample_temperature=float("inf")), r"--sample-temperature must be a finite number > 0, got inf"),
+             (dict(sample_temperature=float("nan")), r"--sample-temperature must be a finite number > 0, got nan"),
+             (dict(reward_post_process="sentencepeice"), r"--reward-post-process 'sentencepeice' is not a fairseq "
+                                                         r"post-processing; choose one of 'sentencepiece'"),
+             (dict(gleu_detok="sentencepiece", reward_post_process="subword_nmt"), r"--gleu-detok .* disagree")]
+    for kwargs, message in cases:
+        with pytest.raises(ValueError, match=message):
+            _crit(task, **kwargs)
+
+
+def test_a_temperature_whose_scaled_logits_overflow_is_refused():
+    """tau = 1e-45: logits / tau are not finite, and every sample would be one
+    word repeated to the limit (entropy nan, exit 0 before); a model whose own
+    logits are not finite still has its batch skipped, not refused."""
+    model, task, sample = _setup()
+    with pytest.raises(ValueError, match=r"--sample-temperature 1e-45 makes the logits divided by it overflow"):
+        _crit(task, rl_baseline="none", sample_temperature=1e-45)(model.train(), sample)
+    _, _, log = _crit(task, rl_baseline="none", sample_temperature=0.5)(model, sample)
+    assert log["nonfinite"] == 0 and log["entropy"] > 0
+    with torch.no_grad():
+        model.decoder.output_bias.fill_(float("nan"))
+    _, _, log = _crit(task, rl_baseline="none", sample_temperature=0.5)(model, sample)
+    assert log["nonfinite"] == 1
+
+
+def test_samples_that_cannot_fit_in_memory_are_refused_before_drawing(monkeypatch):
+    """--rl-samples 10000 died after 44 s with a bare allocation error: the
+    scoring pass's size is estimated first."""
+    from fairseq_smallvocab.criterions import reinforce_gleu
+
+    model, task, sample = _setup()
+    crit = _crit(task, rl_baseline="loo", rl_samples=10000)
+    rows, steps = B * 10000, sample["target"].size(1)
+    monkeypatch.setattr(reinforce_gleu, "_available_memory", lambda device: 8 * rows * steps * K - 1)
+    drawn = []
+    monkeypatch.setattr(model, "sample_and_score", lambda *a, **k: drawn.append(1))
+    with pytest.raises(MemoryError, match=rf"--rl-samples 10000 with this batch of {B} sentences makes "
+                                          rf"{rows:,} sampled sequences.*lower --rl-samples"):
+        crit(model.train(), sample)
+    assert not drawn
+    monkeypatch.setattr(reinforce_gleu, "_available_memory", lambda device: 8 * rows * steps * K)
+    with pytest.raises(TypeError):  # past the check: the stand-in sampler returns nothing
+        crit(model, sample)
+    assert drawn
+    assert reinforce_gleu._available_memory(torch.device("cpu")) > 0
+
+
+def test_bad_settings_are_named():
+    _, task, _ = _setup()
+    for value in (-0.1, 1.5):
+        with pytest.raises(ValueError, match=r"--rl-lambda must be in \[0, 1\]"):
+            _crit(task, rl_lambda=value)
