@@ -10,9 +10,9 @@ line, or ``import fairseq_smallvocab`` from Python.  Importing the package
   written by ``fairseq-train`` and a checkpoint cannot run code, and
 * registers the plugin's tasks, models and criteria with fairseq's registries,
   and
-* lets ``fairseq-train --cpu --clip-norm`` run on a machine with a GPU
-  (``compat/grad_clip.py``: fairseq 0.12 computes the norm on the GPU there),
-  and
+* on a machine where torch sees a GPU, lets ``fairseq-train --cpu
+  --clip-norm`` run (``compat/grad_clip.py``: fairseq 0.12 computes the norm
+  on the GPU there), and
 * saves the tasks' own state in fairseq-train's checkpoints on every fairseq
   0.12, makes its copies to checkpoint_last/best atomic and keeps one trainer
   per --save-dir (``compat/train_checkpoints.py``).

@@ -1,8 +1,8 @@
 """reinforce_gleu's loss and gradients: the policy gradient by hand (masking after
 eos), N samples per input as the mean of N single-sample runs, the oracle cases
 (a constant reward with leave-one-out leaves the CE term; the CE term and the
-mixing), empty and non-finite batches, the backward on CUDA, the clipping of CPU
-gradients, and a tiny task whose reward REINFORCE raises.  (The baselines:
+mixing), empty and non-finite batches, the backward on CUDA, and a tiny task
+whose reward REINFORCE raises.  (The clipping of CPU gradients: test_grad_clip.py.)  (The baselines:
 test_reinforce_baselines.py; sampling, rewards and logged metrics:
 test_reinforce_sampling.py; bad settings: test_reinforce_config.py; fairseq-train
 and distributed runs: test_reinforce_cli.py.)"""
@@ -201,29 +201,6 @@ def test_nonfinite_batches_are_skipped_and_counted(monkeypatch):
     loss.backward()
     assert all(p.grad is None or p.grad.abs().sum() == 0 for p in model.parameters())
     assert crit.baseline.weight.abs().sum() == 0 and crit.baseline._adam is None  # nor did the baseline learn
-
-
-def test_clip_norm_on_cpu_gradients_when_a_gpu_is_visible(monkeypatch):
-    """fairseq 0.12 computes the norm on the GPU whenever one is visible, also for --cpu training, and then
-    fails to scale the CPU gradients (seen on an H100: every fairseq-train --cpu --clip-norm). The plugin's
-    replacement keeps the norm on the CPU there: the same norm and clipping as torch's."""
-    from fairseq import utils as fairseq_utils
-
-    torch.manual_seed(0)
-    params = [torch.nn.Parameter(torch.randn(4, 3)) for _ in range(3)]
-    for p in params:
-        p.grad = torch.randn_like(p) * 5
-    expected = [p.grad.clone() for p in params]
-    twins = [torch.nn.Parameter(torch.zeros_like(g)) for g in expected]
-    for twin, g in zip(twins, expected):
-        twin.grad = g.clone()
-    want = torch.nn.utils.clip_grad_norm_(twins, 1.0)  # torch's own, for comparison
-    scaled = [twin.grad for twin in twins]
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    norm = fairseq_utils.clip_grad_norm_(params, 1.0)
-    assert norm.device.type == "cpu" and norm.item() == pytest.approx(want.item(), rel=1e-6)
-    for p, g in zip(params, scaled):
-        torch.testing.assert_close(p.grad, g)
 
 
 @pytest.mark.slow

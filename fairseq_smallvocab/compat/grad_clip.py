@@ -10,9 +10,10 @@ but is on cuda:0``.  So ``fairseq-train --cpu --clip-norm 1.0`` fails on any
 machine where torch sees a GPU (found by the project's test suite on an H100;
 docs/RESULTS.md, "GPU").
 
-Loading the plugin replaces that function with one that computes the norm
-where the gradients are when they are all on the CPU, and otherwise calls
-fairseq's own: the same norm (2-norm of the per-tensor norms, in float32,
+Loading the plugin on a machine where torch sees a GPU (and only there: elsewhere
+fairseq's function is right and stays) replaces that function with one that
+computes the norm where the gradients are when they are all on the CPU, and
+otherwise calls fairseq's own: the same norm (2-norm of the per-tensor norms, in float32,
 expert gradients of mixture-of-experts layers left out of the norm and
 clipped with the others), the same ``aggregate_norm_fn`` and clipping.
 fairseq's optimizers look the function up on ``fairseq.utils`` at each call,
@@ -45,10 +46,11 @@ def clip_grad_norm_(params, max_norm, aggregate_norm_fn=None) -> torch.Tensor:
 
 
 def install():
-    """Put ``clip_grad_norm_`` in place of fairseq's (once)."""
+    """Put ``clip_grad_norm_`` in place of fairseq's (once), where torch sees a GPU: the only case in which
+    fairseq's goes wrong (CPU gradients; GPU gradients still go to fairseq's)."""
     global _fairseq_clip_grad_norm
     from fairseq import utils
 
-    if utils.clip_grad_norm_ is not clip_grad_norm_:
+    if torch.cuda.is_available() and utils.clip_grad_norm_ is not clip_grad_norm_:
         _fairseq_clip_grad_norm = utils.clip_grad_norm_
         utils.clip_grad_norm_ = clip_grad_norm_
