@@ -40,7 +40,8 @@ from fairseq.sequence_generator import EnsembleModel, SequenceGenerator
 from torch import Tensor
 
 from fairseq_smallvocab.candidates.space import candidate_positions
-from fairseq_smallvocab.output.restricted import UnionScorer, find_output_weights
+from fairseq_smallvocab.output.union_scorer import UnionScorer
+from fairseq_smallvocab.output.weights import find_output_weights
 
 
 def _output_weights(model):

@@ -2,7 +2,7 @@
 
 ``restrict(model, arch)`` is what the plugin's tasks do to the model fairseq
 builds (``transformer``, fairseq's ``lstm``, the plugin's LSTMs, ...): it
-finds the decoder's linear output layer (``output.restricted``), and
+finds the decoder's linear output layer (``output.weights``), and
 gives the model instance the ``CandidateModel`` behaviour below by making it
 an instance of a subclass of its own class (``RestrictedTransformerModel`` for
 a ``TransformerModel``).  No parameter, buffer or
@@ -42,13 +42,8 @@ from torch import Tensor
 
 from fairseq_smallvocab.candidates.space import candidate_positions
 from fairseq_smallvocab.output.gathered_grad import gathered_embedding_grads
-from fairseq_smallvocab.output.restricted import (
-    OutputWeights,
-    RestrictionError,
-    eval_mode,
-    find_output_weights,
-    restricted_logits,
-)
+from fairseq_smallvocab.output.restricted import restricted_logits
+from fairseq_smallvocab.output.weights import OutputWeights, RestrictionError, eval_mode, find_output_weights
 from fairseq_smallvocab.reinforce import sampler
 from fairseq_smallvocab.reinforce.sampler import SampleRequest, Samples
 

@@ -20,7 +20,7 @@ import fairseq_smallvocab  # noqa: F401  (registers the plugin's models)
 from fairseq_smallvocab.candidates.space import candidate_positions
 from fairseq_smallvocab.generation import SmallVocabSequenceGenerator
 from fairseq_smallvocab.models.lstm_smallvocab import LSTMSmallVocabConfig, LSTMSmallVocabModel
-from fairseq_smallvocab.output.restricted import RestrictionError, eval_mode
+from fairseq_smallvocab.output.weights import RestrictionError, eval_mode
 from fairseq_smallvocab.reinforce.sampler import SampleRequest
 from fairseq_smallvocab.restricted_model import restrict
 

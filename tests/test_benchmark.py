@@ -211,22 +211,22 @@ def test_ab_steps_alternate_the_two_values_from_one_seed(monkeypatch):
     when a step fails; the ratio is the median of the batches' A / B."""
     import time
 
-    from fairseq_smallvocab.output import restricted
+    from fairseq_smallvocab.output import union_scorer
     from smallvocab_tools.bench.ab import ab_steps
 
     clock = [0.0]
     monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
-    spec = "fairseq_smallvocab.output.restricted.TRANSPOSED_MIN_ROWS=7,9"
-    before = restricted.TRANSPOSED_MIN_ROWS
+    spec = "fairseq_smallvocab.output.union_scorer.TRANSPOSED_MIN_ROWS=7,9"
+    before = union_scorer.TRANSPOSED_MIN_ROWS
     calls, seeds, lens = [], [], []
     costs = iter([1.0, 1.0, 4.0, 2.0, 3.0, 1.0, 6.0, 2.0])  # per call, in call order
 
     weights = [0]  # the "model": each step updates it; both values of a batch start from the same state
 
     def step(sample):
-        calls.append((sample, restricted.TRANSPOSED_MIN_ROWS, weights[0]))
+        calls.append((sample, union_scorer.TRANSPOSED_MIN_ROWS, weights[0]))
         weights[0] += 1
-        lens.append(10 * sample + restricted.TRANSPOSED_MIN_ROWS)
+        lens.append(10 * sample + union_scorer.TRANSPOSED_MIN_ROWS)
         clock[0] += next(costs)
 
     cfg = {"ab": spec, "warmup": 1, "rl_samples": 1}
@@ -234,7 +234,7 @@ def test_ab_steps_alternate_the_two_values_from_one_seed(monkeypatch):
     ab = ab_steps(cfg, step, [0, 1, 2, 3], lens, seeds.append, snapshot, restore)
     assert calls == [(0, 7, 0), (0, 9, 0), (1, 9, 1), (1, 7, 1), (2, 7, 2), (2, 9, 2), (3, 9, 3), (3, 7, 3)]
     assert seeds == [0, 0, 1, 1, 2, 2, 3, 3]
-    assert restricted.TRANSPOSED_MIN_ROWS == before
+    assert union_scorer.TRANSPOSED_MIN_ROWS == before
     # batch 1: B 4.0, A 2.0; batch 2: A 3.0, B 1.0; batch 3: B 6.0, A 2.0
     assert ab["ab_rounds"] == [[2.0, 3.0, 2.0], [4.0, 1.0, 6.0]]
     assert ab["ab_sec_per_step"] == [2.0, 4.0] and ab["ab_ratio"] == 0.5  # ratios 0.5, 3, 1/3
@@ -246,17 +246,17 @@ def test_ab_steps_alternate_the_two_values_from_one_seed(monkeypatch):
 
     with pytest.raises(RuntimeError):
         ab_steps(cfg, failing, [0], [], seeds.append, snapshot, restore)
-    assert restricted.TRANSPOSED_MIN_ROWS == before
+    assert union_scorer.TRANSPOSED_MIN_ROWS == before
 
 
-SETTING = "fairseq_smallvocab.output.restricted.TRANSPOSED_MIN_ROWS"
+SETTING = "fairseq_smallvocab.output.union_scorer.TRANSPOSED_MIN_ROWS"
 
 
 @pytest.mark.parametrize("spec, problem", [
     ("TRANSPOSED_MIN_ROWS=1,2", "module-level setting of the plugin"),
     ("os.sep=1,2", "module-level setting of the plugin"),
     ("fairseq_smallvocab.nowhere.X=1,2", "no module fairseq_smallvocab.nowhere"),
-    ("fairseq_smallvocab.output.restricted.NOPE=1,2", "has no setting NOPE"),
+    ("fairseq_smallvocab.output.union_scorer.NOPE=1,2", "has no setting NOPE"),
     (SETTING + "=1", "two values are compared, not 1"),
     (SETTING + "=1,x", "Python literals"),
     (SETTING + "=1,2.5", "2.5 is not of TRANSPOSED_MIN_ROWS's type"),

@@ -564,7 +564,7 @@ COMMANDS.update({
     "--max-len 30 --rounds 3 --json docs/bench_transformer.json": parse(FULL_SIZE),
     "python scripts/benchmark.py --modes reinforce --data data-bin/all/multi30k.en-de "
     "--candidates-dir checkpoints/vp-all/candidates --k 1000 --no-full --steps 30 "
-    "--ab fairseq_smallvocab.output.restricted.TRANSPOSED_MIN_ROWS=1000000000,32": parse(MULTI30K_BENCH),
+    "--ab fairseq_smallvocab.output.union_scorer.TRANSPOSED_MIN_ROWS=1000000000,32": parse(MULTI30K_BENCH),
     "python scripts/benchmark.py --modes reinforce --data data-bin/all/multi30k.en-de "
     "--candidates-dir checkpoints/vp-all/candidates --k 1000 --sample-limit flat --max-sample-len 99 --floor": parse(
         MULTI30K_BENCH),
@@ -700,10 +700,10 @@ COMMANDS.update({
     "python scripts/benchmark.py --modes reinforce --data data-bin/all/multi30k.en-de "
     "--candidates-dir checkpoints/vp-multi30k.en-de.all/candidates --k 1000 --no-full --sample-limit flat "
     "--max-sample-len 99 --steps 30 --warmup 1 "
-    "--ab fairseq_smallvocab.output.restricted.TRANSPOSED_MIN_ROWS=1000000000,32": parse(MULTI30K_BENCH),
+    "--ab fairseq_smallvocab.output.union_scorer.TRANSPOSED_MIN_ROWS=1000000000,32": parse(MULTI30K_BENCH),
     "python scripts/benchmark.py --modes decode --vocab-sizes 24000 --k 1000 --no-full --decode-batches 64 --beams 5 "
     "--decode-len 30 --decode-sentences 640 --ab ...": parse(
-        FULL_SIZE, {"--ab ...": "--ab fairseq_smallvocab.output.restricted.TRANSPOSED_MIN_ROWS=1000000000,32"}),
+        FULL_SIZE, {"--ab ...": "--ab fairseq_smallvocab.output.union_scorer.TRANSPOSED_MIN_ROWS=1000000000,32"}),
     "python scripts/benchmark.py --modes reinforce --data data-bin/all/multi30k.en-de "
     "--candidates-dir checkpoints/vp-multi30k.en-de.all/candidates --k 1000 --sample-limit flat --max-sample-len 99 "
     "--steps 8 --warmup 1 --floor --no-full": parse(MULTI30K_BENCH),

@@ -13,8 +13,8 @@ from helpers import candidate_batch, make_dictionary
 
 from fairseq_smallvocab.generation import SmallVocabSequenceGenerator
 from fairseq_smallvocab.models.lstm_smallvocab import LSTMSmallVocabConfig, LSTMSmallVocabModel
-from fairseq_smallvocab.output import restricted
-from fairseq_smallvocab.output.restricted import UnionScorer
+from fairseq_smallvocab.output import union_scorer
+from fairseq_smallvocab.output.union_scorer import UnionScorer
 
 V_SRC, V_TGT, B, T_SRC, K = 30, 80, 6, 7, 20
 
@@ -89,7 +89,7 @@ def test_union_scorer_follows_beam_reordering_and_finished_sentences(monkeypatch
     a sentence, finished sentences dropped, rows of one sentence apart; with
     the union's scores made rows x |U| or transposed (|U| x rows, the
     orientation used from ``TRANSPOSED_MIN_ROWS`` rows on)."""
-    monkeypatch.setattr(restricted, "TRANSPOSED_MIN_ROWS", 1 if transposed else 10 ** 9)
+    monkeypatch.setattr(union_scorer, "TRANSPOSED_MIN_ROWS", 1 if transposed else 10 ** 9)
     torch.manual_seed(0)
     weight, bias = torch.randn(V_TGT, 8), torch.randn(V_TGT)
     if not with_bias:

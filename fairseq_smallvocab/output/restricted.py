@@ -2,11 +2,9 @@
 only each example's K candidate words.
 
 A fairseq decoder ends with logits = W s_t + b over the whole target
-vocabulary V (W: |V| x d; ``output_projection`` of a Transformer, with W the
-target embedding when embeddings are tied; ``fc_out`` or the tied embedding
-of fairseq's ``lstm``; the target embedding and ``output_bias`` of the
-plugin's LSTMs).  With the candidates c_b of example b (K ids, see
-``candidates.space``), the restricted layer computes
+vocabulary V (W: |V| x d, found by ``output.weights``).  With the candidates
+c_b of example b (K ids, see ``candidates.space``), the restricted layer
+computes
 
     logits[b, t, k] = W[c_b[k]] . s[b, t] + b[c_b[k]]        (B x T x K)
 
@@ -14,27 +12,24 @@ with the decoder's own parameters: nothing is added to the model, so its
 state-dict keys stay the stock ones, and ``candidates=None`` gives the full
 softmax by the same code (one model, one code path).
 
-``find_output_weights`` discovers W and b and checks, on random features, that
-the decoder's ``output_layer`` is exactly that linear map; a model whose output
-cannot be restricted (adaptive softmax, a non-linear head, no incremental
-decoder) is refused, naming the arch and the reason.
+Two autograd functions make it without the B x K x d gathered rows or the
+B x T x K logits ever existing whole: ``CandidateLogits`` (the teacher-forced
+logits) and ``CandidateLogProbs`` (the log-probabilities of chosen words, what
+REINFORCE scores).  Both run their products in the wider of the states' and
+the weights' dtypes and hand each gradient back in its input's dtype
+(``_in_product_dtype``, ``_input_grads``), and both can add W's gradient into
+an open ``gathered_embedding_grads`` block (``_routed``).  Step-wise scoring
+for decoding: ``output.union_scorer``.
 """
 
-from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
-from fairseq.models import FairseqIncrementalDecoder
-from torch import Tensor, nn
+from torch import Tensor
 
 from fairseq_smallvocab.candidates.space import batch_union
 from fairseq_smallvocab.output.gathered_grad import accumulator, active_route, lookup_rows
-
-
-class RestrictionError(ValueError):
-    """A model whose output layer cannot be restricted to candidates."""
 
 
 class Scratch:
@@ -93,6 +88,32 @@ def _routed(features: Tensor, weight: Tensor):
     return weight, None, None
 
 
+def _in_product_dtype(features: Tensor, weight: Tensor, bias: Optional[Tensor]):
+    """(features, weight, bias) in the wider of the states' and the weights' dtypes, the products' dtype
+    (no copies when they already are)."""
+    dtype = torch.promote_types(features.dtype, weight.dtype)
+    return features.to(dtype), weight.to(dtype), None if bias is None else bias.to(dtype)
+
+
+def _remember_inputs(ctx, features: Tensor, weight: Tensor, bias: Optional[Tensor], buffer):
+    """What the backward needs to hand gradients back: the inputs' dtypes, and the buffer W's gradient
+    goes into (see _routed), if any."""
+    ctx.dtypes = features.dtype, weight.dtype, None if bias is None else bias.dtype
+    ctx.buffer = buffer
+
+
+def _input_grads(ctx, grad_f, grad_w, grad_b, like: Tensor):
+    """(features, weight, bias, anchor) gradients as autograd wants them: each in its input's dtype; W's
+    none when it went into a block's buffer, whose anchor then takes a zero (so that the block's backward
+    runs after this one)."""
+    f_dtype, w_dtype, b_dtype = ctx.dtypes
+    routed = ctx.buffer is not None
+    return (None if grad_f is None else grad_f.to(f_dtype),
+            None if grad_w is None or routed else grad_w.to(w_dtype),
+            None if grad_b is None else grad_b.to(b_dtype),
+            like.new_zeros(1) if routed else None)
+
+
 def _add_row_grads(dz, features, gathered, rows, grad_f, grad_w, grad_b, scratch: Scratch):
     """The backward of a chunk's per-example logits (``dz``: chunk x T x K, the
     gradient of logits = features . gathered^T + b[rows]): the states'
@@ -130,12 +151,9 @@ class CandidateLogits(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, features, weight, bias, candidates, anchor=None, buffer=None):
-        ctx.dtypes = features.dtype, weight.dtype, None if bias is None else bias.dtype
-        ctx.buffer = buffer  # W's gradient goes into it (see _routed), not into a new tensor
-        dtype = torch.promote_types(features.dtype, weight.dtype)
+        _remember_inputs(ctx, features, weight, bias, buffer)
         with torch.autocast(features.device.type, enabled=False):
-            features, weight = features.to(dtype), weight.to(dtype)
-            bias = None if bias is None else bias.to(dtype)
+            features, weight, bias = _in_product_dtype(features, weight, bias)
             bsz, steps, _ = features.shape
             out = features.new_empty(bsz, steps, candidates.size(1))
             scratch = Scratch()
@@ -168,12 +186,8 @@ class CandidateLogits(torch.autograd.Function):
                 sl = slice(start, start + len(rows))
                 _add_row_grads(grad_out[sl], features[sl], gather_rows(weight, rows, scratch) if need_f else None,
                                rows, grad_f[sl] if need_f else None, grad_w, grad_b, scratch)
-        f_dtype, w_dtype, b_dtype = ctx.dtypes
-        routed = ctx.buffer is not None
-        return (None if grad_f is None else grad_f.to(f_dtype),
-                None if grad_w is None or routed else grad_w.to(w_dtype),
-                None if grad_b is None else grad_b.to(b_dtype), None,
-                grad_out.new_zeros(1) if routed else None, None)
+        grad_f, grad_w, grad_b, grad_anchor = _input_grads(ctx, grad_f, grad_w, grad_b, grad_out)
+        return grad_f, grad_w, grad_b, None, grad_anchor, None
 
 
 class CandidateLogProbs(torch.autograd.Function):
@@ -230,16 +244,13 @@ class CandidateLogProbs(torch.autograd.Function):
     @staticmethod
     def forward(ctx, features, weight, bias, candidates, positions, excluded, probs=None, chosen=None,
                 anchor=None, buffer=None):
-        ctx.dtypes = features.dtype, weight.dtype, None if bias is None else bias.dtype
-        ctx.buffer = buffer  # W's gradient goes into it (see _routed), not into a new tensor
+        _remember_inputs(ctx, features, weight, bias, buffer)
         if probs is not None:
             ctx.save_for_backward(features, weight, bias, candidates, positions, probs)
             ctx.excluded, ctx.width, ctx.stored = excluded, probs.size(-1), True
             return chosen.clone()
-        dtype = torch.promote_types(features.dtype, weight.dtype)
         with torch.autocast(features.device.type, enabled=False):
-            features, weight = features.to(dtype), weight.to(dtype)
-            bias = None if bias is None else bias.to(dtype)
+            features, weight, bias = _in_product_dtype(features, weight, bias)
             bsz, steps, _ = features.shape
             width = weight.size(0) if candidates is None else candidates.size(1)
             out = features.new_empty(bsz, steps, dtype=torch.float)
@@ -262,11 +273,10 @@ class CandidateLogProbs(torch.autograd.Function):
         need_w = need_w or ctx.buffer is not None
         need_b = need_b and bias is not None
         bsz, steps, dim = features.shape
-        dtype = torch.promote_types(features.dtype, weight.dtype)
         with torch.autocast(features.device.type, enabled=False):
             grad_out = grad_out.float()
-            features, weight = features.to(dtype), weight.to(dtype)  # no-ops unless the probs were kept
-            bias = None if bias is None else bias.to(dtype)
+            features, weight, bias = _in_product_dtype(features, weight, bias)  # no-ops unless the probs were kept
+            dtype = features.dtype
             # contiguous (a Transformer's states are a transposed view, whose strides empty_like would keep): the
             # chunks' products write into slices of it
             grad_f = features.new_empty(features.shape) if need_f else None
@@ -300,12 +310,8 @@ class CandidateLogProbs(torch.autograd.Function):
                 else:
                     _add_row_grads(dz, features[sl], gathered, rows, grad_f[sl] if need_f else None, grad_w, grad_b,
                                    scratch)
-        f_dtype, w_dtype, b_dtype = ctx.dtypes
-        routed = ctx.buffer is not None
-        return (None if grad_f is None else grad_f.to(f_dtype),
-                None if grad_w is None or routed else grad_w.to(w_dtype),
-                None if grad_b is None else grad_b.to(b_dtype), None, None, None, None, None,
-                grad_out.new_zeros(1) if routed else None, None)
+        grad_f, grad_w, grad_b, grad_anchor = _input_grads(ctx, grad_f, grad_w, grad_b, grad_out)
+        return grad_f, grad_w, grad_b, None, None, None, None, None, grad_anchor, None
 
 
 def candidate_log_probs(features: Tensor, weight: Tensor, bias: Optional[Tensor], candidates: Optional[Tensor],
@@ -319,101 +325,6 @@ def candidate_log_probs(features: Tensor, weight: Tensor, bias: Optional[Tensor]
     weight, anchor, buffer = _routed(features, weight)
     return CandidateLogProbs.apply(features, weight, bias, candidates, positions, list(excluded), probs, chosen,
                                    anchor, buffer)
-
-
-@dataclass(frozen=True)
-class OutputWeights:
-    """Where a decoder keeps W and b: parameter names inside the decoder
-    (looked up at every use, so that ``.to()``, ``.half()`` and loading a
-    state dict are always seen)."""
-
-    weight: str
-    bias: Optional[str] = None
-
-    def get(self, decoder) -> Tuple[Tensor, Optional[Tensor]]:
-        return (decoder.get_parameter(self.weight),
-                None if self.bias is None else decoder.get_parameter(self.bias))
-
-
-# where stock fairseq decoders and the plugin's keep their output layer, most specific first
-_WEIGHT_NAMES = ("output_projection.weight", "fc_out.weight", "embed_tokens.weight")
-
-
-def _named(decoder, name) -> Optional[Tensor]:
-    try:
-        return decoder.get_parameter(name)
-    except AttributeError:
-        return None
-
-
-def find_output_weights(decoder, arch: str) -> OutputWeights:
-    """W and b of ``decoder.output_layer``, checked to be that layer: on
-    random features, ``output_layer(x) == x W^T + b``."""
-    if not isinstance(decoder, FairseqIncrementalDecoder):
-        raise RestrictionError(f"arch '{arch}': its decoder ({type(decoder).__name__}) is not an incremental "
-                               "decoder (FairseqIncrementalDecoder), so it cannot sample or decode step by step "
-                               "inside a small vocabulary")
-    if getattr(decoder, "adaptive_softmax", None) is not None:
-        raise RestrictionError(f"arch '{arch}' uses an adaptive softmax, which has no output row per word for "
-                               "its tail clusters: train it without --adaptive-softmax-cutoff to use a small "
-                               "vocabulary")
-    vocab = len(decoder.dictionary)
-    tried = []
-    for weight_name in _WEIGHT_NAMES:
-        weight = _named(decoder, weight_name)
-        if weight is None or weight.dim() != 2 or weight.size(0) != vocab:
-            continue
-        module = weight_name.rsplit(".", 1)[0]
-        biases = [name for name in (f"{module}.bias", "output_bias") if _named(decoder, name) is not None]
-        for bias_name in biases + [None]:
-            spec = OutputWeights(weight_name, bias_name)
-            tried.append(f"{weight_name}{' + ' + bias_name if bias_name else ''}")
-            if _is_output_layer(decoder, spec):
-                return spec
-    detail = f"it is not x W^T + b with {' or '.join(tried)}" if tried else \
-        f"no {' / '.join(_WEIGHT_NAMES)} parameter with one row per target word ({vocab})"
-    raise RestrictionError(f"arch '{arch}': the decoder's output layer cannot be restricted to candidates: "
-                           f"{detail} (a small vocabulary needs a linear output layer over the target dictionary)")
-
-
-@contextmanager
-def eval_mode(module):
-    """Every submodule computes as in eval mode inside the block (no dropout,
-    no LayerDrop), its own flag restored after.
-
-    PyTorch's recurrent layers (``nn.LSTM``, ``nn.GRU``, ...) are the
-    exception in form, not in effect: they stay in training mode with their
-    inter-layer dropout set to 0, which computes exactly what eval mode
-    computes (that dropout is their only train/eval difference), because
-    cuDNN refuses the backward of an RNN run in eval mode ("cudnn RNN
-    backward can only be called in training mode"), and REINFORCE
-    differentiates through the policy's encoder."""
-    modes = [(m, m.training) for m in module.modules()]
-    rnn_dropouts = [(m, m.dropout) for m in module.modules() if isinstance(m, nn.RNNBase)]
-    module.eval()
-    for m, _ in rnn_dropouts:
-        m.training, m.dropout = True, 0.0
-    try:
-        yield
-    finally:
-        for m, mode in modes:
-            m.training = mode
-        for m, dropout in rnn_dropouts:
-            m.dropout = dropout
-
-
-@torch.no_grad()
-def _is_output_layer(decoder, spec: OutputWeights) -> bool:
-    weight, bias = spec.get(decoder)
-    gen = torch.Generator(device="cpu").manual_seed(0)
-    x = torch.randn(2, 3, weight.size(1), generator=gen).to(device=weight.device, dtype=weight.dtype)
-    with eval_mode(decoder):
-        try:
-            got = decoder.output_layer(x)
-        except Exception:  # a head that does not take features of this size is not this linear map
-            return False
-    want = F.linear(x, weight, bias)
-    return torch.is_tensor(got) and got.shape == want.shape and torch.allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
 # the batch union is scored with one product when it has at most this many words per candidate row:
@@ -440,55 +351,3 @@ def restricted_logits(features: Tensor, weight: Tensor, bias: Optional[Tensor],
     return CandidateLogits.apply(features, weight, bias, candidates, anchor, buffer)
 
 
-# the fewest decoding rows for which ``UnionScorer`` makes the union's scores transposed on the CPU (see there)
-TRANSPOSED_MIN_ROWS = 32
-
-
-class UnionScorer:
-    """Step-wise scoring (sampling, beam search) inside each row's candidates:
-    the rows of W and b for the union U of the batch's candidates are gathered
-    once; every step then scores U for all rows with one matrix product
-    (memory traffic |U| x d, against rows x K x d for per-example rows) and
-    picks each row's K out of it.  ``sent`` maps each decoding row to its
-    example and follows the generator's reorderings (``reorder``).  Without
-    candidates it scores the whole vocabulary.  No gradient."""
-
-    def __init__(self, weight: Tensor, bias: Optional[Tensor], candidates: Optional[Tensor]):
-        weight = weight.detach()
-        bias = None if bias is None else bias.detach()
-        if candidates is None:
-            self.weight, self.bias, self.pos = weight, bias, None
-        else:
-            union, self.pos = batch_union(candidates)
-            self.weight = gather_rows(weight, union)
-            self.bias = None if bias is None else gather_rows(bias, union)
-        self.sent = None if candidates is None else torch.arange(len(candidates), device=candidates.device)
-        self.row_pos = self.pos  # each row's K positions in U (made again after a reordering, when next used)
-
-    def reorder(self, new_order: Tensor):
-        if self.sent is not None:
-            self.sent = self.sent.index_select(0, new_order)
-            self.row_pos = None
-
-    def __call__(self, features: Tensor) -> Tensor:
-        """rows x d (or rows x T x d) states -> rows x K (or rows x T x K) logits."""
-        features = features.to(self.weight.dtype)
-        if (self.pos is not None and features.dim() == 2 and features.size(0) >= TRANSPOSED_MIN_ROWS
-                and features.device.type == "cpu"):
-            # the union's scores made as W_U s^T (|U| x rows) and read through a transposed view: on the
-            # CPU (MKL, 2 threads) this orientation ran 1.25-1.3x faster than F.linear's rows x |U| for
-            # 32 to 320 rows, gather included (|U| = 4,419, d = 256; 15% slower for 5 rows, hence the floor;
-            # not measured on CUDA, which keeps F.linear)
-            bias = self.bias
-            scores = (torch.mm(self.weight, features.t()) if bias is None
-                      else torch.addmm(bias.unsqueeze(1), self.weight, features.t())).t()
-        else:
-            scores = F.linear(features, self.weight, self.bias)
-        if self.pos is None:
-            return scores
-        if self.row_pos is None:
-            self.row_pos = self.pos.index_select(0, self.sent)
-        pos = self.row_pos
-        if scores.dim() == 3:
-            pos = pos.unsqueeze(1).expand(-1, scores.size(1), -1)
-        return scores.gather(-1, pos)

@@ -41,7 +41,8 @@ import torch
 from torch import Tensor
 
 from fairseq_smallvocab.output.gathered_grad import gathered_embedding_grads
-from fairseq_smallvocab.output.restricted import UnionScorer, candidate_log_probs
+from fairseq_smallvocab.output.restricted import candidate_log_probs
+from fairseq_smallvocab.output.union_scorer import UnionScorer
 
 
 @dataclass(frozen=True)

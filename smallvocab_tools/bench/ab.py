@@ -19,7 +19,7 @@ def parse_ab(spec: str):
     target, sep, values = spec.partition("=")
     module_name, _, name = target.rpartition(".")
     usage = ("give a module-level setting of the plugin and two values, e.g. "
-             "fairseq_smallvocab.output.restricted.TRANSPOSED_MIN_ROWS=1000000000,32")
+             "fairseq_smallvocab.output.union_scorer.TRANSPOSED_MIN_ROWS=1000000000,32")
     if not sep or not name or module_name.split(".")[0] != "fairseq_smallvocab":
         raise ValueError(f"--ab {spec}: {usage}")
     try:

@@ -87,7 +87,7 @@ JSON records.
     python scripts/benchmark.py --modes reinforce --data data-bin/all/multi30k.en-de \
         --candidates-dir checkpoints/vp-multi30k.en-de.all/candidates --k 1000 --no-full \
         --sample-limit flat --max-sample-len 99 --steps 8 --warmup 1 \
-        --ab fairseq_smallvocab.output.restricted.TRANSPOSED_MIN_ROWS=1000000000,32
+        --ab fairseq_smallvocab.output.union_scorer.TRANSPOSED_MIN_ROWS=1000000000,32
     python scripts/benchmark.py --modes reinforce --data data-bin/all/multi30k.en-de \
         --candidates-dir checkpoints/vp-multi30k.en-de.all/candidates --k 1000 \
         --sample-limit flat --max-sample-len 99 --steps 5 --warmup 1 --floor
@@ -227,7 +227,7 @@ def parse_args(argv=None):
     parser.add_argument("--ab", metavar="MODULE.NAME=A,B",
                         help="compare two values of one of the plugin's module-level settings in one process: each "
                              "training step or decoded batch runs under both, in alternating order, from the same "
-                             "seed (e.g. fairseq_smallvocab.output.restricted.TRANSPOSED_MIN_ROWS="
+                             "seed (e.g. fairseq_smallvocab.output.union_scorer.TRANSPOSED_MIN_ROWS="
                              "1000000000,32); reports each value's median and the median ratio A / B. The setting "
                              "must be read where it is used: one copied at import or when a model is built (`from "
                              "... import NAME`) does not change, and both sides then measure the same code")
