@@ -39,6 +39,13 @@ and the hub interface) sees torch through ``CheckpointTorch``, which is
 torch itself except for ``load``.  The same hook turns a truncated or foreign
 file and a refused global into errors that name the file and say what to do.
 Set-up requires torch >= 2.4 (the first with ``add_safe_globals``).
+
+The hook is installed on every torch, also on torch >= 2.6 where
+``weights_only=True`` is already the default, for those errors: torch's own
+names neither the file nor, for a refused global, a safe way on (its advice
+includes loading with ``weights_only=False``), and fairseq-train's resume
+(``compat/train_checkpoints.py``) and the predictor loader catch
+``CheckpointLoadError`` to name the newest readable checkpoint.
 """
 
 import argparse

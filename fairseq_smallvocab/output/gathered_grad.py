@@ -26,7 +26,7 @@ Lookups that are not plain (``max_norm``, ``scale_grad_by_freq``,
 ``sparse``) keep ``nn.Embedding``'s own forward, as do lookups outside the
 block and lookups made without gradient.
 
-The restricted output layer (``candidate_output``) routes its uses of a
+The restricted output layer (``output.restricted``) routes its uses of a
 weight through the innermost open block too (``active_route``): a tied
 embedding's whole REINFORCE step (the encoder's and the decoder's lookups of
 the CE pass and of the policy, the CE pass's output layer, the scoring's)
