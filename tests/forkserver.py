@@ -2,10 +2,10 @@
 each time: a server process imports them once, then forks a child for each
 command (a fairseq console script, a project script, or ``python -m``).
 
-Why: the slow tier runs about 120 commands, and each fresh interpreter spent
-about 5 s importing torch and fairseq (measured: ``fairseq-train --help``
-4.9-6.5 s, ``import torch, fairseq`` 5.4 s of it): a third of the suite's
-CPU time.  A forked child starts from the imported modules and still is a
+Why: the slow tier runs about 120 commands, and each fresh interpreter
+imports torch and fairseq again, a large share of the suite's CPU time
+(measurements: docs/RESULTS.md, "The slow tests' commands: what a fresh
+interpreter costs (CPU)").  A forked child starts from the imported modules and still is a
 process of its own: its own argv, cwd, environment, stdin/stdout/stderr
 (files), exit status, registries and global state, gone when it exits.
 

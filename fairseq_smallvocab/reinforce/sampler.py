@@ -21,10 +21,12 @@ the caller arranges (``restricted_model``).
   ``score`` then neither makes the B x T x K logits again nor differentiates
   through a softmax: the gradient of log p(y_t) with respect to the logits is
   onehot(y_t) - p_t, formed from the kept p_t (``CandidateLogProbs``).  The
-  full softmax's REINFORCE step at T = 99, |V| = 18.7K keeps 950 MB this way
+  full softmax's REINFORCE step keeps its B x T x V probabilities this way
   and makes two B x T x V x d products instead of four (scoring's forward and
   the backward's recomputed logits are gone); above
-  ``STORED_PROBS_MAX_ELEMENTS`` the logits are made again instead.
+  ``STORED_PROBS_MAX_ELEMENTS`` the logits are made again instead
+  (measurements: docs/RESULTS.md, "A REINFORCE step at the flat 99-token
+  limit (#19): profile and first speed-ups").
 - ``keep_graph=True`` (recurrent decoders): the sampling steps keep their
   graph and ``score`` reads the log-probabilities from the kept states, with
   no second pass through the decoder; an RNN step's graph does not grow with
@@ -80,9 +82,10 @@ def sample_categorical(logits: Tensor, with_entropy: bool = False, with_probs: b
     """One draw per row from softmax(logits) (B x N -> B x 1), by inverse
     transform sampling: the index where a uniform draw, scaled to the row's
     total weight, falls in the cumulative weights.  The distribution of
-    ``torch.multinomial(softmax(logits), 1)``, about 7x (N = 18.7K) to 15x
-    (N = 1K) faster on the CPU; words with weight 0 (-inf logits) are never
-    chosen.  With ``with_entropy`` also the entropy of each row's
+    ``torch.multinomial(softmax(logits), 1)``, drawn faster on the CPU
+    (measurements: docs/RESULTS.md, "The team's bar: a REINFORCE step on
+    Multi30k with every target word (|V| = 18,726), K = 1000"); words with
+    weight 0 (-inf logits) are never chosen.  With ``with_entropy`` also the entropy of each row's
     distribution (B, nats), from the same weights: with z = logits - max,
     w = exp(z), Z = sum w, H = log Z - sum(w z) / Z.  With ``with_probs``
     (and ``with_entropy``) also softmax(logits) itself, w / Z, made in place

@@ -50,7 +50,9 @@ def ab_steps(cfg: dict, step, samples, sample_lens, seed, snapshot, restore, syn
     seed and the same weights and optimizer states (``restore(snapshot())``
     between the two: an update changes what the policy samples, and so the
     step's work), in this one process: the machine's drift, which moves whole
-    processes by up to 2x here, then hits both values alike.  The first
+    processes by more than the change measured, then hits both values alike
+    (measurements: docs/RESULTS.md, "Fifth pass (2026-11-23, evening): the
+    union's product turned around; `benchmark.py --ab`").  The first
     --warmup batches are untimed.  Returns each value's step times and sample
     lengths and the median of the batches' ratios A / B."""
     module, name, values = parse_ab(cfg["ab"])
