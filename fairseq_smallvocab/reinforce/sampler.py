@@ -85,12 +85,12 @@ def sample_categorical(logits: Tensor, with_entropy: bool = False, with_probs: b
     ``torch.multinomial(softmax(logits), 1)``, drawn faster on the CPU
     (measurements: docs/RESULTS.md, "The team's bar: a REINFORCE step on
     Multi30k with every target word (|V| = 18,726), K = 1000"); words with
-    weight 0 (-inf logits) are never chosen.  With ``with_entropy`` also the entropy of each row's
-    distribution (B, nats), from the same weights: with z = logits - max,
-    w = exp(z), Z = sum w, H = log Z - sum(w z) / Z.  With ``with_probs``
-    (and ``with_entropy``) also softmax(logits) itself, w / Z, made in place
-    of the weights (B x N), in ``probs_out`` when given (the sampler's kept
-    buffer: no copy)."""
+    weight 0 (-inf logits) are never chosen.  With ``with_entropy`` also the
+    entropy of each row's distribution (B, nats), from the same weights: with
+    z = logits - max, w = exp(z), Z = sum w, H = log Z - sum(w z) / Z.  With
+    ``with_probs`` (and ``with_entropy``) also softmax(logits) itself, w / Z,
+    made in place of the weights (B x N), in ``probs_out`` when given (the
+    sampler's kept buffer: no copy)."""
     shifted = logits - logits.max(-1, keepdim=True).values
     weights = torch.exp(shifted, out=probs_out) if probs_out is not None else torch.exp(shifted)
     cdf = weights.cumsum(-1)
