@@ -5,10 +5,9 @@ REINFORCE through a recurrent decoder keeps the graph of every sampling step
 (``sampler.sample(keep_graph=True)``), and step t looks up the embedding of
 the token drawn at t - 1.  With ``nn.Embedding``'s own backward each of the
 T lookups makes a dense |V| x d gradient (zeros, then its B rows added) and
-autograd adds the T of them up: at |V| = 18.7K, d = 256, T = 99, about 2 x
-99 passes over a 19 MB tensor per step, a third of a small-vocabulary
-REINFORCE step on the CPU (measured with torch.profiler: ``fill_`` and
-``add_`` of ``embedding_dense_backward``).
+autograd adds the T of them up: 2 x T passes over a |V| x d tensor per step
+(measured: docs/RESULTS.md, "A REINFORCE step at the flat 99-token limit
+(#19)").
 
 ``gathered_embedding_grads(module)`` makes, inside the block, every plain
 ``nn.Embedding`` (the class itself, not a subclass) of the module look up
@@ -32,9 +31,8 @@ embedding's whole REINFORCE step (the encoder's and the decoder's lookups of
 the CE pass and of the policy, the CE pass's output layer, the scoring's)
 then makes one |V| x d gradient instead of one per use.  Why: a Transformer
 with shared embeddings made six (32K x 512 floats, 64 MB each), and a fresh
-tensor that size is zeroed through page faults (30 ms alone, against 2 ms
-for a tensor reused; torch.profiler on a REINFORCE step: ``fill_`` of six
-32000 x 512 tensors, 0.9 of 7 s).  A block opened inside another block over
+tensor that size is zeroed through page faults (measured: docs/RESULTS.md,
+"One weight gradient per embedding for the whole REINFORCE step").  A block opened inside another block over
 a module that contains it reuses the outer one.
 """
 

@@ -36,8 +36,9 @@ class Scratch:
     """Buffers that every chunk of one forward or backward call reuses (the
     last, shorter chunk takes a prefix).  Why: a chunk's gathered rows and
     row gradients are 16 MB each (16 x 1000 x 256 floats), and a fresh tensor
-    of that size comes from the OS with its pages faulted in again: the same
-    bmm took 4.5 ms into a new tensor and 1.5 ms into a reused one (2 threads)."""
+    of that size comes from the OS with its pages faulted in again, which made
+    a product into it several times slower than into a reused one
+    (measured: docs/RESULTS.md, "Second pass (2026-11-23)")."""
 
     def __init__(self):
         self.buffers = {}
@@ -56,9 +57,8 @@ def gather_rows(table: Tensor, ids: Tensor, scratch: Optional[Scratch] = None, n
     """``table[ids]`` for ids of any shape (ids.shape + table.shape[1:]), by
     ``index_select`` on the flattened ids (into a reused buffer with
     ``scratch``): the same values, but on the CPU advanced indexing with a
-    2-D index (aten::index) copied a chunk's rows 5x slower (16 x 1000 rows
-    of 256 floats: 7.8 vs 1.4 ms, 2 threads); it runs 25 times per
-    REINFORCE step (docs/RESULTS.md: the step gained about 5%)."""
+    2-D index (aten::index) copied a chunk's rows several times slower, and
+    it runs 25 times per REINFORCE step (measured: docs/RESULTS.md, "Second pass (2026-11-23)")."""
     shape = (*ids.shape, *table.shape[1:])
     if scratch is None:
         return table.index_select(0, ids.reshape(-1)).view(shape)
@@ -200,11 +200,10 @@ class CandidateLogProbs(torch.autograd.Function):
 
     This is what REINFORCE needs of the output layer for its T sampled steps:
     composed from ``restricted_logits``, masking, ``log_softmax`` and
-    ``gather``, the full softmax's step (T = 99, |V| = 18.7K, B = 128) made
-    and passed over four B x T x V tensors of 950 MB (logits, log-softmax,
-    and their gradients, plus copies for the in-place masking), which took
-    most of its time (torch.profiler: copy_, fill_, log_softmax and its
-    backward).  Here a chunk's logits are made, used and freed; the backward
+    ``gather``, the full softmax's step made and passed over four B x T x V
+    tensors (logits, log-softmax, and their gradients, plus copies for the
+    in-place masking), which took most of its time (measured: docs/RESULTS.md,
+    "A REINFORCE step at the flat 99-token limit (#19)").  Here a chunk's logits are made, used and freed; the backward
     makes them again (one more product, in place of reading 950 MB tensors)
     and forms the gradient of the chosen log-probabilities directly,
     dL/dz = g (onehot(y) - softmax(z)).  Same values and gradients as the
@@ -327,9 +326,9 @@ def candidate_log_probs(features: Tensor, weight: Tensor, bias: Optional[Tensor]
                                    anchor, buffer)
 
 
-# the batch union is scored with one product when it has at most this many words per candidate row:
-# measured by scripts/bench_output_layer.py (forward + backward, d = 512, T = 30), the union's product
-# costs as much as the per-example rows when |U| is about 3-4 K (B = 32 and 128)
+# the batch union is scored with one product when it has at most this many words per candidate row: where
+# the union's product and the per-example rows cost the same (scripts/bench_output_layer.py; docs/RESULTS.md,
+# "The teacher-forced restricted output layer: per-example rows vs the batch union")
 UNION_MAX_RATIO = 2.0
 
 

@@ -48,9 +48,9 @@ class UnionScorer:
         if (self.pos is not None and features.dim() == 2 and features.size(0) >= TRANSPOSED_MIN_ROWS
                 and features.device.type == "cpu"):
             # the union's scores made as W_U s^T (|U| x rows) and read through a transposed view: on the
-            # CPU (MKL, 2 threads) this orientation ran 1.25-1.3x faster than F.linear's rows x |U| for
-            # 32 to 320 rows, gather included (|U| = 4,419, d = 256; 15% slower for 5 rows, hence the floor;
-            # not measured on CUDA, which keeps F.linear)
+            # CPU (MKL) this orientation is faster than F.linear's rows x |U| from some tens of rows on and
+            # slower for a few rows, hence the floor (docs/RESULTS.md, "Fifth pass (2026-11-23, evening)");
+            # not measured on CUDA, which keeps F.linear
             bias = self.bias
             scores = (torch.mm(self.weight, features.t()) if bias is None
                       else torch.addmm(bias.unsqueeze(1), self.weight, features.t())).t()
