@@ -113,7 +113,7 @@ def test_nonfinite_batches_do_not_pull_the_logged_averages(monkeypatch):
 
 
 def test_gleu_on_detokenized_words_for_subword_data():
-    """--gleu-detok sentencepiece scores words: differently split but equal
+    """--reward-post-process sentencepiece scores words: differently split but equal
     sentences get reward 1."""
     d = Dictionary()
     for piece in ["\u2581the", "\u2581th", "e", "\u2581cat", "\u2581sat"]:
@@ -123,6 +123,6 @@ def test_gleu_on_detokenized_words_for_subword_data():
     hyp = torch.tensor([[ids["\u2581the"], ids["\u2581cat"], ids["\u2581sat"]]])
     ref = torch.tensor([[ids["\u2581th"], ids["e"], ids["\u2581cat"], ids["\u2581sat"], d.eos()]])
     plain = _crit(task, rl_baseline="none").rewards(hyp, torch.tensor([3]), ref)
-    words = _crit(task, rl_baseline="none", gleu_detok="sentencepiece").rewards(
+    words = _crit(task, rl_baseline="none", reward_post_process="sentencepiece").rewards(
         hyp, torch.tensor([3]), ref)
     assert words.tolist() == [1.0] and plain.item() == pytest.approx(gleu([1, 2, 3], [4, 5, 2, 3]))

@@ -97,8 +97,8 @@ def test_a_damaged_checkpoint_last_names_the_intact_one_to_resume_from(tmp_path)
 
 def _training_logs(task, crit, finite):
     crit.train()
-    logs = [{"nonfinite": 0 if ok else 1, "finite_sentences": 8 if ok else 0, "loss": 1.0 if ok else 0.0}
-            for ok in finite]
+    logs = [{"nonfinite": 0 if ok else 1, "finite_sentences": 8 if ok else 0, "finite_samples": 8 if ok else 0,
+             "loss": 1.0 if ok else 0.0} for ok in finite]
     with metrics.aggregate(new_root=True) as agg:
         task.reduce_metrics(logs, crit)
         return agg.get_smoothed_values()

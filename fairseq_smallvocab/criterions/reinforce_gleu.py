@@ -112,7 +112,6 @@ class ReinforceGleuConfig(FairseqDataclass):
     reward_post_process: Optional[str] = field(
         default=None, metadata={"help": "score the reward on words after this post-processing of subword tokens "
                                         "(e.g. sentencepiece, subword_nmt: as fairseq-generate's --post-process)"})
-    gleu_detok: Optional[str] = field(default=None, metadata={"help": "old name of --reward-post-process"})
 
 
 def check_config(cfg: ReinforceGleuConfig) -> None:
@@ -120,15 +119,11 @@ def check_config(cfg: ReinforceGleuConfig) -> None:
     is built: a bad one stops fairseq-train at start-up, naming its flag
     (the reward's name and its post-processing, which is checked against the
     dictionary, are checked where the reward is built: ``build_reward``)."""
-    post_process = cfg.reward_post_process
     if cfg.rl_samples < 1:
         raise ValueError(f"--rl-samples must be >= 1 (samples per input), got {cfg.rl_samples}")
     if not 0 < cfg.sample_temperature < math.inf:
         raise ValueError(f"--sample-temperature must be a finite number > 0, got {cfg.sample_temperature}: for "
                          "greedy sequences use --rl-baseline self-critical, whose baseline is the greedy decode")
-    if cfg.gleu_detok is not None and post_process is not None and cfg.gleu_detok != post_process:
-        raise ValueError(f"--gleu-detok {cfg.gleu_detok} and --reward-post-process {post_process} disagree: "
-                         "--gleu-detok is the old name of --reward-post-process, give only that one")
     if not 0.0 <= cfg.rl_lambda <= 1.0:
         raise ValueError(f"--rl-lambda must be in [0, 1], got {cfg.rl_lambda}")
     if cfg.max_sample_len < 1:
@@ -152,7 +147,7 @@ class ReinforceGleuCriterion(FairseqCriterion):
         super().__init__(task)
         check_config(cfg)
         self.cfg = cfg
-        self.reward = build_reward(str(cfg.reward), task.target_dictionary, cfg.reward_post_process or cfg.gleu_detok,
+        self.reward = build_reward(str(cfg.reward), task.target_dictionary, cfg.reward_post_process,
                                    cfg.gleu_max_order)
         self.baseline = build_baseline(str(cfg.rl_baseline), cfg.baseline_lr)
         if str(cfg.rl_baseline) == "learned" and hasattr(task, "add_checkpoint_state"):  # a bare test task has none
@@ -292,7 +287,7 @@ class ReinforceGleuCriterion(FairseqCriterion):
             if total("nonfinite"):
                 metrics.log_scalar("loss", math.inf, 1, round=3)
             return
-        samples = total("finite_samples") or sentences  # logs written before --rl-samples: one per sentence
+        samples = total("finite_samples")
         metrics.log_scalar("loss", total("loss") / sentences, sentences, round=3)
         metrics.log_scalar("ce", total("ce") / max(tokens, 1) / math.log(2), tokens, round=3)
         metrics.log_scalar("rl_loss", total("rl") / sentences, sentences, round=3)
