@@ -5,4 +5,6 @@
   batch's union, the default K (1000 above 10K target words, else 500);
 - ``source``: where a split's lists come from (``--vocab-predictor`` with its
   cache, ``--candidates-dir`` exports, the predictor a checkpoint records)
-  and the checks that they belong to this very split."""
+  and the checks that they belong to this very split;
+- ``dataset``: ``CandidateDataset``, which adds each batch's rows to its
+  ``net_input``."""

@@ -38,6 +38,7 @@ from fairseq.data import data_utils
 from fairseq.tasks import register_task
 from omegaconf import open_dict
 
+from fairseq_smallvocab.candidates.dataset import CandidateDataset
 from fairseq_smallvocab.caption_refs import multi_reference_bleu
 from fairseq_smallvocab.data import (
     KeepLastBatchDataset,
@@ -46,11 +47,7 @@ from fairseq_smallvocab.data import (
     features_width,
     single_dictionary_lang,
 )
-from fairseq_smallvocab.tasks.translation_smallvocab import (
-    CandidateDataset,
-    TranslationSmallVocabConfig,
-    TranslationSmallVocabTask,
-)
+from fairseq_smallvocab.tasks.translation_smallvocab import TranslationSmallVocabConfig, TranslationSmallVocabTask
 
 logger = logging.getLogger(__name__)
 

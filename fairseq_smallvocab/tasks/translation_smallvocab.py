@@ -31,7 +31,6 @@ import os
 from dataclasses import dataclass, field
 from typing import Optional
 
-import numpy as np
 import torch
 from fairseq import metrics
 from fairseq.tasks import register_task
@@ -39,6 +38,7 @@ from fairseq.tasks.translation import TranslationConfig, TranslationTask
 from omegaconf import II, DictConfig, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
+from fairseq_smallvocab.candidates.dataset import CandidateDataset
 from fairseq_smallvocab.candidates.source import CandidateSource
 from fairseq_smallvocab.candidates.space import default_small_vocab_size, gold_outside_candidates
 from fairseq_smallvocab.data import KeepLastBatchDataset, data_folder
@@ -116,23 +116,6 @@ def _check_training_precision(cfg):
             raise ValueError("training with --bf16: fairseq 0.12 takes --bf16 for a TPU run (it sets --tpu) and "
                              "needs torch_xla, which is not installed, so its trainer would stop with an "
                              "AttributeError. Drop the flag (float32), or use --fp16 / --amp on a CUDA GPU.")
-
-
-class CandidateDataset(KeepLastBatchDataset):
-    """Adds ``net_input["candidates"]`` (B x K) to the wrapped dataset's batches."""
-
-    def __init__(self, dataset, rows: np.ndarray):
-        super().__init__(dataset)
-        if len(rows) != len(dataset):
-            raise ValueError(f"{len(rows)} candidate rows for {len(dataset)} examples")
-        self.rows = rows
-
-    def collater(self, samples):
-        batch = self.dataset.collater(samples)
-        if batch:  # the wrapped collater may reorder: index rows by the batch's ids
-            batch["net_input"]["candidates"] = torch.from_numpy(self.rows[batch["id"].numpy()].astype(np.int64))
-        return batch
-
 
 
 @register_task("translation_smallvocab", dataclass=TranslationSmallVocabConfig)
