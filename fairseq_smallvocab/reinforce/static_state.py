@@ -1,0 +1,158 @@
+"""Decoding state allocated once per batch and written in place, for the
+sampling loop (``sampler.sample``).
+
+fairseq's incremental decoding keeps each layer's self-attention keys and
+values in a dict and grows them by ``torch.cat`` every step (a new tensor per
+layer and step), derives the positions from the prefix length, and tests
+``prev_output_tokens.eq(pad).any()`` in a Python ``if`` (a host sync on a
+GPU).  ``TransformerStaticState`` runs the same arithmetic on buffers made
+once: for layer l,
+
+    K_l, V_l: rows x H x T_max x d_h     (self-attention, step t writes column t)
+    C_l = (W_k enc, W_v enc): rows x H x S x d_h    (encoder attention, once)
+    step t:  q = W_q x_t * d_h^-1/2;  a = softmax(q K_l[:, :, :t+1]^T) V_l[:, :, :t+1]
+
+with the decoder's own modules (its embeddings, layer norms, projections and
+feed-forward layers, called as fairseq calls them: no parameter is copied,
+so training sees what sampling used).  ``steps`` of the decoder's position
+table are made once.  Decoders it cannot follow exactly keep fairseq's
+incremental state (``transformer_static_state`` returns None for them).
+"""
+
+from typing import List, Optional
+
+import torch
+import torch.nn.functional as F
+from fairseq.models.transformer.transformer_decoder import TransformerDecoderBase
+from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
+from torch import Tensor
+
+
+def _unsupported(decoder) -> Optional[str]:
+    """Why ``decoder`` cannot run on the static state (None: it can)."""
+    if not isinstance(decoder, TransformerDecoderBase):
+        return "not a fairseq TransformerDecoder"
+    cls = type(decoder)
+    for name in ("extract_features", "extract_features_scriptable"):
+        if getattr(cls, name) is not getattr(TransformerDecoderBase, name):
+            return f"its class overrides {name}"
+    if decoder.cross_self_attention:
+        return "cross-self-attention"
+    for layer in decoder.layers:
+        if type(layer).forward is not TransformerDecoderLayerBase.forward:
+            return f"its layer class {type(layer).__name__} has a forward of its own"
+        if layer.encoder_attn is None:
+            return "a layer without encoder attention"
+        for extra in ("c_attn", "attn_ln", "ffn_layernorm", "w_resid"):
+            if getattr(layer, extra, None) is not None:
+                return f"a layer with {extra}"
+        for attn in (layer.self_attn, layer.encoder_attn):
+            if attn.bias_k is not None or attn.add_zero_attn or getattr(attn, "use_xformers", False):
+                return "attention with bias_k/bias_v, add_zero_attn or xformers"
+    return None
+
+
+def _heads(x: Tensor, rows: int, heads: int) -> Tensor:
+    """(T x rows x H*d_h) or (rows x H*d_h) projections -> rows x H x T x d_h."""
+    if x.dim() == 2:
+        return x.view(rows, heads, 1, -1)
+    return x.view(x.size(0), rows, heads, -1).permute(1, 2, 0, 3)
+
+
+class TransformerStaticState:
+    """The decoding state of one batch of ``rows`` sequences of at most
+    ``steps`` tokens for a fairseq ``TransformerDecoder``; ``step(tokens, t)``
+    is ``decoder.extract_features(prefix, encoder_out, incremental_state)``
+    for the prefix whose last token is ``tokens`` (rows) at position t:
+    rows x d states.  Build it with ``transformer_static_state``."""
+
+    def __init__(self, decoder, encoder_out, steps: int):
+        self.decoder = decoder
+        enc = encoder_out["encoder_out"][0]  # S x rows x C
+        rows = enc.size(1)
+        self.rows, self.steps = rows, steps
+        masks = encoder_out.get("encoder_padding_mask") or []
+        # SDPA's boolean masks say where to attend (fairseq's say where the padding is)
+        self.enc_mask = None if not masks else (~masks[0]).view(rows, 1, 1, -1)
+        self.positions = None
+        if decoder.embed_positions is not None and steps > 0:
+            # the position of step t, as fairseq's incremental call makes it (padding_idx + t + 1)
+            prefix = torch.full((1, steps), decoder.padding_idx + 1, dtype=torch.long, device=enc.device)
+            self.positions = decoder.embed_positions(prefix)[0]  # steps x C
+        self.keys: List[Tensor] = []
+        self.values: List[Tensor] = []
+        self.cross: List[tuple] = []
+        for layer in decoder.layers:
+            attn = layer.self_attn
+            shape = (rows, attn.num_heads, steps, attn.head_dim)
+            dtype = attn.k_proj.weight.dtype
+            self.keys.append(enc.new_zeros(shape, dtype=dtype))
+            self.values.append(enc.new_zeros(shape, dtype=dtype))
+            cross = layer.encoder_attn
+            self.cross.append((_heads(cross.k_proj(enc), rows, cross.num_heads),
+                               _heads(cross.v_proj(enc), rows, cross.num_heads)))
+
+    def _self_attention(self, attn, x: Tensor, layer: int, t: int) -> Tensor:
+        heads = attn.num_heads
+        q = _heads(attn.q_proj(x) * attn.scaling, self.rows, heads)
+        self.keys[layer][:, :, t] = _heads(attn.k_proj(x), self.rows, heads)[:, :, 0]
+        self.values[layer][:, :, t] = _heads(attn.v_proj(x), self.rows, heads)[:, :, 0]
+        out = F.scaled_dot_product_attention(q, self.keys[layer][:, :, : t + 1], self.values[layer][:, :, : t + 1],
+                                             scale=1.0)
+        return attn.out_proj(out.reshape(self.rows, -1))
+
+    def _encoder_attention(self, attn, x: Tensor, layer: int) -> Tensor:
+        q = _heads(attn.q_proj(x) * attn.scaling, self.rows, attn.num_heads)
+        k, v = self.cross[layer]
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=self.enc_mask, scale=1.0)
+        return attn.out_proj(out.reshape(self.rows, -1))
+
+    def step(self, tokens: Tensor, t: int) -> Tensor:
+        d = self.decoder
+        x = d.embed_scale * d.embed_tokens(tokens)
+        if d.quant_noise is not None:
+            x = d.quant_noise(x)
+        if d.project_in_dim is not None:
+            x = d.project_in_dim(x)
+        if self.positions is not None:
+            x = x + self.positions[t]
+        if d.layernorm_embedding is not None:
+            x = d.layernorm_embedding(x)
+        x = d.dropout_module(x)
+        for i, layer in enumerate(d.layers):  # iterated as fairseq does (a LayerDrop list draws as it goes)
+            residual = x
+            if layer.normalize_before:
+                x = layer.self_attn_layer_norm(x)
+            x = layer.dropout_module(self._self_attention(layer.self_attn, x, i, t))
+            x = layer.residual_connection(x, residual)
+            if not layer.normalize_before:
+                x = layer.self_attn_layer_norm(x)
+            residual = x
+            if layer.normalize_before:
+                x = layer.encoder_attn_layer_norm(x)
+            x = layer.dropout_module(self._encoder_attention(layer.encoder_attn, x, i))
+            x = layer.residual_connection(x, residual)
+            if not layer.normalize_before:
+                x = layer.encoder_attn_layer_norm(x)
+            residual = x
+            if layer.normalize_before:
+                x = layer.final_layer_norm(x)
+            x = layer.activation_dropout_module(layer.activation_fn(layer.fc1(x)))
+            x = layer.dropout_module(layer.fc2(x))
+            x = layer.residual_connection(x, residual)
+            if not layer.normalize_before:
+                x = layer.final_layer_norm(x)
+        if d.layer_norm is not None:
+            x = d.layer_norm(x)
+        if d.project_out_dim is not None:
+            x = d.project_out_dim(x)
+        return x
+
+
+def transformer_static_state(decoder, encoder_out, steps: int) -> Optional[TransformerStaticState]:
+    """The static state for ``decoder``, or None where it keeps fairseq's
+    incremental state (another decoder, or an option the static step does
+    not follow)."""
+    if _unsupported(decoder) is not None or not encoder_out.get("encoder_out"):
+        return None
+    return TransformerStaticState(decoder, encoder_out, steps)
