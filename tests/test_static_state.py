@@ -4,9 +4,12 @@ Transformer family the tasks restrict, N rows per input, padded sources."""
 
 import pytest
 import torch
+from helpers import candidate_batch
 from test_any_model import FAMILIES, TRANSFORMER, V_SRC, _stock
 
+from fairseq_smallvocab.reinforce import sampler
 from fairseq_smallvocab.reinforce.static_state import TransformerStaticState, transformer_static_state
+from fairseq_smallvocab.restricted_model import restrict
 
 STATIC = dict(FAMILIES, transformer_learned_pos=lambda: _stock(
     "transformer", decoder_learned_pos=True, layernorm_embedding=True, **TRANSFORMER))
@@ -59,3 +62,43 @@ def test_a_transformer_option_the_static_step_does_not_follow_keeps_fairseqs_sta
     model = _stock("transformer", cross_self_attention=True, **TRANSFORMER).eval()
     encoder_out = model.encoder(torch.tensor([[5, 6, 2]]), src_lengths=torch.tensor([3]))
     assert transformer_static_state(model.decoder, encoder_out, 4) is None
+
+
+@pytest.mark.parametrize("name", TRANSFORMERS)
+@pytest.mark.parametrize("small", [True, False])
+@torch.no_grad()
+def test_the_sampler_draws_the_same_on_the_static_state_as_on_fairseqs(name, small, monkeypatch):
+    """One seed: the same tokens, positions, lengths, greedy flags, entropies and kept probabilities with the
+    static state as with fairseq's incremental state, for N = 3 samples per input, in and out of candidates,
+    sampled and greedy."""
+    torch.manual_seed(0)
+    model = restrict(STATIC[name]()).eval()
+    for param in model.parameters():
+        param.normal_(0, 0.5)
+    encoder_out, _ = _inputs(model, 3, 1)
+    rows = encoder_out["encoder_out"][0].size(1)
+    candidates = candidate_batch(12, len(model.decoder.dictionary), bsz=rows) if small else None
+    max_lens = torch.tensor([6, 3, 8, 1, 5] * 3).view(3, 5).t().reshape(-1)
+    weight, bias = model.output_weights()
+    draws, built = {}, []
+
+    def spy(*args):  # the static path is taken where it is on
+        built.append(transformer_static_state(*args))
+        return built[-1]
+
+    monkeypatch.setattr(sampler, "transformer_static_state", spy)
+    for static in (True, False):
+        monkeypatch.setattr(sampler, "STATIC_STATE", static)
+        torch.manual_seed(1)
+        draws[static] = [sampler.sample(model.decoder, encoder_out, weight, bias, candidates, max_lens,
+                                        greedy=greedy, keep_probs=True) for greedy in (False, True)]
+    for a, b in zip(draws[True], draws[False]):
+        for field in ("tokens", "positions", "mask", "lengths", "is_greedy"):
+            assert torch.equal(getattr(a, field), getattr(b, field)) if getattr(b, field) is not None else True
+        if b.entropy is not None:
+            torch.testing.assert_close(a.entropy, b.entropy, atol=1e-5, rtol=1e-5)
+        for field in ("probs", "chosen_lprobs"):  # the steps that count: fairseq masks the pad keys of ended rows
+            if getattr(b, field) is not None:
+                torch.testing.assert_close(getattr(a, field)[b.mask], getattr(b, field)[b.mask], atol=1e-5, rtol=1e-5)
+    assert draws[True][0].probs is not None and draws[True][0].tokens.size(1) > 1
+    assert len(built) == 2 and all(isinstance(state, TransformerStaticState) for state in built)

@@ -6,8 +6,9 @@ log-probabilities log p(y_bt | y_b<t, x_b) of the drawn tokens.  Both read the
 same policy: the model in eval mode (every dropout and LayerDrop off), which
 the caller arranges (``restricted_model``).
 
-- ``sample``: step by step through the decoder's incremental state, without
-  gradient; each step scores the rows of the batch's candidate union with one
+- ``sample``: step by step through the decoder's incremental state (for a
+  fairseq Transformer a state made once per batch and written in place,
+  ``static_state``), without gradient; each step scores the rows of the batch's candidate union with one
   product (``UnionScorer``) and draws from the softmax over the row's K words
   (pad and bos excluded).  All examples advance together (no loop over
   examples); example b stops at its eos or after ``max_lens[b]`` tokens.
@@ -45,6 +46,7 @@ from torch import Tensor
 from fairseq_smallvocab.output.gathered_grad import gathered_embedding_grads
 from fairseq_smallvocab.output.restricted import candidate_log_probs
 from fairseq_smallvocab.output.union_scorer import UnionScorer
+from fairseq_smallvocab.reinforce.static_state import transformer_static_state
 
 
 @dataclass(frozen=True)
@@ -112,6 +114,10 @@ def _excluded(dictionary):
 # the most step distributions ``sample(keep_probs=True)`` stores (B x T x K float32 entries: 1 GiB)
 STORED_PROBS_MAX_ELEMENTS = 2 ** 28
 
+# decoders that have one (``static_state``) sample on a state made once per batch and written in place,
+# instead of fairseq's incremental state; False: fairseq's everywhere (for debugging, and ``--ab``)
+STATIC_STATE = True
+
 
 def sample(decoder, encoder_out, weight: Tensor, bias: Optional[Tensor], candidates: Optional[Tensor],
            max_lens: Tensor, greedy: bool = False, keep_graph: bool = False,
@@ -141,19 +147,27 @@ def sample(decoder, encoder_out, weight: Tensor, bias: Optional[Tensor], candida
     probs = weight.new_empty(bsz, steps, width, dtype=torch.float) if store_probs else None
     chosen = weight.new_zeros(bsz, steps, dtype=torch.float) if store_probs else None
     state: Dict[str, Dict[str, Optional[Tensor]]] = {}
+    static = None
+    if STATIC_STATE and not keep_graph:
+        with torch.no_grad():  # its encoder keys and values, like every sampling step, need no graph
+            static = transformer_static_state(decoder, encoder_out, steps)
     states = []
     done = 0
     kept = keep_graph and torch.is_grad_enabled()
     # the kept graph's embedding lookups gather their weight gradient into one tensor (see the module)
     with gathered_embedding_grads(decoder) if kept else nullcontext():
         for t in range(steps):
-            prefix = tokens[:, : t + 1]
-            with torch.set_grad_enabled(kept):
-                # a kept graph may hold the input ids (an embedding's backward does): not a view of ``tokens``,
-                # which the next steps write into
-                s, _ = decoder.extract_features(prefix.clone() if keep_graph else prefix, encoder_out,
-                                                incremental_state=state)
-                s = s[:, -1]
+            if static is not None:
+                with torch.no_grad():
+                    s = static.step(tokens[:, t], t)
+            else:
+                prefix = tokens[:, : t + 1]
+                with torch.set_grad_enabled(kept):
+                    # a kept graph may hold the input ids (an embedding's backward does): not a view of
+                    # ``tokens``, which the next steps write into
+                    s, _ = decoder.extract_features(prefix.clone() if keep_graph else prefix, encoder_out,
+                                                    incremental_state=state)
+                    s = s[:, -1]
             if keep_graph:
                 states.append(s)
             with torch.no_grad():
