@@ -1,6 +1,8 @@
-"""The static decoding state (reinforce/static_state.py) against fairseq's own
-incremental decoding: the same decoder states, step by step, for every
-Transformer family the tasks restrict, N rows per input, padded sources."""
+"""The sampling loop for the GPU (#31), on the CPU: the static decoding state
+(reinforce/static_state.py) against fairseq's own incremental decoding (the
+same decoder states, step by step, and the same draws, for every Transformer
+family the tasks restrict, N rows per input, padded sources), and the loop's
+stop test asked every few steps giving the same samples."""
 
 import pytest
 import torch
@@ -102,3 +104,46 @@ def test_the_sampler_draws_the_same_on_the_static_state_as_on_fairseqs(name, sma
                 torch.testing.assert_close(getattr(a, field)[b.mask], getattr(b, field)[b.mask], atol=1e-5, rtol=1e-5)
     assert draws[True][0].probs is not None and draws[True][0].tokens.size(1) > 1
     assert len(built) == 2 and all(isinstance(state, TransformerStaticState) for state in built)
+
+
+@pytest.mark.parametrize("name", ["lstm_smallvocab", "transformer"])
+@pytest.mark.parametrize("every", [3, 100])
+def test_asking_whether_rows_are_going_less_often_gives_the_same_samples(name, every, monkeypatch):
+    """With the stop test every 3 steps, or never before the length bound, the loop runs masked steps after
+    the last row ends: the samples, their kept states (recurrent decoders keep the step graph) and the
+    scores are those of a test every step."""
+    torch.manual_seed(0)
+    model = restrict(STATIC[name]()).eval()
+    with torch.no_grad():
+        for param in model.parameters():
+            param.normal_(0, 0.5)
+        weight, bias = model.output_weights()
+    encoder_out, tokens = _inputs(model, 2, 4)
+    rows = encoder_out["encoder_out"][0].size(1)
+    max_lens = torch.full((rows,), 40)
+    eos = model.decoder.dictionary.eos()
+    with torch.no_grad():
+        mean = model.decoder.extract_features(tokens, encoder_out)[0].mean((0, 1))
+        for _ in range(40):  # eos likelier step by step until every row ends early, at different steps
+            torch.manual_seed(1)
+            drawn = sampler.sample(model.decoder, encoder_out, weight, bias, None, max_lens)
+            if 2 < drawn.tokens.size(1) < 40 and drawn.lengths.min() < drawn.lengths.max():
+                break
+            if bias is not None:
+                bias[eos] += 0.5
+            else:
+                weight[eos] += 0.5 * mean / mean.pow(2).sum()
+    draws = []
+    for check in (1, every):
+        monkeypatch.setattr(sampler, "STOP_CHECK_EVERY", check)
+        torch.manual_seed(1)
+        drawn = sampler.sample(model.decoder, encoder_out, weight, bias, None, max_lens,
+                               keep_graph=model.sample_keeps_graph, keep_probs=True)
+        draws.append((drawn, sampler.score(model.decoder, encoder_out, weight, bias, None, drawn)))
+    (a, scored_a), (b, scored_b) = draws
+    assert 1 < a.tokens.size(1) < 40 and a.lengths.min() < a.lengths.max()  # rows ended, early and apart
+    for field in ("tokens", "positions", "mask", "lengths", "is_greedy"):
+        assert torch.equal(getattr(a, field), getattr(b, field))
+    torch.testing.assert_close(a.entropy, b.entropy)
+    torch.testing.assert_close(scored_a.lprobs, scored_b.lprobs)
+    torch.testing.assert_close(scored_a.features, scored_b.features)  # the states that chose each token

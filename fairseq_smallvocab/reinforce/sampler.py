@@ -114,6 +114,10 @@ def _excluded(dictionary):
 # the most step distributions ``sample(keep_probs=True)`` stores (B x T x K float32 entries: 1 GiB)
 STORED_PROBS_MAX_ELEMENTS = 2 ** 28
 
+# the loop asks whether any row is still going every this many steps: on a GPU each question is a host sync
+# (the steps run in between write only masked entries, and the result is trimmed to the last live step)
+STOP_CHECK_EVERY = 1
+
 # decoders that have one (``static_state``) sample on a state made once per batch and written in place,
 # instead of fairseq's incremental state; False: fairseq's everywhere (for debugging, and ``--ab``)
 STATIC_STATE = True
@@ -152,7 +156,7 @@ def sample(decoder, encoder_out, weight: Tensor, bias: Optional[Tensor], candida
         with torch.no_grad():  # its encoder keys and values, like every sampling step, need no graph
             static = transformer_static_state(decoder, encoder_out, steps)
     states = []
-    done = 0
+    excluded = max_lens.new_tensor(_excluded(d))  # on the device once, not a list indexed every step
     kept = keep_graph and torch.is_grad_enabled()
     # the kept graph's embedding lookups gather their weight gradient into one tensor (see the module)
     with gathered_embedding_grads(decoder) if kept else nullcontext():
@@ -172,7 +176,7 @@ def sample(decoder, encoder_out, weight: Tensor, bias: Optional[Tensor], candida
                 states.append(s)
             with torch.no_grad():
                 logits = scorer(s).float()
-                logits[:, _excluded(d)] = float("-inf")
+                logits.index_fill_(1, excluded, float("-inf"))
                 if greedy:
                     choice = logits.argmax(-1)
                 else:
@@ -195,16 +199,16 @@ def sample(decoder, encoder_out, weight: Tensor, bias: Optional[Tensor], candida
             mask[:, t] = alive
             tokens[:, t + 1] = ids.masked_fill(~alive, pad)
             alive = alive & ids.ne(eos) & (max_lens > t + 1)
-            done = t + 1
-            if not alive.any():
+            if (t + 1) % STOP_CHECK_EVERY == 0 and not alive.any():
                 break
+    done = int(mask.any(0).sum())  # the steps with a live row: a prefix (rows that end stay ended)
     out = tokens[:, 1: done + 1]
     result = Samples(tokens=out, positions=positions[:, :done].masked_fill(~mask[:, :done], eos),
                      mask=mask[:, :done], lengths=(mask[:, :done] & out.ne(eos)).sum(1))
     if not greedy:
         result.is_greedy, result.entropy = is_greedy, entropy
     if keep_graph:
-        result.features = torch.stack(states, 1) if states else weight.new_zeros(bsz, 0, weight.size(1))
+        result.features = torch.stack(states[:done], 1) if done else weight.new_zeros(bsz, 0, weight.size(1))
     if store_probs:
         result.probs, result.chosen_lprobs = probs[:, :done], chosen[:, :done]
     return result
