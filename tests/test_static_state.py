@@ -4,28 +4,47 @@ same decoder states, step by step, and the same draws, for every Transformer
 family the tasks restrict, N rows per input, padded sources), and the loop's
 stop test asked every few steps giving the same samples."""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
-from helpers import candidate_batch
-from test_any_model import FAMILIES, TRANSFORMER, V_SRC, _stock
+from helpers import candidate_batch, make_dictionary
+from test_any_model import FAMILIES, LSTM, TRANSFORMER, V_SRC, _stock
 
+from fairseq_smallvocab.models.lstm_caption_smallvocab import (
+    CaptionFeatureEncoder,
+    LSTMCaptionSmallVocabConfig,
+    LSTMCaptionSmallVocabModel,
+)
 from fairseq_smallvocab.reinforce import sampler
-from fairseq_smallvocab.reinforce.static_state import TransformerStaticState, transformer_static_state
+from fairseq_smallvocab.reinforce.static_state import RecurrentStaticState, TransformerStaticState, static_state
 from fairseq_smallvocab.restricted_model import restrict
 
+
+def _caption_model():
+    task = SimpleNamespace(target_dictionary=make_dictionary(54), feature_dim=20)
+    return LSTMCaptionSmallVocabModel.build_model(LSTMCaptionSmallVocabConfig(embed_dim=12, layers=2, dropout=0.1),
+                                                  task)
+
+
 STATIC = dict(FAMILIES, transformer_learned_pos=lambda: _stock(
-    "transformer", decoder_learned_pos=True, layernorm_embedding=True, **TRANSFORMER))
+    "transformer", decoder_learned_pos=True, layernorm_embedding=True, **TRANSFORMER),
+    lstm_bidirectional=lambda: _stock("lstm", encoder_bidirectional=True, **LSTM),  # h_0 and c_0 projected
+    lstm_caption_smallvocab=_caption_model)
 TRANSFORMERS = [name for name in STATIC if name.startswith("transformer")]
 
 
 def _inputs(model, n, steps, seed=0):
     gen = torch.Generator().manual_seed(seed)
-    lengths = torch.tensor([7, 6, 5, 4, 2])
-    src = torch.full((len(lengths), 7), model.encoder.dictionary.pad())
-    for b, length in enumerate(lengths.tolist()):  # left-padded, as fairseq's batches are
-        src[b, 7 - length:] = torch.randint(4, V_SRC, (length,), generator=gen)
-        src[b, -1] = model.encoder.dictionary.eos()
-    encoder_out = model.encoder(src, src_lengths=lengths)
+    lengths = torch.tensor([7, 6, 5, 4, 2])  # sorted: fairseq's lstm encoder needs it (as its batches are)
+    if isinstance(model.encoder, CaptionFeatureEncoder):
+        encoder_out = model.encoder(torch.randn(len(lengths), 20, generator=gen))
+    else:
+        src = torch.full((len(lengths), 7), model.encoder.dictionary.pad())
+        for b, length in enumerate(lengths.tolist()):  # left-padded, as fairseq's batches are
+            src[b, 7 - length:] = torch.randint(4, V_SRC, (length,), generator=gen)
+            src[b, -1] = model.encoder.dictionary.eos()
+        encoder_out = model.encoder(src, src_lengths=lengths)
     order = torch.arange(len(lengths)).repeat_interleave(n)  # N rows per input, as the sampler makes them
     encoder_out = model.encoder.reorder_encoder_out(encoder_out, order)
     vocab = len(model.decoder.dictionary)
@@ -34,7 +53,7 @@ def _inputs(model, n, steps, seed=0):
     return encoder_out, tokens
 
 
-@pytest.mark.parametrize("name", TRANSFORMERS)
+@pytest.mark.parametrize("name", list(STATIC))
 @pytest.mark.parametrize("n", [1, 3])
 @torch.no_grad()
 def test_static_steps_give_fairseqs_incremental_states(name, n):
@@ -44,8 +63,8 @@ def test_static_steps_give_fairseqs_incremental_states(name, n):
         param.normal_(0, 0.5)
     steps = 6
     encoder_out, tokens = _inputs(model, n, steps)
-    static = transformer_static_state(model.decoder, encoder_out, steps)
-    assert isinstance(static, TransformerStaticState)
+    static = static_state(model.decoder, encoder_out, steps)
+    assert isinstance(static, TransformerStaticState if name in TRANSFORMERS else RecurrentStaticState)
     state = {}
     for t in range(steps):
         want, _ = model.decoder.extract_features(tokens[:, : t + 1], encoder_out, incremental_state=state)
@@ -53,20 +72,23 @@ def test_static_steps_give_fairseqs_incremental_states(name, n):
         torch.testing.assert_close(got, want[:, -1], atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("name", [name for name in STATIC if name not in TRANSFORMERS])
-def test_other_decoders_keep_fairseqs_incremental_state(name):
-    model = STATIC[name]().eval()
+@pytest.mark.parametrize("arch,options", [("transformer", dict(cross_self_attention=True, **TRANSFORMER)),
+                                          ("lstm", dict(decoder_attention="0", **LSTM))])
+def test_an_option_the_static_step_does_not_follow_keeps_fairseqs_state(arch, options):
+    model = _stock(arch, **options).eval()
     encoder_out = model.encoder(torch.tensor([[5, 6, 2]]), src_lengths=torch.tensor([3]))
-    assert transformer_static_state(model.decoder, encoder_out, 4) is None
+    assert static_state(model.decoder, encoder_out, 4) is None
 
 
-def test_a_transformer_option_the_static_step_does_not_follow_keeps_fairseqs_state():
-    model = _stock("transformer", cross_self_attention=True, **TRANSFORMER).eval()
+def test_a_transformer_whose_steps_keep_their_graph_keeps_fairseqs_state():
+    """Its buffers are written in place, which a kept graph would see change (recurrent states are not)."""
+    model = STATIC["transformer"]().eval()
     encoder_out = model.encoder(torch.tensor([[5, 6, 2]]), src_lengths=torch.tensor([3]))
-    assert transformer_static_state(model.decoder, encoder_out, 4) is None
+    assert static_state(model.decoder, encoder_out, 4, keep_graph=True) is None
+    assert static_state(model.decoder, encoder_out, 4) is not None
 
 
-@pytest.mark.parametrize("name", TRANSFORMERS)
+@pytest.mark.parametrize("name", list(STATIC))
 @pytest.mark.parametrize("small", [True, False])
 @torch.no_grad()
 def test_the_sampler_draws_the_same_on_the_static_state_as_on_fairseqs(name, small, monkeypatch):
@@ -77,18 +99,18 @@ def test_the_sampler_draws_the_same_on_the_static_state_as_on_fairseqs(name, sma
     model = restrict(STATIC[name]()).eval()
     for param in model.parameters():
         param.normal_(0, 0.5)
-    encoder_out, _ = _inputs(model, 3, 1)
-    rows = encoder_out["encoder_out"][0].size(1)
+    encoder_out, tokens = _inputs(model, 3, 1)
+    rows = tokens.size(0)
     candidates = candidate_batch(12, len(model.decoder.dictionary), bsz=rows) if small else None
     max_lens = torch.tensor([6, 3, 8, 1, 5] * 3).view(3, 5).t().reshape(-1)
     weight, bias = model.output_weights()
     draws, built = {}, []
 
-    def spy(*args):  # the static path is taken where it is on
-        built.append(transformer_static_state(*args))
+    def spy(*args, **kwargs):  # the static path is taken where it is on
+        built.append(static_state(*args, **kwargs))
         return built[-1]
 
-    monkeypatch.setattr(sampler, "transformer_static_state", spy)
+    monkeypatch.setattr(sampler, "static_state", spy)
     for static in (True, False):
         monkeypatch.setattr(sampler, "STATIC_STATE", static)
         torch.manual_seed(1)
@@ -103,7 +125,8 @@ def test_the_sampler_draws_the_same_on_the_static_state_as_on_fairseqs(name, sma
             if getattr(b, field) is not None:
                 torch.testing.assert_close(getattr(a, field)[b.mask], getattr(b, field)[b.mask], atol=1e-5, rtol=1e-5)
     assert draws[True][0].probs is not None and draws[True][0].tokens.size(1) > 1
-    assert len(built) == 2 and all(isinstance(state, TransformerStaticState) for state in built)
+    assert len(built) == 2 and all(isinstance(state, TransformerStaticState if name in TRANSFORMERS
+                                              else RecurrentStaticState) for state in built)
 
 
 @pytest.mark.parametrize("name", ["lstm_smallvocab", "transformer"])
@@ -119,7 +142,7 @@ def test_asking_whether_rows_are_going_less_often_gives_the_same_samples(name, e
             param.normal_(0, 0.5)
         weight, bias = model.output_weights()
     encoder_out, tokens = _inputs(model, 2, 4)
-    rows = encoder_out["encoder_out"][0].size(1)
+    rows = tokens.size(0)
     max_lens = torch.full((rows,), 40)
     eos = model.decoder.dictionary.eos()
     with torch.no_grad():

@@ -6,9 +6,9 @@ log-probabilities log p(y_bt | y_b<t, x_b) of the drawn tokens.  Both read the
 same policy: the model in eval mode (every dropout and LayerDrop off), which
 the caller arranges (``restricted_model``).
 
-- ``sample``: step by step through the decoder's incremental state (for a
-  fairseq Transformer a state made once per batch and written in place,
-  ``static_state``), without gradient; each step scores the rows of the batch's candidate union with one
+- ``sample``: step by step through the decoder's incremental state (for
+  fairseq's Transformers and LSTMs and the plugin's, a state made once per
+  batch, ``static_state``), without gradient; each step scores the rows of the batch's candidate union with one
   product (``UnionScorer``) and draws from the softmax over the row's K words
   (pad and bos excluded).  All examples advance together (no loop over
   examples); example b stops at its eos or after ``max_lens[b]`` tokens.
@@ -46,7 +46,7 @@ from torch import Tensor
 from fairseq_smallvocab.output.gathered_grad import gathered_embedding_grads
 from fairseq_smallvocab.output.restricted import candidate_log_probs
 from fairseq_smallvocab.output.union_scorer import UnionScorer
-from fairseq_smallvocab.reinforce.static_state import transformer_static_state
+from fairseq_smallvocab.reinforce.static_state import static_state
 
 
 @dataclass(frozen=True)
@@ -151,24 +151,23 @@ def sample(decoder, encoder_out, weight: Tensor, bias: Optional[Tensor], candida
     probs = weight.new_empty(bsz, steps, width, dtype=torch.float) if store_probs else None
     chosen = weight.new_zeros(bsz, steps, dtype=torch.float) if store_probs else None
     state: Dict[str, Dict[str, Optional[Tensor]]] = {}
+    kept = keep_graph and torch.is_grad_enabled()
     static = None
-    if STATIC_STATE and not keep_graph:
-        with torch.no_grad():  # its encoder keys and values, like every sampling step, need no graph
-            static = transformer_static_state(decoder, encoder_out, steps)
+    if STATIC_STATE:
+        with torch.set_grad_enabled(kept):  # the encoder's keys and values: in the graph only if the steps are
+            static = static_state(decoder, encoder_out, steps, keep_graph=keep_graph)
     states = []
     excluded = max_lens.new_tensor(_excluded(d))  # on the device once, not a list indexed every step
-    kept = keep_graph and torch.is_grad_enabled()
     # the kept graph's embedding lookups gather their weight gradient into one tensor (see the module)
     with gathered_embedding_grads(decoder) if kept else nullcontext():
         for t in range(steps):
-            if static is not None:
-                with torch.no_grad():
-                    s = static.step(tokens[:, t], t)
-            else:
-                prefix = tokens[:, : t + 1]
-                with torch.set_grad_enabled(kept):
-                    # a kept graph may hold the input ids (an embedding's backward does): not a view of
-                    # ``tokens``, which the next steps write into
+            with torch.set_grad_enabled(kept):
+                # a kept graph may hold the input ids (an embedding's backward does): not a view of ``tokens``,
+                # which the next steps write into
+                if static is not None:
+                    s = static.step(tokens[:, t].clone() if keep_graph else tokens[:, t], t)
+                else:
+                    prefix = tokens[:, : t + 1]
                     s, _ = decoder.extract_features(prefix.clone() if keep_graph else prefix, encoder_out,
                                                     incremental_state=state)
                     s = s[:, -1]

@@ -16,16 +16,26 @@ with the decoder's own modules (its embeddings, layer norms, projections and
 feed-forward layers, called as fairseq calls them: no parameter is copied,
 so training sees what sampling used).  ``steps`` of the decoder's position
 table are made once.  Decoders it cannot follow exactly keep fairseq's
-incremental state (``transformer_static_state`` returns None for them).
+incremental state (``static_state`` returns None for them).
+
+Recurrent decoders (the plugin's LSTMs, fairseq's ``lstm``) carry h, c and
+the attention's input feed from step to step; ``RecurrentStaticState`` keeps
+them as plain tensors (a step makes new ones: the sampler may keep the step
+graph, which in-place writes would break) and projects the encoder's
+attention keys once, without fairseq's dict of stacked states.
 """
 
 from typing import List, Optional
 
 import torch
 import torch.nn.functional as F
+from fairseq.models.lstm import LSTMDecoder
 from fairseq.models.transformer.transformer_decoder import TransformerDecoderBase
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 from torch import Tensor
+
+from fairseq_smallvocab.models.lstm_caption_smallvocab import CaptionDecoder
+from fairseq_smallvocab.models.lstm_smallvocab import SmallVocabDecoder
 
 
 def _unsupported(decoder) -> Optional[str]:
@@ -149,10 +159,90 @@ class TransformerStaticState:
         return x
 
 
-def transformer_static_state(decoder, encoder_out, steps: int) -> Optional[TransformerStaticState]:
+class RecurrentStaticState:
+    """The decoding state of one batch for a recurrent decoder: ``step(tokens,
+    t)`` is ``decoder.extract_features(prefix, encoder_out,
+    incremental_state)`` for the prefix whose last token is ``tokens`` (rows
+    x d states), with the decoder's own modules."""
+
+    def __init__(self, decoder, encoder_out):
+        self.decoder = decoder
+        if isinstance(decoder, SmallVocabDecoder):  # the paper's decoder: global attention, input feeding
+            enc = encoder_out["encoder_out"][0]  # S x rows x 2d
+            self.hs = list(encoder_out["final_hidden"][0].unbind(0))
+            self.cs = list(encoder_out["final_cell"][0].unbind(0))
+            self.feed = enc.new_zeros(enc.size(1), decoder.combine.out_features)
+            self.keys = decoder.attention(enc).permute(1, 2, 0)  # rows x d x S: W_a e_j, once
+            self.values, self.mask = enc.transpose(0, 1), encoder_out["encoder_padding_mask"][0]
+            self._step = self._paper_step
+        elif isinstance(decoder, CaptionDecoder):  # an LSTM from the image's h_0, no attention
+            self.h, self.c = encoder_out["final_hidden"][0], encoder_out["final_cell"][0]
+            self._step = self._caption_step
+        else:  # fairseq's lstm: its encoder's tuple (states, h, c, S x rows padding mask)
+            enc, hiddens, cells, self.mask = encoder_out[:4]
+            self.hs = [hiddens[i] for i in range(decoder.num_layers)]
+            self.cs = [cells[i] for i in range(decoder.num_layers)]
+            if decoder.encoder_hidden_proj is not None:
+                self.hs = [decoder.encoder_hidden_proj(y) for y in self.hs]
+                self.cs = [decoder.encoder_cell_proj(y) for y in self.cs]
+            self.enc = enc
+            self.feed = enc.new_zeros(enc.size(1), decoder.hidden_size)
+            self._step = self._fairseq_step
+
+    def step(self, tokens: Tensor, t: int) -> Tensor:
+        return self._step(tokens)
+
+    def _paper_step(self, tokens: Tensor) -> Tensor:
+        d = self.decoder
+        inp = torch.cat([d.dropout(d.embed_tokens(tokens)), self.feed], dim=1)
+        for i, cell in enumerate(d.cells):
+            self.hs[i], self.cs[i] = cell(inp, (self.hs[i], self.cs[i]))
+            inp = d.dropout(self.hs[i]) if i + 1 < len(d.cells) else self.hs[i]
+        h = self.hs[-1]
+        scores = torch.bmm(h.unsqueeze(1), self.keys).squeeze(1).masked_fill(self.mask, float("-inf"))
+        a = F.softmax(scores.float(), dim=-1).type_as(scores)
+        ctx = torch.bmm(a.unsqueeze(1), self.values).squeeze(1)
+        self.feed = d.dropout(torch.tanh(d.combine(d.dropout(torch.cat([h, ctx], dim=1)))))
+        return self.feed
+
+    def _caption_step(self, tokens: Tensor) -> Tensor:
+        d = self.decoder
+        out, (self.h, self.c) = d.lstm(d.dropout(d.embed_tokens(tokens)).unsqueeze(0), (self.h, self.c))
+        return d.dropout(out[0])
+
+    def _fairseq_step(self, tokens: Tensor) -> Tensor:
+        d = self.decoder
+        inp = torch.cat((d.dropout_in_module(d.embed_tokens(tokens)), self.feed), dim=1)
+        for i, rnn in enumerate(d.layers):
+            hidden, cell = rnn(inp, (self.hs[i], self.cs[i]))
+            inp = d.dropout_out_module(hidden)
+            if d.residuals:
+                inp = inp + self.hs[i]
+            self.hs[i], self.cs[i] = hidden, cell
+        out = hidden if d.attention is None else d.attention(hidden, self.enc, self.mask)[0]
+        self.feed = d.dropout_out_module(out)
+        x = self.feed
+        if hasattr(d, "additional_fc") and d.adaptive_softmax is None:
+            x = d.dropout_out_module(d.additional_fc(x))
+        return x
+
+
+def _recurrent_supported(decoder) -> bool:
+    """The decoder classes ``RecurrentStaticState`` follows, exactly (a subclass may compute otherwise)."""
+    if type(decoder) in (SmallVocabDecoder, CaptionDecoder):
+        return True
+    return type(decoder) is LSTMDecoder and decoder.attention is not None and decoder.encoder_output_units > 0
+
+
+def static_state(decoder, encoder_out, steps: int, keep_graph: bool = False):
     """The static state for ``decoder``, or None where it keeps fairseq's
     incremental state (another decoder, or an option the static step does
-    not follow)."""
-    if _unsupported(decoder) is not None or not encoder_out.get("encoder_out"):
+    not follow).  ``keep_graph``: the sampler keeps the steps' graph, which
+    the Transformer's in-place buffers would break (recurrent decoders only
+    keep it)."""
+    if _recurrent_supported(decoder):
+        return RecurrentStaticState(decoder, encoder_out)
+    if keep_graph or _unsupported(decoder) is not None or not isinstance(encoder_out, dict) \
+            or not encoder_out.get("encoder_out"):
         return None
     return TransformerStaticState(decoder, encoder_out, steps)
