@@ -72,6 +72,23 @@ def test_static_steps_give_fairseqs_incremental_states(name, n):
         torch.testing.assert_close(got, want[:, -1], atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("name", TRANSFORMERS)
+@torch.no_grad()
+def test_a_step_index_on_the_device_gives_the_same_states_with_static_shapes(name):
+    """Step t as a 0-d tensor (what a captured step reads): every step attends over all columns, the
+    unwritten ones masked, and gives the states of the eager step over the columns written so far."""
+    torch.manual_seed(0)
+    model = STATIC[name]().eval()
+    for param in model.parameters():
+        param.normal_(0, 0.5)
+    steps = 6
+    encoder_out, tokens = _inputs(model, 2, steps)
+    eager, static = static_state(model.decoder, encoder_out, steps), static_state(model.decoder, encoder_out, steps)
+    for t in range(steps):
+        torch.testing.assert_close(static.step(tokens[:, t], torch.tensor(t)), eager.step(tokens[:, t], t),
+                                   atol=1e-5, rtol=0)
+
+
 @pytest.mark.parametrize("arch,options", [("transformer", dict(cross_self_attention=True, **TRANSFORMER)),
                                           ("lstm", dict(decoder_attention="0", **LSTM))])
 def test_an_option_the_static_step_does_not_follow_keeps_fairseqs_state(arch, options):

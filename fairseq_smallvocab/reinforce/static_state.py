@@ -89,6 +89,7 @@ class TransformerStaticState:
             # the position of step t, as fairseq's incremental call makes it (padding_idx + t + 1)
             prefix = torch.full((1, steps), decoder.padding_idx + 1, dtype=torch.long, device=enc.device)
             self.positions = decoder.embed_positions(prefix)[0]  # steps x C
+        self.columns = torch.arange(steps, device=enc.device)  # the step of each key/value column
         self.keys: List[Tensor] = []
         self.values: List[Tensor] = []
         self.cross: List[tuple] = []
@@ -102,13 +103,19 @@ class TransformerStaticState:
             self.cross.append((_heads(cross.k_proj(enc), rows, cross.num_heads),
                                _heads(cross.v_proj(enc), rows, cross.num_heads)))
 
-    def _self_attention(self, attn, x: Tensor, layer: int, t: int) -> Tensor:
+    def _self_attention(self, attn, x: Tensor, layer: int, t) -> Tensor:
         heads = attn.num_heads
         q = _heads(attn.q_proj(x) * attn.scaling, self.rows, heads)
-        self.keys[layer][:, :, t] = _heads(attn.k_proj(x), self.rows, heads)[:, :, 0]
-        self.values[layer][:, :, t] = _heads(attn.v_proj(x), self.rows, heads)[:, :, 0]
-        out = F.scaled_dot_product_attention(q, self.keys[layer][:, :, : t + 1], self.values[layer][:, :, : t + 1],
-                                             scale=1.0)
+        k, v = _heads(attn.k_proj(x), self.rows, heads), _heads(attn.v_proj(x), self.rows, heads)
+        keys, values = self.keys[layer], self.values[layer]
+        if isinstance(t, Tensor):  # static shapes: column t written by a device index, the later ones masked
+            keys.index_copy_(2, t.view(1), k)
+            values.index_copy_(2, t.view(1), v)
+            seen = (self.columns <= t).view(1, 1, 1, -1)
+            out = F.scaled_dot_product_attention(q, keys, values, attn_mask=seen, scale=1.0)
+        else:  # eager: the columns written so far
+            keys[:, :, t], values[:, :, t] = k[:, :, 0], v[:, :, 0]
+            out = F.scaled_dot_product_attention(q, keys[:, :, : t + 1], values[:, :, : t + 1], scale=1.0)
         return attn.out_proj(out.reshape(self.rows, -1))
 
     def _encoder_attention(self, attn, x: Tensor, layer: int) -> Tensor:
@@ -117,7 +124,10 @@ class TransformerStaticState:
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=self.enc_mask, scale=1.0)
         return attn.out_proj(out.reshape(self.rows, -1))
 
-    def step(self, tokens: Tensor, t: int) -> Tensor:
+    def step(self, tokens: Tensor, t) -> Tensor:
+        """``t``: a Python int (each step attends over the t + 1 columns written), or a 0-d device tensor:
+        every call then has the same shapes (all ``steps`` columns, those after t masked) and reads t on the
+        device, which a captured graph needs (no value of t is baked into it)."""
         d = self.decoder
         x = d.embed_scale * d.embed_tokens(tokens)
         if d.quant_noise is not None:
@@ -125,7 +135,7 @@ class TransformerStaticState:
         if d.project_in_dim is not None:
             x = d.project_in_dim(x)
         if self.positions is not None:
-            x = x + self.positions[t]
+            x = x + (self.positions.index_select(0, t.view(1)) if isinstance(t, Tensor) else self.positions[t])
         if d.layernorm_embedding is not None:
             x = d.layernorm_embedding(x)
         x = d.dropout_module(x)
