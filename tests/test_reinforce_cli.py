@@ -10,6 +10,8 @@ import pytest
 import torch
 from helpers import USER_DIR, D, _crit, _setup, run
 
+import fairseq_smallvocab  # noqa: F401  (its allow-list is what torch.load(weights_only=True) reads below)
+
 MT = ["--user-dir", USER_DIR, "--task", "translation_smallvocab", "--arch", "lstm_smallvocab", "--embed-dim", "16",
       "--batch-size", "32", "--cpu", "--no-progress-bar", "--log-format", "simple", "--num-workers", "0",
       "--no-epoch-checkpoints", "--log-interval", "1"]
