@@ -87,6 +87,9 @@ def test_benchmark_on_real_batches_of_a_corpus(tiny_raw, tiny_bin, predictor, tm
     assert all(flat["phases"][name] > 0 for name in PHASES)
     assert sum(flat["phases"].values()) <= flat["sec_per_step"]
     assert "Seconds per step by phase" in out and "| flat 3 |" in out
+    # one sampling loop per step (learned baseline), of at most 3 steps: its time per step of the loop
+    assert flat["ms_per_sampled_token"] >= 1000 * flat["phases"]["sampling"] / 3 * 0.9
+    assert f"| {flat['ms_per_sampled_token']} |" in out
 
 
 def test_phase_timer_charges_nested_calls_to_the_inner_phase():

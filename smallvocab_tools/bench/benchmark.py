@@ -23,7 +23,8 @@ teacher-forced CE term plus one sampled sequence per example of up to
 each, and ``--rl-baseline loo`` the leave-one-out baseline instead).
 After --warmup untimed steps, --steps steps are timed; ``--phases`` also
 times the phases of each step (encoder, CE pass, sampling loop, scoring,
-rewards, the rest of the loss, backward, optimizer: ``phases.py``).
+rewards, the rest of the loss, backward, optimizer: ``phases.py``) and the
+sampling loop's milliseconds per sampled token (the loop's time per step).
 
 With ``--data DIR`` (a binarized translation corpus, e.g. Multi30k) the
 batches are real instead: the training split's first --warmup + --steps

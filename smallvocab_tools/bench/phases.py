@@ -16,7 +16,10 @@ The phases of a REINFORCE step, in the order they run:
 - ``optimizer``: gradient clipping and the SGD update.
 
 A CE step has ``encoder``, ``ce_pass``, ``loss``, ``backward`` and
-``optimizer``.  The timers wrap functions from the outside (the plugin is
+``optimizer``.  The timer also counts the sampling loop's steps
+(``loop_steps``: each step advances every row by one token), so that the
+sampling phase reads as milliseconds per sampled token, the unit in which a
+launch-bound GPU loop is judged.  The timers wrap functions from the outside (the plugin is
 not changed); on the CPU every operation is synchronous, so wall times are
 the operations' own (on CUDA the phases are synchronized at their ends).
 """
@@ -36,6 +39,7 @@ class PhaseTimer:
         self.sync = sync
         self.spans = dict.fromkeys(PHASES, 0.0)
         self.inner = [0.0]  # time spent in timed phases inside the phase that is running
+        self.loop_steps = 0  # steps of the sampling loops timed (greedy decodes included)
 
     @contextmanager
     def phase(self, name):
@@ -63,6 +67,11 @@ class PhaseTimer:
 
     def reset(self):
         self.spans = dict.fromkeys(PHASES, 0.0)
+        self.loop_steps = 0
+
+    def ms_per_sampled_token(self):
+        """The sampling phase's milliseconds per loop step (None before any)."""
+        return 1000.0 * self.spans["sampling"] / self.loop_steps if self.loop_steps else None
 
 
 def instrument(model, criterion, sync=lambda: None) -> PhaseTimer:
@@ -71,6 +80,14 @@ def instrument(model, criterion, sync=lambda: None) -> PhaseTimer:
     from fairseq_smallvocab.reinforce import sampler
 
     timer = PhaseTimer(sync)
+    sample = sampler.sample
+
+    def counted(*args, **kwargs):
+        samples = sample(*args, **kwargs)
+        timer.loop_steps += samples.tokens.size(1)
+        return samples
+
+    sampler.sample = counted
     timer.wrap(model, "forward", "ce_pass")  # the model's forward less the phases timed inside it
     timer.wrap(model.encoder, "forward", "encoder")
     timer.wrap(sampler, "sample", "sampling")

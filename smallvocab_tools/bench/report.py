@@ -37,14 +37,15 @@ def markdown(records) -> str:
     timed = [r for r in train if r.get("phases")]
     if timed:
         head = ("| mode | V | softmax | K | sample limit | sample len | s/step | " + " | ".join(PHASES) +
-                " | rest |")
+                " | rest | sampling ms/token |")
         lines = [head, "|" + "---|" * (head.count("|") - 1)]
         for r in timed:
             limit = (f"{r['sample_limit']} {r['max_sample_len']}" if r["mode"] == "reinforce" else "-")
             rest = r["sec_per_step"] - sum(r["phases"].values())
             lines.append(f"| {mode_label(r)} | {r['vocab_size']:,} | {r['softmax']} | {r['K'] or '-'} | {limit} | "
                          f"{r.get('sample_len', '-')} | {r['sec_per_step']:.3f} | " +
-                         " | ".join(f"{r['phases'][name]:.3f}" for name in PHASES) + f" | {rest:.3f} |")
+                         " | ".join(f"{r['phases'][name]:.3f}" for name in PHASES) + f" | {rest:.3f} | "
+                         f"{'-' if r.get('ms_per_sampled_token') is None else r['ms_per_sampled_token']} |")
         out.append("Seconds per step by phase (means over the timed steps; smallvocab_tools/bench/phases.py):\n\n"
                    + "\n".join(lines))
     if floors:

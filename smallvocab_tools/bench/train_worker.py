@@ -145,6 +145,8 @@ def train_worker(cfg: dict) -> dict:
                       sample_limit=cfg["sample_limit"], max_sample_len=cfg["max_sample_len"])
     if phases is not None:
         record["phases"] = phases
+        ms = timer.ms_per_sampled_token()
+        record["ms_per_sampled_token"] = None if ms is None else round(ms, 3)
     if ab is not None:
         record.update(ab)
     if floor is not None:
