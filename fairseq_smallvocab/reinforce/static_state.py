@@ -25,6 +25,7 @@ graph, which in-place writes would break) and projects the encoder's
 attention keys once, without fairseq's dict of stacked states.
 """
 
+from functools import partial
 from typing import List, Optional
 
 import torch
@@ -69,6 +70,20 @@ def _heads(x: Tensor, rows: int, heads: int) -> Tensor:
     return x.view(x.size(0), rows, heads, -1).permute(1, 2, 0, 3)
 
 
+def _sublayer(layer, norm, x: Tensor, body) -> Tensor:
+    """One residual sub-layer of a fairseq decoder layer: x + body(norm(x)) when the layer normalizes
+    before (pre-norm), norm(x + body(x)) after (post-norm)."""
+    residual = x
+    if layer.normalize_before:
+        x = norm(x)
+    x = layer.residual_connection(body(x), residual)
+    return x if layer.normalize_before else norm(x)
+
+
+def _feed_forward(layer, x: Tensor) -> Tensor:
+    return layer.dropout_module(layer.fc2(layer.activation_dropout_module(layer.activation_fn(layer.fc1(x)))))
+
+
 class TransformerStaticState:
     """The decoding state of one batch of ``rows`` sequences of at most
     ``steps`` tokens for a fairseq ``TransformerDecoder``; ``step(tokens, t)``
@@ -103,7 +118,8 @@ class TransformerStaticState:
             self.cross.append((_heads(cross.k_proj(enc), rows, cross.num_heads),
                                _heads(cross.v_proj(enc), rows, cross.num_heads)))
 
-    def _self_attention(self, attn, x: Tensor, layer: int, t) -> Tensor:
+    def _self_attention(self, decoder_layer, layer: int, t, x: Tensor) -> Tensor:
+        attn = decoder_layer.self_attn
         heads = attn.num_heads
         q = _heads(attn.q_proj(x) * attn.scaling, self.rows, heads)
         k, v = _heads(attn.k_proj(x), self.rows, heads), _heads(attn.v_proj(x), self.rows, heads)
@@ -116,13 +132,14 @@ class TransformerStaticState:
         else:  # eager: the columns written so far
             keys[:, :, t], values[:, :, t] = k[:, :, 0], v[:, :, 0]
             out = F.scaled_dot_product_attention(q, keys[:, :, : t + 1], values[:, :, : t + 1], scale=1.0)
-        return attn.out_proj(out.reshape(self.rows, -1))
+        return decoder_layer.dropout_module(attn.out_proj(out.reshape(self.rows, -1)))
 
-    def _encoder_attention(self, attn, x: Tensor, layer: int) -> Tensor:
+    def _encoder_attention(self, decoder_layer, layer: int, x: Tensor) -> Tensor:
+        attn = decoder_layer.encoder_attn
         q = _heads(attn.q_proj(x) * attn.scaling, self.rows, attn.num_heads)
         k, v = self.cross[layer]
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=self.enc_mask, scale=1.0)
-        return attn.out_proj(out.reshape(self.rows, -1))
+        return decoder_layer.dropout_module(attn.out_proj(out.reshape(self.rows, -1)))
 
     def step(self, tokens: Tensor, t) -> Tensor:
         """``t``: a Python int (each step attends over the t + 1 columns written), or a 0-d device tensor:
@@ -140,28 +157,9 @@ class TransformerStaticState:
             x = d.layernorm_embedding(x)
         x = d.dropout_module(x)
         for i, layer in enumerate(d.layers):  # iterated as fairseq does (a LayerDrop list draws as it goes)
-            residual = x
-            if layer.normalize_before:
-                x = layer.self_attn_layer_norm(x)
-            x = layer.dropout_module(self._self_attention(layer.self_attn, x, i, t))
-            x = layer.residual_connection(x, residual)
-            if not layer.normalize_before:
-                x = layer.self_attn_layer_norm(x)
-            residual = x
-            if layer.normalize_before:
-                x = layer.encoder_attn_layer_norm(x)
-            x = layer.dropout_module(self._encoder_attention(layer.encoder_attn, x, i))
-            x = layer.residual_connection(x, residual)
-            if not layer.normalize_before:
-                x = layer.encoder_attn_layer_norm(x)
-            residual = x
-            if layer.normalize_before:
-                x = layer.final_layer_norm(x)
-            x = layer.activation_dropout_module(layer.activation_fn(layer.fc1(x)))
-            x = layer.dropout_module(layer.fc2(x))
-            x = layer.residual_connection(x, residual)
-            if not layer.normalize_before:
-                x = layer.final_layer_norm(x)
+            x = _sublayer(layer, layer.self_attn_layer_norm, x, partial(self._self_attention, layer, i, t))
+            x = _sublayer(layer, layer.encoder_attn_layer_norm, x, partial(self._encoder_attention, layer, i))
+            x = _sublayer(layer, layer.final_layer_norm, x, partial(_feed_forward, layer))
         if d.layer_norm is not None:
             x = d.layer_norm(x)
         if d.project_out_dim is not None:
