@@ -109,6 +109,11 @@ def _last_attention(extra) -> Optional[Tensor]:
     return None if attn is None else attn[:, -1, :]
 
 
+def _unsupported(what: str) -> ValueError:
+    return ValueError(f"decoding inside a small vocabulary does not support {what}; decode with the full softmax "
+                      "(--small-vocab-size 0)")
+
+
 class SmallVocabSequenceGenerator(SequenceGenerator):
     """``SequenceGenerator`` that decodes inside ``net_input["candidates"]``
     (B x K target ids per example) when the batch has them, and returns
@@ -127,8 +132,7 @@ class SmallVocabSequenceGenerator(SequenceGenerator):
             ("--tokens-to-suppress", getattr(self, "token_indices_to_suppress", None) is not None),
         ] if used]
         if unsupported:
-            raise ValueError(f"decoding inside a small vocabulary does not support {', '.join(unsupported)}; "
-                             "decode with the full softmax (--small-vocab-size 0)")
+            raise _unsupported(", ".join(unsupported))
 
     def _generate(self, sample, prefix_tokens: Optional[Tensor] = None, constraints: Optional[Tensor] = None,
                   bos_token: Optional[int] = None):
@@ -136,8 +140,7 @@ class SmallVocabSequenceGenerator(SequenceGenerator):
         if candidates is None:
             return super()._generate(sample, prefix_tokens, constraints, bos_token)
         if bos_token is not None and bos_token >= self.tgt_dict.nspecial:  # a word: not at its id in every row
-            raise ValueError(f"decoding inside a small vocabulary does not support a non-special bos token "
-                             f"({bos_token}); decode with the full softmax (--small-vocab-size 0)")
+            raise _unsupported(f"a non-special bos token ({bos_token})")
         topk = getattr(self.search, "sampling_topk", -1)
         if topk > candidates.size(1):
             raise ValueError(f"--sampling-topk {topk} is larger than the small vocabulary of each input (K = "

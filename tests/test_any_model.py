@@ -85,8 +85,6 @@ def _eos_likelier(model, net):
     has one, else along the decoder states' mean direction) until beam search
     over these sources ends its hypotheses at different lengths within max_len,
     so that the search oracle compares finished hypotheses and their scores."""
-    weight, bias = model.output_weights()
-    eos = model.decoder.dictionary.eos()
     model.eval()
     mean = model(**net, features_only=True)[0].mean((0, 1))
     sources = {"id": torch.arange(B), "net_input": {k: net[k] for k in ("src_tokens", "src_lengths")}}
@@ -96,11 +94,20 @@ def _eos_likelier(model, net):
         lengths = {len(h["tokens"]) for hs in hypos for h in hs}
         if len(lengths) > 2 and min(lengths) > 1:
             return
-        if bias is not None:
-            bias[eos] += 0.5
-        else:
-            weight[eos] += 0.5 * mean / mean.pow(2).sum()
+        raise_eos(model, mean)
     raise AssertionError("no eos bias gives hypotheses of different lengths")
+
+
+@torch.no_grad()
+def raise_eos(model, mean):
+    """eos's logit up by 0.5: through the output bias where the model has one, else along ``mean`` (the
+    decoder states' mean direction)."""
+    weight, bias = model.output_weights()
+    eos = model.decoder.dictionary.eos()
+    if bias is not None:
+        bias[eos] += 0.5
+    else:
+        weight[eos] += 0.5 * mean / mean.pow(2).sum()
 
 
 def _masked_full(model, net, cands):

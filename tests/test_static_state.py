@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from helpers import candidate_batch, make_dictionary
-from test_any_model import FAMILIES, LSTM, TRANSFORMER, V_SRC, _stock
+from test_any_model import FAMILIES, LSTM, TRANSFORMER, V_SRC, _stock, raise_eos
 
 from fairseq_smallvocab.models.lstm_caption_smallvocab import (
     CaptionFeatureEncoder,
@@ -161,7 +161,6 @@ def test_asking_whether_rows_are_going_less_often_gives_the_same_samples(name, e
     encoder_out, tokens = _inputs(model, 2, 4)
     rows = tokens.size(0)
     max_lens = torch.full((rows,), 40)
-    eos = model.decoder.dictionary.eos()
     with torch.no_grad():
         mean = model.decoder.extract_features(tokens, encoder_out)[0].mean((0, 1))
         for _ in range(40):  # eos likelier step by step until every row ends early, at different steps
@@ -169,10 +168,7 @@ def test_asking_whether_rows_are_going_less_often_gives_the_same_samples(name, e
             drawn = sampler.sample(model.decoder, encoder_out, weight, bias, None, max_lens)
             if 2 < drawn.tokens.size(1) < 40 and drawn.lengths.min() < drawn.lengths.max():
                 break
-            if bias is not None:
-                bias[eos] += 0.5
-            else:
-                weight[eos] += 0.5 * mean / mean.pow(2).sum()
+            raise_eos(model, mean)
     draws = []
     for check in (1, every):
         monkeypatch.setattr(sampler, "STOP_CHECK_EVERY", check)

@@ -89,13 +89,13 @@ class TransformerStaticState:
     ``steps`` tokens for a fairseq ``TransformerDecoder``; ``step(tokens, t)``
     is ``decoder.extract_features(prefix, encoder_out, incremental_state)``
     for the prefix whose last token is ``tokens`` (rows) at position t:
-    rows x d states.  Build it with ``transformer_static_state``."""
+    rows x d states.  Build it with ``static_state``."""
 
     def __init__(self, decoder, encoder_out, steps: int):
         self.decoder = decoder
         enc = encoder_out["encoder_out"][0]  # S x rows x C
         rows = enc.size(1)
-        self.rows, self.steps = rows, steps
+        self.rows = rows
         masks = encoder_out.get("encoder_padding_mask") or []
         # SDPA's boolean masks say where to attend (fairseq's say where the padding is)
         self.enc_mask = None if not masks else (~masks[0]).view(rows, 1, 1, -1)
@@ -227,7 +227,7 @@ class RecurrentStaticState:
             if d.residuals:
                 inp = inp + self.hs[i]
             self.hs[i], self.cs[i] = hidden, cell
-        out = hidden if d.attention is None else d.attention(hidden, self.enc, self.mask)[0]
+        out = d.attention(hidden, self.enc, self.mask)[0]  # (an lstm without attention keeps fairseq's state)
         self.feed = d.dropout_out_module(out)
         x = self.feed
         if hasattr(d, "additional_fc") and d.adaptive_softmax is None:
