@@ -274,6 +274,23 @@ def test_ab_refuses_what_it_cannot_compare(spec, problem):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("arch", ["transformer", "lstm_smallvocab"])
+def test_the_static_state_ab_of_results_runs(tmp_path, arch):
+    """docs/RESULTS.md's --ab of the static decoding state (#31), on tiny data: both values draw the same
+    samples (the static state changes how the steps are computed, not what they give)."""
+    args = ["--arch", "transformer", "--layers", "1"] if arch == "transformer" else []
+    out = run([REPO / "scripts" / "benchmark.py", "--modes", "reinforce", *args, "--vocab-sizes", "300", "--k", "40",
+               "--batch", "4", "--max-len", "6", "--embed-dim", "8", "--steps", "1", "--warmup", "1",
+               "--threads", "1", "--ab", "fairseq_smallvocab.reinforce.sampler.STATIC_STATE=False,True",
+               "--json", tmp_path / "ab.json"])
+    records = json.loads((tmp_path / "ab.json").read_text())
+    assert [r["softmax"] for r in records] == ["small", "full"]
+    for record in records:
+        assert record["ab_values"] == [False, True] and record["ab_sample_len"][0] == record["ab_sample_len"][1]
+    assert "| STATIC_STATE | False | True |" in out.stdout
+
+
+@pytest.mark.slow
 def test_benchmark_ab_runs_both_values_in_each_round(tmp_path):
     """--ab end to end: one process per configuration and round, each value's
     steps of every round in the record, the A / B table; decoding too, per
