@@ -44,7 +44,7 @@ from fairseq_smallvocab.candidates.space import candidate_positions
 from fairseq_smallvocab.output.gathered_grad import gathered_embedding_grads
 from fairseq_smallvocab.output.restricted import restricted_logits
 from fairseq_smallvocab.output.weights import OutputWeights, RestrictionError, eval_mode, find_output_weights
-from fairseq_smallvocab.reinforce import sampler
+from fairseq_smallvocab.reinforce import capture, sampler
 from fairseq_smallvocab.reinforce.sampler import SampleRequest, Samples
 
 
@@ -114,8 +114,11 @@ class CandidateModel:
                 encoder_out = self.encoder.reorder_encoder_out(encoder_out, order)
                 candidates = None if candidates is None else candidates.index_select(0, order)
                 max_lens = max_lens.index_select(0, order)
+            # a captured sampling step keeps no graph: its samples are scored by a teacher-forced pass
+            keep_graph = self.sample_keeps_graph and not capture.applies(self.decoder, encoder_out,
+                                                                         max_lens.device)
             samples = sampler.sample(self.decoder, encoder_out, weight, bias, candidates, max_lens,
-                                     keep_graph=self.sample_keeps_graph, temperature=policy.temperature,
+                                     keep_graph=keep_graph, temperature=policy.temperature,
                                      keep_probs=torch.is_grad_enabled())
             out["samples"] = sampler.score(self.decoder, encoder_out, weight, bias, candidates, samples)
         return out

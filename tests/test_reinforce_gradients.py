@@ -96,7 +96,7 @@ def _ranked_choices(monkeypatch, rank_of_row):
     be drawn in a batch of N samples per input and alone)."""
     from fairseq_smallvocab.reinforce import sampler
 
-    def draw(logits, with_entropy=False, with_probs=False, probs_out=None):
+    def draw(logits, with_entropy=False, with_probs=False, probs_out=None, uniform=None):
         ranks = torch.tensor([rank_of_row(r) for r in range(logits.size(0))])
         choice = logits.argsort(-1, descending=True).gather(1, ranks.unsqueeze(1))
         if with_probs:  # as the real draw: the softmax written into probs_out when given

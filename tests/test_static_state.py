@@ -34,21 +34,24 @@ STATIC = dict(FAMILIES, transformer_learned_pos=lambda: _stock(
 TRANSFORMERS = [name for name in STATIC if name.startswith("transformer")]
 
 
-def _inputs(model, n, steps, seed=0):
+def _inputs(model, n, steps, seed=0, width=7):
+    """(encoder_out, B x steps random target prefixes) for 5 inputs of N rows each, sources of at most
+    ``width`` tokens, on the model's device."""
     gen = torch.Generator().manual_seed(seed)
-    lengths = torch.tensor([7, 6, 5, 4, 2])  # sorted: fairseq's lstm encoder needs it (as its batches are)
+    device = next(model.parameters()).device
+    lengths = torch.tensor([7, 6, 5, 4, 2]).clamp(max=width)  # sorted: fairseq's lstm encoder needs it
     if isinstance(model.encoder, CaptionFeatureEncoder):
-        encoder_out = model.encoder(torch.randn(len(lengths), 20, generator=gen))
+        encoder_out = model.encoder(torch.randn(len(lengths), 20, generator=gen).to(device))
     else:
-        src = torch.full((len(lengths), 7), model.encoder.dictionary.pad())
+        src = torch.full((len(lengths), width), model.encoder.dictionary.pad())
         for b, length in enumerate(lengths.tolist()):  # left-padded, as fairseq's batches are
-            src[b, 7 - length:] = torch.randint(4, V_SRC, (length,), generator=gen)
+            src[b, width - length:] = torch.randint(4, V_SRC, (length,), generator=gen)
             src[b, -1] = model.encoder.dictionary.eos()
-        encoder_out = model.encoder(src, src_lengths=lengths)
-    order = torch.arange(len(lengths)).repeat_interleave(n)  # N rows per input, as the sampler makes them
+        encoder_out = model.encoder(src.to(device), src_lengths=lengths.to(device))
+    order = torch.arange(len(lengths), device=device).repeat_interleave(n)  # N rows per input, as the sampler
     encoder_out = model.encoder.reorder_encoder_out(encoder_out, order)
     vocab = len(model.decoder.dictionary)
-    tokens = torch.randint(4, vocab, (len(order), steps), generator=gen)
+    tokens = torch.randint(4, vocab, (len(order), steps), generator=gen).to(device)
     tokens[:, 0] = model.decoder.dictionary.eos()
     return encoder_out, tokens
 

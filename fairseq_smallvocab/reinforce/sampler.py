@@ -46,6 +46,7 @@ from torch import Tensor
 from fairseq_smallvocab.output.gathered_grad import gathered_embedding_grads
 from fairseq_smallvocab.output.restricted import candidate_log_probs
 from fairseq_smallvocab.output.union_scorer import UnionScorer
+from fairseq_smallvocab.reinforce import capture
 from fairseq_smallvocab.reinforce.static_state import static_state
 
 
@@ -80,24 +81,27 @@ class Samples:
 
 
 def sample_categorical(logits: Tensor, with_entropy: bool = False, with_probs: bool = False,
-                       probs_out: Optional[Tensor] = None):
+                       probs_out: Optional[Tensor] = None, uniform: Optional[Tensor] = None):
     """One draw per row from softmax(logits) (B x N -> B x 1), by inverse
     transform sampling: the index where a uniform draw, scaled to the row's
     total weight, falls in the cumulative weights.  The distribution of
     ``torch.multinomial(softmax(logits), 1)``, drawn faster on the CPU
     (measurements: docs/RESULTS.md, "The team's bar: a REINFORCE step on
     Multi30k with every target word (|V| = 18,726), K = 1000"); words with
-    weight 0 (-inf logits) are never chosen.  With ``with_entropy`` also the
-    entropy of each row's distribution (B, nats), from the same weights: with
-    z = logits - max, w = exp(z), Z = sum w, H = log Z - sum(w z) / Z.  With
-    ``with_probs`` (and ``with_entropy``) also softmax(logits) itself, w / Z,
-    made in place of the weights (B x N), in ``probs_out`` when given (the
-    sampler's kept buffer: no copy)."""
+    weight 0 (-inf logits) are never chosen.  ``uniform`` (B, in [0, 1)):
+    the draws to use, drawn here when not given.  With ``with_entropy`` also
+    the entropy of each row's distribution (B, nats), from the same weights:
+    with z = logits - max, w = exp(z), Z = sum w, H = log Z - sum(w z) / Z.
+    With ``with_probs`` (and ``with_entropy``) also softmax(logits) itself,
+    w / Z, made in place of the weights (B x N), in ``probs_out`` when given
+    (the sampler's kept buffer: no copy)."""
     shifted = logits - logits.max(-1, keepdim=True).values
     weights = torch.exp(shifted, out=probs_out) if probs_out is not None else torch.exp(shifted)
     cdf = weights.cumsum(-1)
     total = cdf[:, -1:]
-    draw = torch.rand(logits.size(0), 1, dtype=cdf.dtype, device=cdf.device) * total
+    if uniform is None:
+        uniform = torch.rand(logits.size(0), dtype=cdf.dtype, device=cdf.device)
+    draw = uniform.view(-1, 1).to(cdf.dtype) * total
     choice = torch.searchsorted(cdf, draw, right=True).clamp_(max=logits.size(-1) - 1)
     if not with_entropy:
         return choice
@@ -123,6 +127,138 @@ STOP_CHECK_EVERY = 1
 STATIC_STATE = True
 
 
+def _column(buffer: Tensor, t) -> Tensor:
+    """buffer[:, t], for a Python int t or a 0-d device tensor (read on the device: no value baked in)."""
+    return buffer[:, t] if not isinstance(t, Tensor) else buffer.index_select(1, t.view(1)).squeeze(1)
+
+
+def _write(buffer: Tensor, t, value: Tensor):
+    """buffer[:, t] = value, for a Python int t or a 0-d device tensor."""
+    if isinstance(t, Tensor):
+        buffer.index_copy_(1, t.view(1), value.unsqueeze(1))
+    else:
+        buffer[:, t] = value
+
+
+class _IncrementalState:
+    """fairseq's own incremental decoding, for decoders without a static state: step t feeds the prefix."""
+
+    def __init__(self, decoder, encoder_out, tokens: Tensor, keep_graph: bool):
+        self.decoder, self.encoder_out, self.tokens, self.keep_graph = decoder, encoder_out, tokens, keep_graph
+        self.state: Dict[str, Dict[str, Optional[Tensor]]] = {}
+
+    def step(self, _, t: int) -> Tensor:
+        # a kept graph may hold the input ids (an embedding's backward does): not a view of ``tokens``, which
+        # the next steps write into
+        prefix = self.tokens[:, : t + 1]
+        s, _ = self.decoder.extract_features(prefix.clone() if self.keep_graph else prefix, self.encoder_out,
+                                             incremental_state=self.state)
+        return s[:, -1]
+
+
+class Loop:
+    """The sampling loop's state for ``rows`` sequences of at most ``steps``
+    tokens: what is drawn (tokens, positions, the steps that count), each
+    row's alive flag, greedy flag and summed entropy, and with
+    ``store_probs`` each step's softmax over the row's ``width`` words.
+    ``step`` advances every row by one token; with t a 0-d device tensor it
+    reads and writes only fixed addresses (a captured step, ``capture.py``,
+    which makes one Loop per shape bucket and ``load``s each batch)."""
+
+    def __init__(self, dictionary, rows: int, steps: int, width: int, device, greedy: bool, temperature: float,
+                 store_probs: bool, small: bool, k: int = 0):
+        self.eos, self.pad = dictionary.eos(), dictionary.pad()
+        self.greedy, self.temperature, self.store_probs = greedy, temperature, store_probs
+        long = dict(dtype=torch.long, device=device)
+        self.tokens = torch.empty(rows, steps + 1, **long)
+        self.positions = torch.empty(rows, steps, **long)
+        self.mask = torch.empty(rows, steps, dtype=torch.bool, device=device)
+        self.max_lens = torch.empty(rows, **long)
+        self.alive = torch.empty(rows, dtype=torch.bool, device=device)
+        self.is_greedy = torch.empty_like(self.alive)
+        self.entropy = torch.empty(rows, dtype=torch.float, device=device)
+        self.ids = torch.empty(rows, k, **long) if small else None  # each row's candidates
+        self.uniforms = None if greedy else torch.empty(rows, steps, dtype=torch.float, device=device)
+        # pages of the buffer are touched only by the steps that run
+        self.probs = torch.empty(rows, steps, width, dtype=torch.float, device=device) if store_probs else None
+        self.chosen = torch.zeros(rows, steps, dtype=torch.float, device=device) if store_probs else None
+        self.excluded = torch.tensor(_excluded(dictionary), **long)  # on the device once, not a list per step
+
+    def load(self, max_lens: Tensor, candidates: Optional[Tensor], uniforms: Optional[Tensor]):
+        """A batch of ``max_lens.size(0)`` rows (at most ``rows``; the rest padded: length 0, never alive),
+        with its candidates and its uniform draws (rows x steps)."""
+        bsz = max_lens.size(0)
+        self.tokens.fill_(self.pad)
+        self.tokens[:, 0] = self.eos  # fairseq's decoders start from eos
+        self.positions.fill_(self.eos)
+        self.mask.zero_()
+        self.max_lens.zero_()
+        self.max_lens[:bsz] = max_lens
+        torch.gt(self.max_lens, 0, out=self.alive)
+        self.is_greedy.copy_(self.alive)
+        self.entropy.zero_()
+        if self.ids is not None:
+            self.ids.zero_()
+            self.ids[:bsz] = candidates
+        if self.uniforms is not None:
+            self.uniforms.fill_(0.5)
+            self.uniforms[:bsz, : uniforms.size(1)] = uniforms
+
+    def step(self, state, scorer, t, keep_graph: bool = False) -> Tensor:
+        """Draw token t of every row (t: a Python int, or a 0-d device tensor); returns the decoder states
+        that chose them (rows x d, with their graph under ``keep_graph``)."""
+        tokens = _column(self.tokens, t)
+        # a kept graph may hold the input ids (an embedding's backward does): not a view of ``tokens``
+        s = state.step(tokens.clone() if keep_graph else tokens, t)
+        alive = self.alive
+        with torch.no_grad():
+            logits = scorer(s).float()
+            logits.index_fill_(1, self.excluded, float("-inf"))
+            if self.greedy:
+                choice = logits.argmax(-1)
+            else:
+                # at temperature 1 the draw's own weights, normalized, are the model's distribution
+                reuse = self.store_probs and self.temperature == 1.0
+                in_place = reuse and not isinstance(t, Tensor)  # written straight into the kept buffer
+                drawn = sample_categorical(logits if self.temperature == 1.0 else logits / self.temperature,
+                                           with_entropy=True, with_probs=reuse,
+                                           probs_out=self.probs[:, t] if in_place else None,
+                                           uniform=_column(self.uniforms, t))
+                choice, step_entropy = drawn[0].squeeze(1), drawn[1]
+                self.entropy += step_entropy.masked_fill(~alive, 0.0)
+                self.is_greedy &= choice.eq(logits.argmax(-1)) | ~alive
+                if self.store_probs:  # the model's own distribution (temperature 1), for the gradient
+                    p = drawn[2] if reuse else logits.softmax(-1)
+                    if not in_place:
+                        _write(self.probs, t, p)
+                    # a drawn word has weight > 0, so its log-probability is finite
+                    _write(self.chosen, t, p.gather(1, choice.unsqueeze(1)).squeeze(1).log())
+            ids = choice if self.ids is None else self.ids.gather(1, choice.unsqueeze(1)).squeeze(1)
+            _write(self.positions, t, choice)
+            _write(self.mask, t, alive)
+            _write(self.tokens, t + 1, ids.masked_fill(~alive, self.pad))
+            alive &= ids.ne(self.eos) & (self.max_lens > t + 1)  # in place: a captured step's fixed address
+        return s
+
+    def samples(self, bsz: int, states=None, copy: bool = False) -> Samples:
+        """The first ``bsz`` rows' samples, trimmed to the steps with a live row (``copy``: not views of the
+        loop's buffers, which the next batch overwrites)."""
+        mask = self.mask[:bsz]
+        done = int(mask.any(0).sum())  # the steps with a live row: a prefix (rows that end stay ended)
+        mask = mask[:, :done]
+        out = self.tokens[:bsz, 1: done + 1]
+        take = (lambda x: x.clone()) if copy else (lambda x: x)
+        result = Samples(tokens=take(out), positions=self.positions[:bsz, :done].masked_fill(~mask, self.eos),
+                         mask=take(mask), lengths=(mask & out.ne(self.eos)).sum(1))
+        if not self.greedy:
+            result.is_greedy, result.entropy = take(self.is_greedy[:bsz]), take(self.entropy[:bsz])
+        if states is not None:
+            result.features = torch.stack(states[:done], 1) if done else None
+        if self.store_probs:
+            result.probs, result.chosen_lprobs = take(self.probs[:bsz, :done]), take(self.chosen[:bsz, :done])
+        return result
+
+
 def sample(decoder, encoder_out, weight: Tensor, bias: Optional[Tensor], candidates: Optional[Tensor],
            max_lens: Tensor, greedy: bool = False, keep_graph: bool = False,
            temperature: float = 1.0, keep_probs: bool = False) -> Samples:
@@ -132,84 +268,41 @@ def sample(decoder, encoder_out, weight: Tensor, bias: Optional[Tensor], candida
     with ``features``, the states that chose each token, with their graph;
     with ``keep_probs`` (not greedy, and at most ``STORED_PROBS_MAX_ELEMENTS``
     entries) with ``probs`` and ``chosen_lprobs``, which ``score`` then uses
-    instead of making the logits again."""
-    d = decoder.dictionary
-    eos, pad = d.eos(), d.pad()
-    scorer = UnionScorer(weight, bias, candidates)
+    instead of making the logits again.  On CUDA, where ``capture`` applies,
+    the steps replay a captured graph."""
     bsz = max_lens.size(0)
     steps = int(max_lens.max()) if bsz else 0
-    tokens = max_lens.new_full((bsz, steps + 1), pad)
-    tokens[:, 0] = eos  # fairseq's decoders start from eos
-    positions = max_lens.new_full((bsz, steps), eos)
-    mask = max_lens.new_zeros(bsz, steps, dtype=torch.bool)
-    alive = max_lens > 0
-    is_greedy = alive.clone()
-    entropy = weight.new_zeros(bsz, dtype=torch.float)
+    # the uniform draws of every step at once: the same draws whatever the loop's shape (tested: a bucket's
+    # padding changes no example's sample)
+    uniforms = None if greedy else torch.rand(bsz, steps, device=max_lens.device)
     width = weight.size(0) if candidates is None else candidates.size(1)
     store_probs = keep_probs and not greedy and bsz * steps * width <= STORED_PROBS_MAX_ELEMENTS
-    # pages of the buffer are touched only by the steps that run
-    probs = weight.new_empty(bsz, steps, width, dtype=torch.float) if store_probs else None
-    chosen = weight.new_zeros(bsz, steps, dtype=torch.float) if store_probs else None
-    state: Dict[str, Dict[str, Optional[Tensor]]] = {}
+    if not keep_graph and capture.applies(decoder, encoder_out, max_lens.device):
+        return capture.sample(decoder, encoder_out, weight, bias, candidates, max_lens, uniforms, greedy,
+                              temperature, store_probs)
+    loop = Loop(decoder.dictionary, bsz, steps, width, max_lens.device, greedy, temperature, store_probs,
+                small=candidates is not None, k=0 if candidates is None else candidates.size(1))
+    loop.load(max_lens, candidates, uniforms)
+    scorer = UnionScorer(weight, bias, candidates)
     kept = keep_graph and torch.is_grad_enabled()
     static = None
     if STATIC_STATE:
         with torch.set_grad_enabled(kept):  # the encoder's keys and values: in the graph only if the steps are
             static = static_state(decoder, encoder_out, steps, keep_graph=keep_graph)
+    state = static if static is not None else _IncrementalState(decoder, encoder_out, loop.tokens, keep_graph)
     states = []
-    excluded = max_lens.new_tensor(_excluded(d))  # on the device once, not a list indexed every step
     # the kept graph's embedding lookups gather their weight gradient into one tensor (see the module)
     with gathered_embedding_grads(decoder) if kept else nullcontext():
         for t in range(steps):
             with torch.set_grad_enabled(kept):
-                # a kept graph may hold the input ids (an embedding's backward does): not a view of ``tokens``,
-                # which the next steps write into
-                if static is not None:
-                    s = static.step(tokens[:, t].clone() if keep_graph else tokens[:, t], t)
-                else:
-                    prefix = tokens[:, : t + 1]
-                    s, _ = decoder.extract_features(prefix.clone() if keep_graph else prefix, encoder_out,
-                                                    incremental_state=state)
-                    s = s[:, -1]
+                s = loop.step(state, scorer, t, keep_graph=keep_graph and static is not None)
             if keep_graph:
                 states.append(s)
-            with torch.no_grad():
-                logits = scorer(s).float()
-                logits.index_fill_(1, excluded, float("-inf"))
-                if greedy:
-                    choice = logits.argmax(-1)
-                else:
-                    # at temperature 1 the draw's own weights, normalized, are the model's distribution
-                    reuse = store_probs and temperature == 1.0
-                    drawn = sample_categorical(logits if temperature == 1.0 else logits / temperature,
-                                               with_entropy=True, with_probs=reuse,
-                                               probs_out=probs[:, t] if reuse else None)
-                    choice, step_entropy = drawn[0].squeeze(1), drawn[1]
-                    entropy += step_entropy.masked_fill(~alive, 0.0)
-                    is_greedy &= choice.eq(logits.argmax(-1)) | ~alive
-                    if store_probs:  # the model's own distribution (temperature 1), for the gradient
-                        p = drawn[2] if reuse else logits.softmax(-1)
-                        if not reuse:  # reused: already written in place
-                            probs[:, t] = p
-                        # a drawn word has weight > 0, so its log-probability is finite
-                        chosen[:, t] = p.gather(1, choice.unsqueeze(1)).squeeze(1).log()
-            ids = choice if candidates is None else candidates.gather(1, choice.unsqueeze(1)).squeeze(1)
-            positions[:, t] = choice
-            mask[:, t] = alive
-            tokens[:, t + 1] = ids.masked_fill(~alive, pad)
-            alive = alive & ids.ne(eos) & (max_lens > t + 1)
-            if (t + 1) % STOP_CHECK_EVERY == 0 and not alive.any():
+            if (t + 1) % STOP_CHECK_EVERY == 0 and not loop.alive.any():
                 break
-    done = int(mask.any(0).sum())  # the steps with a live row: a prefix (rows that end stay ended)
-    out = tokens[:, 1: done + 1]
-    result = Samples(tokens=out, positions=positions[:, :done].masked_fill(~mask[:, :done], eos),
-                     mask=mask[:, :done], lengths=(mask[:, :done] & out.ne(eos)).sum(1))
-    if not greedy:
-        result.is_greedy, result.entropy = is_greedy, entropy
-    if keep_graph:
-        result.features = torch.stack(states[:done], 1) if done else weight.new_zeros(bsz, 0, weight.size(1))
-    if store_probs:
-        result.probs, result.chosen_lprobs = probs[:, :done], chosen[:, :done]
+    result = loop.samples(bsz, states if keep_graph else None)
+    if keep_graph and result.features is None:
+        result.features = weight.new_zeros(bsz, 0, weight.size(1))
     return result
 
 

@@ -23,10 +23,16 @@ the attention's input feed from step to step; ``RecurrentStaticState`` keeps
 them as plain tensors (a step makes new ones: the sampler may keep the step
 graph, which in-place writes would break) and projects the encoder's
 attention keys once, without fairseq's dict of stacked states.
+
+A captured step (``capture.py``) reads and writes fixed addresses: its state
+is made once per shape bucket (``Slots``: rows, source length), each batch
+is loaded into the front of those tensors (the rest padded: masked source
+positions, padded rows attending to one zero key so that no softmax is over
+nothing), and the recurrent states are written in place.
 """
 
 from functools import partial
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 import torch
 import torch.nn.functional as F
@@ -70,6 +76,32 @@ def _heads(x: Tensor, rows: int, heads: int) -> Tensor:
     return x.view(x.size(0), rows, heads, -1).permute(1, 2, 0, 3)
 
 
+class Slots:
+    """Tensors at fixed addresses for a captured step, sized for a shape
+    bucket: ``put`` copies a batch's tensor into the front of its slot (made
+    at the first put, each dim in ``sizes`` enlarged to the bucket's) and
+    fills the rest with ``fill``.  A state made for one batch has no slots:
+    it keeps the batch's tensors as they are."""
+
+    def __init__(self, rows: int, src_len: int):
+        self.rows, self.src_len = rows, src_len
+        self.slots: Dict[str, Tensor] = {}
+
+    def put(self, name: str, value: Tensor, sizes: Dict[int, int], fill=0) -> Tensor:
+        slot = self.slots.get(name)
+        if slot is None:
+            shape = list(value.shape)
+            for dim, size in sizes.items():
+                shape[dim] = size
+            slot = self.slots[name] = value.new_empty(shape)
+        if any(n > m for n, m in zip(value.shape, slot.shape)):
+            raise ValueError(f"{name}: a batch of shape {tuple(value.shape)} does not fit its bucket "
+                             f"{tuple(slot.shape)}")
+        slot.fill_(fill)
+        slot[tuple(slice(0, n) for n in value.shape)].copy_(value)
+        return slot
+
+
 def _sublayer(layer, norm, x: Tensor, body) -> Tensor:
     """One residual sub-layer of a fairseq decoder layer: x + body(norm(x)) when the layer normalizes
     before (pre-norm), norm(x + body(x)) after (post-norm)."""
@@ -91,32 +123,53 @@ class TransformerStaticState:
     for the prefix whose last token is ``tokens`` (rows) at position t:
     rows x d states.  Build it with ``static_state``."""
 
-    def __init__(self, decoder, encoder_out, steps: int):
+    def __init__(self, decoder, encoder_out, steps: int, slots: Optional[Slots] = None):
         self.decoder = decoder
         enc = encoder_out["encoder_out"][0]  # S x rows x C
-        rows = enc.size(1)
-        self.rows = rows
-        masks = encoder_out.get("encoder_padding_mask") or []
-        # SDPA's boolean masks say where to attend (fairseq's say where the padding is)
-        self.enc_mask = None if not masks else (~masks[0]).view(rows, 1, 1, -1)
-        self.positions = None
-        if decoder.embed_positions is not None and steps > 0:
-            # the position of step t, as fairseq's incremental call makes it (padding_idx + t + 1)
-            prefix = torch.full((1, steps), decoder.padding_idx + 1, dtype=torch.long, device=enc.device)
-            self.positions = decoder.embed_positions(prefix)[0]  # steps x C
+        self.slots = slots
+        self.rows = enc.size(1) if slots is None else slots.rows
+        self.steps = steps
         self.columns = torch.arange(steps, device=enc.device)  # the step of each key/value column
         self.keys: List[Tensor] = []
         self.values: List[Tensor] = []
-        self.cross: List[tuple] = []
         for layer in decoder.layers:
             attn = layer.self_attn
-            shape = (rows, attn.num_heads, steps, attn.head_dim)
+            shape = (self.rows, attn.num_heads, steps, attn.head_dim)
             dtype = attn.k_proj.weight.dtype
             self.keys.append(enc.new_zeros(shape, dtype=dtype))
             self.values.append(enc.new_zeros(shape, dtype=dtype))
+        self.load(encoder_out)
+
+    def load(self, encoder_out):
+        """The batch's encoder keys and values (projected once), its source mask and the position table,
+        from the decoder's current parameters; in a bucket's slots, padded."""
+        d, slots = self.decoder, self.slots
+        enc = encoder_out["encoder_out"][0]
+        src_len, rows = enc.shape[:2]
+        masks = encoder_out.get("encoder_padding_mask") or []
+        # SDPA's boolean masks say where to attend (fairseq's say where the padding is)
+        attend = None if not masks else (~masks[0]).view(rows, 1, 1, -1)
+        if slots is not None:
+            if attend is None:
+                attend = enc.new_ones(rows, 1, 1, src_len, dtype=torch.bool)
+            attend = slots.put("attend", attend, {0: slots.rows, 3: slots.src_len}, fill=False)
+            attend[rows:, :, :, 0] = True  # a padded row attends to one (zero) key: no softmax over nothing
+        self.enc_mask = attend
+        self.cross = []
+        for i, layer in enumerate(d.layers):
             cross = layer.encoder_attn
-            self.cross.append((_heads(cross.k_proj(enc), rows, cross.num_heads),
-                               _heads(cross.v_proj(enc), rows, cross.num_heads)))
+            kv = (_heads(cross.k_proj(enc), rows, cross.num_heads), _heads(cross.v_proj(enc), rows, cross.num_heads))
+            if slots is not None:
+                kv = tuple(slots.put(f"{name}{i}", x, {0: slots.rows, 2: slots.src_len})
+                           for name, x in zip("kv", kv))
+            self.cross.append(kv)
+        self.positions = None
+        if d.embed_positions is not None and self.steps > 0:
+            # the position of step t, as fairseq's incremental call makes it (padding_idx + t + 1)
+            prefix = torch.full((1, self.steps), d.padding_idx + 1, dtype=torch.long, device=enc.device)
+            self.positions = d.embed_positions(prefix)[0]  # steps x C
+            if slots is not None:
+                self.positions = slots.put("positions", self.positions, {})
 
     def _self_attention(self, decoder_layer, layer: int, t, x: Tensor) -> Tensor:
         attn = decoder_layer.self_attn
@@ -171,51 +224,99 @@ class RecurrentStaticState:
     """The decoding state of one batch for a recurrent decoder: ``step(tokens,
     t)`` is ``decoder.extract_features(prefix, encoder_out,
     incremental_state)`` for the prefix whose last token is ``tokens`` (rows
-    x d states), with the decoder's own modules."""
+    x d states), with the decoder's own modules.  Made for one batch, a step
+    binds new state tensors (the sampler may keep the step graph, which
+    in-place writes would break); in a bucket's ``slots`` it writes them in
+    place (a captured step, no graph kept)."""
 
-    def __init__(self, decoder, encoder_out):
+    def __init__(self, decoder, encoder_out, slots: Optional[Slots] = None):
         self.decoder = decoder
+        self.slots = slots
         if isinstance(decoder, SmallVocabDecoder):  # the paper's decoder: global attention, input feeding
-            enc = encoder_out["encoder_out"][0]  # S x rows x 2d
-            self.hs = list(encoder_out["final_hidden"][0].unbind(0))
-            self.cs = list(encoder_out["final_cell"][0].unbind(0))
-            self.feed = enc.new_zeros(enc.size(1), decoder.combine.out_features)
-            self.keys = decoder.attention(enc).permute(1, 2, 0)  # rows x d x S: W_a e_j, once
-            self.values, self.mask = enc.transpose(0, 1), encoder_out["encoder_padding_mask"][0]
             self._step = self._paper_step
         elif isinstance(decoder, CaptionDecoder):  # an LSTM from the image's h_0, no attention
-            self.h, self.c = encoder_out["final_hidden"][0], encoder_out["final_cell"][0]
             self._step = self._caption_step
-        else:  # fairseq's lstm: its encoder's tuple (states, h, c, S x rows padding mask)
-            enc, hiddens, cells, self.mask = encoder_out[:4]
-            self.hs = [hiddens[i] for i in range(decoder.num_layers)]
-            self.cs = [cells[i] for i in range(decoder.num_layers)]
-            if decoder.encoder_hidden_proj is not None:
-                self.hs = [decoder.encoder_hidden_proj(y) for y in self.hs]
-                self.cs = [decoder.encoder_cell_proj(y) for y in self.cs]
-            self.enc = enc
-            self.feed = enc.new_zeros(enc.size(1), decoder.hidden_size)
+        else:  # fairseq's lstm
             self._step = self._fairseq_step
+        self.load(encoder_out)
 
-    def step(self, tokens: Tensor, t: int) -> Tensor:
+    def _put(self, name: str, value: Tensor, rows_dim: int, src_dim: Optional[int] = None, fill=0) -> Tensor:
+        slots = self.slots
+        if slots is None:
+            return value
+        sizes = {rows_dim: slots.rows} if src_dim is None else {rows_dim: slots.rows, src_dim: slots.src_len}
+        return slots.put(name, value, sizes, fill)
+
+    def _pad_mask(self, name: str, mask: Tensor, rows_dim: int, src_dim: int) -> Tensor:
+        """A True-at-padding source mask in its slot; a padded row attends to one (zero) key."""
+        rows = mask.size(rows_dim)
+        mask = self._put(name, mask, rows_dim, src_dim, fill=True)
+        if self.slots is not None:
+            mask.narrow(rows_dim, rows, mask.size(rows_dim) - rows).narrow(src_dim, 0, 1).fill_(False)
+        return mask
+
+    def load(self, encoder_out):
+        """The batch's initial states and attention keys, from the decoder's current parameters."""
+        d = self.decoder
+        if isinstance(d, SmallVocabDecoder):
+            enc = encoder_out["encoder_out"][0]  # S x rows x 2d
+            self.hs = list(self._put("h", encoder_out["final_hidden"][0], 1).unbind(0))
+            self.cs = list(self._put("c", encoder_out["final_cell"][0], 1).unbind(0))
+            self.feed = self._put("feed", enc.new_zeros(enc.size(1), d.combine.out_features), 0)
+            # rows x d x S: W_a e_j, once
+            self.keys = self._put("keys", d.attention(enc).permute(1, 2, 0), 0, 2)
+            self.values = self._put("values", enc.transpose(0, 1), 0, 1)
+            self.mask = self._pad_mask("mask", encoder_out["encoder_padding_mask"][0], 0, 1)
+        elif isinstance(d, CaptionDecoder):
+            self.h = self._put("h", encoder_out["final_hidden"][0], 1)
+            self.c = self._put("c", encoder_out["final_cell"][0], 1)
+        else:  # fairseq's lstm: its encoder's tuple (states, h, c, S x rows padding mask)
+            enc, hiddens, cells, mask = encoder_out[:4]
+            hs = [hiddens[i] for i in range(d.num_layers)]
+            cs = [cells[i] for i in range(d.num_layers)]
+            if d.encoder_hidden_proj is not None:
+                hs = [d.encoder_hidden_proj(y) for y in hs]
+                cs = [d.encoder_cell_proj(y) for y in cs]
+            if self.slots is not None:
+                hs = list(self._put("h", torch.stack(hs), 1).unbind(0))
+                cs = list(self._put("c", torch.stack(cs), 1).unbind(0))
+            self.hs, self.cs = hs, cs
+            self.enc = self._put("enc", enc, 1, 0)
+            self.mask = self._pad_mask("mask", mask, 1, 0)
+            self.feed = self._put("feed", enc.new_zeros(enc.size(1), d.hidden_size), 0)
+
+    def _set(self, name: str, value: Tensor, index: Optional[int] = None):
+        """The state's next value: bound (one batch's state) or written in place (a bucket's)."""
+        if self.slots is not None:
+            (getattr(self, name) if index is None else getattr(self, name)[index]).copy_(value)
+        elif index is None:
+            setattr(self, name, value)
+        else:
+            getattr(self, name)[index] = value
+
+    def step(self, tokens: Tensor, t) -> Tensor:
         return self._step(tokens)
 
     def _paper_step(self, tokens: Tensor) -> Tensor:
         d = self.decoder
         inp = torch.cat([d.dropout(d.embed_tokens(tokens)), self.feed], dim=1)
         for i, cell in enumerate(d.cells):
-            self.hs[i], self.cs[i] = cell(inp, (self.hs[i], self.cs[i]))
-            inp = d.dropout(self.hs[i]) if i + 1 < len(d.cells) else self.hs[i]
-        h = self.hs[-1]
+            h, c = cell(inp, (self.hs[i], self.cs[i]))
+            self._set("hs", h, i)
+            self._set("cs", c, i)
+            inp = d.dropout(h) if i + 1 < len(d.cells) else h
         scores = torch.bmm(h.unsqueeze(1), self.keys).squeeze(1).masked_fill(self.mask, float("-inf"))
         a = F.softmax(scores.float(), dim=-1).type_as(scores)
         ctx = torch.bmm(a.unsqueeze(1), self.values).squeeze(1)
-        self.feed = d.dropout(torch.tanh(d.combine(d.dropout(torch.cat([h, ctx], dim=1)))))
-        return self.feed
+        feed = d.dropout(torch.tanh(d.combine(d.dropout(torch.cat([h, ctx], dim=1)))))
+        self._set("feed", feed)
+        return feed
 
     def _caption_step(self, tokens: Tensor) -> Tensor:
         d = self.decoder
-        out, (self.h, self.c) = d.lstm(d.dropout(d.embed_tokens(tokens)).unsqueeze(0), (self.h, self.c))
+        out, (h, c) = d.lstm(d.dropout(d.embed_tokens(tokens)).unsqueeze(0), (self.h, self.c))
+        self._set("h", h)
+        self._set("c", c)
         return d.dropout(out[0])
 
     def _fairseq_step(self, tokens: Tensor) -> Tensor:
@@ -226,10 +327,12 @@ class RecurrentStaticState:
             inp = d.dropout_out_module(hidden)
             if d.residuals:
                 inp = inp + self.hs[i]
-            self.hs[i], self.cs[i] = hidden, cell
+            self._set("hs", hidden, i)
+            self._set("cs", cell, i)
         out = d.attention(hidden, self.enc, self.mask)[0]  # (an lstm without attention keeps fairseq's state)
-        self.feed = d.dropout_out_module(out)
-        x = self.feed
+        feed = d.dropout_out_module(out)
+        self._set("feed", feed)
+        x = feed
         if hasattr(d, "additional_fc") and d.adaptive_softmax is None:
             x = d.dropout_out_module(d.additional_fc(x))
         return x
@@ -242,15 +345,23 @@ def _recurrent_supported(decoder) -> bool:
     return type(decoder) is LSTMDecoder and decoder.attention is not None and decoder.encoder_output_units > 0
 
 
-def static_state(decoder, encoder_out, steps: int, keep_graph: bool = False):
+def has_static_state(decoder, encoder_out, keep_graph: bool = False) -> bool:
+    """Whether ``decoder`` samples on a static state (``static_state``)."""
+    if _recurrent_supported(decoder):
+        return True
+    return not keep_graph and _unsupported(decoder) is None and isinstance(encoder_out, dict) \
+        and bool(encoder_out.get("encoder_out"))
+
+
+def static_state(decoder, encoder_out, steps: int, keep_graph: bool = False, slots: Optional[Slots] = None):
     """The static state for ``decoder``, or None where it keeps fairseq's
     incremental state (another decoder, or an option the static step does
     not follow).  ``keep_graph``: the sampler keeps the steps' graph, which
     the Transformer's in-place buffers would break (recurrent decoders only
-    keep it)."""
-    if _recurrent_supported(decoder):
-        return RecurrentStaticState(decoder, encoder_out)
-    if keep_graph or _unsupported(decoder) is not None or not isinstance(encoder_out, dict) \
-            or not encoder_out.get("encoder_out"):
+    keep it).  ``slots``: a captured step's state, at the bucket's sizes
+    (``load`` then takes each next batch)."""
+    if not has_static_state(decoder, encoder_out, keep_graph):
         return None
-    return TransformerStaticState(decoder, encoder_out, steps)
+    if _recurrent_supported(decoder):
+        return RecurrentStaticState(decoder, encoder_out, slots)
+    return TransformerStaticState(decoder, encoder_out, steps, slots)

@@ -1,0 +1,212 @@
+"""The sampling step captured as a CUDA graph and replayed per token.
+
+On a GPU the sampling loop of a REINFORCE step waits on kernel launches and
+Python, not on arithmetic: a step of the base Transformer launches a few
+hundred small kernels for rows x d states.  Captured, the step is one
+``graph.replay()``: the decoder step on the static state
+(``static_state.py``), the scores over the batch's candidate union U or the
+whole vocabulary (``UnionScorer``), the draw with its entropy and greedy flag,
+the kept probabilities and the loop's bookkeeping (``sampler.Loop.step``),
+with t a 0-d device tensor that the step itself advances.  The self-critical
+baseline's greedy decode is captured the same way.
+
+Shape buckets.  A graph has fixed shapes and addresses, so one is captured
+per bucket: rows, steps, source length and |U| rounded up (``bucket``: at
+most 50% padding), the candidates' K, greedy or sampled, the temperature,
+whether probabilities are kept, the device and dtype.  A training run
+captures a handful of graphs, not one per batch.  Each batch is loaded into
+the front of its bucket's tensors (``static_state.Slots``, ``Loop.load``):
+
+    padded rows:      length 0, never alive; they attend to one zero key
+    padded sources:   masked
+    padded U rows:    zero, and no row's candidate
+
+so padding changes no example's result.  The uniform draws are made per
+batch outside the graph (``sampler.sample``), the same whatever the bucket.
+
+The graph reads the parameters at their addresses: an optimizer's in-place
+update is seen by the next replay; a parameter replaced (``.to()``,
+``load_state_dict(assign=True)``, a swap of weights) changes an address, and
+the bucket is captured again.  Under autocast (``--amp``) the loop runs
+eagerly.
+
+Recurrent decoders keep the sampling steps' graph for the backward when they
+run eagerly (``sampler.py``); a captured step keeps none, so where capture
+applies the samples are scored by one teacher-forced pass instead
+(``restricted_model``).
+
+``CAPTURE`` switches: "cuda-graphs" (captured on CUDA, eager elsewhere),
+"buckets" (the bucketed step with a device t run eagerly on any device: the
+captured program without the graph, for debugging and the CPU oracles),
+"off" (the eager loop everywhere).
+"""
+
+import weakref
+from collections import OrderedDict
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from fairseq_smallvocab.output.union_scorer import UnionScorer
+from fairseq_smallvocab.reinforce import sampler
+from fairseq_smallvocab.reinforce.static_state import Slots, has_static_state, static_state
+
+MODES = ("cuda-graphs", "buckets", "off")
+CAPTURE = "cuda-graphs"
+
+# buckets kept per decoder, least recently used dropped first; and the most bytes their tensors may hold (the
+# bucket in use is always kept): a full softmax's kept probabilities are rows x steps x |V| floats per bucket
+MAX_BUCKETS = 16
+MAX_BUCKET_BYTES = 2 * 2 ** 30
+
+# eager steps on a side stream before a capture (lazy initializations, e.g. cuBLAS handles, happen there)
+WARMUP_STEPS = 2
+
+_BUCKETS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # decoder -> OrderedDict(key -> _Bucket)
+
+
+def bucket(n: int, floor: int = 8) -> int:
+    """``n`` rounded up to the next of 2^k and 3 * 2^(k-1) (at least ``floor``): two buckets per octave, at
+    most 50% padding."""
+    if n <= floor:
+        return floor
+    power = 1 << (n - 1).bit_length()
+    return power * 3 // 4 if n <= power * 3 // 4 else power
+
+
+def _autocast_on(device) -> bool:
+    try:
+        return torch.is_autocast_enabled(device.type)
+    except TypeError:  # torch < 2.4 asks about CUDA only
+        return device.type == "cuda" and torch.is_autocast_enabled()
+
+
+def applies(decoder, encoder_out, device) -> bool:
+    """Whether ``sampler.sample`` runs the bucketed step (captured on CUDA) for this decoder and device."""
+    if CAPTURE not in MODES:
+        raise ValueError(f"capture.CAPTURE is {CAPTURE!r}; choose one of {', '.join(MODES)}")
+    if CAPTURE == "off" or not sampler.STATIC_STATE:
+        return False
+    if CAPTURE == "cuda-graphs" and (device.type != "cuda" or _autocast_on(device)):
+        return False
+    return has_static_state(decoder, encoder_out)
+
+
+def _source_length(encoder_out) -> int:
+    if isinstance(encoder_out, dict):
+        enc = encoder_out.get("encoder_out") or []
+        return enc[0].size(0) if enc and enc[0].dim() == 3 else 0
+    return encoder_out[0].size(0)  # fairseq's lstm: S x rows x C first
+
+
+def _fingerprint(decoder, weight: Tensor, bias: Optional[Tensor]):
+    """The addresses a captured step reads its parameters from."""
+    return tuple(p.data_ptr() for p in decoder.parameters()) + (
+        weight.data_ptr(), 0 if bias is None else bias.data_ptr())
+
+
+class _Bucket:
+    """One shape bucket's loop, state and scorer at fixed addresses, and its captured step."""
+
+    def __init__(self, decoder, encoder_out, union: UnionScorer, rows: int, steps: int, src_len: int,
+                 union_size: int, width: int, k: int, greedy: bool, temperature: float, store_probs: bool):
+        device = union.weight.device
+        self.slots = Slots(rows, src_len)
+        self.union_size = union_size
+        self.state = static_state(decoder, encoder_out, steps, slots=self.slots)
+        self.loop = sampler.Loop(decoder.dictionary, rows, steps, width, device, greedy, temperature,
+                                 store_probs, small=k > 0, k=k)
+        self.scorer = union
+        self.t = torch.zeros((), dtype=torch.long, device=device)
+        self.graph = None
+        self.params = None
+        self.bytes = sum(x.numel() * x.element_size() for x in [
+            *self.slots.slots.values(), *getattr(self.state, "keys", []), *getattr(self.state, "values", []),
+            *(x for x in vars(self.loop).values() if isinstance(x, Tensor))])
+
+    def load(self, encoder_out, union: UnionScorer, max_lens: Tensor, candidates, uniforms):
+        self.state.load(encoder_out)
+        if union.pos is None:  # the full softmax reads the output layer's own parameters
+            self.scorer = union
+        else:  # the batch's union rows (and their positions) into the bucket's
+            scorer, slots = self.scorer, self.slots
+            scorer.weight = slots.put("union_weight", union.weight, {0: self.union_size})
+            if union.bias is not None:
+                scorer.bias = slots.put("union_bias", union.bias, {0: self.union_size})
+            scorer.pos = scorer.row_pos = slots.put("union_pos", union.pos, {0: slots.rows})
+        self.loop.load(max_lens, candidates, uniforms)
+        self.t.zero_()
+
+    def step(self):
+        with torch.no_grad():
+            self.loop.step(self.state, self.scorer, self.t)
+            self.t += 1
+
+    def replay(self):
+        if self.graph is None:
+            self.step()
+        else:
+            self.graph.replay()
+
+    def capture(self):
+        """Record one step (after eager warm-up steps on a side stream, as CUDA graphs need); the loop's
+        tensors are then stale: load the batch again."""
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(WARMUP_STEPS):
+                self.step()
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            self.step()
+        self.graph = graph
+
+
+def _bucket_for(decoder, key, make) -> _Bucket:
+    buckets = _BUCKETS.setdefault(decoder, OrderedDict())
+    entry = buckets.get(key)
+    if entry is None:
+        entry = buckets[key] = make()
+    buckets.move_to_end(key)
+    while len(buckets) > 1 and (len(buckets) > MAX_BUCKETS or sum(b.bytes for b in buckets.values())
+                                > MAX_BUCKET_BYTES):
+        buckets.popitem(last=False)
+    return entry
+
+
+def sample(decoder, encoder_out, weight: Tensor, bias: Optional[Tensor], candidates: Optional[Tensor],
+           max_lens: Tensor, uniforms: Optional[Tensor], greedy: bool, temperature: float,
+           store_probs: bool) -> "sampler.Samples":
+    """``sampler.sample`` on the batch's shape bucket: each step replays the bucket's captured graph
+    ("cuda-graphs"), or runs its step eagerly ("buckets"); the samples are copies (the next batch reuses the
+    bucket)."""
+    bsz = max_lens.size(0)
+    steps = int(max_lens.max()) if bsz else 0
+    union = UnionScorer(weight, bias, candidates)
+    k = 0 if candidates is None else candidates.size(1)
+    width = k or weight.size(0)
+    union_size = 0 if candidates is None else bucket(union.weight.size(0), floor=k)
+    src_len = bucket(_source_length(encoder_out))
+    rows = bucket(bsz)
+    # the bucket's steps stay within the decoder's positions (a learned position table ends there)
+    bucket_steps = max(steps, min(bucket(steps), int(decoder.max_positions())))
+    key = (rows, bucket_steps, src_len, union_size, width, greedy, temperature, store_probs,
+           weight.dtype, str(weight.device))
+    entry = _bucket_for(decoder, key, lambda: _Bucket(
+        decoder, encoder_out, union, rows, bucket_steps, src_len, union_size, width, k, greedy, temperature,
+        store_probs))
+    entry.load(encoder_out, union, max_lens, candidates, uniforms)
+    if CAPTURE == "cuda-graphs":
+        params = _fingerprint(decoder, weight, bias)
+        if entry.graph is None or entry.params != params:
+            entry.capture()
+            entry.params = params
+            entry.load(encoder_out, union, max_lens, candidates, uniforms)
+    loop = entry.loop
+    for t in range(steps):
+        entry.replay()
+        if (t + 1) % sampler.STOP_CHECK_EVERY == 0 and not loop.alive.any():
+            break
+    return loop.samples(bsz, copy=True)

@@ -1,0 +1,212 @@
+"""The captured sampling step (reinforce/capture.py).  On the CPU, the
+bucketed step with its device step index run eagerly (CAPTURE = "buckets",
+the program a CUDA graph records): a bucket's padding (rows, steps, source
+length, candidate union) changes no example's sample, probabilities or
+entropy, for every model family, in and out of candidates, sampled and
+greedy; a bucket takes the next batch without leaking the last; REINFORCE's
+loss and gradients are those of the eager loop.  On CUDA (skipped without
+one): graph replay equals the eager loop for the same draws over several
+buckets, reads updated parameters, is captured again when a parameter is
+replaced, and syncs with the host nowhere inside the loop."""
+
+import pytest
+import torch
+from helpers import B, _crit, _setup, candidate_batch
+from test_static_state import STATIC, TRANSFORMERS, _inputs
+
+from fairseq_smallvocab.reinforce import capture, sampler
+from fairseq_smallvocab.restricted_model import restrict
+
+FIELDS = ("tokens", "positions", "mask", "lengths", "is_greedy")
+
+
+def _model(name, device="cpu"):
+    torch.manual_seed(0)
+    model = restrict(STATIC[name]()).eval().to(device)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.normal_(0, 0.5)
+    return model
+
+
+def _draw(model, encoder_out, candidates, max_lens, mode, monkeypatch, seed=1, **options):
+    monkeypatch.setattr(capture, "CAPTURE", mode)
+    weight, bias = model.output_weights()
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        return sampler.sample(model.decoder, encoder_out, weight, bias, candidates, max_lens, **options)
+
+
+def _assert_same(a, b):
+    for field in FIELDS:
+        want = getattr(b, field)
+        assert (getattr(a, field) is None) if want is None else torch.equal(getattr(a, field), want), field
+    if b.entropy is not None:
+        torch.testing.assert_close(a.entropy, b.entropy, atol=1e-5, rtol=1e-5)
+    for field in ("probs", "chosen_lprobs"):  # the steps that count (fairseq masks ended rows' pad keys)
+        want = getattr(b, field)
+        assert (getattr(a, field) is None) == (want is None), field
+        if want is not None:
+            torch.testing.assert_close(getattr(a, field)[b.mask], want[b.mask], atol=1e-5, rtol=1e-5)
+
+
+def test_buckets_round_up_two_per_octave():
+    assert [capture.bucket(n) for n in (0, 1, 8, 9, 12, 13, 16, 17, 24, 25, 100, 128, 129)] == \
+        [8, 8, 8, 12, 12, 16, 16, 24, 24, 32, 128, 128, 192]
+    assert [capture.bucket(n, floor=500) for n in (10, 500, 501, 513)] == [500, 500, 512, 768]
+
+
+@pytest.mark.parametrize("name", list(STATIC))
+@pytest.mark.parametrize("small", [True, False])
+@pytest.mark.parametrize("greedy", [False, True])
+def test_a_buckets_padding_changes_no_example(name, small, greedy, monkeypatch):
+    """15 rows (bucket 16), at most 9 steps (bucket 12), sources of 7 (bucket 8), the union padded: the same
+    samples as the eager loop, with the same uniform draws."""
+    model = _model(name)
+    encoder_out, tokens = _inputs(model, 3, 1)
+    rows = tokens.size(0)
+    candidates = candidate_batch(12, len(model.decoder.dictionary), bsz=rows) if small else None
+    max_lens = torch.tensor([6, 3, 9, 1, 5] * 3).view(3, 5).t().reshape(-1)
+    options = dict(greedy=greedy, keep_probs=True)
+    got = _draw(model, encoder_out, candidates, max_lens, "buckets", monkeypatch, **options)
+    want = _draw(model, encoder_out, candidates, max_lens, "off", monkeypatch, **options)
+    _assert_same(got, want)
+    assert want.tokens.size(1) > 1 or greedy  # (greedy decodes of this model end at once)
+    (entry,) = capture._BUCKETS[model.decoder].values()
+    assert entry.loop.tokens.shape == (16, 13) and entry.slots.src_len == 8 and entry.graph is None
+
+
+@pytest.mark.parametrize("name", ["transformer", "lstm_smallvocab", "lstm"])
+def test_a_bucket_takes_the_next_batch_without_the_last(name, monkeypatch):
+    """A second, smaller batch of the same bucket (fewer rows, other sources and length bounds, another union):
+    what it draws is what the eager loop draws for it alone; one bucket serves both."""
+    model = _model(name)
+    vocab = len(model.decoder.dictionary)
+    big, _ = _inputs(model, 3, 1)
+    other = model.encoder.reorder_encoder_out(_inputs(model, 3, 1, seed=5, width=5)[0],
+                                           torch.arange(13))
+    batches = [(big, candidate_batch(12, vocab, bsz=15), torch.full((15,), 9)),
+               (other, candidate_batch(12, vocab, bsz=13), torch.tensor([11, 2, 5, 1, 3] * 2 + [4, 6, 2]))]
+    capture._BUCKETS.pop(model.decoder, None)
+    for encoder_out, candidates, max_lens in batches:
+        got = _draw(model, encoder_out, candidates, max_lens, "buckets", monkeypatch, keep_probs=True)
+        want = _draw(model, encoder_out, candidates, max_lens, "off", monkeypatch, keep_probs=True)
+        _assert_same(got, want)
+    assert len(capture._BUCKETS[model.decoder]) == 1
+
+
+def test_buckets_beyond_the_limits_are_dropped_least_recent_first(monkeypatch):
+    model = _model("transformer")
+    encoder_out, _ = _inputs(model, 1, 1)
+    capture._BUCKETS.pop(model.decoder, None)
+    monkeypatch.setattr(capture, "MAX_BUCKETS", 2)
+    for steps in (3, 20, 40):  # buckets 8, 24 and 48 steps
+        _draw(model, encoder_out, None, torch.full((5,), steps), "buckets", monkeypatch)
+    assert [key[1] for key in capture._BUCKETS[model.decoder]] == [24, 48]
+    monkeypatch.setattr(capture, "MAX_BUCKET_BYTES", 1)  # the bucket in use stays
+    _draw(model, encoder_out, None, torch.full((5,), 3), "buckets", monkeypatch)
+    assert [key[1] for key in capture._BUCKETS[model.decoder]] == [8]
+
+
+def test_where_the_bucketed_step_applies(monkeypatch):
+    transformer, lstm = _model("transformer"), _model("lstm_smallvocab")
+    cross = restrict(STATIC["transformer"]())  # an option the static step does not follow
+    cross.decoder.cross_self_attention = True
+    out, _ = _inputs(transformer, 1, 1)
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(capture, "CAPTURE", "cuda-graphs")
+    assert not capture.applies(transformer.decoder, out, cpu)  # graphs are CUDA's
+    monkeypatch.setattr(capture, "CAPTURE", "buckets")
+    assert capture.applies(transformer.decoder, out, cpu) and capture.applies(lstm.decoder, _inputs(lstm, 1, 1)[0], cpu)
+    assert not capture.applies(cross.decoder, out, cpu)
+    monkeypatch.setattr(sampler, "STATIC_STATE", False)
+    assert not capture.applies(transformer.decoder, out, cpu)
+    monkeypatch.setattr(capture, "CAPTURE", "graphs")
+    with pytest.raises(ValueError, match="capture.CAPTURE is 'graphs'; choose one of cuda-graphs, buckets, off"):
+        capture.applies(transformer.decoder, out, cpu)
+
+
+@pytest.mark.parametrize("small", [True, False])
+@pytest.mark.parametrize("baseline,n", [("learned", 1), ("loo", 3)])
+def test_reinforce_loss_and_gradients_on_the_bucketed_step(small, baseline, n, monkeypatch):
+    """The paper's LSTM keeps its sampling steps' graph when eager; on the bucketed step it keeps none and
+    scores its samples by a teacher-forced pass: the same loss, logged values and gradients."""
+    model, task, sample = _setup(small)
+    params = [p for p in model.parameters() if p.requires_grad]
+    results = {}
+    for mode in ("off", "buckets"):
+        monkeypatch.setattr(capture, "CAPTURE", mode)
+        # a fresh criterion: the learned baseline learns at every call
+        crit = _crit(task, rl_lambda=0.3, rl_baseline=baseline, max_sample_len=7, rl_samples=n)
+        model.zero_grad()
+        torch.manual_seed(6)
+        loss, size, log = crit(model, sample)
+        loss.backward()
+        results[mode] = loss.detach(), [p.grad.clone() for p in params], log
+    (loss_a, grads_a, log_a), (loss_b, grads_b, log_b) = results["off"], results["buckets"]
+    torch.testing.assert_close(loss_b, loss_a, atol=1e-5, rtol=1e-5)
+    for got, want in zip(grads_b, grads_a):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+    assert log_a["sample_len"] == log_b["sample_len"] and log_a["sample_len"] < 7 * B * n  # some ended early
+    assert model.decoder in capture._BUCKETS
+
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (CUDA graphs)")
+
+
+@cuda
+@pytest.mark.parametrize("name", ["transformer", "transformer_learned_pos", "lstm_smallvocab", "lstm",
+                                  "lstm_caption_smallvocab"])
+@pytest.mark.parametrize("small", [True, False])
+def test_graph_replay_equals_the_eager_loop_over_buckets_and_updates(name, small, monkeypatch):
+    """The same draws: replayed graphs give the eager loop's samples for batches of three buckets, after an
+    in-place update of every parameter (the graph reads the new values), and after a parameter is replaced
+    (a new address: the bucket is captured again)."""
+    model = _model(name, "cuda")
+    vocab = len(model.decoder.dictionary)
+    capture._BUCKETS.pop(model.decoder, None)
+
+    def check(n, steps):
+        encoder_out = _inputs(model, n, 1)[0]
+        rows = 5 * n
+        candidates = candidate_batch(12, vocab, bsz=rows).cuda() if small else None
+        max_lens = torch.arange(rows, device="cuda") % steps + 1
+        for greedy in (False, True):
+            options = dict(greedy=greedy, keep_probs=True)
+            got = _draw(model, encoder_out, candidates, max_lens, "cuda-graphs", monkeypatch, **options)
+            want = _draw(model, encoder_out, candidates, max_lens, "off", monkeypatch, **options)
+            _assert_same(got, want)
+
+    for n, steps in ((1, 4), (3, 9), (5, 30)):
+        check(n, steps)
+    graphs = {key: entry.graph for key, entry in capture._BUCKETS[model.decoder].items()}
+    assert len(graphs) >= 3 and all(graph is not None for graph in graphs.values())
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(torch.randn_like(param) * 0.1)
+    check(3, 9)
+    assert all(capture._BUCKETS[model.decoder][key].graph is graphs[key] for key in graphs)  # not captured again
+    first = next(model.decoder.parameters())
+    first.data = first.data.clone()  # a new address
+    check(3, 9)
+    assert any(capture._BUCKETS[model.decoder][key].graph is not graphs[key] for key in graphs)
+
+
+@cuda
+@pytest.mark.parametrize("name", TRANSFORMERS[:1] + ["lstm_smallvocab"])
+def test_a_replayed_step_never_waits_for_the_host(name, monkeypatch):
+    model = _model(name, "cuda")
+    encoder_out, _ = _inputs(model, 3, 1)
+    weight, bias = model.output_weights()
+    max_lens = torch.full((15,), 12, device="cuda")
+    monkeypatch.setattr(capture, "CAPTURE", "cuda-graphs")
+    monkeypatch.setattr(sampler, "STOP_CHECK_EVERY", 10 ** 9)
+    with torch.no_grad():
+        sampler.sample(model.decoder, encoder_out, weight, bias, None, max_lens)  # captured here
+        (entry,) = capture._BUCKETS[model.decoder].values()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            for _ in range(12):
+                entry.replay()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
