@@ -44,7 +44,7 @@ from fairseq_smallvocab.candidates.space import candidate_positions
 from fairseq_smallvocab.output.gathered_grad import gathered_embedding_grads
 from fairseq_smallvocab.output.restricted import restricted_logits
 from fairseq_smallvocab.output.weights import OutputWeights, RestrictionError, eval_mode, find_output_weights
-from fairseq_smallvocab.reinforce import capture, sampler
+from fairseq_smallvocab.reinforce import sampler
 from fairseq_smallvocab.reinforce.sampler import SampleRequest, Samples
 
 
@@ -115,8 +115,8 @@ class CandidateModel:
                 candidates = None if candidates is None else candidates.index_select(0, order)
                 max_lens = max_lens.index_select(0, order)
             # a captured sampling step keeps no graph: its samples are scored by a teacher-forced pass
-            keep_graph = self.sample_keeps_graph and not capture.applies(self.decoder, encoder_out,
-                                                                         max_lens.device)
+            keep_graph = self.sample_keeps_graph and not sampler.captures(self.decoder, encoder_out,
+                                                                          max_lens.device)
             samples = sampler.sample(self.decoder, encoder_out, weight, bias, candidates, max_lens,
                                      keep_graph=keep_graph, temperature=policy.temperature,
                                      keep_probs=torch.is_grad_enabled())

@@ -119,8 +119,9 @@ def test_where_the_bucketed_step_applies(monkeypatch):
     monkeypatch.setattr(capture, "CAPTURE", "buckets")
     assert capture.applies(transformer.decoder, out, cpu) and capture.applies(lstm.decoder, _inputs(lstm, 1, 1)[0], cpu)
     assert not capture.applies(cross.decoder, out, cpu)
-    monkeypatch.setattr(sampler, "STATIC_STATE", False)
-    assert not capture.applies(transformer.decoder, out, cpu)
+    assert sampler.captures(transformer.decoder, out, cpu)
+    monkeypatch.setattr(sampler, "STATIC_STATE", False)  # the bucketed step runs on the static state
+    assert not sampler.captures(transformer.decoder, out, cpu)
     monkeypatch.setattr(capture, "CAPTURE", "graphs")
     with pytest.raises(ValueError, match="capture.CAPTURE is 'graphs'; choose one of cuda-graphs, buckets, off"):
         capture.applies(transformer.decoder, out, cpu)

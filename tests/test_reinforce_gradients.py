@@ -94,7 +94,7 @@ def _ranked_choices(monkeypatch, rank_of_row):
     """Replace the sampler's draw by a deterministic one: row r takes the
     ``rank_of_row(r)``-th most likely word of its step (so the same sample can
     be drawn in a batch of N samples per input and alone)."""
-    from fairseq_smallvocab.reinforce import sampler
+    from fairseq_smallvocab.reinforce import loop
 
     def draw(logits, with_entropy=False, with_probs=False, probs_out=None, uniform=None):
         ranks = torch.tensor([rank_of_row(r) for r in range(logits.size(0))])
@@ -104,7 +104,7 @@ def _ranked_choices(monkeypatch, rank_of_row):
             return choice, torch.zeros(logits.size(0)), probs
         return (choice, torch.zeros(logits.size(0))) if with_entropy else choice
 
-    monkeypatch.setattr(sampler, "sample_categorical", draw)
+    monkeypatch.setattr(loop, "sample_categorical", draw)
 
 
 @pytest.mark.parametrize("small", [True, False])

@@ -6,7 +6,7 @@ hundred small kernels for rows x d states.  Captured, the step is one
 ``graph.replay()``: the decoder step on the static state
 (``static_state.py``), the scores over the batch's candidate union U or the
 whole vocabulary (``UnionScorer``), the draw with its entropy and greedy flag,
-the kept probabilities and the loop's bookkeeping (``sampler.Loop.step``),
+the kept probabilities and the loop's bookkeeping (``loop.Loop.step``),
 with t a 0-d device tensor that the step itself advances.  The self-critical
 baseline's greedy decode is captured the same way.
 
@@ -49,7 +49,7 @@ import torch
 from torch import Tensor
 
 from fairseq_smallvocab.output.union_scorer import UnionScorer
-from fairseq_smallvocab.reinforce import sampler
+from fairseq_smallvocab.reinforce.loop import Loop, Samples
 from fairseq_smallvocab.reinforce.static_state import Slots, has_static_state, static_state
 
 MODES = ("cuda-graphs", "buckets", "off")
@@ -83,10 +83,11 @@ def _autocast_on(device) -> bool:
 
 
 def applies(decoder, encoder_out, device) -> bool:
-    """Whether ``sampler.sample`` runs the bucketed step (captured on CUDA) for this decoder and device."""
+    """Whether the bucketed step (captured on CUDA) applies to this decoder and device (``sampler.captures``
+    also asks whether the static state is on)."""
     if CAPTURE not in MODES:
         raise ValueError(f"capture.CAPTURE is {CAPTURE!r}; choose one of {', '.join(MODES)}")
-    if CAPTURE == "off" or not sampler.STATIC_STATE:
+    if CAPTURE == "off":
         return False
     if CAPTURE == "cuda-graphs" and (device.type != "cuda" or _autocast_on(device)):
         return False
@@ -115,7 +116,7 @@ class _Bucket:
         self.slots = Slots(rows, src_len)
         self.union_size = union_size
         self.state = static_state(decoder, encoder_out, steps, slots=self.slots)
-        self.loop = sampler.Loop(decoder.dictionary, rows, steps, width, device, greedy, temperature,
+        self.loop = Loop(decoder.dictionary, rows, steps, width, device, greedy, temperature,
                                  store_probs, small=k > 0, k=k)
         self.scorer = union
         self.t = torch.zeros((), dtype=torch.long, device=device)
@@ -164,6 +165,11 @@ class _Bucket:
         self.graph = graph
 
 
+def forget(decoder):
+    """Drop ``decoder``'s buckets and their graphs (their memory returns to the allocator's cache)."""
+    _BUCKETS.pop(decoder, None)
+
+
 def _bucket_for(decoder, key, make) -> _Bucket:
     buckets = _BUCKETS.setdefault(decoder, OrderedDict())
     entry = buckets.get(key)
@@ -178,10 +184,10 @@ def _bucket_for(decoder, key, make) -> _Bucket:
 
 def sample(decoder, encoder_out, weight: Tensor, bias: Optional[Tensor], candidates: Optional[Tensor],
            max_lens: Tensor, uniforms: Optional[Tensor], greedy: bool, temperature: float,
-           store_probs: bool) -> "sampler.Samples":
+           store_probs: bool, stop_check_every: int = 1) -> Samples:
     """``sampler.sample`` on the batch's shape bucket: each step replays the bucket's captured graph
-    ("cuda-graphs"), or runs its step eagerly ("buckets"); the samples are copies (the next batch reuses the
-    bucket)."""
+    ("cuda-graphs"), or runs its step eagerly ("buckets"); the loop asks whether any row is still going every
+    ``stop_check_every`` steps.  The samples are copies (the next batch reuses the bucket)."""
     bsz = max_lens.size(0)
     steps = int(max_lens.max()) if bsz else 0
     union = UnionScorer(weight, bias, candidates)
@@ -207,6 +213,6 @@ def sample(decoder, encoder_out, weight: Tensor, bias: Optional[Tensor], candida
     loop = entry.loop
     for t in range(steps):
         entry.replay()
-        if (t + 1) % sampler.STOP_CHECK_EVERY == 0 and not loop.alive.any():
+        if (t + 1) % stop_check_every == 0 and not loop.alive.any():
             break
     return loop.samples(bsz, copy=True)
