@@ -166,6 +166,8 @@ def configurations(args):
                         cfg["ab"] = args.ab
                     if args.floor and mode != "decode":
                         cfg["floor"] = True
+                    if args.largest_batch and mode != "decode":
+                        cfg["largest_batch"] = True
                     if args.data:
                         cfg.update(data=str(args.data), candidates_dir=args.candidates_dir, captions=args.captions,
                                    checkpoint=str(args.checkpoint) if args.checkpoint else None,
@@ -232,6 +234,11 @@ def parse_args(argv=None):
                              "1000000000,32); reports each value's median and the median ratio A / B. The setting "
                              "must be read where it is used: one copied at import or when a model is built (`from "
                              "... import NAME`) does not change, and both sides then measure the same code")
+    parser.add_argument("--largest-batch", action="store_true",
+                        help="with --device cuda: for each softmax, first find the largest batch (sentences, each "
+                             "with --rl-samples samples) whose training step fits the GPU's memory, doubling from "
+                             "--batch and then bisecting to within 5%% (smallvocab_tools/bench/largest_batch.py), "
+                             "then time that batch; records add largest_batch and sentences_per_sec")
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--max-len", type=int, default=50)
     parser.add_argument("--steps", type=int, default=5, help="timed steps")
@@ -294,6 +301,9 @@ def parse_args(argv=None):
     if args.floor and args.device != "cpu":
         parser.error("--floor counts the CPU's products (cuDNN's fused RNN kernels are not among them): "
                      "leave out --device cuda")
+    if args.largest_batch and (args.device == "cpu" or args.data or args.modes == ["decode"] or args.floor):
+        parser.error("--largest-batch searches a GPU's memory with synthetic training batches: give --device cuda "
+                     "and --modes ce and/or reinforce, without --data and --floor")
     if args.ab:
         if args.phases:
             parser.error("--ab times whole steps: leave out --phases")

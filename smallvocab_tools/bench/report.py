@@ -34,6 +34,22 @@ def markdown(records) -> str:
                          f"{r['tokens_per_sec']:,.0f} | {r['sec_per_epoch']:,.0f} | {r['peak_mem_mb']:,.0f} | "
                          f"{r.get('peak_rss_mb', 0):,.0f} | {speedup} | {memory} |")
         out.append("\n".join(lines))
+    largest = [r for r in train if "largest_batch" in r]
+    if largest:
+        head = ("| arch | mode | V | softmax | K | largest batch | s/step | sentences/s | peak MB | batch vs full | "
+                "sentences/s vs full |")
+        lines = [head, "|" + "---|" * (head.count("|") - 1)]
+        full = {(r.get("arch"), mode_label(r), r["vocab_size"]): r for r in largest if r["softmax"] == "full"}
+        for r in largest:
+            ref = full.get((r.get("arch"), mode_label(r), r["vocab_size"]))
+            small = ref is not None and r["softmax"] == "small" and ref["largest_batch"] > 0
+            batch_ratio = f"{r['largest_batch'] / ref['largest_batch']:.2f}x" if small else ""
+            speed_ratio = f"{r['sentences_per_sec'] / ref['sentences_per_sec']:.2f}x" if small else ""
+            lines.append(f"| {r.get('arch') or 'lstm_smallvocab'} | {mode_label(r)} | {r['vocab_size']:,} | "
+                         f"{r['softmax']} | {r['K'] or '-'} | {r['largest_batch']} | {r['sec_per_step']:.3f} | "
+                         f"{r['sentences_per_sec']:,.1f} | {r['peak_mem_mb']:,.0f} | {batch_ratio} | {speed_ratio} |")
+        out.append("The largest batch whose step fits (--largest-batch; sentences, each with its samples):\n\n"
+                   + "\n".join(lines))
     timed = [r for r in train if r.get("phases")]
     if timed:
         head = ("| mode | V | softmax | K | sample limit | sample len | s/step | " + " | ".join(PHASES) +

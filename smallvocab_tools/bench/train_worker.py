@@ -16,6 +16,7 @@ import statistics
 import time
 
 from smallvocab_tools.bench.ab import ab_steps
+from smallvocab_tools.bench.largest_batch import fits_on_cuda, largest_fitting
 from smallvocab_tools.bench.phases import instrument
 from smallvocab_tools.bench.workload import build_model, make_batch, real_setup, synthetic_task, to_device
 
@@ -108,6 +109,14 @@ def train_worker(cfg: dict) -> dict:
         criterion.load_state_dict(state[1])
         optimizer.load_state_dict(state[2])
 
+    searched = None
+    if cfg.get("largest_batch"):  # (CUDA only) the largest batch that fits, then timed as any batch
+        searched = _largest_batch(cfg, model, step, optimizer, device)
+        cfg["batch"] = searched["largest_batch"]
+        samples = [make_batch(cfg["vocab_size"], cfg["K"], cfg["batch"], cfg["max_len"], device,
+                              zipf=cfg["zipf"])] * count
+        timed = samples[cfg["warmup"]:]
+        torch.cuda.reset_peak_memory_stats(device)
     ab = floor = None
     if cfg.get("ab"):  # (never with --phases or --floor)
         ab = ab_steps(cfg, step, samples, sample_lens, torch.manual_seed, snapshot, restore, sync=sync)
@@ -151,6 +160,8 @@ def train_worker(cfg: dict) -> dict:
         record.update(ab)
     if floor is not None:
         record.update(floor)
+    if searched is not None:
+        record.update(searched, sentences_per_sec=round(cfg["batch"] / sec_per_step, 1))
     if cfg.get("data"):
         record.update(data=cfg["data"], zipf=None, task="captioning" if cfg.get("captions") else "translation",
                       checkpoint=cfg.get("checkpoint"),
@@ -158,6 +169,23 @@ def train_worker(cfg: dict) -> dict:
                       max_len=max(sample["target"].size(1) for sample in timed),
                       mean_tgt_len=round(tokens / sum(sample["target"].size(0) for sample in timed), 2))
     return record
+
+
+def _largest_batch(cfg: dict, model, step, optimizer, device) -> dict:
+    """The largest batch (sentences) whose training step fits the GPU (``largest_batch.py``)."""
+    from fairseq_smallvocab.reinforce import capture
+
+    def make_sample(n):
+        return make_batch(cfg["vocab_size"], cfg["K"], n, cfg["max_len"], device, zipf=cfg["zipf"])
+
+    def reset():
+        optimizer.zero_grad(set_to_none=True)
+        capture.forget(model.decoder)
+
+    largest, trials = largest_fitting(fits_on_cuda(step, make_sample, reset), cfg["batch"])
+    if not largest:
+        raise RuntimeError(f"--largest-batch: not even a batch of 1 sentence fits {device}")
+    return {"largest_batch": largest, "largest_batch_trials": trials}
 
 
 def floor_steps(cfg: dict, step, samples, sample_lens, seed, snapshot, restore, sync=lambda: None) -> dict:
