@@ -64,6 +64,10 @@ MAX_BUCKET_BYTES = 2 * 2 ** 30
 WARMUP_STEPS = 2
 
 _BUCKETS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # decoder -> OrderedDict(key -> _Bucket)
+# decoder -> the memory pool its graphs share: a step's intermediates live only while it replays (what outlives
+# it is in the buckets' tensors, made outside capture), so one bucket's replay may reuse another's memory, and
+# the pool holds the largest bucket's intermediates, not their sum
+_POOLS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def bucket(n: int, floor: int = 8) -> int:
@@ -150,9 +154,9 @@ class _Bucket:
         else:
             self.graph.replay()
 
-    def capture(self):
-        """Record one step (after eager warm-up steps on a side stream, as CUDA graphs need); the loop's
-        tensors are then stale: load the batch again."""
+    def capture(self, pool):
+        """Record one step (after eager warm-up steps on a side stream, as CUDA graphs need) into the
+        memory ``pool`` of the decoder's graphs; the loop's tensors are then stale: load the batch again."""
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
@@ -160,7 +164,7 @@ class _Bucket:
                 self.step()
         torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        with torch.cuda.graph(graph, pool=pool):
             self.step()
         self.graph = graph
 
@@ -168,6 +172,7 @@ class _Bucket:
 def forget(decoder):
     """Drop ``decoder``'s buckets and their graphs (their memory returns to the allocator's cache)."""
     _BUCKETS.pop(decoder, None)
+    _POOLS.pop(decoder, None)
 
 
 def _bucket_for(decoder, key, make) -> _Bucket:
@@ -207,7 +212,9 @@ def sample(decoder, encoder_out, weight: Tensor, bias: Optional[Tensor], candida
     if CAPTURE == "cuda-graphs":
         params = _fingerprint(decoder, weight, bias)
         if entry.graph is None or entry.params != params:
-            entry.capture()
+            if decoder not in _POOLS:
+                _POOLS[decoder] = torch.cuda.graph_pool_handle()
+            entry.capture(_POOLS[decoder])
             entry.params = params
             entry.load(encoder_out, union, max_lens, candidates, uniforms)
     loop = entry.loop
