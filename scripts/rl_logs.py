@@ -9,27 +9,50 @@ training epoch's reward / greedy_frac / entropy; ``--json`` writes every
 parsed record.  ``start-epochs``: the paper's Figure 3: dev BLEU after
 REINFORCE started from the CE checkpoint of epoch e (read from the run's
 ``--finetune-from-model .../checkpointE.pt``) beside the CE run's own dev BLEU
-at epoch e, small and full softmax, as a table and a PNG.
+at epoch e, small and full softmax, as a table and a PNG.  ``recipe``: the
+folder of examples/translation/run_transformer_rl_multi30k.sh (runs named
+STAGE-kK-sSEED: ce, rl and the controls ctl-ce and ctl-constant): for each
+softmax, stage and seed, sacrebleu's BLEU of its decodes (val and test2016,
+greedy and beam 5) against the raw references, the best dev BLEU of its
+training validations and the update it came at, minutes per epoch and
+minutes to that best (from the log's timestamps, summed over resumed
+sessions), a mean row over the seeds, and a PNG of dev BLEU against
+REINFORCE updates (each run starting at its CE checkpoint's best).
 
     python scripts/rl_logs.py table runs/*.train.log --json rl.json
     python scripts/rl_logs.py start-epochs --ce small=ce-k500/train.log --ce full=ce-k0/train.log \\
         --rl small=rl-e1-k500/train.log --rl small=rl-e4-k500/train.log --rl full=... --out fig3.png
+    python scripts/rl_logs.py recipe checkpoints/t32 --data data-bin/multi30k.en-de --tgt de \
+        --markdown table.md --png dev_bleu.png
 """
 
 import argparse
 import json
 import re
+import statistics
 import sys
+from datetime import datetime
 from pathlib import Path
 
 _LINE = re.compile(r"\| (train|valid) \| epoch (\d+) \|(.*)$")
 _START = re.compile(r"'finetune_from_model': '([^']*)'")
+_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")
+_SESSION = "| fairseq_cli.train | {"  # the config line each start (or resume) of fairseq-train logs
 
 
 def parse(path) -> dict:
-    """{"name", "valid": [{epoch, metric: value, ...}], "train": [...], "start": checkpoint or None}."""
+    """{"name", "valid": [{epoch, metric: value, ...}], "train": [...], "start": checkpoint or None}; each
+    record also has "elapsed", the seconds of training before its line (summed over the log's sessions: a
+    resumed run's pause is not counted), where the log's lines have timestamps."""
     out = {"name": Path(path).name.replace(".train.log", ""), "valid": [], "train": [], "start": None}
+    before, first, last = 0.0, None, None  # the earlier sessions' seconds; this session's first and last times
     for line in Path(path).read_text(errors="replace").splitlines():
+        stamp = _TIME.match(line)
+        now = datetime.strptime(stamp.group(1), "%Y-%m-%d %H:%M:%S").timestamp() if stamp else None
+        if _SESSION in line and first is not None:
+            before, first = before + (last - first), None
+        if now is not None:
+            first, last = (now if first is None else first), now
         start = _START.search(line)
         if start and out["start"] is None:
             out["start"] = start.group(1)
@@ -37,6 +60,8 @@ def parse(path) -> dict:
         if not match or (match.group(1) == "valid" and "valid on" not in line):
             continue
         record = {"epoch": int(match.group(2))}
+        if now is not None:
+            record["elapsed"] = before + (now - first)
         for field in match.group(3).split("|"):
             parts = field.split()
             if len(parts) == 2:
@@ -88,6 +113,102 @@ def start_epoch_points(ce: dict, rl: dict) -> dict:
     return points
 
 
+RECIPE_STAGES = {"ce": "CE (best checkpoint)", "rl": "REINFORCE", "ctl-ce": "control: CE continued",
+                 "ctl-constant": "control: constant reward"}
+_RUN = re.compile(r"^(ce|rl|ctl-ce|ctl-constant)-k(\d+)-s(\d+)$")
+DECODES = [("valid", ""), ("valid", ".beam5"), ("test", ""), ("test", ".beam5")]
+
+
+def corpus_bleu(hyp: Path, ref: Path) -> float:
+    """sacrebleu's BLEU of a hypothesis file against the raw references (already tokenized: no further
+    tokenization, as decode_multi30k.sh scores them)."""
+    import sacrebleu
+
+    hyps, refs = hyp.read_text().splitlines(), ref.read_text().splitlines()
+    if len(hyps) != len(refs):
+        raise SystemExit(f"{hyp}: {len(hyps)} lines, but {ref} has {len(refs)}")
+    return sacrebleu.corpus_bleu(hyps, [refs], tokenize="none").score
+
+
+def recipe_runs(folder: Path, data: Path, tgt: str):
+    """One record per run folder STAGE-kK-sSEED: its decodes' BLEU, best dev BLEU, minutes per epoch and to
+    the best, and its validations (updates, dev BLEU)."""
+    runs = []
+    for path in sorted(folder.iterdir()):
+        match = _RUN.match(path.name)
+        if not match or not (path / "train.log").is_file():
+            continue
+        log = parse(path / "train.log")
+        valid = [v for v in log["valid"] if "bleu" in v]
+        best = max(valid, key=lambda v: v["bleu"]) if valid else None
+        times = [t["elapsed"] for t in log["train"] if "elapsed" in t]
+        epochs = [b - a for a, b in zip([0.0] + times, times)]
+        bleu = {}
+        for split, tag in DECODES:
+            hyp = path / f"hyp-{split}{tag}.txt"
+            if hyp.is_file():
+                bleu[split + tag] = corpus_bleu(hyp, data / "raw" / f"{split}.{tgt}")
+        runs.append({"stage": match.group(1), "k": int(match.group(2)), "seed": int(match.group(3)),
+                     "bleu": bleu, "best_dev": best["bleu"] if best else None,
+                     "best_update": best.get("num_updates") if best else None,
+                     "min_per_epoch": statistics.median(epochs) / 60 if epochs else None,
+                     "min_to_best": best["elapsed"] / 60 if best and "elapsed" in best else None,
+                     "curve": [(v.get("num_updates", 0), v["bleu"]) for v in valid]})
+    if not runs:
+        raise SystemExit(f"{folder}: no run folders named STAGE-kK-sSEED with a train.log")
+    return runs
+
+
+def recipe_table(runs) -> str:
+    def cell(value, fmt="{:.2f}"):
+        return "-" if value is None else fmt.format(value)
+
+    head = ("| softmax | run | seed | dev greedy | dev beam 5 | test greedy | test beam 5 | best dev BLEU in "
+            "training | at update | min / epoch | min to best |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    order = list(RECIPE_STAGES)
+    for k in sorted({r["k"] for r in runs}, reverse=True):
+        for stage in order:
+            group = sorted((r for r in runs if r["k"] == k and r["stage"] == stage), key=lambda r: r["seed"])
+            rows = [(str(r["seed"]), r) for r in group]
+            if len(group) > 1:  # the mean over the seeds that have each value
+                mean = {"bleu": {key: statistics.mean(r["bleu"][key] for r in group if key in r["bleu"])
+                                 for key in {key for r in group for key in r["bleu"]}}}
+                for key in ("best_dev", "best_update", "min_per_epoch", "min_to_best"):
+                    values = [r[key] for r in group if r[key] is not None]
+                    mean[key] = statistics.mean(values) if values else None
+                rows.append(("mean", mean))
+            for seed, r in rows:
+                softmax = f"small (K = {k})" if k else "full"
+                lines.append(f"| {softmax} | {RECIPE_STAGES[stage]} | {seed} | " + " | ".join(
+                    cell(r["bleu"].get(split + tag)) for split, tag in DECODES) +
+                    f" | {cell(r['best_dev'])} | {cell(r['best_update'], '{:.0f}')} | "
+                    f"{cell(r['min_per_epoch'], '{:.1f}')} | {cell(r['min_to_best'], '{:.1f}')} |")
+    return "\n".join(lines) + "\n"
+
+
+def recipe_plot(runs, path: Path):
+    """Dev BLEU against REINFORCE updates: each REINFORCE or control run from its CE checkpoint's best."""
+    from smallvocab_tools.analysis.plotting import finish, new_figure
+
+    plt, fig, ax = new_figure((7, 4.5))
+    start = {(r["k"], r["seed"]): r["best_dev"] for r in runs if r["stage"] == "ce"}
+    styles = {"rl": "-", "ctl-ce": "--", "ctl-constant": ":"}
+    labelled = set()
+    for r in sorted(runs, key=lambda r: (-r["k"], r["stage"], r["seed"])):
+        if r["stage"] == "ce" or not r["curve"]:
+            continue
+        first = start.get((r["k"], r["seed"]))
+        points = ([(0, first)] if first is not None else []) + r["curve"]
+        key = (r["k"], r["stage"])
+        label = None if key in labelled else f"{'small' if r['k'] else 'full'}: {RECIPE_STAGES[r['stage']]}"
+        labelled.add(key)
+        ax.plot([p[0] for p in points], [p[1] for p in points], linestyle=styles[r["stage"]], marker=".",
+                color="C0" if r["k"] else "C1", label=label)
+    return finish(plt, fig, ax, path, "updates after the CE checkpoint", "dev BLEU (greedy, --eval-bleu)",
+                  "REINFORCE from the best CE checkpoint, with its controls")
+
+
 def _labelled(values, what):
     out = {}
     for value in values:
@@ -108,7 +229,25 @@ def main(argv=None):
     s.add_argument("--ce", action="append", required=True, help="LABEL=CE log (one per label)")
     s.add_argument("--rl", action="append", required=True, help="LABEL=REINFORCE log (several per label)")
     s.add_argument("--out", type=Path, help="PNG")
+    r = sub.add_parser("recipe", help="the Transformer-RL recipe's folder: one table, one plot")
+    r.add_argument("folder", type=Path)
+    r.add_argument("--data", type=Path, required=True, help="the binarized data (its raw/ references)")
+    r.add_argument("--tgt", default="de", help="the target language")
+    r.add_argument("--markdown", type=Path, help="write the table here too")
+    r.add_argument("--png", type=Path, help="the plot of dev BLEU against REINFORCE updates")
+    r.add_argument("--json", type=Path, help="write every run's record here")
     args = parser.parse_args(argv)
+    if args.command == "recipe":
+        runs = recipe_runs(args.folder, args.data, args.tgt)
+        text = recipe_table(runs)
+        sys.stdout.write(text)
+        if args.markdown:
+            args.markdown.write_text(text)
+        if args.json:
+            args.json.write_text(json.dumps(runs, indent=1) + "\n")
+        if args.png:
+            print(f"wrote {recipe_plot(runs, args.png)}")
+        return
     if args.command == "table":
         runs = [parse(path) for path in args.logs]
         sys.stdout.write(table(runs))

@@ -12,7 +12,7 @@
 # --stop-time-hours: fairseq counts the CE checkpoint's training time, restored
 # by --finetune-from-model, towards it: measured in docs/RESULTS.md, "REINFORCE
 # that pays off"),
-# ARCH_ARGS (the CE run's model flags; default the paper's LSTM; for the
+# SRC and TGT (the languages), ARCH_ARGS (the CE run's model flags; default the paper's LSTM; for the
 # model of run_transformer_multi30k.sh:
 # ARCH_ARGS="$(cat examples/translation/transformer_multi30k.args)").
 set -euo pipefail
@@ -31,6 +31,8 @@ TEMP=${TEMP:-1.0}
 LAMBDA=${LAMBDA:-0.005}
 SEED=${SEED:-1}
 DEVICE=${DEVICE:-cpu}
+SRC=${SRC:-en}
+TGT=${TGT:-de}
 EXTRA=${EXTRA:-}
 DEV_ARGS=$([ "$DEVICE" = cpu ] && echo --cpu || true)
 ARCH_ARGS=${ARCH_ARGS:---arch lstm_smallvocab}
@@ -38,7 +40,7 @@ export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS
 
 mkdir -p "$SAVE"
 start=$(date +%s)
-fairseq-train "$DATA" --user-dir fairseq_smallvocab --task translation_smallvocab -s en -t de \
+fairseq-train "$DATA" --user-dir fairseq_smallvocab --task translation_smallvocab -s "$SRC" -t "$TGT" \
   --candidates-dir "$CANDS" --small-vocab-size "$K" \
   $ARCH_ARGS --criterion reinforce_gleu --rl-lambda "$LAMBDA" --rl-baseline "$BASELINE" \
   --rl-samples "$SAMPLES" --reward "$REWARD" --sample-temperature "$TEMP" \
@@ -51,4 +53,4 @@ fairseq-train "$DATA" --user-dir fairseq_smallvocab --task translation_smallvoca
   2>&1 | tee -a "$SAVE/train.log" | grep -E "valid on|done training"
 echo "training wall time: $(( $(date +%s) - start )) s"
 
-DATA=$DATA CANDS=$CANDS K=$K SAVE=$SAVE DEVICE=$DEVICE bash "$(dirname "$0")/decode_multi30k.sh"
+DATA=$DATA CANDS=$CANDS K=$K SAVE=$SAVE DEVICE=$DEVICE SRC=$SRC TGT=$TGT bash "$(dirname "$0")/decode_multi30k.sh"

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# REINFORCE on a stock fairseq Transformer, small vocabulary against the full
+# softmax, with controls, on Multi30k En-De (word level). For each seed in
+# SEEDS and each K in KS (500; 0 = the full softmax, the same model):
+#   1. CE to convergence: run_transformer_multi30k.sh for CE_EPOCHS epochs;
+#      the checkpoint of best dev BLEU is kept.
+#   2. REINFORCE from that checkpoint: run_reinforce_multi30k.sh with the
+#      model's flags, RL_EPOCHS epochs of SGD at LR, LAMBDA, SAMPLES samples
+#      per input, BASELINE, REWARD and TEMP; dev BLEU every VALIDATE updates.
+#   3. Its controls, with the same optimizer and budget (CONTROLS): "ce" (the
+#      CE term alone: LAMBDA=1) and "constant" (a constant reward).
+#   4. Every run's best checkpoint decoded on val and test2016 with each beam
+#      in BEAMS (1: greedy), inside the same K candidates.
+# Then one table and one plot: scripts/rl_logs.py recipe writes OUT/table.md
+# and OUT/dev_bleu.png.
+# Runs are OUT/ce-kK-sSEED, OUT/rl-kK-sSEED, OUT/ctl-ce-kK-sSEED and
+# OUT/ctl-constant-kK-sSEED. A run whose decodes exist is skipped, and a run
+# that stopped resumes from its checkpoint_last.pt, so a stopped recipe
+# continues where it was.
+# Run from the project root with the project's environment active, after
+# examples/vocab_predictor/run_multi30k.sh (which exports the K=500 lists):
+#   source .venv/bin/activate && bash examples/translation/run_transformer_rl_multi30k.sh
+# Settings: DATA, CANDS, OUT, SEEDS, KS, CE_EPOCHS, RL_EPOCHS, LR, LAMBDA,
+# SAMPLES, BASELINE, REWARD, TEMP, VALIDATE (0: once an epoch), CONTROLS,
+# BEAMS, THREADS (per run), PARALLEL (1: the KS of a step side by side, each
+# with THREADS threads), SRC, TGT, ARCH_ARGS (the model's flags; default:
+# transformer_multi30k.args).
+set -euo pipefail
+DATA=${DATA:-data-bin/multi30k.en-de}
+CANDS=${CANDS:-checkpoints/vp-multi30k.en-de/candidates}
+OUT=${OUT:-checkpoints/transformer-rl-multi30k.en-de}
+SEEDS=${SEEDS:-1 2}
+KS=${KS:-500 0}
+CE_EPOCHS=${CE_EPOCHS:-30}
+RL_EPOCHS=${RL_EPOCHS:-5}
+LR=${LR:-0.01}
+LAMBDA=${LAMBDA:-0.005}
+SAMPLES=${SAMPLES:-4}
+BASELINE=${BASELINE:-loo}
+REWARD=${REWARD:-gleu}
+TEMP=${TEMP:-1.0}
+VALIDATE=${VALIDATE:-100}
+CONTROLS=${CONTROLS:-ce constant}
+BEAMS=${BEAMS:-1 5}
+THREADS=${THREADS:-1}
+PARALLEL=${PARALLEL:-1}
+SRC=${SRC:-en}
+TGT=${TGT:-de}
+HERE=$(dirname "$0")
+ARCH_ARGS=${ARCH_ARGS:-$(cat "$HERE/transformer_multi30k.args")}
+VALID_ARGS=$([ "$VALIDATE" = 0 ] || echo "--validate-interval-updates $VALIDATE")
+mkdir -p "$OUT"
+
+# the steps of one kind for every K: side by side (PARALLEL=1) or one after another; a failure stops the recipe
+each_k() {
+  local pids=() k
+  for k in $KS; do
+    if [ "$PARALLEL" = 1 ]; then "$@" "$k" & pids+=($!); else "$@" "$k"; fi
+  done
+  for pid in "${pids[@]}"; do wait "$pid"; done
+}
+
+decode() {  # decode SAVE K: the best checkpoint with each beam (greedy written by the training scripts)
+  local beam
+  for beam in $BEAMS; do
+    [ "$beam" = 1 ] && [ -f "$1/hyp-test.txt" ] && continue
+    [ -f "$1/hyp-test.beam$beam.txt" ] && continue
+    DATA=$DATA CANDS=$CANDS K=$2 SAVE=$1 SRC=$SRC TGT=$TGT BEAM=$beam bash "$HERE/decode_multi30k.sh" >> "$1/decode.log"
+  done
+}
+
+ce() {  # ce SEED K
+  local save=$OUT/ce-k$2-s$1
+  if [ ! -f "$save/hyp-test.txt" ]; then
+    K=$2 SEED=$1 DATA=$DATA CANDS=$CANDS SAVE=$save EPOCHS=$CE_EPOCHS THREADS=$THREADS SRC=$SRC TGT=$TGT \
+      ARCH_ARGS="$ARCH_ARGS" bash "$HERE/run_transformer_multi30k.sh" > "$save.out"
+  fi
+  decode "$save" "$2"
+}
+
+reinforce() {  # reinforce NAME LAMBDA REWARD SEED K
+  local save=$OUT/$1-k$5-s$4
+  if [ ! -f "$save/hyp-test.txt" ]; then
+    K=$5 SEED=$4 DATA=$DATA CANDS=$CANDS CE=$OUT/ce-k$5-s$4/checkpoint_best.pt SAVE=$save EPOCHS=$RL_EPOCHS \
+      THREADS=$THREADS LR=$LR LAMBDA=$2 SAMPLES=$SAMPLES BASELINE=$BASELINE REWARD=$3 TEMP=$TEMP SRC=$SRC \
+      TGT=$TGT ARCH_ARGS="$ARCH_ARGS" EXTRA="$VALID_ARGS" bash "$HERE/run_reinforce_multi30k.sh" > "$save.out"
+  fi
+  decode "$save" "$5"
+}
+
+for seed in $SEEDS; do
+  each_k ce "$seed"
+  each_k reinforce rl "$LAMBDA" "$REWARD" "$seed"
+  for control in $CONTROLS; do
+    case $control in
+      ce) each_k reinforce ctl-ce 1 "$REWARD" "$seed" ;;
+      constant) each_k reinforce ctl-constant "$LAMBDA" constant "$seed" ;;
+      *) echo "CONTROLS: unknown control '$control' (ce, constant)" >&2; exit 2 ;;
+    esac
+  done
+done
+python scripts/rl_logs.py recipe "$OUT" --data "$DATA" --tgt "$TGT" --markdown "$OUT/table.md" \
+  --png "$OUT/dev_bleu.png" --json "$OUT/runs.json"

@@ -1,0 +1,82 @@
+"""The Transformer-RL recipe (examples/translation/run_transformer_rl_multi30k.sh)
+end to end on tiny data: CE, REINFORCE and both controls for the small
+vocabulary and the full softmax, every best checkpoint decoded greedily and
+with beam 5, the table (scripts/rl_logs.py recipe) whose BLEU is sacrebleu's on
+the decodes, the plot; run again, it retrains nothing.  And the log summary's
+clock: minutes to the best validation summed over a resumed run's sessions."""
+
+import importlib.util
+import json
+
+import pytest
+from helpers import REPO, run
+
+# the recipe's model at test size (the recipe's default: transformer_multi30k.args, d = 256, 3 + 3 layers)
+TINY_TRANSFORMER = ("--arch transformer --encoder-layers 1 --decoder-layers 1 --encoder-embed-dim 16 "
+                    "--decoder-embed-dim 16 --encoder-ffn-embed-dim 32 --decoder-ffn-embed-dim 32 "
+                    "--encoder-attention-heads 2 --decoder-attention-heads 2 --share-decoder-input-output-embed")
+
+
+def _rl_logs():
+    spec = importlib.util.spec_from_file_location("rl_logs", REPO / "scripts" / "rl_logs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_clock_of_a_resumed_run_leaves_its_pause_out(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("\n".join([
+        "2026-11-24 10:00:00 | INFO | fairseq_cli.train | {'checkpoint': {}}",
+        "2026-11-24 10:03:00 | INFO | train | epoch 001 | loss 3.0 | num_updates 100",
+        "2026-11-24 10:03:30 | INFO | valid | epoch 001 | valid on 'valid' subset | bleu 10.0 | num_updates 100",
+        "2026-11-24 10:04:00 | INFO | fairseq.checkpoint_utils | saved checkpoint",  # then killed
+        "2026-11-24 11:04:00 | INFO | fairseq_cli.train | {'checkpoint': {}}",  # resumed an hour later
+        "2026-11-24 11:07:00 | INFO | train | epoch 002 | loss 2.0 | num_updates 200",
+        "2026-11-24 11:08:00 | INFO | valid | epoch 002 | valid on 'valid' subset | bleu 12.5 | num_updates 200",
+    ]) + "\n")
+    parsed = _rl_logs().parse(log)
+    assert [v["elapsed"] for v in parsed["valid"]] == [210.0, 240.0 + 240.0]
+    assert [t["elapsed"] for t in parsed["train"]] == [180.0, 240.0 + 180.0]
+
+
+@pytest.mark.slow
+def test_the_transformer_rl_recipe_runs_end_to_end_on_tiny_data(tiny_bin, predictor, tmp_path):
+    cands, out = tmp_path / "cands", tmp_path / "runs"
+    run(["scripts/export_candidates.py", "--predictor", predictor, "--splits", "train", "valid", "test",
+         "--k", "60", "--out-dir", cands], cwd=REPO)
+    env = {"DATA": str(tiny_bin), "CANDS": str(cands), "OUT": str(out), "SEEDS": "1", "KS": "60 0",
+           "CE_EPOCHS": "1", "RL_EPOCHS": "1", "VALIDATE": "2", "SRC": "src", "TGT": "tgt", "THREADS": "1",
+           "ARCH_ARGS": TINY_TRANSFORMER}
+    run(["bash", "examples/translation/run_transformer_rl_multi30k.sh"], cwd=REPO, env=env)
+    names = sorted(p.name for p in out.iterdir() if p.is_dir())
+    assert names == [f"{stage}-k{k}-s1" for stage in ("ce", "ctl-ce", "ctl-constant", "rl") for k in (0, 60)]
+    for name in names:
+        for split in ("valid", "test"):
+            for tag in ("", ".beam5"):
+                assert (out / name / f"hyp-{split}{tag}.txt").read_text().count("\n") == (40 if split == "valid"
+                                                                                          else 30)
+    rl_logs = _rl_logs()
+    table = (out / "table.md").read_text()
+    refs = tiny_bin / "raw"
+    for name, row_start in (("rl-k60-s1", "| small (K = 60) | REINFORCE | 1 |"),
+                            ("ctl-constant-k0-s1", "| full | control: constant reward | 1 |")):
+        bleus = [rl_logs.corpus_bleu(out / name / f"hyp-{split}{tag}.txt", refs / f"{split}.tgt")
+                 for split, tag in rl_logs.DECODES]
+        row = next(line for line in table.splitlines() if line.startswith(row_start))
+        cells = [cell.strip() for cell in row.split("|")[1:-1]]
+        assert cells[3:7] == [f"{b:.2f}" for b in bleus]
+        assert cells[9] != "-" and cells[10] != "-"  # minutes per epoch, to the best
+    runs = json.loads((out / "runs.json").read_text())
+    assert len(runs) == 8 and all(r["min_per_epoch"] > 0 and r["min_to_best"] > 0 for r in runs)
+    assert all(r["curve"] and r["best_dev"] == max(b for _, b in r["curve"]) for r in runs)
+    rl_log = (out / "rl-k60-s1" / "train.log").read_text()
+    assert "'rl_samples': 4" in rl_log and "'rl_baseline': loo" in rl_log and "encoder_layers=1" in rl_log
+    assert "'validate_interval_updates': 2" in rl_log and "'rl_lambda': 1.0" in (
+        out / "ctl-ce-k60-s1" / "train.log").read_text()
+    assert "'reward': constant" in (out / "ctl-constant-k0-s1" / "train.log").read_text()
+    assert (out / "dev_bleu.png").stat().st_size > 1000
+    logs = {name: (out / name / "train.log").read_text() for name in names}
+    again = run(["bash", "examples/translation/run_transformer_rl_multi30k.sh"], cwd=REPO, env=env)
+    assert {name: (out / name / "train.log").read_text() for name in names} == logs  # nothing retrained
+    assert "| small (K = 60) | CE (best checkpoint) | 1 |" in again.stdout
