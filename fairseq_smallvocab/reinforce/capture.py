@@ -50,7 +50,12 @@ from torch import Tensor
 
 from fairseq_smallvocab.output.union_scorer import UnionScorer
 from fairseq_smallvocab.reinforce.loop import Loop, Samples
-from fairseq_smallvocab.reinforce.static_state import Slots, has_static_state, static_state
+from fairseq_smallvocab.reinforce.static_state import (
+    Slots,
+    TransformerStaticState,
+    has_static_state,
+    static_state,
+)
 
 MODES = ("cuda-graphs", "buckets", "off")
 CAPTURE = "cuda-graphs"
@@ -120,15 +125,15 @@ class _Bucket:
         self.slots = Slots(rows, src_len)
         self.union_size = union_size
         self.state = static_state(decoder, encoder_out, steps, slots=self.slots)
-        self.loop = Loop(decoder.dictionary, rows, steps, width, device, greedy, temperature,
-                                 store_probs, small=k > 0, k=k)
+        self.loop = Loop(decoder.dictionary, rows, steps, width, device, greedy, temperature, store_probs, k=k)
         self.scorer = union
         self.t = torch.zeros((), dtype=torch.long, device=device)
         self.graph = None
         self.params = None
+        # a recurrent state lives in its slots; a Transformer's also in its self-attention keys and values
+        cache = self.state.keys + self.state.values if isinstance(self.state, TransformerStaticState) else []
         self.bytes = sum(x.numel() * x.element_size() for x in [
-            *self.slots.slots.values(), *getattr(self.state, "keys", []), *getattr(self.state, "values", []),
-            *(x for x in vars(self.loop).values() if isinstance(x, Tensor))])
+            *self.slots.slots.values(), *cache, *(x for x in vars(self.loop).values() if isinstance(x, Tensor))])
 
     def load(self, encoder_out, union: UnionScorer, max_lens: Tensor, candidates, uniforms):
         self.state.load(encoder_out)
@@ -188,13 +193,13 @@ def _bucket_for(decoder, key, make) -> _Bucket:
 
 
 def sample(decoder, encoder_out, weight: Tensor, bias: Optional[Tensor], candidates: Optional[Tensor],
-           max_lens: Tensor, uniforms: Optional[Tensor], greedy: bool, temperature: float,
+           max_lens: Tensor, steps: int, uniforms: Optional[Tensor], greedy: bool, temperature: float,
            store_probs: bool, stop_check_every: int = 1) -> Samples:
     """``sampler.sample`` on the batch's shape bucket: each step replays the bucket's captured graph
-    ("cuda-graphs"), or runs its step eagerly ("buckets"); the loop asks whether any row is still going every
-    ``stop_check_every`` steps.  The samples are copies (the next batch reuses the bucket)."""
+    ("cuda-graphs"), or runs its step eagerly ("buckets"), for at most ``steps`` steps (the longest of
+    ``max_lens``); the loop asks whether any row is still going every ``stop_check_every`` steps.  The
+    samples are copies (the next batch reuses the bucket)."""
     bsz = max_lens.size(0)
-    steps = int(max_lens.max()) if bsz else 0
     union = UnionScorer(weight, bias, candidates)
     k = 0 if candidates is None else candidates.size(1)
     width = k or weight.size(0)

@@ -76,7 +76,6 @@ def excluded_ids(dictionary):
     return [dictionary.pad(), dictionary.bos()]  # candidate-space ids equal dictionary ids for specials
 
 
-
 def _column(buffer: Tensor, t) -> Tensor:
     """buffer[:, t], for a Python int t or a 0-d device tensor (read on the device: no value baked in)."""
     return buffer[:, t] if not isinstance(t, Tensor) else buffer.index_select(1, t.view(1)).squeeze(1)
@@ -94,13 +93,14 @@ class Loop:
     """The sampling loop's state for ``rows`` sequences of at most ``steps``
     tokens: what is drawn (tokens, positions, the steps that count), each
     row's alive flag, greedy flag and summed entropy, and with
-    ``store_probs`` each step's softmax over the row's ``width`` words.
-    ``step`` advances every row by one token; with t a 0-d device tensor it
-    reads and writes only fixed addresses (a captured step, ``capture.py``,
-    which makes one Loop per shape bucket and ``load``s each batch)."""
+    ``store_probs`` each step's softmax over the row's ``width`` words;
+    ``k``: each row's candidates (0: the full softmax).  ``step`` advances
+    every row by one token; with t a 0-d device tensor it reads and writes
+    only fixed addresses (a captured step, ``capture.py``, which makes one
+    Loop per shape bucket and ``load``s each batch)."""
 
     def __init__(self, dictionary, rows: int, steps: int, width: int, device, greedy: bool, temperature: float,
-                 store_probs: bool, small: bool, k: int = 0):
+                 store_probs: bool, k: int = 0):
         self.eos, self.pad = dictionary.eos(), dictionary.pad()
         self.greedy, self.temperature, self.store_probs = greedy, temperature, store_probs
         long = dict(dtype=torch.long, device=device)
@@ -111,7 +111,7 @@ class Loop:
         self.alive = torch.empty(rows, dtype=torch.bool, device=device)
         self.is_greedy = torch.empty_like(self.alive)
         self.entropy = torch.empty(rows, dtype=torch.float, device=device)
-        self.ids = torch.empty(rows, k, **long) if small else None  # each row's candidates
+        self.ids = torch.empty(rows, k, **long) if k else None  # each row's candidates
         self.uniforms = None if greedy else torch.empty(rows, steps, dtype=torch.float, device=device)
         # pages of the buffer are touched only by the steps that run
         self.probs = torch.empty(rows, steps, width, dtype=torch.float, device=device) if store_probs else None

@@ -119,10 +119,10 @@ def sample(decoder, encoder_out, weight: Tensor, bias: Optional[Tensor], candida
     width = weight.size(0) if candidates is None else candidates.size(1)
     store_probs = keep_probs and not greedy and bsz * steps * width <= STORED_PROBS_MAX_ELEMENTS
     if not keep_graph and captures(decoder, encoder_out, max_lens.device):
-        return capture.sample(decoder, encoder_out, weight, bias, candidates, max_lens, uniforms, greedy,
+        return capture.sample(decoder, encoder_out, weight, bias, candidates, max_lens, steps, uniforms, greedy,
                               temperature, store_probs, stop_check_every=STOP_CHECK_EVERY)
     loop = Loop(decoder.dictionary, bsz, steps, width, max_lens.device, greedy, temperature, store_probs,
-                small=candidates is not None, k=0 if candidates is None else candidates.size(1))
+                k=0 if candidates is None else candidates.size(1))
     loop.load(max_lens, candidates, uniforms)
     scorer = UnionScorer(weight, bias, candidates)
     kept = keep_graph and torch.is_grad_enabled()

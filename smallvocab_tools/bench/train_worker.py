@@ -66,8 +66,7 @@ def train_worker(cfg: dict) -> dict:
         else:
             criterion = ReinforceGleuCriterion(task, ReinforceGleuConfig(max_sample_len=cfg["max_sample_len"],
                                                rl_samples=cfg["rl_samples"], rl_baseline=cfg["rl_baseline"])).to(device)
-        samples = [make_batch(cfg["vocab_size"], cfg["K"], cfg["batch"], cfg["max_len"], device,
-                              zipf=cfg["zipf"])] * count
+        samples = [_synthetic_batch(cfg, cfg["batch"], device)] * count
         epoch_sentences = cfg["epoch_sentences"]
     model.train()
     sample_lens = []
@@ -113,8 +112,7 @@ def train_worker(cfg: dict) -> dict:
     if cfg.get("largest_batch"):  # (CUDA only) the largest batch that fits, then timed as any batch
         searched = _largest_batch(cfg, model, step, optimizer, device)
         cfg["batch"] = searched["largest_batch"]
-        samples = [make_batch(cfg["vocab_size"], cfg["K"], cfg["batch"], cfg["max_len"], device,
-                              zipf=cfg["zipf"])] * count
+        samples = [_synthetic_batch(cfg, cfg["batch"], device)] * count
         timed = samples[cfg["warmup"]:]
         torch.cuda.reset_peak_memory_stats(device)
     ab = floor = None
@@ -171,18 +169,21 @@ def train_worker(cfg: dict) -> dict:
     return record
 
 
+def _synthetic_batch(cfg: dict, sentences: int, device):
+    """A random batch of the configuration's shape with ``sentences`` sentences (``workload.make_batch``)."""
+    return make_batch(cfg["vocab_size"], cfg["K"], sentences, cfg["max_len"], device, zipf=cfg["zipf"])
+
+
 def _largest_batch(cfg: dict, model, step, optimizer, device) -> dict:
     """The largest batch (sentences) whose training step fits the GPU (``largest_batch.py``)."""
     from fairseq_smallvocab.reinforce import capture
-
-    def make_sample(n):
-        return make_batch(cfg["vocab_size"], cfg["K"], n, cfg["max_len"], device, zipf=cfg["zipf"])
 
     def reset():
         optimizer.zero_grad(set_to_none=True)
         capture.forget(model.decoder)
 
-    largest, trials = largest_fitting(fits_on_cuda(step, make_sample, reset), cfg["batch"])
+    largest, trials = largest_fitting(fits_on_cuda(step, lambda n: _synthetic_batch(cfg, n, device), reset),
+                                      cfg["batch"])
     if not largest:
         raise RuntimeError(f"--largest-batch: not even a batch of 1 sentence fits {device}")
     return {"largest_batch": largest, "largest_batch_trials": trials}
