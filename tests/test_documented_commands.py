@@ -938,7 +938,10 @@ def test_every_example_script_is_started_by_a_documented_command():
 STUB = """#!/usr/bin/env bash
 name=$(basename "$0")
 if [ "$name" = python ] && [ "${1-}" = -c ]; then exec "$REAL_PYTHON" "$@"; fi  # the scripts' own arithmetic
-{ printf '%s\x1f' "$name" "$@"; printf '%s\x1e' "${OMP_NUM_THREADS-}"; } >> "$STUB_LOG"
+# one record, one write: scripts that run steps side by side (PARALLEL=1) append to the log at the same time, and
+# two writes per record let their records interleave
+record=$(printf '%s\x1f' "$name" "$@"; printf '%s\x1e' "${OMP_NUM_THREADS-}")
+printf '%s' "$record" >> "$STUB_LOG"
 case "$name" in
   fairseq-train) echo "done training" ;;
   fairseq-generate) printf 'H-0\t-0.5\tword\nGenerate test with beam=1: BLEU4 = 1.00\n' ;;
