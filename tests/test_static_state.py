@@ -94,10 +94,19 @@ def test_a_step_index_on_the_device_gives_the_same_states_with_static_shapes(nam
 
 @pytest.mark.parametrize("arch,options", [("transformer", dict(cross_self_attention=True, **TRANSFORMER)),
                                           ("lstm", dict(decoder_attention="0", **LSTM))])
-def test_an_option_the_static_step_does_not_follow_keeps_fairseqs_state(arch, options):
+def test_an_option_the_static_step_does_not_follow_keeps_fairseqs_state(arch, options, caplog, monkeypatch):
+    """... and says why, once per decoder class (the sampler asks every batch)."""
+    from fairseq_smallvocab.reinforce import static_state as module
+
+    monkeypatch.setattr(module, "_told", set())
     model = _stock(arch, **options).eval()
     encoder_out = model.encoder(torch.tensor([[5, 6, 2]]), src_lengths=torch.tensor([3]))
-    assert static_state(model.decoder, encoder_out, 4) is None
+    with caplog.at_level("INFO", logger=module.__name__):
+        assert static_state(model.decoder, encoder_out, 4) is None
+        assert static_state(model.decoder, encoder_out, 4) is None
+    said = [r.getMessage() for r in caplog.records if r.name == module.__name__]
+    expected = "cross-self-attention" if arch == "transformer" else "without attention"
+    assert len(said) == 1 and expected in said[0] and type(model.decoder).__name__ in said[0], said
 
 
 def test_a_transformer_whose_steps_keep_their_graph_keeps_fairseqs_state():

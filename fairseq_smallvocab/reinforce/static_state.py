@@ -31,6 +31,7 @@ positions, padded rows attending to one zero key so that no softmax is over
 nothing), and the recurrent states are written in place.
 """
 
+import logging
 from functools import partial
 from typing import Dict, List, Optional
 
@@ -43,6 +44,9 @@ from torch import Tensor
 
 from fairseq_smallvocab.models.lstm_caption_smallvocab import CaptionDecoder
 from fairseq_smallvocab.models.lstm_smallvocab import SmallVocabDecoder
+
+logger = logging.getLogger(__name__)
+_told = set()  # decoder classes whose fallback was logged: once per class and process, not once per batch
 
 
 def _unsupported(decoder) -> Optional[str]:
@@ -345,6 +349,12 @@ def _recurrent_supported(decoder) -> bool:
     return type(decoder) is LSTMDecoder and decoder.attention is not None and decoder.encoder_output_units > 0
 
 
+def _why_not(decoder) -> Optional[str]:
+    if isinstance(decoder, (LSTMDecoder, SmallVocabDecoder, CaptionDecoder)):
+        return "a recurrent decoder subclass, or fairseq's lstm without attention"
+    return _unsupported(decoder)
+
+
 def has_static_state(decoder, encoder_out, keep_graph: bool = False) -> bool:
     """Whether ``decoder`` samples on a static state (``static_state``)."""
     if _recurrent_supported(decoder):
@@ -361,6 +371,12 @@ def static_state(decoder, encoder_out, steps: int, keep_graph: bool = False, slo
     keep it).  ``slots``: a captured step's state, at the bucket's sizes
     (``load`` then takes each next batch)."""
     if not has_static_state(decoder, encoder_out, keep_graph):
+        reason = None if keep_graph else _why_not(decoder)
+        if reason is not None and type(decoder) not in _told:
+            # a user whose sampling is slower than the benchmarks' should learn why from the log, not the profiler
+            _told.add(type(decoder))
+            logger.info(f"{type(decoder).__name__} samples on fairseq's incremental state, not the static "
+                        f"state ({reason})")
         return None
     if _recurrent_supported(decoder):
         return RecurrentStaticState(decoder, encoder_out, slots)
