@@ -20,7 +20,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from smallvocab_tools.bench.benchmark import paper_k
+from fairseq_smallvocab.candidates.space import default_small_vocab_size
 
 
 def _key(r):
@@ -41,7 +41,7 @@ def paper_k_pairs(records):
     full = {_key(r): r for r in records if r["softmax"] == "full"}
     for r in records:
         ref = full.get(_key(r))
-        if r["softmax"] == "small" and ref is not None and r["K"] == paper_k(r["vocab_size"]):
+        if r["softmax"] == "small" and ref is not None and r["K"] == default_small_vocab_size(r["vocab_size"]):
             yield r, ref
 
 
