@@ -748,6 +748,10 @@ COMMANDS.update({
     "--gen-subset SPLIT --beam 1 --max-len-a 1.5 --max-len-b 10": parse(MULTI30K, {"--small-vocab-size K":
                                                                                     "--small-vocab-size 500"}),
     "THREADS=1 K=500 EPOCHS=1 bash examples/translation/run_reinforce_multi30k.sh": script(SCRIPT),
+    "THREADS=1 K=500 SAMPLES=4 BASELINE=loo OPTIMIZER=adam LR=3e-5 CE=checkpoints/runs32/probe/ce-k500-s1-e18.pt "
+    "SAVE=checkpoints/runs32/probe/adam3e-5 ARCH_ARGS=\"$(cat examples/translation/transformer_multi30k.args)\" "
+    "EXTRA=\"--max-update 100 --validate-interval-updates 50\" bash examples/translation/run_reinforce_multi30k.sh":
+        script(SCRIPT),
     "THREADS=1 K=500 EPOCHS=10 bash examples/translation/run_multi30k.sh": script(SCRIPT),
     "EPOCHS=10 bash examples/vocab_predictor/run_multi30k.sh": script(SCRIPT),
     "THREADS=1 K=500 EPOCHS=1 LR=0.1 CE=checkpoints/ce8-k500/checkpoint_best.pt SAVE=checkpoints/rl-lr0.1-k500 "
@@ -1022,8 +1026,12 @@ def test_example_scripts_dry_run(tmp_path):
                     ok = all(("--cpu" in argv) == (value == "cpu") for argv in trains)
                 elif name == "KEEP_EPOCHS":
                     ok = all(("--no-epoch-checkpoints" in argv) != (value == "1") for argv in trains)
-                else:  # the value reaches a command (a value built by the shell is not compared)
+                else:  # the value reaches a command (a value built by the shell is not compared); several
+                    # words (EXTRA's flags) reach it as consecutive arguments
+                    words = value.split()
                     ok = "$" in value or any(value in call["argv"] or any(value in arg.split() for arg in call["argv"])
+                                             or any(call["argv"][i:i + len(words)] == words
+                                                    for i in range(len(call["argv"])))
                                              for call in calls)
                 if not ok:
                     failures.append(f"{command}: the setting {name}={value} reaches no command: {calls}")

@@ -59,6 +59,10 @@ def test_the_transformer_rl_recipe_runs_end_to_end_on_tiny_data(tiny_bin, predic
     run(["bash", "examples/translation/run_transformer_rl_multi30k.sh"], cwd=REPO, env=env)
     names = sorted(p.name for p in out.iterdir() if p.is_dir())
     assert names == [f"{stage}-k{k}-s1" for stage in ("ce", "ctl-ce", "ctl-constant", "rl") for k in (0, 60)]
+    for name in names:  # REINFORCE and both controls: the recipe's tuned optimizer, the same for all three
+        if not name.startswith("ce-"):
+            log = (out / name / "train.log").read_text()
+            assert "'optimizer': {'_name': 'adam'" in log and "'lr': [3e-05]" in log, name
     for name in names:
         for split in ("valid", "test"):
             for tag in ("", ".beam5"):

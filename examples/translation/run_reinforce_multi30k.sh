@@ -7,7 +7,8 @@
 # checkpoint), SAVE, EPOCHS, THREADS, BASELINE (learned, loo, self-critical,
 # none), SAMPLES (per input; loo needs >= 2), REWARD (gleu, bleu, chrf,
 # constant), TEMP (sampling temperature), LAMBDA (the CE weight; 1 = CE alone
-# with the same optimizer: the control), LR, SEED, DEVICE (cpu or cuda), EXTRA
+# with the same optimizer: the control), OPTIMIZER (sgd, the paper's, or adam:
+# fairseq's defaults, no schedule), LR, SEED, DEVICE (cpu or cuda), EXTRA
 # (more fairseq-train flags; for a budget use --max-update or EPOCHS, not
 # --stop-time-hours: fairseq counts the CE checkpoint's training time, restored
 # by --finetune-from-model, towards it: measured in docs/RESULTS.md, "REINFORCE
@@ -24,6 +25,7 @@ SAVE=${SAVE:-checkpoints/rl-multi30k.en-de.k$K}
 EPOCHS=${EPOCHS:-3}
 THREADS=${THREADS:-2}
 BASELINE=${BASELINE:-learned}
+OPTIMIZER=${OPTIMIZER:-sgd}
 LR=${LR:-0.01}
 SAMPLES=${SAMPLES:-1}
 REWARD=${REWARD:-gleu}
@@ -45,7 +47,7 @@ fairseq-train "$DATA" --user-dir fairseq_smallvocab --task translation_smallvoca
   $ARCH_ARGS --criterion reinforce_gleu --rl-lambda "$LAMBDA" --rl-baseline "$BASELINE" \
   --rl-samples "$SAMPLES" --reward "$REWARD" --sample-temperature "$TEMP" \
   --max-sample-len 100 --sample-len-ratio 1.5 --finetune-from-model "$CE" \
-  --optimizer sgd --lr "$LR" --clip-norm 1.0 --batch-size 128 \
+  --optimizer "$OPTIMIZER" --lr "$LR" --clip-norm 1.0 --batch-size 128 \
   --eval-bleu --eval-bleu-args '{"beam": 1, "max_len_a": 1.5, "max_len_b": 10}' \
   --best-checkpoint-metric bleu --maximize-best-checkpoint-metric \
   --max-epoch "$EPOCHS" --save-dir "$SAVE" --no-epoch-checkpoints $EXTRA \

@@ -5,8 +5,9 @@
 #   1. CE to convergence: run_transformer_multi30k.sh for CE_EPOCHS epochs;
 #      the checkpoint of best dev BLEU is kept.
 #   2. REINFORCE from that checkpoint: run_reinforce_multi30k.sh with the
-#      model's flags, RL_EPOCHS epochs of SGD at LR, LAMBDA, SAMPLES samples
-#      per input, BASELINE, REWARD and TEMP; dev BLEU every VALIDATE updates.
+#      model's flags, RL_EPOCHS epochs of OPTIMIZER at LR, LAMBDA, SAMPLES
+#      samples per input, BASELINE, REWARD and TEMP; dev BLEU every VALIDATE
+#      updates.
 #   3. Its controls, with the same optimizer and budget (CONTROLS): "ce" (the
 #      CE term alone: LAMBDA=1) and "constant" (a constant reward).
 #   4. Every run's best checkpoint decoded on val and test2016 with each beam
@@ -20,7 +21,7 @@
 # Run from the project root with the project's environment active, after
 # examples/vocab_predictor/run_multi30k.sh (which exports the K=500 lists):
 #   source .venv/bin/activate && bash examples/translation/run_transformer_rl_multi30k.sh
-# Settings: DATA, CANDS, OUT, SEEDS, KS, CE_EPOCHS, RL_EPOCHS, LR, LAMBDA,
+# Settings: DATA, CANDS, OUT, SEEDS, KS, CE_EPOCHS, RL_EPOCHS, OPTIMIZER, LR, LAMBDA,
 # SAMPLES, BASELINE, REWARD, TEMP, VALIDATE (0: once an epoch), CONTROLS,
 # BEAMS, THREADS (per run), PARALLEL (1: each K's runs side by side with the
 # other K's, each with THREADS threads), SRC, TGT, ARCH_ARGS (the model's flags; default:
@@ -32,14 +33,15 @@ OUT=${OUT:-checkpoints/transformer-rl-multi30k.en-de}
 SEEDS=${SEEDS:-1 2}
 KS=${KS:-500 0}
 CE_EPOCHS=${CE_EPOCHS:-30}
-RL_EPOCHS=${RL_EPOCHS:-5}
-LR=${LR:-0.01}
+RL_EPOCHS=${RL_EPOCHS:-1}
+OPTIMIZER=${OPTIMIZER:-adam}  # tuned: docs/RESULTS.md, "REINFORCE on a stock Transformer"
+LR=${LR:-3e-5}
 LAMBDA=${LAMBDA:-0.005}
 SAMPLES=${SAMPLES:-4}
 BASELINE=${BASELINE:-loo}
 REWARD=${REWARD:-gleu}
 TEMP=${TEMP:-1.0}
-VALIDATE=${VALIDATE:-100}
+VALIDATE=${VALIDATE:-50}
 CONTROLS=${CONTROLS:-ce constant}
 BEAMS=${BEAMS:-1 5}
 THREADS=${THREADS:-1}
@@ -82,7 +84,7 @@ reinforce() {  # reinforce NAME LAMBDA REWARD SEED K
   local save=$OUT/$1-k$5-s$4
   if [ ! -f "$save/hyp-test.txt" ]; then
     K=$5 SEED=$4 DATA=$DATA CANDS=$CANDS CE=$OUT/ce-k$5-s$4/checkpoint_best.pt SAVE=$save EPOCHS=$RL_EPOCHS \
-      THREADS=$THREADS LR=$LR LAMBDA=$2 SAMPLES=$SAMPLES BASELINE=$BASELINE REWARD=$3 TEMP=$TEMP SRC=$SRC \
+      THREADS=$THREADS OPTIMIZER=$OPTIMIZER LR=$LR LAMBDA=$2 SAMPLES=$SAMPLES BASELINE=$BASELINE REWARD=$3 TEMP=$TEMP SRC=$SRC \
       TGT=$TGT ARCH_ARGS="$ARCH_ARGS" EXTRA="$VALID_ARGS" bash "$HERE/run_reinforce_multi30k.sh" > "$save.out"
   fi
   decode "$save" "$5"
