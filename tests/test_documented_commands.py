@@ -1030,8 +1030,8 @@ def test_example_scripts_dry_run(tmp_path):
                     # words (EXTRA's flags) reach it as consecutive arguments
                     words = value.split()
                     ok = "$" in value or any(value in call["argv"] or any(value in arg.split() for arg in call["argv"])
-                                             or any(call["argv"][i:i + len(words)] == words
-                                                    for i in range(len(call["argv"])))
+                                             or bool(words) and any(call["argv"][i:i + len(words)] == words
+                                                                    for i in range(len(call["argv"])))
                                              for call in calls)
                 if not ok:
                     failures.append(f"{command}: the setting {name}={value} reaches no command: {calls}")

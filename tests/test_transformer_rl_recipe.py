@@ -43,7 +43,7 @@ def test_the_clock_of_a_resumed_run_leaves_its_pause_out(tmp_path):
 @pytest.mark.slow
 def test_an_unknown_control_is_refused_before_any_training(tmp_path):
     result = run(["bash", str(REPO / "examples/translation/run_transformer_rl_multi30k.sh")], cwd=tmp_path,
-                 check=False, env={"CONTROLS": "ce shuffled", "OUT": str(tmp_path / "runs"), "ARCH_ARGS": "-"})
+                 check=False, env={"CONTROLS": "ce shuffled", "OUT": str(tmp_path / "runs")})
     assert result.returncode == 2 and "unknown control 'shuffled'" in result.stderr, result.stderr
     assert not any((tmp_path / "runs").iterdir())  # no step started
 

@@ -46,7 +46,7 @@ from fairseq_smallvocab.models.lstm_caption_smallvocab import CaptionDecoder
 from fairseq_smallvocab.models.lstm_smallvocab import SmallVocabDecoder
 
 logger = logging.getLogger(__name__)
-_told = set()  # decoder classes whose fallback was logged: once per class and process, not once per batch
+_told = set()  # decoder classes whose fallback was explained: once per class and process, not per batch
 
 
 def _unsupported(decoder) -> Optional[str]:
@@ -371,12 +371,14 @@ def static_state(decoder, encoder_out, steps: int, keep_graph: bool = False, slo
     keep it).  ``slots``: a captured step's state, at the bucket's sizes
     (``load`` then takes each next batch)."""
     if not has_static_state(decoder, encoder_out, keep_graph):
-        reason = None if keep_graph else _why_not(decoder)
-        if reason is not None and type(decoder) not in _told:
-            # a user whose sampling is slower than the benchmarks' should learn why from the log, not the profiler
+        # a user whose sampling is slower than the benchmarks' should learn why from the log, not the profiler;
+        # the class is asked once (this runs every batch, and the reason walks the layers)
+        if not keep_graph and type(decoder) not in _told:
             _told.add(type(decoder))
-            logger.info(f"{type(decoder).__name__} samples on fairseq's incremental state, not the static "
-                        f"state ({reason})")
+            reason = _why_not(decoder)
+            if reason is not None:
+                logger.info(f"{type(decoder).__name__} samples on fairseq's incremental state, not the static "
+                            f"state ({reason})")
         return None
     if _recurrent_supported(decoder):
         return RecurrentStaticState(decoder, encoder_out, slots)
