@@ -90,28 +90,35 @@ reinforce() {  # reinforce NAME LAMBDA REWARD SEED K
   decode "$save" "$5"
 }
 
+control() {  # control NAME: the control's LAMBDA and REWARD; nothing for a name that is no control
+  case $1 in
+    ce) echo "1 $REWARD" ;;  # the CE term alone
+    constant) echo "$LAMBDA constant" ;;
+  esac
+}
+
 chain() {  # chain SEED K: one softmax's runs in order (each needs the CE checkpoint)
   ce "$1" "$2"
   reinforce rl "$LAMBDA" "$REWARD" "$1" "$2"
-  local control
-  for control in $CONTROLS; do
-    case $control in
-      ce) reinforce ctl-ce 1 "$REWARD" "$1" "$2" ;;
-      constant) reinforce ctl-constant "$LAMBDA" constant "$1" "$2" ;;
-    esac
+  local name lambda reward
+  for name in $CONTROLS; do
+    read -r lambda reward <<< "$(control "$name")"
+    reinforce "ctl-$name" "$lambda" "$reward" "$1" "$2"
   done
 }
 
-for control in $CONTROLS; do  # checked before hours of training, not after
-  case $control in
-    ce | constant) ;;
-    *) echo "CONTROLS: unknown control '$control' (ce, constant)" >&2; exit 2 ;;
-  esac
+chains() {  # chains K: one softmax's chain for every seed, one seed after another
+  local seed
+  for seed in $SEEDS; do chain "$seed" "$1"; done
+}
+
+for name in $CONTROLS; do  # checked before hours of training, not after
+  if [ -z "$(control "$name")" ]; then
+    echo "CONTROLS: unknown control '$name' (ce, constant)" >&2; exit 2
+  fi
 done
-# Per seed, each K's chain runs on its own (side by side under PARALLEL=1): the small vocabulary's runs do not wait
-# for the full softmax's slower CE, so both cores stay busy, and each chain's wall time is its own.
-for seed in $SEEDS; do
-  each_k chain "$seed"
-done
+# Each K's chains run on their own (side by side under PARALLEL=1): the small vocabulary's runs do not wait for the
+# full softmax's slower ones, so both cores stay busy, and each chain's wall time is its own.
+each_k chains
 python scripts/rl_logs.py recipe "$OUT" --data "$DATA" --tgt "$TGT" --markdown "$OUT/table.md" \
   --png "$OUT/dev_bleu.png" --json "$OUT/runs.json"
