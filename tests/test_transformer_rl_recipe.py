@@ -92,3 +92,21 @@ def test_the_transformer_rl_recipe_runs_end_to_end_on_tiny_data(tiny_bin, predic
     again = run(["bash", "examples/translation/run_transformer_rl_multi30k.sh"], cwd=REPO, env=env)
     assert {name: (out / name / "train.log").read_text() for name in names} == logs  # nothing retrained
     assert "| small (K = 60) | CE (best checkpoint) | 1 |" in again.stdout
+    # another setting for finished runs: refused before any training, nothing touched
+    refused = run(["bash", "examples/translation/run_transformer_rl_multi30k.sh"], cwd=REPO, check=False,
+                  env={**env, "LR": "1e-4"})
+    assert refused.returncode == 2, refused.stderr
+    assert f"{out}/rl-k60-s1 was trained with: epochs=1 OPTIMIZER=adam LR=3e-5 " in refused.stderr
+    assert "now asked for: epochs=1 OPTIMIZER=adam LR=1e-4 " in refused.stderr and "Move it away" in refused.stderr
+    assert {name: (out / name / "train.log").read_text() for name in names} == logs
+    # more epochs: the small REINFORCE run resumes for a second epoch and is decoded again; CE and the rest stay
+    run(["bash", "examples/translation/run_transformer_rl_multi30k.sh"], cwd=REPO,
+        env={**env, "KS": "60", "RL_EPOCHS": "2", "CONTROLS": ""})
+    extended = (out / "rl-k60-s1" / "train.log").read_text()
+    assert extended.startswith(logs["rl-k60-s1"]) and "| valid | epoch 002 |" in extended
+    assert "| valid | epoch 002 |" not in logs["rl-k60-s1"]
+    assert (out / "rl-k60-s1" / "recipe.settings").read_text().startswith("epochs=2 OPTIMIZER=adam ")
+    for split, tag in rl_logs.DECODES:
+        assert (out / "rl-k60-s1" / f"hyp-{split}{tag}.txt").read_text().count("\n") == (40 if split == "valid"
+                                                                                            else 30)
+    assert all((out / name / "train.log").read_text() == logs[name] for name in names if name != "rl-k60-s1")

@@ -8,16 +8,17 @@
 #      model's flags, RL_EPOCHS epochs of OPTIMIZER at LR, LAMBDA, SAMPLES
 #      samples per input, BASELINE, REWARD and TEMP; dev BLEU every VALIDATE
 #      updates.
-#   3. Its controls, with the same optimizer and budget (CONTROLS): "ce" (the
+#   3. Its controls, with the same optimizer and budget (CONTROLS; empty: none): "ce" (the
 #      CE term alone: LAMBDA=1) and "constant" (a constant reward).
 #   4. Every run's best checkpoint decoded on val and test2016 with each beam
 #      in BEAMS (1: greedy), inside the same K candidates.
 # Then one table and one plot: scripts/rl_logs.py recipe writes OUT/table.md
 # and OUT/dev_bleu.png.
 # Runs are OUT/ce-kK-sSEED, OUT/rl-kK-sSEED, OUT/ctl-ce-kK-sSEED and
-# OUT/ctl-constant-kK-sSEED. A run whose decodes exist is skipped, and a run
-# that stopped resumes from its checkpoint_last.pt, so a stopped recipe
-# continues where it was.
+# OUT/ctl-constant-kK-sSEED. A run that stopped resumes from its
+# checkpoint_last.pt, so a stopped recipe continues where it was; a finished
+# run is skipped, or extended when asked for more epochs (CE_EPOCHS,
+# RL_EPOCHS); a finished run trained with other settings is refused.
 # Run from the project root with the project's environment active, after
 # examples/vocab_predictor/run_multi30k.sh (which exports the K=500 lists):
 #   source .venv/bin/activate && bash examples/translation/run_transformer_rl_multi30k.sh
@@ -42,7 +43,7 @@ BASELINE=${BASELINE:-loo}
 REWARD=${REWARD:-gleu}
 TEMP=${TEMP:-1.0}
 VALIDATE=${VALIDATE:-50}
-CONTROLS=${CONTROLS:-ce constant}
+CONTROLS=${CONTROLS-ce constant}  # empty: none
 BEAMS=${BEAMS:-1 5}
 THREADS=${THREADS:-1}
 PARALLEL=${PARALLEL:-1}
@@ -71,22 +72,52 @@ decode() {  # decode SAVE K: the best checkpoint with each beam (greedy written 
   done
 }
 
+# A finished run keeps what it was trained with in SAVE/recipe.settings ("epochs=E" and the settings that shape its
+# result). Run again, the recipe skips a run whose decodes exist and whose settings are today's; one asked for more
+# epochs resumes from its checkpoint_last.pt and is decoded again; any other change is refused before training starts,
+# as the run's results would be reported under settings they did not have.
+ce_settings() {  # the model's flags, on one line (a flags file may have several)
+  echo "ARCH_ARGS=$(printf '%s' "$ARCH_ARGS" | tr -s '[:space:]' ' ')"
+}
+rl_settings() {  # rl_settings LAMBDA REWARD: also the CE run's, which gave its starting point
+  echo "OPTIMIZER=$OPTIMIZER LR=$LR LAMBDA=$1 SAMPLES=$SAMPLES BASELINE=$BASELINE REWARD=$2 TEMP=$TEMP" \
+    "CE_EPOCHS=$CE_EPOCHS $(ce_settings)"
+}
+
+status() {  # status SAVE EPOCHS SETTINGS: "done", "run" (new, stopped, or to be extended), or why it conflicts
+  local file=$1/recipe.settings had had_epochs
+  if [ ! -f "$1/hyp-test.txt" ]; then echo run; return; fi
+  if [ ! -f "$file" ]; then echo done; return; fi  # finished before runs kept their settings
+  had=$(cat "$file") had_epochs=${had%% *}
+  had_epochs=${had_epochs#epochs=}
+  if [ "$had" = "epochs=$2 $3" ]; then echo done
+  elif [ "${had#* }" = "$3" ] && [ "$had_epochs" -lt "$2" ]; then echo run
+  else echo "was trained with: $had; now asked for: epochs=$2 $3"
+  fi
+}
+
+train() {  # train SAVE EPOCHS SETTINGS SCRIPT [VAR=VALUE ...]: the run unless done, then its settings
+  local save=$1 epochs=$2 settings=$3 script=$4
+  shift 4
+  [ "$(status "$save" "$epochs" "$settings")" = done ] && return
+  rm -f "$save"/hyp-*.txt "$save"/generate-*.txt "$save/recipe.settings"  # an extended run's best may change
+  env "$@" SAVE="$save" EPOCHS="$epochs" bash "$HERE/$script" > "$save.out"
+  echo "epochs=$epochs $settings" > "$save/recipe.settings"
+}
+
 ce() {  # ce SEED K
   local save=$OUT/ce-k$2-s$1
-  if [ ! -f "$save/hyp-test.txt" ]; then
-    K=$2 SEED=$1 DATA=$DATA CANDS=$CANDS SAVE=$save EPOCHS=$CE_EPOCHS THREADS=$THREADS SRC=$SRC TGT=$TGT \
-      ARCH_ARGS="$ARCH_ARGS" bash "$HERE/run_transformer_multi30k.sh" > "$save.out"
-  fi
+  train "$save" "$CE_EPOCHS" "$(ce_settings)" run_transformer_multi30k.sh K="$2" SEED="$1" DATA="$DATA" \
+    CANDS="$CANDS" THREADS="$THREADS" SRC="$SRC" TGT="$TGT" ARCH_ARGS="$ARCH_ARGS"
   decode "$save" "$2"
 }
 
 reinforce() {  # reinforce NAME LAMBDA REWARD SEED K
   local save=$OUT/$1-k$5-s$4
-  if [ ! -f "$save/hyp-test.txt" ]; then
-    K=$5 SEED=$4 DATA=$DATA CANDS=$CANDS CE=$OUT/ce-k$5-s$4/checkpoint_best.pt SAVE=$save EPOCHS=$RL_EPOCHS \
-      THREADS=$THREADS OPTIMIZER=$OPTIMIZER LR=$LR LAMBDA=$2 SAMPLES=$SAMPLES BASELINE=$BASELINE REWARD=$3 TEMP=$TEMP SRC=$SRC \
-      TGT=$TGT ARCH_ARGS="$ARCH_ARGS" EXTRA="$VALID_ARGS" bash "$HERE/run_reinforce_multi30k.sh" > "$save.out"
-  fi
+  train "$save" "$RL_EPOCHS" "$(rl_settings "$2" "$3")" run_reinforce_multi30k.sh K="$5" SEED="$4" DATA="$DATA" \
+    CANDS="$CANDS" CE="$OUT/ce-k$5-s$4/checkpoint_best.pt" THREADS="$THREADS" OPTIMIZER="$OPTIMIZER" LR="$LR" \
+    LAMBDA="$2" SAMPLES="$SAMPLES" BASELINE="$BASELINE" REWARD="$3" TEMP="$TEMP" SRC="$SRC" TGT="$TGT" \
+    ARCH_ARGS="$ARCH_ARGS" EXTRA="$VALID_ARGS"
   decode "$save" "$5"
 }
 
@@ -116,6 +147,22 @@ for name in $CONTROLS; do  # checked before hours of training, not after
   if [ -z "$(control "$name")" ]; then
     echo "CONTROLS: unknown control '$name' (ce, constant)" >&2; exit 2
   fi
+done
+for seed in $SEEDS; do  # so is every finished run against today's settings
+  for k in $KS; do
+    runs=("ce-k$k-s$seed $CE_EPOCHS $(ce_settings)" "rl-k$k-s$seed $RL_EPOCHS $(rl_settings "$LAMBDA" "$REWARD")")
+    for name in $CONTROLS; do
+      read -r lambda reward <<< "$(control "$name")"
+      runs+=("ctl-$name-k$k-s$seed $RL_EPOCHS $(rl_settings "$lambda" "$reward")")
+    done
+    for run in "${runs[@]}"; do
+      read -r name epochs settings <<< "$run"
+      why=$(status "$OUT/$name" "$epochs" "$settings")
+      if [ "$why" != done ] && [ "$why" != run ]; then
+        echo "$OUT/$name $why. Move it away (or set OUT to another folder) to train it again." >&2; exit 2
+      fi
+    done
+  done
 done
 # Each K's chains run on their own (side by side under PARALLEL=1): the small vocabulary's runs do not wait for the
 # full softmax's slower ones, so both cores stay busy, and each chain's wall time is its own.
