@@ -92,6 +92,43 @@ def test_benchmark_on_real_batches_of_a_corpus(tiny_raw, tiny_bin, predictor, tm
     assert f"| {flat['ms_per_sampled_token']} |" in out
 
 
+TINY_TRANSFORMER = ("--arch transformer --encoder-layers 1 --decoder-layers 2 --encoder-embed-dim 16 "
+                    "--decoder-embed-dim 16 --encoder-ffn-embed-dim 32 --decoder-ffn-embed-dim 32 "
+                    "--encoder-attention-heads 2 --decoder-attention-heads 2 --share-decoder-input-output-embed")
+
+
+@pytest.mark.slow
+def test_benchmark_on_real_batches_measures_the_model_of_the_given_flags(tiny_bin, predictor, tmp_path):
+    """--model-args: the training run's own model (here a tiny stock Transformer, as the Transformer recipe's
+    ARCH_ARGS give it) on the corpus's batches."""
+    run([REPO / "scripts" / "export_candidates.py", "--predictor", predictor, "--splits", "train", "--k", "60",
+         "--out-dir", tmp_path / "cands"])
+    common = [REPO / "scripts" / "benchmark.py", "--data", tiny_bin, "--source-lang", "src", "--target-lang", "tgt",
+              "--candidates-dir", tmp_path / "cands", "--k", "50", "--batch", "8", "--steps", "1", "--warmup", "1",
+              "--threads", "1", "--modes", "reinforce", "--rl-samples", "2", "--rl-baseline", "loo",
+              "--model-args", TINY_TRANSFORMER]
+    run([*common, "--json", tmp_path / "r.json"])
+    records = json.loads((tmp_path / "r.json").read_text())
+    assert [(r["arch"], r["softmax"], r["d"], r["rl_samples"]) for r in records] == [
+        ("transformer", "small", 16, 2), ("transformer", "full", 16, 2)]
+
+
+@pytest.mark.parametrize("argv, problem", [
+    (["--model-args", "--arch transformer"], "--model-args goes with --data"),
+    (["--data", "d", "--candidates-dir", "c", "--model-args", "--encoder-layers 3"], "name the model's arch"),
+    (["--data", "d", "--candidates-dir", "c", "--model-args", "--arch transformer", "--embed-dim", "64"],
+     "leave out --embed-dim and --layers"),
+    (["--data", "d", "--candidates-dir", "c", "--arch", "transformer"], "--model-args \"--arch ARCH ...\""),
+])
+def test_benchmark_refuses_model_flags_it_cannot_use(argv, problem, capsys):
+    bench = _benchmark_module()
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--modes", "reinforce", *argv])
+    assert problem in capsys.readouterr().err
+    assert bench.model_arch("--dropout 0.3 --arch=transformer_iwslt_de_en") == "transformer_iwslt_de_en"
+    assert bench.model_arch("-a lstm --encoder-layers 2") == "lstm"
+
+
 def test_phase_timer_charges_nested_calls_to_the_inner_phase():
     import time
 

@@ -38,6 +38,9 @@ compare per sampled token).  Small
 and full softmax see the same batches; |V| is the corpus's target dictionary.
 ``--captions`` reads a captioning folder (scripts/prepare_captions.py) with
 captioning_smallvocab and lstm_caption_smallvocab (samples up to 50 tokens).
+``--model-args FLAGS`` measures the model that a training run's flags build
+(``--arch`` and its settings: the Transformer recipe's
+examples/translation/transformer_multi30k.args) instead of the paper's LSTM.
 ``--checkpoint CKPT`` starts both from a trained model's weights (an untrained
 model samples to the length limit; a trained one about as long as the gold).
 
@@ -99,6 +102,7 @@ JSON records.
 import argparse
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -168,6 +172,8 @@ def configurations(args):
                         cfg["floor"] = True
                     if args.largest_batch and mode != "decode":
                         cfg["largest_batch"] = True
+                    if args.model_args is not None:
+                        cfg.update(model_args=args.model_args, arch=model_arch(args.model_args))
                     if args.data:
                         cfg.update(data=str(args.data), candidates_dir=args.candidates_dir, captions=args.captions,
                                    checkpoint=str(args.checkpoint) if args.checkpoint else None,
@@ -176,6 +182,17 @@ def configurations(args):
                         cfg.update(beam=beam, decode_batch=batch, max_len=args.decode_len, src_len=args.src_len,
                                    decode_sentences=max(args.decode_sentences, batch), warmup=1)
                     yield cfg
+
+
+def model_arch(flags: str):
+    """The arch that a model's fairseq-train flags name (``--arch X`` or ``--arch=X``), or None."""
+    words = shlex.split(flags)
+    for i, word in enumerate(words):
+        if word in ("--arch", "-a") and i + 1 < len(words):
+            return words[i + 1]
+        if word.startswith("--arch="):
+            return word.split("=", 1)[1]
+    return None
 
 
 def parse_args(argv=None):
@@ -259,6 +276,10 @@ def parse_args(argv=None):
                         help="with --data: exported candidate lists (scripts/export_candidates.py) with K' >= K")
     parser.add_argument("--source-lang", default="en", help="with --data")
     parser.add_argument("--target-lang", default="de", help="with --data")
+    parser.add_argument("--model-args", default=None, metavar="FLAGS",
+                        help="with --data: the model's fairseq-train flags, its --arch and settings (as a training "
+                             "run's ARCH_ARGS: \"$(cat examples/translation/transformer_multi30k.args)\"), instead "
+                             "of the paper's LSTM at --embed-dim")
     parser.add_argument("--checkpoint", type=Path, default=None,
                         help="with --data: start small and full runs from this checkpoint's weights (a model of "
                              "the same arch and --embed-dim) instead of an untrained model, so that samples are "
@@ -276,7 +297,7 @@ def parse_args(argv=None):
     if args.quick:
         parser.set_defaults(modes=["ce", "reinforce"], vocab_sizes=[24000], k=[1000], k_sweep=[], steps=2, warmup=1)
         args = parser.parse_args(argv)
-    if args.embed_dim is None and args.arch == "lstm_smallvocab":
+    if args.embed_dim is None and args.arch == "lstm_smallvocab" and args.model_args is None:
         args.embed_dim = 256
     if args.rounds < 1:
         parser.error(f"--rounds {args.rounds}: at least 1")
@@ -284,7 +305,15 @@ def parse_args(argv=None):
         parser.error(f"--rl-samples {' '.join(map(str, args.rl_samples))}: each >= 1, and >= 2 with --rl-baseline "
                      "loo (the other samples of an input are its baseline)")
     if args.arch != "lstm_smallvocab" and args.data:
-        parser.error("--arch goes with synthetic batches (--vocab-sizes); --data measures the recipe's model")
+        parser.error("--arch goes with synthetic batches (--vocab-sizes); with --data, give the model's flags "
+                     "with --model-args \"--arch ARCH ...\"")
+    if args.model_args is not None:
+        if not args.data or args.captions:
+            parser.error("--model-args goes with --data, a translation corpus")
+        if args.embed_dim is not None or args.layers is not None:
+            parser.error("--model-args gives the model whole: leave out --embed-dim and --layers")
+        if model_arch(args.model_args) is None:
+            parser.error(f"--model-args {args.model_args!r}: name the model's arch (--arch ARCH)")
     if args.max_sample_len is None:
         args.max_sample_len = (50 if args.captions else 100) if args.data else args.max_len
     if args.max_sample_len < 1:

@@ -57,6 +57,7 @@ def train_worker(cfg: dict) -> dict:
         model, criterion, samples, epoch_sentences = real_setup(cfg, count)
         samples = [to_device(sample, device) for sample in samples]
         model, criterion = model.to(device), criterion.to(device)
+        cfg["d"] = cfg["d"] or model.output_weights()[0].size(1)  # --model-args: the model's own
     else:
         task = synthetic_task(cfg)
         model = build_model(cfg, task).to(device)

@@ -10,6 +10,7 @@ inside the functions, so that the command line loads without them.
 """
 
 import argparse
+import shlex
 from pathlib import Path
 
 
@@ -124,13 +125,15 @@ def real_setup(cfg: dict, count: int):
     import fairseq_smallvocab
 
     argv = [cfg["data"], "--user-dir", str(Path(fairseq_smallvocab.__file__).resolve().parent),
-            "--small-vocab-size", str(cfg["K"]), "--embed-dim", str(cfg["d"]),
+            "--small-vocab-size", str(cfg["K"]),
             "--criterion", "cross_entropy" if cfg["mode"] == "ce" else "reinforce_gleu", "--cpu"]
+    # the model: the user's flags (--model-args, as a training run's), else the paper's LSTM at d
+    model_args = shlex.split(cfg["model_args"]) if cfg.get("model_args") else None
     if captions:  # image features -> captions: samples limited by length only
-        argv += ["--task", "captioning_smallvocab", "--arch", "lstm_caption_smallvocab"]
+        argv += ["--task", "captioning_smallvocab", "--arch", "lstm_caption_smallvocab", "--embed-dim", str(cfg["d"])]
     else:
         argv += ["--task", "translation_smallvocab", "-s", cfg["source_lang"], "-t", cfg["target_lang"],
-                 "--arch", "lstm_smallvocab"]
+                 *(model_args or ["--arch", "lstm_smallvocab", "--embed-dim", str(cfg["d"])])]
     if cfg["mode"] == "reinforce":
         argv += ["--rl-samples", str(cfg["rl_samples"]), "--rl-baseline", cfg["rl_baseline"],
                  "--max-sample-len", str(cfg["max_sample_len"])]
