@@ -9,7 +9,7 @@
 #      samples per input, BASELINE, REWARD and TEMP; dev BLEU every VALIDATE
 #      updates.
 #   3. Its controls, with the same optimizer and budget (CONTROLS; empty: none): "ce" (the
-#      CE term alone: LAMBDA=1) and "constant" (a constant reward).
+#      CE term alone: LAMBDA=1) and "constant" (a constant reward, no baseline).
 #   4. Every run's best checkpoint decoded on val and test2016 with each beam
 #      in BEAMS (1: greedy), inside the same K candidates.
 # Then one table and one plot: scripts/rl_logs.py recipe writes OUT/table.md
@@ -79,8 +79,8 @@ decode() {  # decode SAVE K: the best checkpoint with each beam (greedy written 
 ce_settings() {  # the model's flags, on one line (a flags file may have several)
   echo "ARCH_ARGS=$(printf '%s' "$ARCH_ARGS" | tr -s '[:space:]' ' ')"
 }
-rl_settings() {  # rl_settings LAMBDA REWARD: also the CE run's, which gave its starting point
-  echo "OPTIMIZER=$OPTIMIZER LR=$LR LAMBDA=$1 SAMPLES=$SAMPLES BASELINE=$BASELINE REWARD=$2 TEMP=$TEMP" \
+rl_settings() {  # rl_settings LAMBDA REWARD BASELINE: also the CE run's, which gave its starting point
+  echo "OPTIMIZER=$OPTIMIZER LR=$LR LAMBDA=$1 SAMPLES=$SAMPLES BASELINE=$3 REWARD=$2 TEMP=$TEMP" \
     "CE_EPOCHS=$CE_EPOCHS $(ce_settings)"
 }
 
@@ -112,29 +112,32 @@ ce() {  # ce SEED K
   decode "$save" "$2"
 }
 
-reinforce() {  # reinforce NAME LAMBDA REWARD SEED K
-  local save=$OUT/$1-k$5-s$4
-  train "$save" "$RL_EPOCHS" "$(rl_settings "$2" "$3")" run_reinforce_multi30k.sh K="$5" SEED="$4" DATA="$DATA" \
-    CANDS="$CANDS" CE="$OUT/ce-k$5-s$4/checkpoint_best.pt" THREADS="$THREADS" OPTIMIZER="$OPTIMIZER" LR="$LR" \
-    LAMBDA="$2" SAMPLES="$SAMPLES" BASELINE="$BASELINE" REWARD="$3" TEMP="$TEMP" SRC="$SRC" TGT="$TGT" \
+reinforce() {  # reinforce NAME LAMBDA REWARD BASELINE SEED K
+  local save=$OUT/$1-k$6-s$5
+  train "$save" "$RL_EPOCHS" "$(rl_settings "$2" "$3" "$4")" run_reinforce_multi30k.sh K="$6" SEED="$5" \
+    DATA="$DATA" CANDS="$CANDS" CE="$OUT/ce-k$6-s$5/checkpoint_best.pt" THREADS="$THREADS" OPTIMIZER="$OPTIMIZER" \
+    LR="$LR" LAMBDA="$2" SAMPLES="$SAMPLES" BASELINE="$4" REWARD="$3" TEMP="$TEMP" SRC="$SRC" TGT="$TGT" \
     ARCH_ARGS="$ARCH_ARGS" EXTRA="$VALID_ARGS"
-  decode "$save" "$5"
+  decode "$save" "$6"
 }
 
-control() {  # control NAME: the control's LAMBDA and REWARD; nothing for a name that is no control
+control() {  # control NAME: the control's LAMBDA, REWARD and BASELINE; nothing for a name that is no control
   case $1 in
-    ce) echo "1 $REWARD" ;;  # the CE term alone
-    constant) echo "$LAMBDA constant" ;;
+    ce) echo "1 $REWARD $BASELINE" ;;  # the CE term alone
+    # Choshen et al. 2020's: every sample rewarded alike, so whatever it gains is the sharpening of the model's
+    # distribution, not the reward's information. Without a baseline: any baseline would cancel a constant reward
+    # (loo's advantage is exactly 0), leaving lambda x CE, which Adam, blind to the loss's scale, makes the CE control
+    constant) echo "$LAMBDA constant none" ;;
   esac
 }
 
 chain() {  # chain SEED K: one softmax's runs in order (each needs the CE checkpoint)
   ce "$1" "$2"
-  reinforce rl "$LAMBDA" "$REWARD" "$1" "$2"
-  local name lambda reward
+  reinforce rl "$LAMBDA" "$REWARD" "$BASELINE" "$1" "$2"
+  local name lambda reward baseline
   for name in $CONTROLS; do
-    read -r lambda reward <<< "$(control "$name")"
-    reinforce "ctl-$name" "$lambda" "$reward" "$1" "$2"
+    read -r lambda reward baseline <<< "$(control "$name")"
+    reinforce "ctl-$name" "$lambda" "$reward" "$baseline" "$1" "$2"
   done
 }
 
@@ -150,10 +153,11 @@ for name in $CONTROLS; do  # checked before hours of training, not after
 done
 for seed in $SEEDS; do  # so is every finished run against today's settings
   for k in $KS; do
-    runs=("ce-k$k-s$seed $CE_EPOCHS $(ce_settings)" "rl-k$k-s$seed $RL_EPOCHS $(rl_settings "$LAMBDA" "$REWARD")")
+    runs=("ce-k$k-s$seed $CE_EPOCHS $(ce_settings)"
+          "rl-k$k-s$seed $RL_EPOCHS $(rl_settings "$LAMBDA" "$REWARD" "$BASELINE")")
     for name in $CONTROLS; do
-      read -r lambda reward <<< "$(control "$name")"
-      runs+=("ctl-$name-k$k-s$seed $RL_EPOCHS $(rl_settings "$lambda" "$reward")")
+      read -r lambda reward baseline <<< "$(control "$name")"
+      runs+=("ctl-$name-k$k-s$seed $RL_EPOCHS $(rl_settings "$lambda" "$reward" "$baseline")")
     done
     for run in "${runs[@]}"; do
       read -r name epochs settings <<< "$run"
