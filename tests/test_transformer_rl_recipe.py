@@ -84,6 +84,13 @@ def test_the_transformer_rl_recipe_runs_end_to_end_on_tiny_data(tiny_bin, predic
     assert all(r["curve"] and r["best_dev"] == max(b for _, b in r["curve"]) for r in runs)
     rl_log = (out / "rl-k60-s1" / "train.log").read_text()
     assert "'rl_samples': 4" in rl_log and "'rl_baseline': loo" in rl_log and "encoder_layers=1" in rl_log
+    # the best checkpoint is the best validation's: saved at each one, not only at the epoch's end
+    valid = rl_logs.parse(out / "rl-k60-s1" / "train.log")["valid"]
+    best = [v for v in valid if v["bleu"] == max(v["bleu"] for v in valid)][-1]  # fairseq: a tie is a new best
+    import torch
+
+    kept = torch.load(out / "rl-k60-s1" / "checkpoint_best.pt", map_location="cpu", weights_only=False)
+    assert kept["optimizer_history"][-1]["num_updates"] == best["num_updates"]
     assert "'validate_interval_updates': 2" in rl_log and "'rl_lambda': 1.0" in (
         out / "ctl-ce-k60-s1" / "train.log").read_text()
     constant = (out / "ctl-constant-k0-s1" / "train.log").read_text()

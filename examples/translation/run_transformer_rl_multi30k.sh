@@ -6,8 +6,8 @@
 #      the checkpoint of best dev BLEU is kept.
 #   2. REINFORCE from that checkpoint: run_reinforce_multi30k.sh with the
 #      model's flags, RL_EPOCHS epochs of OPTIMIZER at LR, LAMBDA, SAMPLES
-#      samples per input, BASELINE, REWARD and TEMP; dev BLEU every VALIDATE
-#      updates.
+#      samples per input, BASELINE, REWARD and TEMP; dev BLEU and a checkpoint
+#      every VALIDATE updates, the best kept.
 #   3. Its controls, with the same optimizer and budget (CONTROLS; empty: none): "ce" (the
 #      CE term alone: LAMBDA=1) and "constant" (a constant reward, no baseline).
 #   4. Every run's best checkpoint decoded on val and test2016 with each beam
@@ -51,7 +51,11 @@ SRC=${SRC:-en}
 TGT=${TGT:-de}
 HERE=$(dirname "$0")
 ARCH_ARGS=${ARCH_ARGS:-$(cat "$HERE/transformer_multi30k.args")}
-VALID_ARGS=$([ "$VALIDATE" = 0 ] || echo "--validate-interval-updates $VALIDATE")
+# a checkpoint at every validation: fairseq saves (and so keeps a best) only where it saves, which without
+# --save-interval-updates is the epoch's end, whatever --validate-interval-updates says; also lets a stopped
+# run resume mid-epoch (one update-numbered checkpoint kept beside checkpoint_last.pt)
+VALID_ARGS=$([ "$VALIDATE" = 0 ] || echo "--validate-interval-updates $VALIDATE --save-interval-updates $VALIDATE" \
+  "--keep-interval-updates 1")
 mkdir -p "$OUT"
 
 # a step for every K: side by side (PARALLEL=1) or one after another; a failure stops the recipe
