@@ -108,6 +108,11 @@ def test_the_transformer_rl_recipe_runs_end_to_end_on_tiny_data(tiny_bin, predic
     assert f"{out}/rl-k60-s1 was trained with: epochs=1 OPTIMIZER=adam LR=3e-5 " in refused.stderr
     assert "now asked for: epochs=1 OPTIMIZER=adam LR=1e-4 " in refused.stderr and "Move it away" in refused.stderr
     assert {name: (out / name / "train.log").read_text() for name in names} == logs
+    (out / "rl-k60-s1" / "hyp-test.txt").unlink()  # as if stopped before its decodes: it would go on under 1e-4
+    refused = run(["bash", "examples/translation/run_transformer_rl_multi30k.sh"], cwd=REPO, check=False,
+                  env={**env, "LR": "1e-4"})
+    assert refused.returncode == 2 and f"{out}/rl-k60-s1 was trained with: epochs=1 OPTIMIZER=adam LR=3e-5 " in (
+        refused.stderr)
     # more epochs: the small REINFORCE run resumes for a second epoch and is decoded again; CE and the rest stay
     run(["bash", "examples/translation/run_transformer_rl_multi30k.sh"], cwd=REPO,
         env={**env, "KS": "60", "RL_EPOCHS": "2", "CONTROLS": ""})

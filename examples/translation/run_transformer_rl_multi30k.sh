@@ -76,10 +76,11 @@ decode() {  # decode SAVE K: the best checkpoint with each beam (greedy written 
   done
 }
 
-# A finished run keeps what it was trained with in SAVE/recipe.settings ("epochs=E" and the settings that shape its
-# result). Run again, the recipe skips a run whose decodes exist and whose settings are today's; one asked for more
-# epochs resumes from its checkpoint_last.pt and is decoded again; any other change is refused before training starts,
-# as the run's results would be reported under settings they did not have.
+# A run keeps what it is trained with in SAVE/recipe.settings ("epochs=E" and the settings that shape its result),
+# written when it starts. Run again, the recipe skips a finished run (its decodes exist) whose settings are today's,
+# resumes a stopped one, extends one asked for more epochs (from its checkpoint_last.pt, decoded again), and refuses
+# any other change before training starts: a finished run's results would be reported under settings they did not
+# have, and a stopped one would go on under others.
 ce_settings() {  # the model's flags, on one line (a flags file may have several)
   echo "ARCH_ARGS=$(printf '%s' "$ARCH_ARGS" | tr -s '[:space:]' ' ')"
 }
@@ -89,24 +90,25 @@ rl_settings() {  # rl_settings LAMBDA REWARD BASELINE: also the CE run's, which 
 }
 
 status() {  # status SAVE EPOCHS SETTINGS: "done", "run" (new, stopped, or to be extended), or why it conflicts
-  local file=$1/recipe.settings had had_epochs
-  if [ ! -f "$1/hyp-test.txt" ]; then echo run; return; fi
-  if [ ! -f "$file" ]; then echo done; return; fi  # finished before runs kept their settings
+  local file=$1/recipe.settings finished=run had had_epochs
+  [ -f "$1/hyp-test.txt" ] && finished=done
+  if [ ! -f "$file" ]; then echo "$finished"; return; fi  # new, or from before runs kept their settings
   had=$(cat "$file") had_epochs=${had%% *}
   had_epochs=${had_epochs#epochs=}
-  if [ "$had" = "epochs=$2 $3" ]; then echo done
+  if [ "$had" = "epochs=$2 $3" ]; then echo "$finished"
   elif [ "${had#* }" = "$3" ] && [ "$had_epochs" -lt "$2" ]; then echo run
   else echo "was trained with: $had; now asked for: epochs=$2 $3"
   fi
 }
 
-train() {  # train SAVE EPOCHS SETTINGS SCRIPT [VAR=VALUE ...]: the run unless done, then its settings
+train() {  # train SAVE EPOCHS SETTINGS SCRIPT [VAR=VALUE ...]: the run unless done
   local save=$1 epochs=$2 settings=$3 script=$4
   shift 4
   [ "$(status "$save" "$epochs" "$settings")" = done ] && return
-  rm -f "$save"/hyp-*.txt "$save"/generate-*.txt "$save/recipe.settings"  # an extended run's best may change
-  env "$@" SAVE="$save" EPOCHS="$epochs" bash "$HERE/$script" > "$save.out"
+  mkdir -p "$save"
+  rm -f "$save"/hyp-*.txt "$save"/generate-*.txt  # an extended run's best may change
   echo "epochs=$epochs $settings" > "$save/recipe.settings"
+  env "$@" SAVE="$save" EPOCHS="$epochs" bash "$HERE/$script" > "$save.out"
 }
 
 ce() {  # ce SEED K
