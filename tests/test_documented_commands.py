@@ -793,6 +793,14 @@ COMMANDS.update({
     "python scripts/benchmark.py --modes reinforce --data data-bin/multi30k.en-de "
     "--candidates-dir checkpoints/vp-multi30k.en-de/candidates --k 500 --rl-samples 1 2 4 --rounds 2 --steps 3 "
     "--warmup 1": parse(MULTI30K_BENCH),
+    "python scripts/benchmark.py --modes reinforce --data data-bin/multi30k.en-de "
+    "--candidates-dir checkpoints/vp-multi30k.en-de/candidates --k 500 "
+    "--model-args \"$(cat examples/translation/transformer_multi30k.args)\" "
+    "--checkpoint checkpoints/transformer-rl-multi30k.en-de/ce-k500-s1/checkpoint_best.pt --batch 128 "
+    "--rl-samples 4 --rl-baseline loo --threads 1 --rounds 3 --steps 8 --warmup 2 "
+    "--json docs/bench_transformer_rl_multi30k.json": elsewhere(
+        "tests/test_benchmark.py::test_benchmark_on_real_batches_measures_the_model_of_the_given_flags",
+        "tiny_bin, K = 50 of exported K = 60 lists, a tiny Transformer's flags, 2 samples, batch 8, 1 step"),
     "pip wheel --no-deps --no-build-isolation": other("how the GPU machine's fairseq wheel was built (a record)"),
     "pip install --no-index --no-deps --target /tmp/site": other("how the GPU machine's packages went in (a record)"),
     "python3 -m pytest tests -n 8 -v -ra --timeout 280": other(
