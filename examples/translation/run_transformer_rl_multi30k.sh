@@ -68,6 +68,7 @@ each_k() {
 }
 
 decode() {  # decode SAVE K: the best checkpoint with each beam (greedy written by the training scripts)
+  if [ "$CHECKING" = 1 ]; then return; fi
   local beam
   for beam in $BEAMS; do
     [ "$beam" = 1 ] && [ -f "$1/hyp-test.txt" ] && continue
@@ -101,10 +102,15 @@ status() {  # status SAVE EPOCHS SETTINGS: "done", "run" (new, stopped, or to be
   fi
 }
 
-train() {  # train SAVE EPOCHS SETTINGS SCRIPT [VAR=VALUE ...]: the run unless done
-  local save=$1 epochs=$2 settings=$3 script=$4
+train() {  # train SAVE EPOCHS SETTINGS SCRIPT [VAR=VALUE ...]: the run unless done (only checked while CHECKING)
+  local save=$1 epochs=$2 settings=$3 script=$4 now
   shift 4
-  [ "$(status "$save" "$epochs" "$settings")" = done ] && return
+  now=$(status "$save" "$epochs" "$settings")
+  case $now in
+    done) return ;;
+    run) if [ "$CHECKING" = 1 ]; then return; fi ;;
+    *) echo "$save $now. Move it away (or set OUT to another folder) to train it again." >&2; exit 2 ;;
+  esac
   mkdir -p "$save"
   rm -f "$save"/hyp-*.txt "$save"/generate-*.txt  # an extended run's best may change
   echo "epochs=$epochs $settings" > "$save/recipe.settings"
@@ -157,23 +163,9 @@ for name in $CONTROLS; do  # checked before hours of training, not after
     echo "CONTROLS: unknown control '$name' (ce, constant)" >&2; exit 2
   fi
 done
-for seed in $SEEDS; do  # so is every finished run against today's settings
-  for k in $KS; do
-    runs=("ce-k$k-s$seed $CE_EPOCHS $(ce_settings)"
-          "rl-k$k-s$seed $RL_EPOCHS $(rl_settings "$LAMBDA" "$REWARD" "$BASELINE")")
-    for name in $CONTROLS; do
-      read -r lambda reward baseline <<< "$(control "$name")"
-      runs+=("ctl-$name-k$k-s$seed $RL_EPOCHS $(rl_settings "$lambda" "$reward" "$baseline")")
-    done
-    for run in "${runs[@]}"; do
-      read -r name epochs settings <<< "$run"
-      why=$(status "$OUT/$name" "$epochs" "$settings")
-      if [ "$why" != done ] && [ "$why" != run ]; then
-        echo "$OUT/$name $why. Move it away (or set OUT to another folder) to train it again." >&2; exit 2
-      fi
-    done
-  done
-done
+CHECKING=1  # so is every run against its recorded settings: the chains walked once, training nothing
+for k in $KS; do chains "$k"; done
+CHECKING=0
 # Each K's chains run on their own (side by side under PARALLEL=1): the small vocabulary's runs do not wait for the
 # full softmax's slower ones, so both cores stay busy, and each chain's wall time is its own.
 each_k chains

@@ -57,11 +57,9 @@ def train_worker(cfg: dict) -> dict:
         model, criterion, samples, epoch_sentences = real_setup(cfg, count)
         samples = [to_device(sample, device) for sample in samples]
         model, criterion = model.to(device), criterion.to(device)
-        cfg["d"] = cfg["d"] or model.output_weights()[0].size(1)  # --model-args: the model's own
     else:
         task = synthetic_task(cfg)
         model = build_model(cfg, task).to(device)
-        cfg["d"] = cfg["d"] or model.output_weights()[0].size(1)
         if cfg["mode"] == "ce":
             criterion = CrossEntropyCriterion(task, sentence_avg=False)
         else:
@@ -69,6 +67,7 @@ def train_worker(cfg: dict) -> dict:
                                                rl_samples=cfg["rl_samples"], rl_baseline=cfg["rl_baseline"])).to(device)
         samples = [_synthetic_batch(cfg, cfg["batch"], device)] * count
         epoch_sentences = cfg["epoch_sentences"]
+    cfg["d"] = cfg["d"] or model.output_weights()[0].size(1)  # a fairseq arch's (or --model-args') own d
     model.train()
     sample_lens = []
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0, momentum=0.75, weight_decay=1e-6)
