@@ -4,6 +4,8 @@ _fast_stat_sync_sum``: the workers' logging outputs summed key by key, the
 keys of the first output, each a float64 tensor), as from the plain list of
 per-batch dicts of a single process."""
 
+import math
+
 import pytest
 import torch
 from fairseq import metrics
@@ -57,3 +59,15 @@ def test_the_predictor_criterion_reduces_tensors_from_distributed_workers():
     values = _same_values(VocabPredictionBCECriterion.reduce_metrics, logs)
     assert values["recall@50"] == pytest.approx(100 * 23 / 40, abs=0.01)
     assert values["recall@100"] == pytest.approx(100 * 33 / 40, abs=0.01)
+
+
+def test_the_ce_control_reduces_tensors_from_distributed_workers(tiny_bin):
+    """lambda = 1 samples nothing: its logs carry no reward, and reduce to the
+    CE numbers alone, summed or not."""
+    task = _task(tiny_bin, small_vocab_size=40)
+    model, _, sample = _setup()
+    crit = ReinforceGleuCriterion(task, ReinforceGleuConfig(rl_lambda=1.0))
+    logs = [crit(model.eval(), sample)[2] for _ in range(2)]
+    values = _same_values(lambda outs: task.reduce_metrics(outs, crit), logs)
+    assert {"loss", "ce", "rl_loss"} <= set(values) and not {"reward", "baseline", "entropy"} & set(values)
+    assert values["ce"] == pytest.approx(float(logs[0]["ce"]) / float(logs[0]["ntokens"]) / math.log(2), abs=1e-3)

@@ -7,6 +7,7 @@ test_reinforce_baselines.py; sampling, rewards and logged metrics:
 test_reinforce_sampling.py; bad settings: test_reinforce_config.py; fairseq-train
 and distributed runs: test_reinforce_cli.py.)"""
 
+import math
 from types import SimpleNamespace
 
 import pytest
@@ -179,6 +180,35 @@ def test_ce_term_and_mixing():
     torch.manual_seed(3)
     mixed, _, mlog = _crit(task, rl_lambda=0.25, rl_baseline="none")(model, sample)
     torch.testing.assert_close(mixed, 0.25 * mlog["ce"] + 0.75 * mlog["rl"])
+
+
+def test_lambda_one_is_the_ce_term_alone_and_samples_nothing(monkeypatch):
+    """The CE control (lambda = 1): RL's weight is 0, so nothing is drawn (not
+    even for the learned baseline); loss and gradients are the CE term's, and
+    a non-finite batch is skipped as a mixed one is."""
+    model, task, sample = _setup()
+    monkeypatch.setattr(model, "sample_and_score", lambda *a, **k: pytest.fail("lambda = 1 drew samples"))
+    crit = _crit(task, rl_lambda=1.0, rl_baseline="learned")
+    loss, n, log = crit(model, sample)
+    assert n == B and log["finite_samples"] == 0 and log["rl"] == 0.0 and "reward" not in log
+    model.zero_grad()
+    loss.backward()
+    got = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    net_output = model(**sample["net_input"])
+    lprobs = model.get_normalized_probs(net_output, log_probs=True)
+    ce = F.nll_loss(lprobs.view(-1, K), model.get_targets(sample, net_output).view(-1), ignore_index=1,
+                    reduction="sum")
+    ce.backward()
+    torch.testing.assert_close(loss, ce)
+    assert log["ce"] == ce.item() and log["loss"] == ce.item()
+    for g, want in zip(got, [p.grad for p in model.parameters()]):
+        torch.testing.assert_close(g, want)
+    assert crit.baseline._adam is None  # the baseline has nothing to learn from
+    with torch.no_grad():
+        model.decoder.output_bias[sample["target"][0, 0]] = -math.inf  # a gold word made impossible: CE is inf
+    loss, _, log = crit(model, sample)
+    assert log["nonfinite"] == 1 and loss.item() == 0.0 and log["finite_sentences"] == 0 and log["ce"] == 0.0
 
 
 def test_empty_samples_get_zero_reward_without_crashing():

@@ -13,6 +13,9 @@ length limit.  Then, for sample j of example b,
 
 summed over the batch; the sample size is the number of sentences, so N
 samples give the average of N single-sample gradients, not N times one.
+With lambda = 1 (the CE control: CE continued with the same loss, optimizer
+and budget) nothing is sampled, since L_r's weight is 0, and only the CE
+numbers are logged.
 
 Rewards (``--reward``, ``reinforce/rewards.py``): ``gleu`` (the paper's), sacrebleu's
 sentence ``bleu`` and ``chrf``, and ``constant`` (1 for every sample: the
@@ -206,6 +209,8 @@ class ReinforceGleuCriterion(FairseqCriterion):
     # -- the loss -----------------------------------------------------------------------------------
 
     def forward(self, model, sample, reduce=True):
+        if self.cfg.rl_lambda == 1.0:  # RL's weight is 0: its samples would change nothing but the time
+            return self.ce_only(model, sample)
         net_input = sample["net_input"]
         nsentences, n = sample["target"].size(0), self.cfg.rl_samples
         max_positions = getattr(model, "max_decoder_positions", None)
@@ -274,6 +279,24 @@ class ReinforceGleuCriterion(FairseqCriterion):
             **{key: kept(value) for key, value in logs.items()}}
         return loss, nsentences, logging_output
 
+    def ce_only(self, model, sample):
+        """lambda = 1 (the CE control): the CE term alone, normalized as the
+        mixed loss is (by sentences), with nothing sampled."""
+        net_output = model(**sample["net_input"])
+        lprobs = model.get_normalized_probs(net_output, log_probs=True)
+        target = model.get_targets(sample, net_output)
+        loss = F.nll_loss(lprobs.view(-1, lprobs.size(-1)), target.reshape(-1), ignore_index=self.padding_idx,
+                          reduction="sum")
+        nsentences = sample["target"].size(0)
+        finite = bool(torch.isfinite(loss))
+        if not finite:
+            loss = sum(p.reshape(-1)[:1].sum() * 0.0 for p in model.parameters() if p.requires_grad)
+        kept = (lambda value: value) if finite else (lambda value: 0.0)
+        return loss, nsentences, {
+            "loss": kept(loss.data), "ce": kept(loss.data), "rl": 0.0, "ntokens": sample["ntokens"],
+            "nsentences": nsentences, "sample_size": nsentences, "nonfinite": 0 if finite else 1,
+            "finite_sentences": kept(nsentences), "finite_tokens": kept(sample["ntokens"]), "finite_samples": 0}
+
     @staticmethod
     def reduce_metrics(logging_outputs) -> None:
         """Each average is over the batches that produced its numbers:
@@ -291,6 +314,8 @@ class ReinforceGleuCriterion(FairseqCriterion):
         metrics.log_scalar("loss", total("loss") / sentences, sentences, round=3)
         metrics.log_scalar("ce", total("ce") / max(tokens, 1) / math.log(2), tokens, round=3)
         metrics.log_scalar("rl_loss", total("rl") / sentences, sentences, round=3)
+        if not samples:  # lambda = 1: nothing sampled
+            return
         metrics.log_scalar("reward", 100.0 * total("reward") / samples, samples, round=2)
         metrics.log_scalar("baseline", 100.0 * total("baseline") / max(steps, 1), steps, round=2)
         metrics.log_scalar("sample_len", total("sample_len") / samples, samples, round=2)
