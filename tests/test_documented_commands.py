@@ -159,6 +159,8 @@ class Doc(NamedTuple):
     test: str = ""  # run: a test of this file; elsewhere: tests/FILE.py::TEST
     fill: Optional[dict] = None  # parse check: text -> what stands there (placeholders of the docs)
     check: Optional[Callable] = None  # other: a check of what can be checked
+    after: str = ""  # script: a documented command whose results it starts from, dry-run first in its folder
+    steps: Optional[list] = None  # script: what it starts, where not its script's SCRIPT_STEPS
 
 
 def ran(test, how, fill=None):
@@ -173,8 +175,8 @@ def parse(why, fill=None):
     return Doc("parse", why, fill=fill)
 
 
-def script(why):
-    return Doc("script", why)
+def script(why, after="", steps=None):
+    return Doc("script", why, after=after, steps=steps)
 
 
 def other(why, check=None):
@@ -628,6 +630,12 @@ COMMANDS.update({
     "bash examples/translation/run_transformer_multi30k.sh": script(SCRIPT),
     "bash examples/translation/run_transformer_rl_multi30k.sh": script(
         SCRIPT + "; tests/test_transformer_rl_recipe.py runs it end to end on tiny data"),
+    "OUT=checkpoints/tune-transformer-rl/lambda0.05 CE_FROM=checkpoints/transformer-rl-multi30k.en-de SEEDS=1 "
+    "LAMBDA=0.05 CONTROLS= BEAMS=1 bash examples/translation/run_transformer_rl_multi30k.sh": script(
+        SCRIPT + "; tests/test_transformer_rl_recipe.py runs CE_FROM end to end on tiny data",
+        after="bash examples/translation/run_transformer_rl_multi30k.sh",
+        # each softmax's REINFORCE run with its greedy decodes (CE linked, not run), then the table
+        steps=[*["fairseq-train", *["fairseq-generate", "sacrebleu"] * 2] * 2, "scripts/rl_logs.py"]),
     "python scripts/rl_logs.py recipe checkpoints/transformer-rl-multi30k.en-de --data data-bin/multi30k.en-de "
     "--tgt de --markdown table.md --png dev_bleu.png": elsewhere(
         "tests/test_transformer_rl_recipe.py::test_the_transformer_rl_recipe_runs_end_to_end_on_tiny_data",
@@ -934,6 +942,7 @@ def test_every_example_script_is_started_by_a_documented_command():
         env, path = _script_of(command)
         if path:
             assert doc.kind == "script", command
+            assert not doc.after or doc.after in COMMANDS and COMMANDS[doc.after].kind == "script", command
             started.setdefault(path, []).append(command)
             text = (REPO / path).read_text()
             for name in env:
@@ -1015,17 +1024,21 @@ def test_example_scripts_dry_run(tmp_path):
             for name in ("examples", "scripts", "fairseq_smallvocab"):  # the scripts run from the project root
                 (work / name).symlink_to(REPO / name)
             log = work / "calls.jsonl"
-            result = run(["bash", "-c", f'export PATH="{stubs}:$PATH"; {command}'], cwd=work, check=False,
-                         env={"STUB_LOG": str(log), "REAL_PYTHON": sys.executable, "E": str(work / "e")})
+            doc = COMMANDS[command]
+            for step in ([doc.after] if doc.after else []) + [command]:  # only the command's own calls are kept
+                log.unlink(missing_ok=True)
+                result = run(["bash", "-c", f'export PATH="{stubs}:$PATH"; {step}'], cwd=work, check=False,
+                             env={"STUB_LOG": str(log), "REAL_PYTHON": sys.executable, "E": str(work / "e")})
+                if result.returncode != 0:
+                    break
             records = log.read_text().split("\x1e")[:-1] if log.exists() else []
             calls = [{"argv": fields[:-1], "threads": fields[-1]} for fields in (r.split("\x1f") for r in records)]
             if result.returncode != 0:
-                failures.append(f"{command}: exit {result.returncode}\n{result.stderr[-2000:]}")
+                failures.append(f"{step}: exit {result.returncode}\n{result.stderr[-2000:]}")
                 continue
-            steps = [_step(call["argv"]) for call in calls]
-            if (sorted(steps) if path in UNORDERED else steps) != (sorted(SCRIPT_STEPS[path]) if path in UNORDERED
-                                                                 else SCRIPT_STEPS[path]):
-                failures.append(f"{command}: started {steps}, not {SCRIPT_STEPS[path]}")
+            steps, want = [_step(call["argv"]) for call in calls], doc.steps or SCRIPT_STEPS[path]
+            if (sorted(steps) if path in UNORDERED else steps) != (sorted(want) if path in UNORDERED else want):
+                failures.append(f"{command}: started {steps}, not {want}")
             trains = [call["argv"] for call in calls if call["argv"][0] == "fairseq-train"]
             for name, value in env.items():
                 if name == "THREADS":
@@ -1034,6 +1047,12 @@ def test_example_scripts_dry_run(tmp_path):
                     ok = all(("--cpu" in argv) == (value == "cpu") for argv in trains)
                 elif name == "KEEP_EPOCHS":
                     ok = all(("--no-epoch-checkpoints" in argv) != (value == "1") for argv in trains)
+                elif name == "CE_FROM":  # OUT's CE runs are links to CE_FROM's
+                    links = list((work / env["OUT"]).glob("ce-k*-s*"))
+                    ok = bool(links) and all(p.is_symlink() and p.resolve().parent == (work / value).resolve()
+                                             for p in links)
+                elif name == "CONTROLS" and not value:  # none: no control run
+                    ok = not any("/ctl-" in arg for call in calls for arg in call["argv"])
                 else:  # the value reaches a command (a value built by the shell is not compared); several
                     # words (EXTRA's flags) reach it as consecutive arguments
                     words = value.split()

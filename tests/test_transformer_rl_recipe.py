@@ -124,3 +124,20 @@ def test_the_transformer_rl_recipe_runs_end_to_end_on_tiny_data(tiny_bin, predic
         assert (out / "rl-k60-s1" / f"hyp-{split}{tag}.txt").read_text().count("\n") == (40 if split == "valid"
                                                                                             else 30)
     assert all((out / name / "train.log").read_text() == logs[name] for name in names if name != "rl-k60-s1")
+    # tuning: another OUT starts from these CE runs (linked, not retrained) and trains only the new setting
+    tune = tmp_path / "tune"
+    tuned = run(["bash", "examples/translation/run_transformer_rl_multi30k.sh"], cwd=REPO,
+                env={**env, "OUT": str(tune), "CE_FROM": str(out), "KS": "60", "LAMBDA": "0.5", "CONTROLS": "",
+                     "BEAMS": "1"})
+    assert sorted(p.name for p in tune.iterdir() if p.is_dir()) == ["ce-k60-s1", "rl-k60-s1"]
+    assert (tune / "ce-k60-s1").is_symlink() and (tune / "ce-k60-s1").resolve() == (out / "ce-k60-s1").resolve()
+    assert (out / "ce-k60-s1" / "train.log").read_text() == logs["ce-k60-s1"]
+    tuned_log = (tune / "rl-k60-s1" / "train.log").read_text()
+    assert "'rl_lambda': 0.5" in tuned_log and str(tune / "ce-k60-s1" / "checkpoint_best.pt") in tuned_log
+    assert "| small (K = 60) | CE (best checkpoint) | 1 |" in tuned.stdout
+    assert not (tune / "rl-k60-s1" / "hyp-test.beam5.txt").exists()
+    # a CE_FROM without that finished CE run: refused before anything is trained
+    refused = run(["bash", "examples/translation/run_transformer_rl_multi30k.sh"], cwd=REPO, check=False,
+                  env={**env, "OUT": str(tmp_path / "tune2"), "CE_FROM": str(tune), "KS": "60 0"})
+    assert refused.returncode == 2 and f"CE_FROM: {tune}/ce-k0-s1: not finished." in refused.stderr
+    assert not (tmp_path / "tune2" / "rl-k60-s1").exists()

@@ -22,7 +22,9 @@
 # Run from the project root with the project's environment active, after
 # examples/vocab_predictor/run_multi30k.sh (which exports the K=500 lists):
 #   source .venv/bin/activate && bash examples/translation/run_transformer_rl_multi30k.sh
-# Settings: DATA, CANDS, OUT, SEEDS, KS, CE_EPOCHS, RL_EPOCHS, OPTIMIZER, LR, LAMBDA,
+# Tuning REINFORCE (another LAMBDA, REWARD, SAMPLES, TEMP, LR, ...): a new OUT with CE_FROM=the first
+# OUT starts from the CE runs there (linked into OUT, so its table has them), and trains only what differs.
+# Settings: DATA, CANDS, OUT, CE_FROM, SEEDS, KS, CE_EPOCHS, RL_EPOCHS, OPTIMIZER, LR, LAMBDA,
 # SAMPLES, BASELINE, REWARD, TEMP, VALIDATE (0: once an epoch), CONTROLS,
 # BEAMS, THREADS (per run), PARALLEL (1: each K's runs side by side with the
 # other K's, each with THREADS threads), SRC, TGT, ARCH_ARGS (the model's flags; default:
@@ -31,6 +33,7 @@ set -euo pipefail
 DATA=${DATA:-data-bin/multi30k.en-de}
 CANDS=${CANDS:-checkpoints/vp-multi30k.en-de/candidates}
 OUT=${OUT:-checkpoints/transformer-rl-multi30k.en-de}
+CE_FROM=${CE_FROM:-}  # another OUT whose finished CE runs this one starts from (linked, not trained again)
 SEEDS=${SEEDS:-1 2}
 KS=${KS:-500 0}
 CE_EPOCHS=${CE_EPOCHS:-30}
@@ -117,8 +120,25 @@ train() {  # train SAVE EPOCHS SETTINGS SCRIPT [VAR=VALUE ...]: the run unless d
   env "$@" SAVE="$save" EPOCHS="$epochs" bash "$HERE/$script" > "$save.out"
 }
 
+ce_from() {  # ce_from SAVE: OUT's CE run, a link to CE_FROM's finished one of the same settings
+  local from=$CE_FROM/${1##*/} now
+  now=$(status "$from" "$CE_EPOCHS" "$(ce_settings)")
+  if [ "$now" != done ]; then
+    [ "$now" = run ] && now="not finished"
+    echo "CE_FROM: $from: $now. Finish it first (this recipe with OUT=$CE_FROM), or leave CE_FROM unset" >&2
+    exit 2
+  fi
+  if [ -L "$1" ] && [ "$(readlink -f "$1")" = "$(readlink -f "$from")" ]; then return; fi
+  if [ -e "$1" ] || [ -L "$1" ]; then
+    echo "CE_FROM: $1 exists, and is not a link to $from: move it away, or leave CE_FROM unset" >&2
+    exit 2
+  fi
+  ln -s "$(readlink -f "$from")" "$1"
+}
+
 ce() {  # ce SEED K
   local save=$OUT/ce-k$2-s$1
+  if [ -n "$CE_FROM" ]; then ce_from "$save"; fi
   train "$save" "$CE_EPOCHS" "$(ce_settings)" run_transformer_multi30k.sh K="$2" SEED="$1" DATA="$DATA" \
     CANDS="$CANDS" THREADS="$THREADS" SRC="$SRC" TGT="$TGT" ARCH_ARGS="$ARCH_ARGS"
   decode "$save" "$2"
