@@ -24,6 +24,12 @@ REINFORCE updates (each run starting at its CE checkpoint's best).
         --rl small=rl-e1-k500/train.log --rl small=rl-e4-k500/train.log --rl full=... --out fig3.png
     python scripts/rl_logs.py recipe checkpoints/t32 --data data-bin/multi30k.en-de --tgt de \
         --markdown table.md --png dev_bleu.png
+    python scripts/rl_logs.py tuning checkpoints/t32 checkpoints/tune/* --data data-bin/multi30k.en-de
+
+``tuning``: several recipe folders (tuning variants, each its own OUT started
+from the same CE runs with CE_FROM): one row per REINFORCE run, with the
+settings that differ between them (from each run's recipe.settings), its best
+dev BLEU in training, its decodes and their change over its CE run.
 """
 
 import argparse
@@ -127,7 +133,7 @@ def corpus_bleu(hyp: Path, ref: Path) -> float:
     hyps, refs = hyp.read_text().splitlines(), ref.read_text().splitlines()
     if len(hyps) != len(refs):
         raise SystemExit(f"{hyp}: {len(hyps)} lines, but {ref} has {len(refs)}")
-    return sacrebleu.corpus_bleu(hyps, [refs], tokenize="none").score
+    return sacrebleu.corpus_bleu(hyps, [refs], tokenize="none", force=True).score  # tokenized on purpose
 
 
 def recipe_runs(folder: Path, data: Path, tgt: str):
@@ -187,6 +193,51 @@ def recipe_table(runs) -> str:
     return "\n".join(lines) + "\n"
 
 
+def run_settings(path: Path) -> dict:
+    """A recipe run's recipe.settings ("epochs=E KEY=VALUE ... ARCH_ARGS=the model's flags") as a dict."""
+    text = (path / "recipe.settings").read_text().strip() if (path / "recipe.settings").is_file() else ""
+    head, _, arch = text.partition(" ARCH_ARGS=")
+    settings = dict(field.split("=", 1) for field in head.split() if "=" in field)
+    if arch:
+        settings["ARCH_ARGS"] = arch
+    return settings
+
+
+def tuning_table(folders, data: Path, tgt: str) -> str:
+    """One row per REINFORCE run of each recipe folder (a tuning variant: its own OUT, usually with
+    CE_FROM): the settings that differ between the folders' runs, the best dev BLEU in training, the
+    decodes, and their change over the folder's CE run of the same softmax and seed."""
+    rows = []
+    for folder in folders:
+        runs = recipe_runs(folder, data, tgt)
+        ce = {(r["k"], r["seed"]): r for r in runs if r["stage"] == "ce"}
+        for r in runs:
+            if r["stage"] == "rl":
+                rows.append((folder, r, ce.get((r["k"], r["seed"])),
+                             run_settings(folder / f"rl-k{r['k']}-s{r['seed']}")))
+    if not rows:
+        raise SystemExit(f"{', '.join(map(str, folders))}: no REINFORCE run (rl-kK-sSEED) with a train.log")
+    keys = [key for key in dict.fromkeys(key for *_, settings in rows for key in settings)
+            if len({settings.get(key) for *_, settings in rows}) > 1]
+    decodes = [(split, tag) for split, tag in DECODES if any(split + tag in r["bleu"] for _, r, _, _ in rows)]
+    names = {"valid": "dev", "test": "test"}
+    head = ("| folder | " + "".join(f"{key} | " for key in keys) + "softmax | seed | best dev BLEU in training | "
+            "at update | " + "".join(f"{names[split]} {'beam 5' if tag else 'greedy'} (change over CE) | "
+                                     for split, tag in decodes) + "min to best |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for folder, r, ce, settings in sorted(rows, key=lambda row: (-row[1]["k"], row[1]["seed"])):
+        cells = [folder.name, *(settings.get(key, "-") for key in keys), f"small (K = {r['k']})" if r["k"] else "full",
+                 str(r["seed"]), "-" if r["best_dev"] is None else f"{r['best_dev']:.2f}",
+                 "-" if r["best_update"] is None else f"{r['best_update']:.0f}"]
+        for split, tag in decodes:
+            value, before = r["bleu"].get(split + tag), (ce or {"bleu": {}})["bleu"].get(split + tag)
+            cells.append("-" if value is None else f"{value:.2f}" + ("" if before is None
+                                                                      else f" ({value - before:+.2f})"))
+        cells.append("-" if r["min_to_best"] is None else f"{r['min_to_best']:.1f}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def recipe_plot(runs, path: Path):
     """Dev BLEU against REINFORCE updates: each REINFORCE or control run from its CE checkpoint's best."""
     from smallvocab_tools.analysis.plotting import finish, new_figure
@@ -236,7 +287,19 @@ def main(argv=None):
     r.add_argument("--markdown", type=Path, help="write the table here too")
     r.add_argument("--png", type=Path, help="the plot of dev BLEU against REINFORCE updates")
     r.add_argument("--json", type=Path, help="write every run's record here")
+    u = sub.add_parser("tuning", help="recipe folders of several settings (CE_FROM): their REINFORCE runs side by "
+                                      "side, with the settings that differ")
+    u.add_argument("folders", nargs="+", type=Path)
+    u.add_argument("--data", type=Path, required=True, help="the binarized data (its raw/ references)")
+    u.add_argument("--tgt", default="de", help="the target language")
+    u.add_argument("--markdown", type=Path, help="write the table here too")
     args = parser.parse_args(argv)
+    if args.command == "tuning":
+        text = tuning_table(args.folders, args.data, args.tgt)
+        sys.stdout.write(text)
+        if args.markdown:
+            args.markdown.write_text(text)
+        return
     if args.command == "recipe":
         runs = recipe_runs(args.folder, args.data, args.tgt)
         text = recipe_table(runs)

@@ -158,3 +158,43 @@ def test_recall_curve_checks_the_png_path_before_computing(monkeypatch, capsys, 
     assert computed == []  # nothing computed
     mod.main(["--run", "vp=ckpt.pt", "--ks", "50", "--png", str(tmp_path / "recall.png")])
     assert (tmp_path / "recall.png").stat().st_size > 1000
+
+
+@pytest.mark.slow
+def test_rl_logs_tuning_compares_recipe_folders(tmp_path):
+    """scripts/rl_logs.py tuning: one row per REINFORCE run of each folder, the settings that differ (only),
+    and each decode's change over the folder's CE run (a linked one, as CE_FROM makes, counts)."""
+    refs = ["a b c d", "e f g h"]
+    (tmp_path / "data" / "raw").mkdir(parents=True)
+    for split in ("valid", "test"):
+        (tmp_path / "data" / "raw" / f"{split}.de").write_text("\n".join(refs) + "\n")
+    base, tuned = tmp_path / "base", tmp_path / "lambda"
+
+    def run_dir(folder, name, hyps, bleus, settings):
+        path = folder / name
+        path.mkdir(parents=True)
+        _train_log(path / "train.log", "ce.pt", [(b, 50 * i) for i, b in enumerate(bleus, 1)], [])
+        for split in ("valid", "test"):
+            (path / f"hyp-{split}.txt").write_text("\n".join(hyps) + "\n")
+        (path / "recipe.settings").write_text(f"epochs=1 {settings} ARCH_ARGS=--arch transformer --dropout 0.3\n")
+
+    common = "OPTIMIZER=adam LR=3e-5 SAMPLES=4"
+    run_dir(base, "ce-k5-s1", ["a b c x", "e f g h"], [30.0], "")
+    run_dir(base, "rl-k5-s1", refs, [31.0, 32.5], f"{common} LAMBDA=0.005")
+    tuned.mkdir()
+    (tuned / "ce-k5-s1").symlink_to(base / "ce-k5-s1")
+    run_dir(tuned, "rl-k5-s1", ["a b c x", "e f g x"], [29.0, 28.0], f"{common} LAMBDA=0.05")
+    out = run([REPO / "scripts" / "rl_logs.py", "tuning", base, tuned, "--data", tmp_path / "data",
+               "--markdown", tmp_path / "t.md"]).stdout
+    import sacrebleu
+
+    ce, worse = (sacrebleu.corpus_bleu(h, [refs], tokenize="none", force=True).score
+                 for h in (["a b c x", "e f g h"], ["a b c x", "e f g x"]))
+    lines = out.splitlines()
+    assert lines[0] == ("| folder | LAMBDA | softmax | seed | best dev BLEU in training | at update | dev greedy "
+                        "(change over CE) | test greedy (change over CE) | min to best |")
+    assert lines[2] == (f"| base | 0.005 | small (K = 5) | 1 | 32.50 | 100 | 100.00 ({100 - ce:+.2f}) | "
+                        f"100.00 ({100 - ce:+.2f}) | - |")
+    assert lines[3] == (f"| lambda | 0.05 | small (K = 5) | 1 | 29.00 | 50 | {worse:.2f} ({worse - ce:+.2f}) | "
+                        f"{worse:.2f} ({worse - ce:+.2f}) | - |")
+    assert len(lines) == 4 and (tmp_path / "t.md").read_text() == out
