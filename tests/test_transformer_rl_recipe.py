@@ -101,6 +101,8 @@ def test_the_transformer_rl_recipe_runs_end_to_end_on_tiny_data(tiny_bin, predic
     again = run(["bash", "examples/translation/run_transformer_rl_multi30k.sh"], cwd=REPO, env=env)
     assert {name: (out / name / "train.log").read_text() for name in names} == logs  # nothing retrained
     assert "| small (K = 60) | CE (best checkpoint) | 1 |" in again.stdout
+    run(["bash", "examples/translation/run_transformer_rl_multi30k.sh"], cwd=REPO, env={**env, "CE_FROM": str(out)})
+    assert not (out / "ce-k60-s1").is_symlink()  # CE_FROM = OUT: its own CE runs, used as they are
     # another setting for finished runs: refused before any training, nothing touched
     refused = run(["bash", "examples/translation/run_transformer_rl_multi30k.sh"], cwd=REPO, check=False,
                   env={**env, "LR": "1e-4"})

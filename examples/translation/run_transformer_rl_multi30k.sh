@@ -128,7 +128,7 @@ ce_from() {  # ce_from SAVE: OUT's CE run, a link to CE_FROM's finished one of t
     echo "CE_FROM: $from: $now. Finish it first (this recipe with OUT=$CE_FROM), or leave CE_FROM unset" >&2
     exit 2
   fi
-  if [ -L "$1" ] && [ "$(readlink -f "$1")" = "$(readlink -f "$from")" ]; then return; fi
+  if [ -e "$1" ] && [ "$(readlink -f "$1")" = "$(readlink -f "$from")" ]; then return; fi  # linked, or CE_FROM=OUT
   if [ -e "$1" ] || [ -L "$1" ]; then
     echo "CE_FROM: $1 exists, and is not a link to $from: move it away, or leave CE_FROM unset" >&2
     exit 2
