@@ -542,7 +542,8 @@ COMMANDS.update({
     "fairseq-train data-bin/multi30k.en-de --user-dir fairseq_smallvocab --task vocab_prediction "
     "--arch vocab_predictor --criterion vocab_prediction_bce --recall-at 100,200,500,1000 --optimizer adagrad "
     "--lr 0.08 --weight-decay 1e-6 --clip-norm 1.0 --batch-size 128 --lr-scheduler reduce_lr_on_plateau "
-    "--lr-shrink 0.5 --max-epoch 20 --validate-interval-updates 113 --best-checkpoint-metric recall@500 "
+    "--lr-shrink 0.5 --max-epoch 20 --validate-interval-updates 113 --save-interval-updates 113 "
+    "--keep-interval-updates 1 --best-checkpoint-metric recall@500 "
     "--maximize-best-checkpoint-metric --save-dir checkpoints/vp --cpu": parse(MULTI30K_TRAIN),
     "python scripts/export_candidates.py --predictor checkpoints/vp/checkpoint_best.pt --splits train valid test "
     "--k 500 --out-dir checkpoints/vp/candidates": elsewhere(
@@ -600,6 +601,7 @@ COMMANDS.update({
     "--arch vocab_predictor --criterion vocab_prediction_bce --recall-at 100,200,500,1000 --label-smoothing 0.1 "
     "--optimizer adagrad --lr 0.08 --weight-decay 1e-6 --clip-norm 1.0 --batch-size 128 "
     "--lr-scheduler reduce_lr_on_plateau --lr-shrink 0.5 --max-epoch 20 --validate-interval-updates 113 "
+    "--save-interval-updates 113 --keep-interval-updates 1 "
     "--best-checkpoint-metric recall@500 --maximize-best-checkpoint-metric --save-dir checkpoints/vp-multi30k.en-de "
     "--no-epoch-checkpoints --cpu": parse(MULTI30K_TRAIN),
     VP_EXPORT: ran(RECIPE, "the predictor fixture (tiny_bin), --k 60, a temporary --out-dir"),
@@ -1067,7 +1069,8 @@ def test_example_scripts_dry_run(tmp_path):
                 if not ok:
                     failures.append(f"{command}: the setting {name}={value} reaches no command: {calls}")
             if path == "examples/vocab_predictor/run_multi30k.sh":  # half an epoch of 29,000 sentences
-                assert trains[0][trains[0].index("--validate-interval-updates") + 1] == "113"
+                for flag in ("--validate-interval-updates", "--save-interval-updates"):  # saved where validated
+                    assert trains[0][trains[0].index(flag) + 1] == "113", flag
             for call in calls:
                 try:
                     check_argv(call["argv"], cwd=work)

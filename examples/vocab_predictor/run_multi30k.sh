@@ -23,7 +23,7 @@ fairseq-train "$DATA" --user-dir fairseq_smallvocab \
   --recall-at 100,200,500,1000 --label-smoothing 0.1 \
   --optimizer adagrad --lr 0.08 --weight-decay 1e-6 --clip-norm 1.0 --batch-size 128 \
   --lr-scheduler reduce_lr_on_plateau --lr-shrink 0.5 \
-  --max-epoch "$EPOCHS" --validate-interval-updates "$HALF" \
+  --max-epoch "$EPOCHS" --validate-interval-updates "$HALF" --save-interval-updates "$HALF" --keep-interval-updates 1 \
   --best-checkpoint-metric recall@500 --maximize-best-checkpoint-metric \
   --save-dir "$SAVE" --no-epoch-checkpoints --cpu --num-workers 0 --seed 1 \
   --no-progress-bar --log-format simple --log-interval 1000 2>&1 | tee "$SAVE.train.log" | grep -E "valid on|done"
