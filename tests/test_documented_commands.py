@@ -638,6 +638,19 @@ COMMANDS.update({
         after="bash examples/translation/run_transformer_rl_multi30k.sh",
         # each softmax's REINFORCE run with its greedy decodes (CE linked, not run), then the table
         steps=[*["fairseq-train", *["fairseq-generate", "sacrebleu"] * 2] * 2, "scripts/rl_logs.py"]),
+    "OUT=checkpoints/tune32/samples8 CE_FROM=checkpoints/transformer-rl-multi30k.en-de SEEDS=1 SAMPLES=8 "
+    "CONTROLS= BEAMS=1 bash examples/translation/run_transformer_rl_multi30k.sh": script(
+        SCRIPT + "; tests/test_transformer_rl_recipe.py runs CE_FROM end to end on tiny data",
+        after="bash examples/translation/run_transformer_rl_multi30k.sh",
+        steps=[*["fairseq-train", *["fairseq-generate", "sacrebleu"] * 2] * 2, "scripts/rl_logs.py"]),
+    "python scripts/rl_logs.py tuning checkpoints/transformer-rl-multi30k.en-de checkpoints/tune32/* "
+    "--data data-bin/multi30k.en-de": elsewhere(
+        "tests/test_analysis_scripts.py::test_rl_logs_tuning_compares_recipe_folders",
+        "two recipe folders written by the test (the second's CE run a link to the first's)"),
+    "python scripts/rl_logs.py recipe checkpoints/transformer-rl-multi30k.en-de --data data-bin/multi30k.en-de "
+    "--tgt de --png docs/transformer_rl_multi30k_dev_bleu.png": elsewhere(
+        "tests/test_transformer_rl_recipe.py::test_the_transformer_rl_recipe_runs_end_to_end_on_tiny_data",
+        "the recipe's own folder on tiny data (its --png)"),
     "python scripts/rl_logs.py tuning checkpoints/transformer-rl-multi30k.en-de checkpoints/tune-transformer-rl/* "
     "--data data-bin/multi30k.en-de --markdown tuning.md": elsewhere(
         "tests/test_analysis_scripts.py::test_rl_logs_tuning_compares_recipe_folders",
