@@ -23,7 +23,9 @@ for split in valid test; do
   echo "$split$TAG: $(tail -1 "$SAVE/generate-$split$TAG.txt")"
   # against the raw references (fairseq's own scorer sees <unk> for reference words outside the
   # dictionary); the text is tokenized already, so no further tokenization (as multi-bleu.perl)
-  grep "^H-" "$SAVE/generate-$split$TAG.txt" | sort -t- -k2,2n | cut -f3 > "$SAVE/hyp-$split$TAG.txt"
+  # written whole or not at all (a file cut short by a kill would read as a finished decode to the recipes)
+  grep "^H-" "$SAVE/generate-$split$TAG.txt" | sort -t- -k2,2n | cut -f3 > "$SAVE/hyp-$split$TAG.txt.part"
+  mv "$SAVE/hyp-$split$TAG.txt.part" "$SAVE/hyp-$split$TAG.txt"
   echo "$split$TAG, raw references: $(sacrebleu -tok none -b "$DATA/raw/$split.$TGT" -i "$SAVE/hyp-$split$TAG.txt" \
     2>/dev/null)"
 done
