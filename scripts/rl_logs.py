@@ -165,10 +165,12 @@ def recipe_runs(folder: Path, data: Path, tgt: str):
     return runs
 
 
-def recipe_table(runs) -> str:
-    def cell(value, fmt="{:.2f}"):
-        return "-" if value is None else fmt.format(value)
+def cell(value, fmt="{:.2f}"):
+    """A table cell: the value formatted, "-" where there is none."""
+    return "-" if value is None else fmt.format(value)
 
+
+def recipe_table(runs) -> str:
     head = ("| softmax | run | seed | dev greedy | dev beam 5 | test greedy | test beam 5 | best dev BLEU in "
             "training | at update | min / epoch | min to best |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
@@ -227,13 +229,11 @@ def tuning_table(folders, data: Path, tgt: str) -> str:
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for folder, r, ce, settings in sorted(rows, key=lambda row: (-row[1]["k"], row[1]["seed"])):
         cells = [folder.name, *(settings.get(key, "-") for key in keys), f"small (K = {r['k']})" if r["k"] else "full",
-                 str(r["seed"]), "-" if r["best_dev"] is None else f"{r['best_dev']:.2f}",
-                 "-" if r["best_update"] is None else f"{r['best_update']:.0f}"]
+                 str(r["seed"]), cell(r["best_dev"]), cell(r["best_update"], "{:.0f}")]
         for split, tag in decodes:
             value, before = r["bleu"].get(split + tag), (ce or {"bleu": {}})["bleu"].get(split + tag)
-            cells.append("-" if value is None else f"{value:.2f}" + ("" if before is None
-                                                                      else f" ({value - before:+.2f})"))
-        cells.append("-" if r["min_to_best"] is None else f"{r['min_to_best']:.1f}")
+            cells.append(cell(value) + ("" if value is None or before is None else f" ({value - before:+.2f})"))
+        cells.append(cell(r["min_to_best"], "{:.1f}"))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

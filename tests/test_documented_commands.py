@@ -366,6 +366,15 @@ SCRIPT = ("runs its fairseq commands for minutes to hours on Multi30k (not in th
 SCRIPT_CAPTIONS = ("runs on the full synthetic captioning set for minutes to hours: dry-run here "
                    "(test_example_scripts_dry_run)")
 
+# a tuning variant of the Transformer recipe (CE_FROM: it starts from the recipe's CE runs), and the variants' table
+TUNING_RUN = script(
+    SCRIPT + "; tests/test_transformer_rl_recipe.py runs CE_FROM end to end on tiny data",
+    after="bash examples/translation/run_transformer_rl_multi30k.sh",
+    # each softmax's REINFORCE run with its greedy decodes (CE linked, not run), then the table
+    steps=[*["fairseq-train", *["fairseq-generate", "sacrebleu"] * 2] * 2, "scripts/rl_logs.py"])
+TUNING_TABLE = elsewhere("tests/test_analysis_scripts.py::test_rl_logs_tuning_compares_recipe_folders",
+                         "two recipe folders written by the test (the second's CE run a link to the first's)")
+
 # the commands run by this file's tests (their text is the documented one, adapted by ``adapt``)
 VP_EXPORT = ("python scripts/export_candidates.py --predictor checkpoints/vp-multi30k.en-de/checkpoint_best.pt "
              "--splits train valid test --k 500 --out-dir checkpoints/vp-multi30k.en-de/candidates")
@@ -633,28 +642,17 @@ COMMANDS.update({
     "bash examples/translation/run_transformer_rl_multi30k.sh": script(
         SCRIPT + "; tests/test_transformer_rl_recipe.py runs it end to end on tiny data"),
     "OUT=checkpoints/tune-transformer-rl/lambda0.05 CE_FROM=checkpoints/transformer-rl-multi30k.en-de SEEDS=1 "
-    "LAMBDA=0.05 CONTROLS= BEAMS=1 bash examples/translation/run_transformer_rl_multi30k.sh": script(
-        SCRIPT + "; tests/test_transformer_rl_recipe.py runs CE_FROM end to end on tiny data",
-        after="bash examples/translation/run_transformer_rl_multi30k.sh",
-        # each softmax's REINFORCE run with its greedy decodes (CE linked, not run), then the table
-        steps=[*["fairseq-train", *["fairseq-generate", "sacrebleu"] * 2] * 2, "scripts/rl_logs.py"]),
+    "LAMBDA=0.05 CONTROLS= BEAMS=1 bash examples/translation/run_transformer_rl_multi30k.sh": TUNING_RUN,
     "OUT=checkpoints/tune32/samples8 CE_FROM=checkpoints/transformer-rl-multi30k.en-de SEEDS=1 SAMPLES=8 "
-    "CONTROLS= BEAMS=1 bash examples/translation/run_transformer_rl_multi30k.sh": script(
-        SCRIPT + "; tests/test_transformer_rl_recipe.py runs CE_FROM end to end on tiny data",
-        after="bash examples/translation/run_transformer_rl_multi30k.sh",
-        steps=[*["fairseq-train", *["fairseq-generate", "sacrebleu"] * 2] * 2, "scripts/rl_logs.py"]),
+    "CONTROLS= BEAMS=1 bash examples/translation/run_transformer_rl_multi30k.sh": TUNING_RUN,
     "python scripts/rl_logs.py tuning checkpoints/transformer-rl-multi30k.en-de checkpoints/tune32/* "
-    "--data data-bin/multi30k.en-de": elsewhere(
-        "tests/test_analysis_scripts.py::test_rl_logs_tuning_compares_recipe_folders",
-        "two recipe folders written by the test (the second's CE run a link to the first's)"),
+    "--data data-bin/multi30k.en-de": TUNING_TABLE,
     "python scripts/rl_logs.py recipe checkpoints/transformer-rl-multi30k.en-de --data data-bin/multi30k.en-de "
     "--tgt de --png docs/transformer_rl_multi30k_dev_bleu.png": elsewhere(
         "tests/test_transformer_rl_recipe.py::test_the_transformer_rl_recipe_runs_end_to_end_on_tiny_data",
         "the recipe's own folder on tiny data (its --png)"),
     "python scripts/rl_logs.py tuning checkpoints/transformer-rl-multi30k.en-de checkpoints/tune-transformer-rl/* "
-    "--data data-bin/multi30k.en-de --markdown tuning.md": elsewhere(
-        "tests/test_analysis_scripts.py::test_rl_logs_tuning_compares_recipe_folders",
-        "two recipe folders written by the test (the second's CE run a link to the first's)"),
+    "--data data-bin/multi30k.en-de --markdown tuning.md": TUNING_TABLE,
     "python scripts/rl_logs.py recipe checkpoints/transformer-rl-multi30k.en-de --data data-bin/multi30k.en-de "
     "--tgt de --markdown table.md --png dev_bleu.png": elsewhere(
         "tests/test_transformer_rl_recipe.py::test_the_transformer_rl_recipe_runs_end_to_end_on_tiny_data",

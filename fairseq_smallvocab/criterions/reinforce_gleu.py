@@ -94,6 +94,14 @@ def _available_memory(device):
             return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
         except (AttributeError, ValueError, OSError):
             return None
+
+
+def skipped_loss(model):
+    """A skipped batch's loss: an exact zero that still touches every parameter (distributed wrappers expect
+    each to get a gradient)."""
+    return sum(p.reshape(-1)[:1].sum() * 0.0 for p in model.parameters() if p.requires_grad)
+
+
 REWARD_NAMES = ChoiceEnum(list(REWARDS))
 
 
@@ -224,7 +232,6 @@ class ReinforceGleuCriterion(FairseqCriterion):
                                temperature=self.cfg.sample_temperature)
         net_output = model(**net_input, policy=policy)
         samples = net_output[1]["samples"]  # B * N rows, the N samples of example b in rows b * N ... b * N + N - 1
-        pad = self.padding_idx
         if self.cfg.sample_temperature != 1.0 and not torch.isfinite(samples.entropy).all() \
                 and torch.isfinite(samples.lprobs).all():
             # the model's own distribution is finite, the one divided by the temperature is not
@@ -232,9 +239,7 @@ class ReinforceGleuCriterion(FairseqCriterion):
                              "overflow (not finite), so every sample would be one word repeated: use a larger "
                              "temperature (e.g. >= 0.05)")
 
-        lprobs = model.get_normalized_probs(net_output, log_probs=True)
-        target = model.get_targets(sample, net_output)
-        ce = F.nll_loss(lprobs.view(-1, lprobs.size(-1)), target.reshape(-1), ignore_index=pad, reduction="sum")
+        ce = self.ce_term(model, sample, net_output)
 
         mask = samples.mask
         gold = sample["target"].repeat_interleave(n, 0) if n > 1 else sample["target"]
@@ -255,8 +260,8 @@ class ReinforceGleuCriterion(FairseqCriterion):
         loss = self.cfg.rl_lambda * ce + (1.0 - self.cfg.rl_lambda) * rl
 
         finite = bool(torch.isfinite(reward).all() and torch.isfinite(loss))
-        if not finite:  # an exact zero that still touches every parameter (distributed wrappers expect that)
-            loss = sum(p.reshape(-1)[:1].sum() * 0.0 for p in model.parameters() if p.requires_grad)
+        if not finite:
+            loss = skipped_loss(model)
         if model.training:  # a skipped batch does not teach the baseline either (its keys log 0)
             learned = self.baseline.learn(samples.features, mask, reward) if finite \
                 else dict.fromkeys(self.baseline.log_keys, 0.0)
@@ -279,18 +284,21 @@ class ReinforceGleuCriterion(FairseqCriterion):
             **{key: kept(value) for key, value in logs.items()}}
         return loss, nsentences, logging_output
 
+    def ce_term(self, model, sample, net_output):
+        """L_c: the gold target's CE, summed over its tokens (pad excluded)."""
+        lprobs = model.get_normalized_probs(net_output, log_probs=True)
+        target = model.get_targets(sample, net_output)
+        return F.nll_loss(lprobs.view(-1, lprobs.size(-1)), target.reshape(-1), ignore_index=self.padding_idx,
+                          reduction="sum")
+
     def ce_only(self, model, sample):
         """lambda = 1 (the CE control): the CE term alone, normalized as the
         mixed loss is (by sentences), with nothing sampled."""
-        net_output = model(**sample["net_input"])
-        lprobs = model.get_normalized_probs(net_output, log_probs=True)
-        target = model.get_targets(sample, net_output)
-        loss = F.nll_loss(lprobs.view(-1, lprobs.size(-1)), target.reshape(-1), ignore_index=self.padding_idx,
-                          reduction="sum")
+        loss = self.ce_term(model, sample, model(**sample["net_input"]))
         nsentences = sample["target"].size(0)
         finite = bool(torch.isfinite(loss))
         if not finite:
-            loss = sum(p.reshape(-1)[:1].sum() * 0.0 for p in model.parameters() if p.requires_grad)
+            loss = skipped_loss(model)
         kept = (lambda value: value) if finite else (lambda value: 0.0)
         return loss, nsentences, {
             "loss": kept(loss.data), "ce": kept(loss.data), "rl": 0.0, "ntokens": sample["ntokens"],
