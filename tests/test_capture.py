@@ -95,6 +95,29 @@ def test_a_bucket_takes_the_next_batch_without_the_last(name, monkeypatch):
     assert len(capture._BUCKETS[model.decoder]) == 1
 
 
+@pytest.mark.parametrize("name", ["transformer", "lstm_smallvocab"])
+@pytest.mark.parametrize("small", [True, False])
+def test_a_batch_loaded_again_into_its_bucket_keeps_its_union(name, small, monkeypatch):
+    """On CUDA a new bucket's first batch is loaded, the step captured, and the batch loaded again: the second
+    load must copy the batch's union rows and positions, not the bucket's slots into themselves (the CPU
+    stand-in: every load done twice)."""
+    model = _model(name)
+    encoder_out, tokens = _inputs(model, 3, 1)
+    candidates = candidate_batch(12, len(model.decoder.dictionary), bsz=tokens.size(0)) if small else None
+    max_lens = torch.full((tokens.size(0),), 9)
+    load = capture._Bucket.load
+
+    def twice(self, *args):
+        load(self, *args)
+        load(self, *args)
+
+    monkeypatch.setattr(capture._Bucket, "load", twice)
+    capture._BUCKETS.pop(model.decoder, None)
+    got = _draw(model, encoder_out, candidates, max_lens, "buckets", monkeypatch, keep_probs=True)
+    want = _draw(model, encoder_out, candidates, max_lens, "off", monkeypatch, keep_probs=True)
+    _assert_same(got, want)
+
+
 def test_buckets_beyond_the_limits_are_dropped_least_recent_first(monkeypatch):
     model = _model("transformer")
     encoder_out, _ = _inputs(model, 1, 1)
@@ -205,9 +228,11 @@ def test_a_replayed_step_never_waits_for_the_host(name, monkeypatch):
     with torch.no_grad():
         sampler.sample(model.decoder, encoder_out, weight, bias, None, max_lens)  # captured here
         (entry,) = capture._BUCKETS[model.decoder].values()
+        entry.t.zero_()  # the batch's 12 steps again (t past the bucket's steps would index out of its tensors)
         torch.cuda.set_sync_debug_mode("error")
         try:
             for _ in range(12):
                 entry.replay()
         finally:
             torch.cuda.set_sync_debug_mode("default")
+        torch.cuda.synchronize()  # a device-side error surfaces here, in this test

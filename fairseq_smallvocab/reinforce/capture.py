@@ -41,6 +41,7 @@ captured program without the graph, for debugging and the CPU oracles),
 "off" (the eager loop everywhere).
 """
 
+import copy
 import weakref
 from collections import OrderedDict
 from typing import Optional
@@ -126,7 +127,9 @@ class _Bucket:
         self.union_size = union_size
         self.state = static_state(decoder, encoder_out, steps, slots=self.slots)
         self.loop = Loop(decoder.dictionary, rows, steps, width, device, greedy, temperature, store_probs, k=k)
-        self.scorer = union
+        # the bucket's own scorer, whose tensors ``load`` points at the slots: not the batch's, whose tensors a
+        # second load of the same batch (after a capture) would then copy from the slots they were just zeroed in
+        self.scorer = copy.copy(union)
         self.t = torch.zeros((), dtype=torch.long, device=device)
         self.graph = None
         self.params = None
@@ -138,7 +141,7 @@ class _Bucket:
     def load(self, encoder_out, union: UnionScorer, max_lens: Tensor, candidates, uniforms):
         self.state.load(encoder_out)
         if union.pos is None:  # the full softmax reads the output layer's own parameters
-            self.scorer = union
+            self.scorer = copy.copy(union)
         else:  # the batch's union rows (and their positions) into the bucket's
             scorer, slots = self.scorer, self.slots
             scorer.weight = slots.put("union_weight", union.weight, {0: self.union_size})
