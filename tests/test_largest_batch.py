@@ -51,3 +51,28 @@ def test_the_search_is_refused_where_there_is_no_gpu_memory_to_search(extra, cap
     with pytest.raises(SystemExit):
         benchmark.parse_args(["--largest-batch", *extra])
     assert "--largest-batch searches a GPU's memory" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("error", ["MemoryError", "OutOfMemoryError"])
+def test_a_trial_that_runs_out_of_memory_does_not_fit(error, monkeypatch):
+    """Out of CUDA's memory, or refused ahead by reinforce_gleu's own estimate (MemoryError): no fit; any other
+    error is the step's own and stops the search."""
+    import torch
+
+    from smallvocab_tools.bench.largest_batch import fits_on_cuda
+
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    raised = torch.cuda.OutOfMemoryError if error == "OutOfMemoryError" else MemoryError
+
+    def step(n):
+        if n > 10:
+            raise raised("too large")
+
+    fits = fits_on_cuda(step, lambda n: n)
+    assert fits(10) and not fits(11)
+
+    def broken(n):
+        raise ValueError("a bug")
+
+    with pytest.raises(ValueError):
+        fits_on_cuda(broken, lambda n: n)(1)

@@ -60,6 +60,17 @@ def test_samples_that_cannot_fit_in_memory_are_refused_before_drawing(monkeypatc
     assert reinforce_gleu._available_memory(torch.device("cpu")) > 0
 
 
+def test_cuda_memory_the_allocator_holds_unused_counts_as_available(monkeypatch):
+    """After a larger batch torch's caching allocator keeps its memory reserved (the device reports it used):
+    the next batch gets it first, so it is available (a --largest-batch search was refused at 0.8 GiB free)."""
+    from fairseq_smallvocab.criterions import reinforce_gleu
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (100, 1000))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device: 700)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device: 300)
+    assert reinforce_gleu._available_memory(torch.device("cuda")) == 100 + 700 - 300
+
+
 def test_bad_settings_are_named():
     _, task, _ = _setup()
     for value in (-0.1, 1.5):

@@ -80,9 +80,12 @@ BASELINES = ChoiceEnum(list(BASELINE_CLASSES))
 
 
 def _available_memory(device):
-    """Bytes that can still be allocated on ``device`` (None where unknown)."""
+    """Bytes that can still be allocated on ``device`` (None where unknown).  On CUDA: the device's free
+    memory plus what torch's caching allocator holds unused (reserved by earlier, larger batches, and given to
+    the next allocations before anything new is asked of the device)."""
     if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[0]
+        cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+        return torch.cuda.mem_get_info(device)[0] + cached
     if device.type != "cpu":
         return None
     try:

@@ -63,8 +63,8 @@ def largest_fitting(fits: Callable[[int], bool], start: int, precision: float = 
 
 def fits_on_cuda(step, make_sample, reset=lambda: None):
     """A ``fits(n)`` for ``largest_fitting``: two steps of ``step`` on ``make_sample(n)``, after ``reset``
-    (which drops what earlier trials cached); False when CUDA runs out of memory (the trial's tensors freed
-    and the allocator's cache emptied)."""
+    (which drops what earlier trials cached); False when CUDA runs out of memory or the criterion refuses the
+    batch as too large for it (the trial's tensors freed and the allocator's cache emptied)."""
     import torch
 
     def fits(n: int) -> bool:
@@ -74,7 +74,7 @@ def fits_on_cuda(step, make_sample, reset=lambda: None):
             for _ in range(2):
                 step(sample)
             return True
-        except torch.cuda.OutOfMemoryError:
+        except (torch.cuda.OutOfMemoryError, MemoryError):  # (MemoryError: reinforce_gleu's own check, ahead)
             pass
         # out of the except block: the exception's traceback (and the frames' tensors it holds) is gone
         sample = None

@@ -11,6 +11,7 @@ products alone (``floor_steps`` below, with ``floor.py``'s recorder).
 
 import contextlib
 import copy
+import gc
 import math
 import statistics
 import time
@@ -176,6 +177,8 @@ def _synthetic_batch(cfg: dict, sentences: int, device):
 
 def _largest_batch(cfg: dict, model, step, optimizer, device) -> dict:
     """The largest batch (sentences) whose training step fits the GPU (``largest_batch.py``)."""
+    import torch
+
     from fairseq_smallvocab.reinforce import capture
 
     def reset():
@@ -184,6 +187,10 @@ def _largest_batch(cfg: dict, model, step, optimizer, device) -> dict:
 
     largest, trials = largest_fitting(fits_on_cuda(step, lambda n: _synthetic_batch(cfg, n, device), reset),
                                       cfg["batch"])
+    # the last trial's buckets (a larger batch's, when it did not fit) would otherwise stay beside the timed steps
+    reset()
+    gc.collect()
+    torch.cuda.empty_cache()
     if not largest:
         raise RuntimeError(f"--largest-batch: not even a batch of 1 sentence fits {device}")
     return {"largest_batch": largest, "largest_batch_trials": trials}
