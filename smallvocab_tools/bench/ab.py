@@ -1,9 +1,11 @@
 """``--ab MODULE.NAME=A,B``: two values of one of the plugin's module-level
-settings compared inside one worker process, batch by batch.
+settings compared inside one worker process, batch by batch; ``--set
+MODULE.NAME=VALUE``: one value for a whole run.
 
 ``parse_ab`` reads and checks the option, ``ab_steps`` runs every batch under
 both values (used by both workers), ``ab_summary`` gives the medians and the
 median ratio A / B (also used by the runner to pool a configuration's rounds).
+``parse_set`` and ``apply_settings`` read and apply ``--set`` in a worker.
 """
 
 import ast
@@ -13,35 +15,63 @@ import time
 from typing import Optional
 
 
-def parse_ab(spec: str):
-    """``--ab module.NAME=A,B`` -> (module, NAME, (A, B)): a module-level
-    setting of the plugin and two values for it (Python literals of its type)."""
+def _setting(option: str, spec: str, usage: str):
+    """``module.NAME=VALUES`` -> (module, NAME, VALUES): a module-level setting of the plugin, checked."""
     target, sep, values = spec.partition("=")
     module_name, _, name = target.rpartition(".")
-    usage = ("give a module-level setting of the plugin and two values, e.g. "
-             "fairseq_smallvocab.output.union_scorer.TRANSPOSED_MIN_ROWS=1000000000,32")
     if not sep or not name or module_name.split(".")[0] != "fairseq_smallvocab":
-        raise ValueError(f"--ab {spec}: {usage}")
+        raise ValueError(f"{option} {spec}: {usage}")
     try:
         module = importlib.import_module(module_name)
     except ImportError as error:
-        raise ValueError(f"--ab {spec}: no module {module_name} ({error}); {usage}") from None
+        raise ValueError(f"{option} {spec}: no module {module_name} ({error}); {usage}") from None
     if not hasattr(module, name):
-        raise ValueError(f"--ab {spec}: {module_name} has no setting {name}; {usage}")
-    current = getattr(module, name)
-    parts = values.split(",")
+        raise ValueError(f"{option} {spec}: {module_name} has no setting {name}; {usage}")
+    return module, name, values
+
+
+def _literals(option: str, spec: str, module, name: str, parts, usage: str) -> tuple:
+    """Each of ``parts`` as a Python literal of the setting's type."""
     try:
         parsed = tuple(ast.literal_eval(part.strip()) for part in parts)
     except (ValueError, SyntaxError):
-        raise ValueError(f"--ab {spec}: the values must be Python literals; {usage}") from None
-    if len(parsed) != 2:
-        raise ValueError(f"--ab {spec}: two values are compared, not {len(parsed)}; {usage}")
+        raise ValueError(f"{option} {spec}: the values must be Python literals; {usage}") from None
+    current = getattr(module, name)
     allowed = (int, float) if isinstance(current, float) else (type(current),)
     for value in parsed:
         if type(value) not in allowed:
-            raise ValueError(f"--ab {spec}: {value!r} is not of {name}'s type ({type(current).__name__}: "
+            raise ValueError(f"{option} {spec}: {value!r} is not of {name}'s type ({type(current).__name__}: "
                              f"{current!r} now)")
+    return parsed
+
+
+def parse_ab(spec: str):
+    """``--ab module.NAME=A,B`` -> (module, NAME, (A, B)): a module-level
+    setting of the plugin and two values for it (Python literals of its type)."""
+    usage = ("give a module-level setting of the plugin and two values, e.g. "
+             "fairseq_smallvocab.output.union_scorer.TRANSPOSED_MIN_ROWS=1000000000,32")
+    module, name, values = _setting("--ab", spec, usage)
+    parts = values.split(",")
+    if len(parts) != 2:
+        raise ValueError(f"--ab {spec}: two values are compared, not {len(parts)}; {usage}")
+    return module, name, _literals("--ab", spec, module, name, parts, usage)
+
+
+def parse_set(spec: str):
+    """``--set module.NAME=VALUE`` -> (module, NAME, VALUE): one module-level setting of the plugin and the
+    value a whole run uses (a Python literal of its type; commas belong to the value)."""
+    usage = ("give a module-level setting of the plugin and its value, e.g. "
+             "\"fairseq_smallvocab.reinforce.capture.CAPTURE='off'\"")
+    module, name, value = _setting("--set", spec, usage)
+    (parsed,) = _literals("--set", spec, module, name, [value], usage)
     return module, name, parsed
+
+
+def apply_settings(specs) -> None:
+    """Set each ``--set`` setting in this (worker) process, before anything is built."""
+    for spec in specs or ():
+        module, name, value = parse_set(spec)
+        setattr(module, name, value)
 
 
 def ab_steps(cfg: dict, step, samples, sample_lens, seed, snapshot, restore, sync=lambda: None) -> dict:

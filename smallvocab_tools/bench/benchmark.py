@@ -106,7 +106,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from smallvocab_tools.bench.ab import parse_ab
+from smallvocab_tools.bench.ab import apply_settings, parse_ab, parse_set
 from smallvocab_tools.bench.decode_worker import decode_worker
 from smallvocab_tools.bench.report import markdown
 from smallvocab_tools.bench.runner import run_interleaved
@@ -168,6 +168,8 @@ def configurations(args):
                         cfg["phases"] = True
                     if args.ab:
                         cfg["ab"] = args.ab
+                    if args.set:
+                        cfg["set"] = list(args.set)
                     if args.floor and mode != "decode":
                         cfg["floor"] = True
                     if args.largest_batch and mode != "decode":
@@ -251,6 +253,10 @@ def parse_args(argv=None):
                              "1000000000,32); reports each value's median and the median ratio A / B. The setting "
                              "must be read where it is used: one copied at import or when a model is built (`from "
                              "... import NAME`) does not change, and both sides then measure the same code")
+    parser.add_argument("--set", action="append", default=[], metavar="MODULE.NAME=VALUE",
+                        help="run every configuration with this value of one of the plugin's module-level settings "
+                             "(a Python literal; repeatable), e.g. \"fairseq_smallvocab.reinforce.capture.CAPTURE="
+                             "'off'\" for --phases with the sampling step not captured")
     parser.add_argument("--largest-batch", action="store_true",
                         help="with --device cuda: for each softmax, first find the largest batch (sentences, each "
                              "with --rl-samples samples) whose training step fits the GPU's memory, doubling from "
@@ -340,6 +346,13 @@ def parse_args(argv=None):
             parse_ab(args.ab)
         except ValueError as error:
             parser.error(str(error))
+    for spec in args.set:
+        try:
+            parse_set(spec)
+        except ValueError as error:
+            parser.error(str(error))
+    if args.ab and any(spec.partition("=")[0] == args.ab.partition("=")[0] for spec in args.set):
+        parser.error(f"--ab {args.ab} compares the setting that --set fixes: leave one out")
     if args.data and "decode" in args.modes:
         parser.error("--data measures training steps: use --modes ce reinforce")
     if args.checkpoint and not args.data:
@@ -355,8 +368,13 @@ def parse_args(argv=None):
 
 
 def worker(cfg: dict) -> dict:
-    """Measure one configuration in this process (``--worker``, which the runner starts); returns its record."""
-    return decode_worker(cfg) if cfg["mode"] == "decode" else train_worker(cfg)
+    """Measure one configuration in this process (``--worker``, which the runner starts); returns its record
+    (with the ``--set`` settings it ran under)."""
+    apply_settings(cfg.get("set"))
+    record = decode_worker(cfg) if cfg["mode"] == "decode" else train_worker(cfg)
+    if cfg.get("set"):
+        record["set"] = cfg["set"]
+    return record
 
 
 def main(argv=None):

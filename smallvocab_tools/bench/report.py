@@ -1,6 +1,7 @@
 """The report: the records as markdown tables (what the command prints and
 ``--markdown`` writes): training steps, their phases (--phases), their
-products alone (--floor), the A / B comparisons (--ab), then decoding."""
+products alone (--floor), the A / B comparisons (--ab), then decoding; first
+the settings a run was given (--set)."""
 
 from smallvocab_tools.bench.phases import PHASES
 
@@ -107,4 +108,7 @@ def markdown(records) -> str:
                          f"{r['batch']} | {r['beam']} | {r['max_len']} | {r['ms_per_sentence']:.2f} | "
                          f"{r['tokens_per_sec']:,.0f} | {speedup} |")
         out.append("\n".join(lines))
+    settings = sorted({spec for r in records for spec in r.get("set") or ()})
+    if settings:  # --set: what every configuration ran under
+        out.insert(0, "Settings (--set): " + ", ".join(f"`{spec}`" for spec in settings))
     return "\n\n".join(out) + "\n"
