@@ -585,6 +585,9 @@ COMMANDS.update({
     "--ab \"fairseq_smallvocab.reinforce.capture.CAPTURE='off','cuda-graphs'\"": parse(GPU),
     "python scripts/benchmark.py --device cuda --arch transformer --vocab-sizes 32000 --k 1000 --k-sweep "
     "--modes reinforce --rl-samples 4 --rl-baseline loo --batch 32 --max-len 30 --phases": parse(GPU),
+    "python scripts/benchmark.py --device cuda --arch transformer --vocab-sizes 32000 --k 1000 --k-sweep "
+    "--modes reinforce --rl-samples 4 --rl-baseline loo --batch 32 --max-len 30 --phases "
+    "--set \"fairseq_smallvocab.reinforce.capture.CAPTURE='off'\"": parse(GPU),
     "python scripts/benchmark.py --device cuda --arch transformer --vocab-sizes 128000 --k 1000 --k-sweep "
     "--modes reinforce --rl-samples 4 --rl-baseline loo --max-len 30 --largest-batch": parse(GPU),
     "python scripts/rare_words.py --dict DATA/dict.de.txt --output \"small=small/generate-test.txt\" "
@@ -836,6 +839,22 @@ COMMANDS.update({
     "tests/test_reinforce.py tests/test_lstm_smallvocab.py": other("test files on the GPU machine", _files_named),
     "python3 -m pytest tests -n 6 -q -ra --timeout 300": other("the test suite on the GPU machine", _files_named),
     "python3 -m pytest tests -n 8 -q -ra --timeout 300": other("the test suite on the GPU machine", _files_named),
+    # docs/RESULTS.md, "#31 on the GPU (fourth GPU session, 2026-11-24)"
+    "python3 -m pytest tests/test_capture.py tests/test_static_state.py -n 8": other(
+        "test files on the GPU machine", _files_named),
+    "python3 -m pytest tests -m \"not slow\" -n 12 --timeout 150": other(
+        "the fast tier on the GPU machine (pytest-timeout there)", _files_named),
+    "python scripts/benchmark.py --device cuda --modes reinforce --vocab-sizes 24000 --k 1000 --k-sweep --batch 128 "
+    "--max-len 50 --phases": parse(GPU),
+    "python scripts/benchmark.py --device cuda --modes reinforce --vocab-sizes 24000 --k 1000 --k-sweep --batch 128 "
+    "--max-len 50 --phases --set \"fairseq_smallvocab.reinforce.capture.CAPTURE='off'\"": parse(GPU),
+    "python scripts/benchmark.py --device cuda --modes reinforce --vocab-sizes 24000 70000 --k-sweep --batch 128 "
+    "--max-len 50": parse(GPU),
+    "python scripts/benchmark.py --device cuda --arch transformer --vocab-sizes 32000 64000 128000 --k 1000 "
+    "--k-sweep --modes reinforce --rl-samples 4 --rl-baseline loo --batch 128 --max-len 32 --steps 4": parse(GPU),
+    "python scripts/benchmark.py --device cuda --arch transformer --vocab-sizes 32000 --k 1000 --k-sweep --no-full "
+    "--modes reinforce --rl-samples 4 --rl-baseline loo --batch 32 --max-len 30 "
+    "--ab fairseq_smallvocab.reinforce.sampler.STOP_CHECK_EVERY=1,8": parse(GPU),
     "fairseq-train data-bin/all/multi30k.en-de --user-dir fairseq_smallvocab --task vocab_prediction "
     "--arch vocab_predictor --criterion vocab_prediction_bce --label-smoothing 0.1 --optimizer adagrad --lr 0.08 "
     "--weight-decay 1e-6 --clip-norm 1.0 --batch-size 128 --max-epoch 2 --cpu ...": parse(MULTI30K_TRAIN),
