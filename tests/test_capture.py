@@ -118,6 +118,25 @@ def test_a_batch_loaded_again_into_its_bucket_keeps_its_union(name, small, monke
     _assert_same(got, want)
 
 
+def test_a_bucket_keeps_probabilities_only_within_the_limit_at_its_padded_size(monkeypatch):
+    """15 rows x 9 steps x 12 candidates fit the limit; the bucket's 16 x 12 x 12 do not: the bucket keeps none
+    (scoring makes the logits again), and draws the same samples."""
+    model = _model("transformer")
+    encoder_out, tokens = _inputs(model, 3, 1)
+    candidates = candidate_batch(12, len(model.decoder.dictionary), bsz=15)
+    max_lens = torch.full((15,), 9)
+    monkeypatch.setattr(sampler, "STORED_PROBS_MAX_ELEMENTS", 15 * 9 * 12)
+    capture._BUCKETS.pop(model.decoder, None)
+    got = _draw(model, encoder_out, candidates, max_lens, "buckets", monkeypatch, keep_probs=True)
+    want = _draw(model, encoder_out, candidates, max_lens, "off", monkeypatch, keep_probs=True)
+    assert got.probs is None and want.probs is not None
+    for field in FIELDS:
+        assert torch.equal(getattr(got, field), getattr(want, field)), field
+    monkeypatch.setattr(sampler, "STORED_PROBS_MAX_ELEMENTS", 16 * 12 * 12)
+    got = _draw(model, encoder_out, candidates, max_lens, "buckets", monkeypatch, keep_probs=True)
+    _assert_same(got, want)
+
+
 def test_buckets_beyond_the_limits_are_dropped_least_recent_first(monkeypatch):
     model = _model("transformer")
     encoder_out, _ = _inputs(model, 1, 1)

@@ -197,11 +197,12 @@ def _bucket_for(decoder, key, make) -> _Bucket:
 
 def sample(decoder, encoder_out, weight: Tensor, bias: Optional[Tensor], candidates: Optional[Tensor],
            max_lens: Tensor, steps: int, uniforms: Optional[Tensor], greedy: bool, temperature: float,
-           store_probs: bool, stop_check_every: int = 1) -> Samples:
+           store_probs: bool, stop_check_every: int = 1, max_stored: Optional[int] = None) -> Samples:
     """``sampler.sample`` on the batch's shape bucket: each step replays the bucket's captured graph
     ("cuda-graphs"), or runs its step eagerly ("buckets"), for at most ``steps`` steps (the longest of
     ``max_lens``); the loop asks whether any row is still going every ``stop_check_every`` steps.  The
-    samples are copies (the next batch reuses the bucket)."""
+    samples are copies (the next batch reuses the bucket).  ``max_stored``: the most probabilities a bucket
+    may keep (its padded rows x steps x width, up to 2.25 times the batch's), else none are kept."""
     bsz = max_lens.size(0)
     union = UnionScorer(weight, bias, candidates)
     k = 0 if candidates is None else candidates.size(1)
@@ -211,6 +212,8 @@ def sample(decoder, encoder_out, weight: Tensor, bias: Optional[Tensor], candida
     rows = bucket(bsz)
     # the bucket's steps stay within the decoder's positions (a learned position table ends there)
     bucket_steps = max(steps, min(bucket(steps), int(decoder.max_positions())))
+    if max_stored is not None and rows * bucket_steps * width > max_stored:
+        store_probs = False  # ``sampler.score`` makes the logits again instead: the same gradient
     key = (rows, bucket_steps, src_len, union_size, width, greedy, temperature, store_probs,
            weight.dtype, str(weight.device))
     entry = _bucket_for(decoder, key, lambda: _Bucket(

@@ -120,7 +120,8 @@ def sample(decoder, encoder_out, weight: Tensor, bias: Optional[Tensor], candida
     store_probs = keep_probs and not greedy and bsz * steps * width <= STORED_PROBS_MAX_ELEMENTS
     if not keep_graph and captures(decoder, encoder_out, max_lens.device):
         return capture.sample(decoder, encoder_out, weight, bias, candidates, max_lens, steps, uniforms, greedy,
-                              temperature, store_probs, stop_check_every=STOP_CHECK_EVERY)
+                              temperature, store_probs, stop_check_every=STOP_CHECK_EVERY,
+                              max_stored=STORED_PROBS_MAX_ELEMENTS)
     loop = Loop(decoder.dictionary, bsz, steps, width, max_lens.device, greedy, temperature, store_probs,
                 k=0 if candidates is None else candidates.size(1))
     loop.load(max_lens, candidates, uniforms)
