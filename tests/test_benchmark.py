@@ -310,6 +310,60 @@ def test_ab_refuses_what_it_cannot_compare(spec, problem):
     assert name == "STORED_PROBS_MAX_ELEMENTS" and values == (0, 2 ** 28)
 
 
+@pytest.mark.parametrize("spec, problem", [
+    ("fairseq_smallvocab.reinforce.capture.NOPE=1", "has no setting NOPE"),
+    ("fairseq_smallvocab.reinforce.capture.CAPTURE=off", "Python literals"),
+    ("fairseq_smallvocab.reinforce.capture.CAPTURE=1", "1 is not of CAPTURE's type"),
+    ("CAPTURE='off'", "module-level setting of the plugin"),
+])
+def test_set_refuses_what_it_cannot_set(spec, problem, capsys):
+    from smallvocab_tools.bench.benchmark import parse_args
+
+    with pytest.raises(SystemExit):
+        parse_args(["--set", spec])
+    assert problem in capsys.readouterr().err
+
+
+def test_set_refuses_a_setting_given_twice_or_compared_by_ab(capsys):
+    from smallvocab_tools.bench.benchmark import parse_args
+
+    static = "fairseq_smallvocab.reinforce.sampler.STATIC_STATE"
+    with pytest.raises(SystemExit):
+        parse_args(["--set", static + "=False", "--ab", static + "=False,True"])
+    assert "compares the setting that --set fixes" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse_args(["--set", static + "=False", "--set", static + "=True"])
+    assert f"--set gives {static} 2 values" in capsys.readouterr().err
+    args = parse_args(["--set", static + "=False", "--set", "fairseq_smallvocab.reinforce.capture.CAPTURE='off'"])
+    assert len(args.set) == 2
+
+
+def test_set_applies_each_setting_in_the_worker_before_it_measures(monkeypatch):
+    """--set: the worker process runs the whole configuration under the values (commas belong to a value),
+    and its record and the report say so."""
+    from fairseq_smallvocab.reinforce import capture, sampler
+    from smallvocab_tools.bench import benchmark
+    from smallvocab_tools.bench.report import markdown
+
+    monkeypatch.setattr(capture, "CAPTURE", capture.CAPTURE)
+    monkeypatch.setattr(sampler, "STOP_CHECK_EVERY", sampler.STOP_CHECK_EVERY)
+    seen = []
+    monkeypatch.setattr(benchmark, "train_worker", lambda cfg: seen.append(
+        (capture.CAPTURE, sampler.STOP_CHECK_EVERY)) or {"mode": cfg["mode"]})
+    specs = ["fairseq_smallvocab.reinforce.capture.CAPTURE='buckets'",
+             "fairseq_smallvocab.reinforce.sampler.STOP_CHECK_EVERY=8"]
+    record = benchmark.worker({"mode": "reinforce", "set": specs})
+    assert seen == [("buckets", 8)] and record == {"mode": "reinforce", "set": specs}
+    assert benchmark.worker({"mode": "ce"}) == {"mode": "ce"}
+    timed = {"device": "cuda", "arch": None, "mode": "ce", "vocab_size": 300, "softmax": "full", "K": 0, "d": 8,
+             "batch": 4, "max_len": 6, "sec_per_step": 0.1, "tokens_per_sec": 240.0, "sec_per_epoch": 1.0,
+             "peak_mem_mb": 1.0}
+    table = markdown([dict(timed, set=specs)])
+    assert table.startswith("Settings (--set): `fairseq_smallvocab.reinforce.capture.CAPTURE='buckets'`, "
+                            "`fairseq_smallvocab.reinforce.sampler.STOP_CHECK_EVERY=8`\n\n| device |")
+    assert markdown([timed]).startswith("| device |")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("arch", ["transformer", "lstm_smallvocab"])
 def test_the_static_state_ab_of_results_runs(tmp_path, arch):

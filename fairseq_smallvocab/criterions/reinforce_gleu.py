@@ -80,9 +80,12 @@ BASELINES = ChoiceEnum(list(BASELINE_CLASSES))
 
 
 def _available_memory(device):
-    """Bytes that can still be allocated on ``device`` (None where unknown).  On CUDA: the device's free
-    memory plus what torch's caching allocator holds unused (reserved by earlier, larger batches, and given to
-    the next allocations before anything new is asked of the device)."""
+    """About the bytes that can still be allocated on ``device`` (None where unknown).  On CUDA: the device's
+    free memory plus what torch's caching allocator holds unused (reserved by earlier, larger batches, and given
+    to the next allocations before anything new is asked of the device).  An upper bound there: free blocks of
+    the captured steps' private pools and pieces of partly used segments count too, so a batch just under it
+    may still run out of memory (as a plain CUDA out-of-memory error); the check refuses the batches that
+    cannot fit, early and with its reason."""
     if device.type == "cuda":
         cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
         return torch.cuda.mem_get_info(device)[0] + cached

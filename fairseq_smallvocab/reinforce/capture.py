@@ -202,7 +202,8 @@ def sample(decoder, encoder_out, weight: Tensor, bias: Optional[Tensor], candida
     ("cuda-graphs"), or runs its step eagerly ("buckets"), for at most ``steps`` steps (the longest of
     ``max_lens``); the loop asks whether any row is still going every ``stop_check_every`` steps.  The
     samples are copies (the next batch reuses the bucket).  ``max_stored``: the most probabilities a bucket
-    may keep (its padded rows x steps x width, up to 2.25 times the batch's), else none are kept."""
+    may keep (its padded rows x steps x width: about 2.25 times the batch's at most, above the buckets' floor
+    of 8 rows and steps), else none are kept."""
     bsz = max_lens.size(0)
     union = UnionScorer(weight, bias, candidates)
     k = 0 if candidates is None else candidates.size(1)

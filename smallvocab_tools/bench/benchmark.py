@@ -256,7 +256,8 @@ def parse_args(argv=None):
     parser.add_argument("--set", action="append", default=[], metavar="MODULE.NAME=VALUE",
                         help="run every configuration with this value of one of the plugin's module-level settings "
                              "(a Python literal; repeatable), e.g. \"fairseq_smallvocab.reinforce.capture.CAPTURE="
-                             "'off'\" for --phases with the sampling step not captured")
+                             "'off'\" for --phases with the sampling step not captured. As with --ab, the setting "
+                             "must be read where it is used")
     parser.add_argument("--largest-batch", action="store_true",
                         help="with --device cuda: for each softmax, first find the largest batch (sentences, each "
                              "with --rl-samples samples) whose training step fits the GPU's memory, doubling from "
@@ -351,6 +352,10 @@ def parse_args(argv=None):
             parse_set(spec)
         except ValueError as error:
             parser.error(str(error))
+    names = [spec.partition("=")[0] for spec in args.set]
+    for name in set(names):
+        if names.count(name) > 1:
+            parser.error(f"--set gives {name} {names.count(name)} values: give each setting once")
     if args.ab and any(spec.partition("=")[0] == args.ab.partition("=")[0] for spec in args.set):
         parser.error(f"--ab {args.ab} compares the setting that --set fixes: leave one out")
     if args.data and "decode" in args.modes:
