@@ -15,6 +15,7 @@ from helpers import B, _crit, _setup, candidate_batch
 from test_static_state import STATIC, TRANSFORMERS, _inputs
 
 from fairseq_smallvocab.reinforce import capture, sampler
+from fairseq_smallvocab.reinforce.static_state import TransformerStaticState
 from fairseq_smallvocab.restricted_model import restrict
 
 FIELDS = ("tokens", "positions", "mask", "lengths", "is_greedy")
@@ -135,6 +136,24 @@ def test_a_bucket_keeps_probabilities_only_within_the_limit_at_its_padded_size(m
     monkeypatch.setattr(sampler, "STORED_PROBS_MAX_ELEMENTS", 16 * 12 * 12)
     got = _draw(model, encoder_out, candidates, max_lens, "buckets", monkeypatch, keep_probs=True)
     _assert_same(got, want)
+
+
+@pytest.mark.parametrize("name", ["transformer", "lstm_smallvocab"])
+@pytest.mark.parametrize("small", [True, False])
+def test_a_buckets_bytes_count_every_tensor_it_keeps(name, small, monkeypatch):
+    """What ``MAX_BUCKET_BYTES`` weighs: the slots (the union's too, made at the first load), the keys and
+    values, the loop's tensors."""
+    model = _model(name)
+    encoder_out, tokens = _inputs(model, 3, 1)
+    candidates = candidate_batch(12, len(model.decoder.dictionary), bsz=tokens.size(0)) if small else None
+    capture._BUCKETS.pop(model.decoder, None)
+    _draw(model, encoder_out, candidates, torch.full((tokens.size(0),), 9), "buckets", monkeypatch, keep_probs=True)
+    (entry,) = capture._BUCKETS[model.decoder].values()
+    state = entry.state  # a recurrent state's keys and values are slots; a Transformer's are its own lists
+    cache = state.keys + state.values if isinstance(state, TransformerStaticState) else []
+    kept = [*entry.slots.slots.values(), *cache, *(x for x in vars(entry.loop).values() if torch.is_tensor(x))]
+    assert small == ("union_weight" in entry.slots.slots)
+    assert entry.bytes == sum(x.numel() * x.element_size() for x in kept)
 
 
 def test_buckets_beyond_the_limits_are_dropped_least_recent_first(monkeypatch):

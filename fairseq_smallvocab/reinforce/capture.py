@@ -137,6 +137,12 @@ class _Bucket:
         cache = self.state.keys + self.state.values if isinstance(self.state, TransformerStaticState) else []
         self.bytes = sum(x.numel() * x.element_size() for x in [
             *self.slots.slots.values(), *cache, *(x for x in vars(self.loop).values() if isinstance(x, Tensor))])
+        if union.pos is not None:  # the union's slots, which the first ``load`` makes: |U| rows of W (and b),
+            # each row's K positions in U
+            self.bytes += union_size * union.weight[0].numel() * union.weight.element_size() + rows * (
+                union.pos.size(1) * union.pos.element_size())
+            if union.bias is not None:
+                self.bytes += union_size * union.bias.element_size()
 
     def load(self, encoder_out, union: UnionScorer, max_lens: Tensor, candidates, uniforms):
         self.state.load(encoder_out)
