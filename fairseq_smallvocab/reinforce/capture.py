@@ -127,9 +127,11 @@ class _Bucket:
         self.union_size = union_size
         self.state = static_state(decoder, encoder_out, steps, slots=self.slots)
         self.loop = Loop(decoder.dictionary, rows, steps, width, device, greedy, temperature, store_probs, k=k)
-        # the bucket's own scorer, whose tensors ``load`` points at the slots: not the batch's, whose tensors a
-        # second load of the same batch (after a capture) would then copy from the slots they were just zeroed in
+        # the bucket's own scorer, whose tensors ``_load_union`` points at the slots: not the batch's, whose
+        # tensors a second load of the same batch (after a capture) would then copy from the slots they were just
+        # zeroed in.  The union's slots are made here, so that the bucket's bytes count them
         self.scorer = copy.copy(union)
+        self._load_union(union)
         self.t = torch.zeros((), dtype=torch.long, device=device)
         self.graph = None
         self.params = None
@@ -137,15 +139,8 @@ class _Bucket:
         cache = self.state.keys + self.state.values if isinstance(self.state, TransformerStaticState) else []
         self.bytes = sum(x.numel() * x.element_size() for x in [
             *self.slots.slots.values(), *cache, *(x for x in vars(self.loop).values() if isinstance(x, Tensor))])
-        if union.pos is not None:  # the union's slots, which the first ``load`` makes: |U| rows of W (and b),
-            # each row's K positions in U
-            self.bytes += union_size * union.weight[0].numel() * union.weight.element_size() + rows * (
-                union.pos.size(1) * union.pos.element_size())
-            if union.bias is not None:
-                self.bytes += union_size * union.bias.element_size()
 
-    def load(self, encoder_out, union: UnionScorer, max_lens: Tensor, candidates, uniforms):
-        self.state.load(encoder_out)
+    def _load_union(self, union: UnionScorer):
         if union.pos is None:  # the full softmax reads the output layer's own parameters
             self.scorer = copy.copy(union)
         else:  # the batch's union rows (and their positions) into the bucket's
@@ -154,6 +149,10 @@ class _Bucket:
             if union.bias is not None:
                 scorer.bias = slots.put("union_bias", union.bias, {0: self.union_size})
             scorer.pos = scorer.row_pos = slots.put("union_pos", union.pos, {0: slots.rows})
+
+    def load(self, encoder_out, union: UnionScorer, max_lens: Tensor, candidates, uniforms):
+        self.state.load(encoder_out)
+        self._load_union(union)
         self.loop.load(max_lens, candidates, uniforms)
         self.t.zero_()
 
