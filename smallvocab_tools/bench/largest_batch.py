@@ -78,8 +78,17 @@ def fits_on_cuda(step, make_sample, reset=lambda: None):
             pass
         # out of the except block: the exception's traceback (and the frames' tensors it holds) is gone
         sample = None
-        gc.collect()
-        torch.cuda.empty_cache()
+        release(reset)
         return False
 
     return fits
+
+
+def release(reset=lambda: None):
+    """What a trial held, back to the device: ``reset`` (the caches it made, e.g. its capture buckets), the
+    unreferenced tensors collected, the allocator's cache emptied."""
+    import torch
+
+    reset()
+    gc.collect()
+    torch.cuda.empty_cache()

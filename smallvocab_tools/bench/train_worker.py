@@ -11,13 +11,12 @@ products alone (``floor_steps`` below, with ``floor.py``'s recorder).
 
 import contextlib
 import copy
-import gc
 import math
 import statistics
 import time
 
 from smallvocab_tools.bench.ab import ab_steps
-from smallvocab_tools.bench.largest_batch import fits_on_cuda, largest_fitting
+from smallvocab_tools.bench.largest_batch import fits_on_cuda, largest_fitting, release
 from smallvocab_tools.bench.phases import instrument
 from smallvocab_tools.bench.workload import build_model, make_batch, real_setup, synthetic_task, to_device
 
@@ -177,8 +176,6 @@ def _synthetic_batch(cfg: dict, sentences: int, device):
 
 def _largest_batch(cfg: dict, model, step, optimizer, device) -> dict:
     """The largest batch (sentences) whose training step fits the GPU (``largest_batch.py``)."""
-    import torch
-
     from fairseq_smallvocab.reinforce import capture
 
     def reset():
@@ -188,9 +185,7 @@ def _largest_batch(cfg: dict, model, step, optimizer, device) -> dict:
     largest, trials = largest_fitting(fits_on_cuda(step, lambda n: _synthetic_batch(cfg, n, device), reset),
                                       cfg["batch"])
     # the last trial's buckets (a larger batch's, when it did not fit) would otherwise stay beside the timed steps
-    reset()
-    gc.collect()
-    torch.cuda.empty_cache()
+    release(reset)
     if not largest:
         raise RuntimeError(f"--largest-batch: not even a batch of 1 sentence fits {device}")
     return {"largest_batch": largest, "largest_batch_trials": trials}
