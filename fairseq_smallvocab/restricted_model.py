@@ -44,7 +44,7 @@ from fairseq_smallvocab.candidates.space import candidate_positions
 from fairseq_smallvocab.output.gathered_grad import gathered_embedding_grads
 from fairseq_smallvocab.output.restricted import restricted_logits
 from fairseq_smallvocab.output.weights import OutputWeights, RestrictionError, eval_mode, find_output_weights
-from fairseq_smallvocab.reinforce import sampler
+from fairseq_smallvocab.reinforce import graphed_pass, sampler
 from fairseq_smallvocab.reinforce.sampler import SampleRequest, Samples
 
 
@@ -88,7 +88,8 @@ class CandidateModel:
         gathered = policy is not None and torch.is_grad_enabled()
         with gathered_embedding_grads(self) if gathered else nullcontext():
             encoder_out = self.encoder(**net_input)
-            features, extra = self.decoder.extract_features(prev_output_tokens, encoder_out)
+            # with gradient, a recurrent decoder's pass may replay CUDA graphs (reinforce/graphed_pass.py)
+            features, extra = graphed_pass.extract_features(self.decoder, prev_output_tokens, encoder_out)
             extra = _extra_dict(extra)
             weight, bias = self.output_weights()
             out = features if features_only else restricted_logits(features, weight, bias, candidates)

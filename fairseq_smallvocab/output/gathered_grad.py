@@ -178,3 +178,22 @@ def gathered_embedding_grads(module):
         _ACTIVE.remove(block)
         for m in patched:
             del m.forward
+
+
+@contextmanager
+def suspended():
+    """Inside, no block is open: lookups and output layers use their weights plainly (a CUDA graph
+    captured here computes its own weight gradients; a block's buffer, made and added to outside the graph,
+    would not be replayed).  The blocks and their lookups are back afterwards."""
+    blocks, patched = list(_ACTIVE), []
+    for block in blocks:
+        for m in block.module.modules():
+            if type(m) is nn.Embedding and "forward" in m.__dict__:
+                patched.append((m, m.__dict__.pop("forward")))
+    _ACTIVE.clear()
+    try:
+        yield
+    finally:
+        _ACTIVE.extend(blocks)
+        for m, forward in patched:
+            m.forward = forward

@@ -85,7 +85,8 @@ def bucket(n: int, floor: int = 8) -> int:
     return power * 3 // 4 if n <= power * 3 // 4 else power
 
 
-def _autocast_on(device) -> bool:
+def autocast_on(device) -> bool:
+    """Whether autocast (``--amp``) is on for ``device``: graphs are not captured under it."""
     try:
         return torch.is_autocast_enabled(device.type)
     except TypeError:  # torch < 2.4 asks about CUDA only
@@ -99,7 +100,7 @@ def applies(decoder, encoder_out, device) -> bool:
         raise ValueError(f"capture.CAPTURE is {CAPTURE!r}; choose one of {', '.join(MODES)}")
     if CAPTURE == "off":
         return False
-    if CAPTURE == "cuda-graphs" and (device.type != "cuda" or _autocast_on(device)):
+    if CAPTURE == "cuda-graphs" and (device.type != "cuda" or autocast_on(device)):
         return False
     return has_static_state(decoder, encoder_out)
 
@@ -188,14 +189,17 @@ def forget(decoder):
     _POOLS.pop(decoder, None)
 
 
-def _bucket_for(decoder, key, make) -> _Bucket:
-    buckets = _BUCKETS.setdefault(decoder, OrderedDict())
+def bucket_for(store: "weakref.WeakKeyDictionary", decoder, key, make, max_buckets: int, max_bytes: int):
+    """The bucket of ``key`` among ``decoder``'s in ``store`` (made by ``make()`` the first time), now the
+    most recently used; the least recently used are dropped while more than ``max_buckets`` are kept or
+    their ``bytes`` add up to more than ``max_bytes`` (the bucket asked for is always kept)."""
+    buckets = store.setdefault(decoder, OrderedDict())
     entry = buckets.get(key)
     if entry is None:
         entry = buckets[key] = make()
     buckets.move_to_end(key)
-    while len(buckets) > 1 and (len(buckets) > MAX_BUCKETS or sum(b.bytes for b in buckets.values())
-                                > MAX_BUCKET_BYTES):
+    while len(buckets) > 1 and (len(buckets) > max_buckets or sum(b.bytes for b in buckets.values())
+                                > max_bytes):
         buckets.popitem(last=False)
     return entry
 
@@ -222,9 +226,9 @@ def sample(decoder, encoder_out, weight: Tensor, bias: Optional[Tensor], candida
         store_probs = False  # ``sampler.score`` makes the logits again instead: the same gradient
     key = (rows, bucket_steps, src_len, union_size, width, greedy, temperature, store_probs,
            weight.dtype, str(weight.device))
-    entry = _bucket_for(decoder, key, lambda: _Bucket(
+    entry = bucket_for(_BUCKETS, decoder, key, lambda: _Bucket(
         decoder, encoder_out, union, rows, bucket_steps, src_len, union_size, width, k, greedy, temperature,
-        store_probs))
+        store_probs), MAX_BUCKETS, MAX_BUCKET_BYTES)
     entry.load(encoder_out, union, max_lens, candidates, uniforms)
     if CAPTURE == "cuda-graphs":
         params = _fingerprint(decoder, weight, bias)

@@ -18,7 +18,8 @@ the caller arranges (``restricted_model``).
   gives log p(y_bt) for every step at once and the decoder states s_bt that a
   learned baseline reads.  Memory grows with T (one pass), not with T^2 as
   keeping every incremental step's graph would for a Transformer (whose step
-  t attends over all t cached states).
+  t attends over all t cached states).  A recurrent decoder's pass may
+  replay CUDA graphs of itself and its backward (``graphed_pass``).
 - ``keep_probs=True``: the sampling loop, which makes each step's softmax
   anyway, keeps it (B x T x K) and the drawn words' log-probabilities;
   ``score`` then neither makes the B x T x K logits again nor differentiates
@@ -48,7 +49,7 @@ from torch import Tensor
 from fairseq_smallvocab.output.gathered_grad import gathered_embedding_grads
 from fairseq_smallvocab.output.restricted import candidate_log_probs
 from fairseq_smallvocab.output.union_scorer import UnionScorer
-from fairseq_smallvocab.reinforce import capture
+from fairseq_smallvocab.reinforce import capture, graphed_pass
 from fairseq_smallvocab.reinforce.loop import Loop, Samples, excluded_ids
 from fairseq_smallvocab.reinforce.static_state import static_state
 
@@ -162,7 +163,7 @@ def score(decoder, encoder_out, weight: Tensor, bias: Optional[Tensor], candidat
         s = weight.new_zeros(tokens.size(0), 0, weight.size(1))
     else:
         prev = torch.cat([tokens.new_full((tokens.size(0), 1), d.eos()), tokens[:, :-1]], dim=1)
-        s, _ = decoder.extract_features(prev, encoder_out)
+        s, _ = graphed_pass.extract_features(decoder, prev, encoder_out)
     lprobs = candidate_log_probs(s, weight, bias, candidates, samples.positions, excluded_ids(d),
                                  probs=samples.probs, chosen=samples.chosen_lprobs)
     samples.lprobs, samples.features = lprobs.masked_fill(~mask, 0.0), s.detach()

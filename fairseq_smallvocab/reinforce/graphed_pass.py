@@ -1,0 +1,254 @@
+"""A recurrent decoder's teacher-forced pass captured with its backward.
+
+A recurrent decoder computes its states one step after another,
+
+    s_t = f(s_(t-1), y_(t-1), x)        t = 1 ... T
+
+(the paper's decoder: LSTM cell, global attention over the source, input
+feeding), so a pass over T given tokens launches a handful of small kernels
+per step forward and as many again backward.  On a GPU such a pass waits on
+launches, not arithmetic, and REINFORCE makes two per step: the CE pass over
+the gold targets (training mode) and, where the sampling step is captured
+(``capture.py``) and so keeps no graph, the scoring pass over the samples
+(eval mode).  ``extract_features`` runs such a pass as two CUDA graphs, the
+forward and its backward (what ``torch.cuda.make_graphed_callables`` records,
+with the gradients handed back as copies, see ``_Replay``), one pair per
+shape bucket:
+
+    rows, steps and source length rounded up (``capture.bucket``: at most
+    50% padding), training or eval mode, the dtype and device, and which of
+    the encoder's outputs take a gradient.
+
+Each batch is copied into the front of its bucket's inputs, the rest padded
+so that padding changes no example's states or gradients:
+
+    padded steps (at the end):  step t reads steps < t only
+    padded source positions:    masked
+    padded rows:                token pad, zero states, attending to one
+                                unmasked (zero) source position: a softmax
+                                over nothing would be NaN, and NaN times a
+                                zero gradient is still NaN in the weights'
+
+The graphs read the parameters at their addresses (an optimizer's in-place
+update is seen; a parameter replaced is captured again).  A bucket whose
+last forward still waits for its backward (its saved activations would be
+overwritten) runs the pass eagerly instead.  Only passes with gradient use
+it (validation and decoding keep the decoder's own pass); under autocast
+(``--amp``) the pass runs eagerly.
+
+``MODE``: "cuda-graphs" (captured on CUDA, the decoder's own pass
+elsewhere), "buckets" (the padded pass run eagerly on any device: the
+captured program without the graphs, for the CPU oracles), "off" (the
+decoder's own pass everywhere; the default until it is measured on a GPU
+against today's passes, ``benchmark.py --set
+fairseq_smallvocab.reinforce.graphed_pass.MODE='cuda-graphs'``).
+Decoders: the plugin's translation LSTM and fairseq's ``lstm`` with
+attention (the captioning LSTM runs one ``nn.LSTM`` call over all steps:
+nothing to gain).
+"""
+
+import weakref
+from typing import Callable, Dict, List, Optional, Tuple
+
+import torch
+from fairseq.models.lstm import LSTMDecoder
+from torch import Tensor, nn
+
+from fairseq_smallvocab.models.lstm_smallvocab import SmallVocabDecoder
+from fairseq_smallvocab.output.gathered_grad import suspended
+from fairseq_smallvocab.reinforce.capture import autocast_on, bucket, bucket_for
+
+MODES = ("cuda-graphs", "buckets", "off")
+MODE = "off"
+
+# buckets kept per decoder (least recently used dropped first), and the most bytes their graphs may hold (the
+# bucket in use is always kept): each holds its pass's saved activations and a gradient for every parameter
+MAX_BUCKETS = 32
+MAX_BUCKET_BYTES = 4 * 2 ** 30
+WARMUP_PASSES = 3  # eager passes with backward on a side stream before the capture (as make_graphed_callables)
+
+_BUCKETS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # decoder -> OrderedDict(key -> _Bucket)
+
+
+class _Part:
+    """One tensor of the encoder's output: its rows dim, its source dim (None: none), whether it is the
+    True-at-padding source mask."""
+
+    def __init__(self, rows_dim: int, src_dim: Optional[int] = None, mask: bool = False):
+        self.rows_dim, self.src_dim, self.mask = rows_dim, src_dim, mask
+
+
+# per decoder family: the encoder output's tensors (in order), how to take them out and how to put them back
+_PAPER = ([_Part(1, 0), _Part(0, 1, mask=True), _Part(1), _Part(1)],
+          lambda out: [out["encoder_out"][0], out["encoder_padding_mask"][0], out["final_hidden"][0],
+                       out["final_cell"][0]],
+          lambda parts: {"encoder_out": [parts[0]], "encoder_padding_mask": [parts[1]], "final_hidden": [parts[2]],
+                         "final_cell": [parts[3]]})
+_FAIRSEQ = ([_Part(1, 0), _Part(1), _Part(1), _Part(1, 0, mask=True)],  # (states, h, c, S x rows mask)
+            lambda out: list(out[:4]),
+            lambda parts: tuple(parts))
+
+
+def _family(decoder):
+    """The decoder's (parts, take, build), or None: the decoder's own pass."""
+    if type(decoder) is SmallVocabDecoder:
+        return _PAPER
+    if type(decoder) is LSTMDecoder and decoder.attention is not None and decoder.encoder_output_units > 0:
+        return _FAIRSEQ
+    return None
+
+
+def applies(decoder, device) -> bool:
+    """Whether ``extract_features`` runs the bucketed pass (captured on CUDA) for this decoder and device."""
+    if MODE not in MODES:
+        raise ValueError(f"graphed_pass.MODE is {MODE!r}; choose one of {', '.join(MODES)}")
+    if MODE == "off" or not torch.is_grad_enabled() or _family(decoder) is None:
+        return False
+    return MODE == "buckets" or (device.type == "cuda" and not autocast_on(device))
+
+
+def _padded(x: Tensor, sizes: Dict[int, int], fill) -> Tensor:
+    """``x`` in the front of a tensor enlarged to ``sizes`` ({dim: size}), the rest ``fill``; differentiable."""
+    shape = list(x.shape)
+    for dim, size in sizes.items():
+        shape[dim] = size
+    if shape == list(x.shape):
+        return x
+    out = x.new_full(shape, fill)
+    out[tuple(slice(0, n) for n in x.shape)] = x
+    return out
+
+
+def _pad_part(x: Tensor, part: _Part, rows: int, src_len: int) -> Tensor:
+    sizes = {part.rows_dim: rows} if part.src_dim is None else {part.rows_dim: rows, part.src_dim: src_len}
+    if not part.mask:
+        return _padded(x, sizes, 0)
+    real = x.size(part.rows_dim)
+    mask = _padded(x, sizes, True)
+    if real < rows:  # a padded row attends to its first (zero) source position
+        mask = mask.clone()
+        mask.narrow(part.rows_dim, real, rows - real).narrow(part.src_dim, 0, 1).fill_(False)
+    return mask
+
+
+class _Pass(nn.Module):
+    """The decoder's features for tensors only (what a graph takes): (prev tokens, *encoder parts)."""
+
+    def __init__(self, decoder, build: Callable):
+        super().__init__()
+        self.decoder, self.build = decoder, build
+
+    def forward(self, prev: Tensor, *parts: Tensor) -> Tensor:
+        return self.decoder.extract_features(prev, self.build(list(parts)))[0]
+
+
+class _Pending:
+    """A forward replayed whose backward has not run (dropped with the graph that would run it)."""
+
+    done = False
+
+
+class _Bucket:
+    """One shape bucket's static inputs, its forward and backward graphs and their outputs."""
+
+    def __init__(self, module: _Pass, inputs: List[Tensor], params: List[Tensor]):
+        device = inputs[0].device
+        self.module, self.params = module, params
+        self.fingerprint = _fingerprint(params)
+        self.pending: Optional[weakref.ref] = None
+        before = torch.cuda.memory_allocated(device)
+        # static inputs: copies (the first batch's tensors and their graph are not kept alive)
+        self.inputs = [x.detach().clone().requires_grad_(x.requires_grad) for x in inputs]
+        wanted = [x for x in self.inputs if x.requires_grad] + params
+        stream = torch.cuda.Stream(device)
+        stream.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(stream):
+            for _ in range(WARMUP_PASSES):  # lazy initializations (cuBLAS workspaces, ...) outside the capture
+                out = module(*self.inputs)
+                torch.autograd.grad(out, wanted, torch.ones_like(out), allow_unused=True)
+        torch.cuda.current_stream(device).wait_stream(stream)
+        torch.cuda.synchronize(device)
+        self.forward_graph, self.backward_graph = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.forward_graph):
+            self.output = module(*self.inputs)
+        self.grad_output = torch.empty_like(self.output)
+        with torch.cuda.graph(self.backward_graph, pool=self.forward_graph.pool()):
+            grads = torch.autograd.grad(self.output, wanted, self.grad_output, allow_unused=True)
+        grads = iter(grads)
+        # the gradient of each input (None: it takes none) and each parameter
+        self.grads = [next(grads) if x.requires_grad else None for x in self.inputs] + list(grads)
+        torch.cuda.synchronize(device)
+        self.bytes = torch.cuda.memory_allocated(device) - before
+
+    def busy(self) -> bool:
+        pending = self.pending() if self.pending is not None else None
+        return pending is not None and not pending.done
+
+
+class _Replay(torch.autograd.Function):
+    """A bucket's forward graph replayed on (inputs, *params), its backward graph in backward.  The output
+    and the gradients are copies: the graphs' tensors are overwritten by the next replay, and a gradient
+    handed to autograd as it is may become a parameter's ``.grad`` (autograd keeps a fresh gradient it alone
+    holds), which a later replay would then overwrite (gradient accumulation over batches, pytorch#181723)."""
+
+    @staticmethod
+    def forward(ctx, entry: _Bucket, *tensors: Tensor) -> Tensor:
+        for static, x in zip(entry.inputs, tensors):
+            if static.data_ptr() != x.data_ptr():
+                static.copy_(x)
+        entry.forward_graph.replay()
+        ctx.entry, ctx.pending = entry, _Pending()
+        entry.pending = weakref.ref(ctx.pending)
+        return entry.output.clone()
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_output: Tensor):
+        entry = ctx.entry
+        entry.grad_output.copy_(grad_output)
+        entry.backward_graph.replay()
+        ctx.pending.done = True
+        return (None, *(None if g is None else g.clone() for g in entry.grads))
+
+
+def _fingerprint(params: List[Tensor]) -> Tuple[int, ...]:
+    """The addresses the graphs read their parameters from."""
+    return tuple(p.data_ptr() for p in params)
+
+
+def forget(decoder):
+    """Drop ``decoder``'s buckets and their graphs."""
+    _BUCKETS.pop(decoder, None)
+
+
+def extract_features(decoder, prev_output_tokens: Tensor, encoder_out):
+    """``decoder.extract_features(prev_output_tokens, encoder_out)``: on the bucketed pass where it applies
+    (its features, and None for the decoder's second output, the attention, which REINFORCE does not read),
+    else the decoder's own."""
+    if not applies(decoder, prev_output_tokens.device) or prev_output_tokens.size(1) == 0:
+        return decoder.extract_features(prev_output_tokens, encoder_out)
+    parts_of, take, build = _family(decoder)
+    parts = take(encoder_out)
+    rows, steps = prev_output_tokens.shape
+    src_len = parts[0].size(parts_of[0].src_dim)
+    size_rows, size_steps, size_src = bucket(rows), bucket(steps), bucket(src_len)
+    pad = decoder.dictionary.pad()
+    inputs = [_padded(prev_output_tokens, {0: size_rows, 1: size_steps}, pad)] + [
+        _pad_part(x, part, size_rows, size_src) for x, part in zip(parts, parts_of)]
+    module = _Pass(decoder, build)
+    if MODE == "buckets":
+        return module(*inputs)[:rows, :steps], None
+    params = [p for p in decoder.parameters() if p.requires_grad]
+    key = (size_rows, size_steps, size_src, decoder.training, tuple(x.requires_grad for x in inputs),
+           inputs[1].dtype, str(inputs[1].device))
+    buckets = _BUCKETS.get(decoder)
+    entry = buckets.get(key) if buckets is not None else None
+    if entry is not None and (entry.fingerprint != _fingerprint(params) or len(entry.params) != len(params)):
+        entry = None  # a parameter replaced (or frozen, or thawed): captured again
+        del buckets[key]
+    if entry is not None and entry.busy():  # its saved activations still wait for their backward
+        return module(*inputs)[:rows, :steps], None
+    with suspended():  # the graph's own embedding backward, not the open REINFORCE block's gathering
+        entry = bucket_for(_BUCKETS, decoder, key, lambda: _Bucket(module, inputs, params), MAX_BUCKETS,
+                           MAX_BUCKET_BYTES)
+    return _Replay.apply(entry, *inputs, *params)[:rows, :steps], None

@@ -1,0 +1,231 @@
+"""A recurrent decoder's teacher-forced pass on its shape bucket
+(reinforce/graphed_pass.py).  On the CPU, the padded pass run eagerly (MODE
+= "buckets", the program the CUDA graphs record): a bucket's padding (rows,
+steps, source length) changes no example's features and no gradient, for
+the plugin's LSTM and fairseq's (one and two layers, bidirectional encoder),
+in eval and training mode, inside an open REINFORCE block of gathered
+embedding gradients; REINFORCE's loss and gradients are those of the
+decoder's own passes.  On CUDA (skipped without one): replayed graphs equal
+the eager pass over several buckets, read updated parameters, are captured
+again when a parameter is replaced, accumulate gradients over batches
+correctly, and run eagerly when a bucket's backward is still pending."""
+
+import pytest
+import torch
+from helpers import _crit, _setup
+from test_static_state import STATIC, _inputs
+
+from fairseq_smallvocab.output.gathered_grad import gathered_embedding_grads, suspended
+from fairseq_smallvocab.reinforce import capture, graphed_pass
+from fairseq_smallvocab.restricted_model import restrict
+
+RECURRENT = ["lstm_smallvocab", "lstm", "lstm_bidirectional"]
+
+
+def _model(name, device="cpu", train=False):
+    torch.manual_seed(0)
+    model = restrict(STATIC[name]()).to(device)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.normal_(0, 0.5)
+    for module in model.modules():  # training mode without dropout's draws: the same numbers padded or not
+        if hasattr(module, "p") and isinstance(module.p, float):
+            module.p = 0.0
+        if isinstance(module, torch.nn.RNNBase):
+            module.dropout = 0.0
+    return model.train(train)
+
+
+def _pass(model, n, steps, mode, monkeypatch, seed=0, backward=True):
+    """(features, gradient of every parameter) of the teacher-forced pass over random prefixes for 5 inputs
+    of N rows each, through the encoder (whose outputs take the decoder's gradient back)."""
+    monkeypatch.setattr(graphed_pass, "MODE", mode)
+    model.zero_grad()
+    encoder_out, tokens = _inputs(model, n, steps, seed=seed)
+    features, extra = graphed_pass.extract_features(model.decoder, tokens, encoder_out)
+    weights = torch.randn(features.shape, generator=torch.Generator().manual_seed(seed + 1)).to(features.device)
+    if backward:
+        (features * weights).sum().backward()
+    return features.detach(), [None if p.grad is None else p.grad.clone() for p in model.parameters()], extra
+
+
+def _assert_same(got, want):
+    torch.testing.assert_close(got[0], want[0], atol=1e-5, rtol=1e-5)
+    for a, b in zip(got[1], want[1]):
+        assert (a is None) == (b is None)
+        if b is not None:
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("name", RECURRENT)
+@pytest.mark.parametrize("train", [False, True])
+@pytest.mark.parametrize("n,steps", [(1, 5), (2, 9), (3, 1)])
+def test_padding_to_a_bucket_changes_no_feature_and_no_gradient(name, train, n, steps, monkeypatch):
+    """Rows 5, 10, 15 -> 8, 12, 16; steps 5, 9, 1 -> 8, 12, 8; sources 7 -> 8: the padded pass gives every
+    example's features and every parameter's gradient (the encoder's through the padded states, which
+    tests that padded rows send no NaN back) as the decoder's own pass."""
+    model = _model(name, train=train)
+    want = _pass(model, n, steps, "off", monkeypatch)
+    got = _pass(model, n, steps, "buckets", monkeypatch)
+    assert got[0].shape == want[0].shape == (5 * n, steps, got[0].size(-1))
+    _assert_same(got, want)
+    assert got[2] is None  # the attention, which REINFORCE does not read, is not kept
+    assert all(torch.isfinite(g).all() for g in got[1] if g is not None)
+
+
+def test_a_padded_row_attending_to_nothing_would_be_nan(monkeypatch):
+    """The mutant the padding guards against: padded rows whose every source position is masked give NaN
+    features, which the backward spreads into the weights' gradients (so the unmasked position matters)."""
+    model = _model("lstm_smallvocab")
+    pad_part = graphed_pass._pad_part
+
+    def all_masked(x, part, rows, src_len):
+        return graphed_pass._padded(x, {part.rows_dim: rows, part.src_dim: src_len}, True) if part.mask \
+            else pad_part(x, part, rows, src_len)
+
+    monkeypatch.setattr(graphed_pass, "_pad_part", all_masked)
+    features, grads, _ = _pass(model, 1, 5, "buckets", monkeypatch)
+    assert torch.isfinite(features).all()  # the real rows are fine ...
+    assert any(not torch.isfinite(g).all() for g in grads if g is not None)  # ... the gradients are not
+
+
+def test_where_it_applies(monkeypatch):
+    lstm, transformer = _model("lstm_smallvocab"), _model("transformer")
+    caption = _model("lstm_caption_smallvocab")
+    cpu = torch.device("cpu")
+    assert graphed_pass.MODE == "off" and not graphed_pass.applies(lstm.decoder, cpu)  # until measured on a GPU
+    monkeypatch.setattr(graphed_pass, "MODE", "cuda-graphs")
+    assert not graphed_pass.applies(lstm.decoder, cpu)  # graphs are CUDA's
+    monkeypatch.setattr(graphed_pass, "MODE", "buckets")
+    assert graphed_pass.applies(lstm.decoder, cpu) and graphed_pass.applies(_model("lstm").decoder, cpu)
+    assert not graphed_pass.applies(transformer.decoder, cpu)  # its pass is not a loop over steps
+    assert not graphed_pass.applies(caption.decoder, cpu)  # one nn.LSTM call over all steps
+    with torch.no_grad():
+        assert not graphed_pass.applies(lstm.decoder, cpu)  # validation and decoding: the decoder's own
+    monkeypatch.setattr(graphed_pass, "MODE", "graphs")
+    with pytest.raises(ValueError, match="graphed_pass.MODE is 'graphs'; choose one of cuda-graphs, buckets, off"):
+        graphed_pass.applies(lstm.decoder, cpu)
+
+
+def test_suspended_blocks_are_back_afterwards():
+    """Inside ``suspended`` the embeddings look up plainly; afterwards the open block gathers again."""
+    model = _model("lstm_smallvocab")
+    embed = model.decoder.embed_tokens
+    with gathered_embedding_grads(model):
+        assert "forward" in embed.__dict__
+        with suspended():
+            assert "forward" not in embed.__dict__
+            from fairseq_smallvocab.output import gathered_grad
+            assert gathered_grad.active_route(embed.weight) is None
+        assert "forward" in embed.__dict__
+        ids = torch.tensor([[4, 5, 4]])
+        embed(ids).sum().backward()
+    want = torch.zeros_like(embed.weight)
+    want[4], want[5] = 2.0, 1.0
+    torch.testing.assert_close(embed.weight.grad, want)
+
+
+@pytest.mark.parametrize("small", [True, False])
+@pytest.mark.parametrize("baseline,n", [("learned", 1), ("loo", 3)])
+def test_reinforce_loss_and_gradients_on_the_bucketed_passes(small, baseline, n, monkeypatch):
+    """REINFORCE on the bucketed sampling step, whose samples a teacher-forced pass scores: with that pass
+    and the CE pass bucketed too (inside the step's gathered embedding gradients), the same loss and
+    gradients as with the decoder's own passes."""
+    model, task, sample = _setup(small)
+    params = [p for p in model.parameters() if p.requires_grad]
+    monkeypatch.setattr(capture, "CAPTURE", "buckets")
+    results, passes = {}, []
+    forward = graphed_pass._Pass.forward
+    monkeypatch.setattr(graphed_pass._Pass, "forward", lambda self, *args: passes.append(self.decoder.training)
+                        or forward(self, *args))
+    for mode in ("off", "buckets"):
+        monkeypatch.setattr(graphed_pass, "MODE", mode)
+        crit = _crit(task, rl_lambda=0.3, rl_baseline=baseline, max_sample_len=7, rl_samples=n)
+        model.zero_grad()
+        torch.manual_seed(6)
+        loss, _, log = crit(model, sample)
+        loss.backward()
+        results[mode] = loss.detach(), [p.grad.clone() for p in params], log
+    (loss_a, grads_a, log_a), (loss_b, grads_b, log_b) = results["off"], results["buckets"]
+    torch.testing.assert_close(loss_b, loss_a, atol=1e-5, rtol=1e-5)
+    for got, want in zip(grads_b, grads_a):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+    assert log_a["sample_len"] == log_b["sample_len"]
+    assert passes == [True, False]  # bucketed: the CE pass (training mode) and the scoring pass (eval)
+
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (CUDA graphs)")
+
+
+@cuda
+@pytest.mark.parametrize("name", RECURRENT)
+@pytest.mark.parametrize("train", [False, True])
+def test_graph_replay_equals_the_eager_pass_over_buckets_and_updates(name, train, monkeypatch):
+    """Replayed graphs give the eager pass's features and gradients for batches of three buckets, after an
+    in-place update of every parameter (the graphs read the new values), and after a parameter is replaced
+    (a new address: captured again)."""
+    model = _model(name, "cuda", train=train)
+    graphed_pass.forget(model.decoder)
+
+    def check(n, steps, seed=0):
+        _assert_same(_pass(model, n, steps, "cuda-graphs", monkeypatch, seed=seed),
+                     _pass(model, n, steps, "off", monkeypatch, seed=seed))
+
+    for n, steps in ((1, 4), (3, 9), (5, 30)):
+        check(n, steps)
+    graphs = {key: entry.forward_graph for key, entry in graphed_pass._BUCKETS[model.decoder].items()}
+    assert len(graphs) == 3
+    check(3, 9, seed=1)  # another batch of a bucket already captured
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(torch.randn_like(param) * 0.1)
+    check(3, 9)
+    assert all(graphed_pass._BUCKETS[model.decoder][key].forward_graph is graphs[key] for key in graphs)
+    first = next(model.decoder.parameters())
+    first.data = first.data.clone()  # a new address
+    check(3, 9)
+    assert any(graphed_pass._BUCKETS[model.decoder][key].forward_graph is not graphs[key] for key in graphs
+               if key in graphed_pass._BUCKETS[model.decoder])
+
+
+@cuda
+def test_gradients_accumulate_over_replays_of_one_bucket(monkeypatch):
+    """Two batches of one bucket, backward after each, no zeroing in between (fairseq's --update-freq): the
+    sum of both batches' gradients, not the second's twice (the graph's gradient buffers are copied out)."""
+    model = _model("lstm_smallvocab", "cuda")
+    graphed_pass.forget(model.decoder)
+
+    def accumulated(mode):
+        monkeypatch.setattr(graphed_pass, "MODE", mode)
+        model.zero_grad(set_to_none=True)
+        for seed in (0, 1):
+            encoder_out, tokens = _inputs(model, 2, 6, seed=seed)
+            graphed_pass.extract_features(model.decoder, tokens, encoder_out)[0].square().sum().backward()
+        return [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+    for got, want in zip(accumulated("cuda-graphs"), accumulated("off")):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
+@cuda
+def test_a_bucket_waiting_for_its_backward_runs_eagerly(monkeypatch):
+    """Two forwards of one bucket before either backward: the second must not overwrite the first's saved
+    activations, so it runs eagerly; both gradients are right."""
+    model = _model("lstm_smallvocab", "cuda")
+    graphed_pass.forget(model.decoder)
+
+    def both(mode):
+        monkeypatch.setattr(graphed_pass, "MODE", mode)
+        model.zero_grad(set_to_none=True)
+        outs = []
+        for seed in (0, 1):
+            encoder_out, tokens = _inputs(model, 2, 6, seed=seed)
+            outs.append(graphed_pass.extract_features(model.decoder, tokens, encoder_out)[0])
+        (outs[0].square().sum() + outs[1].sum()).backward()
+        return [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+    got, want = both("cuda-graphs"), both("off")
+    (entry,) = graphed_pass._BUCKETS[model.decoder].values()
+    assert not entry.busy()  # its backward ran
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
