@@ -221,6 +221,30 @@ def _crit(task, **options):
     return ReinforceGleuCriterion(task, ReinforceGleuConfig(**options))
 
 
+def reinforce_step(model, task, sample, baseline, n, seed=6):
+    """(loss, every trainable parameter's gradient, logging output) of one REINFORCE step (lambda 0.3,
+    samples of at most 7 tokens, ``n`` per input), with a fresh criterion (a learned baseline learns at
+    every call) and the draws of ``seed``."""
+    import torch
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    crit = _crit(task, rl_lambda=0.3, rl_baseline=baseline, max_sample_len=7, rl_samples=n)
+    model.zero_grad()
+    torch.manual_seed(seed)
+    loss, _, log = crit(model, sample)
+    loss.backward()
+    return loss.detach(), [p.grad.clone() for p in params], log
+
+
+def assert_same_step(got, want):
+    """Two ``reinforce_step`` results: the same loss and gradients."""
+    import torch
+
+    torch.testing.assert_close(got[0], want[0], atol=1e-5, rtol=1e-5)
+    for a, b in zip(got[1], want[1]):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
 def _setup(small=True, seed=0):
     """(model, task, sample): a restricted lstm_smallvocab of random weights (eos likely enough that samples
     end at different steps), its task, and a batch of B sentence pairs whose targets use a few words

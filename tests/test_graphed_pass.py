@@ -12,7 +12,7 @@ correctly, and run eagerly when a bucket's backward is still pending."""
 
 import pytest
 import torch
-from helpers import _crit, _setup
+from helpers import _setup, assert_same_step, reinforce_step
 from test_static_state import STATIC, _inputs
 
 from fairseq_smallvocab.output.gathered_grad import gathered_embedding_grads, suspended
@@ -132,7 +132,6 @@ def test_reinforce_loss_and_gradients_on_the_bucketed_passes(small, baseline, n,
     and the CE pass bucketed too (inside the step's gathered embedding gradients), the same loss and
     gradients as with the decoder's own passes."""
     model, task, sample = _setup(small)
-    params = [p for p in model.parameters() if p.requires_grad]
     monkeypatch.setattr(capture, "CAPTURE", "buckets")
     results, passes = {}, []
     forward = graphed_pass._Pass.forward
@@ -140,17 +139,9 @@ def test_reinforce_loss_and_gradients_on_the_bucketed_passes(small, baseline, n,
                         or forward(self, *args))
     for mode in ("off", "buckets"):
         monkeypatch.setattr(graphed_pass, "MODE", mode)
-        crit = _crit(task, rl_lambda=0.3, rl_baseline=baseline, max_sample_len=7, rl_samples=n)
-        model.zero_grad()
-        torch.manual_seed(6)
-        loss, _, log = crit(model, sample)
-        loss.backward()
-        results[mode] = loss.detach(), [p.grad.clone() for p in params], log
-    (loss_a, grads_a, log_a), (loss_b, grads_b, log_b) = results["off"], results["buckets"]
-    torch.testing.assert_close(loss_b, loss_a, atol=1e-5, rtol=1e-5)
-    for got, want in zip(grads_b, grads_a):
-        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
-    assert log_a["sample_len"] == log_b["sample_len"]
+        results[mode] = reinforce_step(model, task, sample, baseline, n)
+    assert_same_step(results["buckets"], results["off"])
+    assert results["off"][2]["sample_len"] == results["buckets"][2]["sample_len"]
     assert passes == [True, False]  # bucketed: the CE pass (training mode) and the scoring pass (eval)
 
 
