@@ -6,8 +6,9 @@ step runs out of memory, then bisects between the last batch that fit and
 the first that did not, until they are within ``PRECISION`` of each other.
 Each trial runs two steps of the worker's own model and criterion on a batch
 of that many sentences (the second step has the optimizer's state, which
-the first allocates) after dropping the captured sampling steps of earlier
-trials (``capture.forget``); out of memory, the trial's tensors are dropped
+the first allocates) after dropping the captured sampling steps and
+teacher-forced passes of earlier trials (``capture.forget``,
+``graphed_pass.forget``); out of memory, the trial's tensors are dropped
 and the allocator's cache emptied before the next.
 """
 

@@ -176,11 +176,12 @@ def _synthetic_batch(cfg: dict, sentences: int, device):
 
 def _largest_batch(cfg: dict, model, step, optimizer, device) -> dict:
     """The largest batch (sentences) whose training step fits the GPU (``largest_batch.py``)."""
-    from fairseq_smallvocab.reinforce import capture
+    from fairseq_smallvocab.reinforce import capture, graphed_pass
 
     def reset():
         optimizer.zero_grad(set_to_none=True)
         capture.forget(model.decoder)
+        graphed_pass.forget(model.decoder)
 
     largest, trials = largest_fitting(fits_on_cuda(step, lambda n: _synthetic_batch(cfg, n, device), reset),
                                       cfg["batch"])
