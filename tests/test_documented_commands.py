@@ -797,6 +797,11 @@ COMMANDS.update({
     "--checkpoint checkpoints/mt-multi30k.en-de.k500/checkpoint_best.pt --modes ce reinforce --steps 8 "
     "--warmup 2 --epoch-sentences 29000 --json docs/bench_multi30k_k500.json": parse(MULTI30K_BENCH),
     "THREADS=1 K=500 EPOCHS=17 bash examples/translation/run_multi30k.sh": script(SCRIPT),
+    # docs/RESULTS.md, "The LSTM's 5-epoch schedule (the paper's), seed 1"
+    "THREADS=1 K=500 EPOCHS=17 SAVE=checkpoints/lstm5/ce-k500 bash examples/translation/run_multi30k.sh":
+        script(SCRIPT),
+    "THREADS=1 K=500 EPOCHS=5 CE=checkpoints/lstm5/ce-k500/checkpoint_best.pt SAVE=checkpoints/lstm5/rl5-k500 "
+    "bash examples/translation/run_reinforce_multi30k.sh": script(SCRIPT),
     "THREADS=1 K=500 EPOCHS=1 LR=0.1 CE=checkpoints/mt-multi30k.en-de.k500/checkpoint_best.pt "
     "SAVE=checkpoints/rl17-k500 bash examples/translation/run_reinforce_multi30k.sh": script(SCRIPT),
     OUTPUT_LAYER: ran(IN_PROCESS, "--vocab-sizes 300 --batch 4 --len 3 --d 8 --repeat 1"),
