@@ -220,3 +220,45 @@ def test_a_bucket_waiting_for_its_backward_runs_eagerly(monkeypatch):
     assert not entry.busy()  # its backward ran
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+@cuda
+@pytest.mark.parametrize("small", [True, False])
+def test_reinforce_step_on_cuda_graphs_equals_the_eager_passes(small, monkeypatch):
+    """The whole REINFORCE step on CUDA, the sampling step captured: its CE pass (training mode) and its
+    scoring pass (eval) replayed as graphs inside the step's gathered embedding gradients give the loss and
+    gradients of the decoder's own passes, for two batches in a row (the second replays)."""
+    from fairseq import utils
+
+    model, task, sample = _setup(small)
+    model.cuda()
+    sample = utils.move_to_cuda(sample)
+    monkeypatch.setattr(capture, "CAPTURE", "cuda-graphs")
+    graphed_pass.forget(model.decoder)
+    for seed in (6, 7):
+        results = {}
+        for mode in ("off", "cuda-graphs"):
+            monkeypatch.setattr(graphed_pass, "MODE", mode)
+            results[mode] = reinforce_step(model, task, sample, "loo", 3, seed=seed)
+        assert_same_step(results["cuda-graphs"], results["off"])
+    assert [key[3] for key in graphed_pass._BUCKETS[model.decoder]] == [True, False]  # one bucket each
+
+
+@cuda
+def test_dropout_in_a_replayed_training_pass_draws_afresh_and_follows_the_seed(monkeypatch):
+    """A replay draws new dropout masks (not the capture's again), and the same seed gives the same masks."""
+    model = _model("lstm_smallvocab", "cuda", train=True)
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.3
+    graphed_pass.forget(model.decoder)
+
+    def features(seed=None):
+        if seed is not None:
+            torch.manual_seed(seed)
+        return _pass(model, 2, 6, "cuda-graphs", monkeypatch, backward=False)[0]
+
+    features()  # the capture
+    first, again, seeded, reseeded = features(), features(), features(3), features(3)
+    assert not torch.equal(first, again)
+    torch.testing.assert_close(seeded, reseeded)

@@ -47,6 +47,7 @@ attention (the captioning LSTM runs one ``nn.LSTM`` call over all steps:
 nothing to gain).
 """
 
+import logging
 import weakref
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -57,6 +58,8 @@ from torch import Tensor, nn
 from fairseq_smallvocab.models.lstm_smallvocab import SmallVocabDecoder
 from fairseq_smallvocab.output.gathered_grad import suspended
 from fairseq_smallvocab.reinforce.capture import autocast_on, bucket, bucket_for
+
+logger = logging.getLogger(__name__)
 
 MODES = ("cuda-graphs", "buckets", "off")
 MODE = "off"
@@ -151,34 +154,43 @@ class _Pending:
 class _Bucket:
     """One shape bucket's static inputs, its forward and backward graphs and their outputs."""
 
-    def __init__(self, module: _Pass, inputs: List[Tensor], params: List[Tensor]):
+    def __init__(self, module: _Pass, inputs: List[Tensor], params: List[Tensor], shape: Tuple[int, ...]):
         device = inputs[0].device
-        self.module, self.params = module, params
-        self.fingerprint = _fingerprint(params)
+        self.fingerprint = _fingerprint(module.decoder)
         self.pending: Optional[weakref.ref] = None
-        before = torch.cuda.memory_allocated(device)
-        # static inputs: copies (the first batch's tensors and their graph are not kept alive)
-        self.inputs = [x.detach().clone().requires_grad_(x.requires_grad) for x in inputs]
-        wanted = [x for x in self.inputs if x.requires_grad] + params
-        stream = torch.cuda.Stream(device)
-        stream.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(stream):
-            for _ in range(WARMUP_PASSES):  # lazy initializations (cuBLAS workspaces, ...) outside the capture
-                out = module(*self.inputs)
-                torch.autograd.grad(out, wanted, torch.ones_like(out), allow_unused=True)
-        torch.cuda.current_stream(device).wait_stream(stream)
-        torch.cuda.synchronize(device)
-        self.forward_graph, self.backward_graph = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.forward_graph):
-            self.output = module(*self.inputs)
-        self.grad_output = torch.empty_like(self.output)
-        with torch.cuda.graph(self.backward_graph, pool=self.forward_graph.pool()):
-            grads = torch.autograd.grad(self.output, wanted, self.grad_output, allow_unused=True)
-        grads = iter(grads)
-        # the gradient of each input (None: it takes none) and each parameter
-        self.grads = [next(grads) if x.requires_grad else None for x in self.inputs] + list(grads)
-        torch.cuda.synchronize(device)
-        self.bytes = torch.cuda.memory_allocated(device) - before
+        with torch.cuda.device(device):
+            # the bytes the bucket holds: its pool's segments stay reserved after the capture frees the
+            # saved activations' tensors, so reserved memory counts them and allocated memory would not
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+            before = torch.cuda.memory_reserved()
+            # static inputs: copies (the first batch's tensors and their graph are not kept alive)
+            self.inputs = [x.detach().clone().requires_grad_(x.requires_grad) for x in inputs]
+            wanted = [x for x in self.inputs if x.requires_grad] + params
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                for _ in range(WARMUP_PASSES):  # lazy initializations (cuBLAS workspaces, ...) outside capture
+                    out = module(*self.inputs)
+                    torch.autograd.grad(out, wanted, torch.ones_like(out), allow_unused=True)
+            torch.cuda.current_stream().wait_stream(stream)
+            torch.cuda.synchronize()
+            self.forward_graph, self.backward_graph = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.forward_graph):
+                output = module(*self.inputs)
+            self.grad_output = torch.empty_like(output)
+            with torch.cuda.graph(self.backward_graph, pool=self.forward_graph.pool()):
+                grads = torch.autograd.grad(output, wanted, self.grad_output, allow_unused=True)
+            self.output = output.detach()  # its autograd graph (spent by the capture) is not kept
+            grads = iter(grads)
+            # the gradient of each input (None: it takes none) and each parameter
+            self.grads = [next(grads) if x.requires_grad else None for x in self.inputs] + list(grads)
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+            self.bytes = torch.cuda.memory_reserved() - before
+        logger.info(f"graphed_pass: captured the {'training' if module.decoder.training else 'eval'} pass of "
+                    f"{type(module.decoder).__name__} for rows x steps x source {' x '.join(map(str, shape))} "
+                    f"({self.bytes / 2 ** 20:.0f} MiB)")
 
     def busy(self) -> bool:
         pending = self.pending() if self.pending is not None else None
@@ -205,15 +217,20 @@ class _Replay(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_output: Tensor):
         entry = ctx.entry
+        if ctx.pending.done:  # the activations the graph reads may be a later batch's by now
+            raise RuntimeError("graphed_pass: a second backward through a replayed pass (retain_graph=True) "
+                               "is not supported; set fairseq_smallvocab.reinforce.graphed_pass.MODE = 'off'")
         entry.grad_output.copy_(grad_output)
         entry.backward_graph.replay()
         ctx.pending.done = True
         return (None, *(None if g is None else g.clone() for g in entry.grads))
 
 
-def _fingerprint(params: List[Tensor]) -> Tuple[int, ...]:
-    """The addresses the graphs read their parameters from."""
-    return tuple(p.data_ptr() for p in params)
+def _fingerprint(decoder) -> Tuple:
+    """The addresses the graphs read the decoder's parameters and buffers from, and which parameters take a
+    gradient."""
+    return tuple((p.data_ptr(), p.requires_grad) for p in decoder.parameters()) + tuple(
+        b.data_ptr() for b in decoder.buffers())
 
 
 def forget(decoder):
@@ -236,19 +253,19 @@ def extract_features(decoder, prev_output_tokens: Tensor, encoder_out):
     inputs = [_padded(prev_output_tokens, {0: size_rows, 1: size_steps}, pad)] + [
         _pad_part(x, part, size_rows, size_src) for x, part in zip(parts, parts_of)]
     module = _Pass(decoder, build)
-    if MODE == "buckets":
-        return module(*inputs)[:rows, :steps], None
     params = [p for p in decoder.parameters() if p.requires_grad]
+    if MODE == "buckets" or not params and not any(x.requires_grad for x in inputs):  # (nothing to differentiate)
+        return module(*inputs)[:rows, :steps], None
     key = (size_rows, size_steps, size_src, decoder.training, tuple(x.requires_grad for x in inputs),
            inputs[1].dtype, str(inputs[1].device))
     buckets = _BUCKETS.get(decoder)
     entry = buckets.get(key) if buckets is not None else None
-    if entry is not None and (entry.fingerprint != _fingerprint(params) or len(entry.params) != len(params)):
-        entry = None  # a parameter replaced (or frozen, or thawed): captured again
+    if entry is not None and entry.fingerprint != _fingerprint(decoder):
+        entry = None  # a parameter or buffer replaced (or frozen, or thawed): captured again
         del buckets[key]
     if entry is not None and entry.busy():  # its saved activations still wait for their backward
         return module(*inputs)[:rows, :steps], None
     with suspended():  # the graph's own embedding backward, not the open REINFORCE block's gathering
-        entry = bucket_for(_BUCKETS, decoder, key, lambda: _Bucket(module, inputs, params), MAX_BUCKETS,
+        entry = bucket_for(_BUCKETS, decoder, key, lambda: _Bucket(module, inputs, params, key[:3]), MAX_BUCKETS,
                            MAX_BUCKET_BYTES)
     return _Replay.apply(entry, *inputs, *params)[:rows, :steps], None
