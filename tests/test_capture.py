@@ -9,6 +9,9 @@ one): graph replay equals the eager loop for the same draws over several
 buckets, reads updated parameters, is captured again when a parameter is
 replaced, and syncs with the host nowhere inside the loop."""
 
+import gc
+import weakref
+
 import pytest
 import torch
 from helpers import B, _setup, assert_same_step, candidate_batch, reinforce_step
@@ -94,6 +97,20 @@ def test_a_bucket_takes_the_next_batch_without_the_last(name, monkeypatch):
         want = _draw(model, encoder_out, candidates, max_lens, "off", monkeypatch, keep_probs=True)
         _assert_same(got, want)
     assert len(capture._BUCKETS[model.decoder]) == 1
+
+
+@pytest.mark.parametrize("name", ["transformer", "lstm_smallvocab"])
+def test_a_dropped_model_takes_its_buckets_along(name, monkeypatch):
+    """The buckets are weakly keyed by the decoder and hold it weakly: a model the caller drops is freed
+    with its buckets (and, on CUDA, their graphs and memory), not kept for the rest of the process."""
+    model = _model(name)
+    encoder_out, _ = _inputs(model, 3, 1)
+    _draw(model, encoder_out, None, torch.full((15,), 4), "buckets", monkeypatch)
+    decoder = weakref.ref(model.decoder)
+    assert len(capture._BUCKETS[decoder()]) == 1
+    del model, encoder_out
+    gc.collect()
+    assert decoder() is None
 
 
 @pytest.mark.parametrize("name", ["transformer", "lstm_smallvocab"])

@@ -32,6 +32,7 @@ nothing), and the recurrent states are written in place.
 """
 
 import logging
+import weakref
 from functools import partial
 from typing import Dict, List, Optional
 
@@ -120,7 +121,20 @@ def _feed_forward(layer, x: Tensor) -> Tensor:
     return layer.dropout_module(layer.fc2(layer.activation_dropout_module(layer.activation_fn(layer.fc1(x)))))
 
 
-class TransformerStaticState:
+class _DecoderState:
+    """A state's decoder, held weakly: a bucket keeps its state in a dict weakly keyed by the decoder
+    (``capture.py``), and a strong reference from the bucket would keep the decoder, its buckets and their
+    graphs alive for as long as the process runs."""
+
+    def __init__(self, decoder):
+        self._decoder = weakref.ref(decoder)
+
+    @property
+    def decoder(self):
+        return self._decoder()
+
+
+class TransformerStaticState(_DecoderState):
     """The decoding state of one batch of ``rows`` sequences of at most
     ``steps`` tokens for a fairseq ``TransformerDecoder``; ``step(tokens, t)``
     is ``decoder.extract_features(prefix, encoder_out, incremental_state)``
@@ -128,7 +142,7 @@ class TransformerStaticState:
     rows x d states.  Build it with ``static_state``."""
 
     def __init__(self, decoder, encoder_out, steps: int, slots: Optional[Slots] = None):
-        self.decoder = decoder
+        super().__init__(decoder)
         enc = encoder_out["encoder_out"][0]  # S x rows x C
         self.slots = slots
         self.rows = enc.size(1) if slots is None else slots.rows
@@ -224,7 +238,7 @@ class TransformerStaticState:
         return x
 
 
-class RecurrentStaticState:
+class RecurrentStaticState(_DecoderState):
     """The decoding state of one batch for a recurrent decoder: ``step(tokens,
     t)`` is ``decoder.extract_features(prefix, encoder_out,
     incremental_state)`` for the prefix whose last token is ``tokens`` (rows
@@ -234,7 +248,7 @@ class RecurrentStaticState:
     place (a captured step, no graph kept)."""
 
     def __init__(self, decoder, encoder_out, slots: Optional[Slots] = None):
-        self.decoder = decoder
+        super().__init__(decoder)
         self.slots = slots
         if isinstance(decoder, SmallVocabDecoder):  # the paper's decoder: global attention, input feeding
             self._step = self._paper_step
