@@ -203,6 +203,34 @@ def test_where_the_bucketed_step_applies(monkeypatch):
     monkeypatch.setattr(capture, "CAPTURE", "graphs")
     with pytest.raises(ValueError, match="capture.CAPTURE is 'graphs'; choose one of cuda-graphs, buckets, off"):
         capture.applies(transformer.decoder, out, cpu)
+    monkeypatch.setattr(capture, "CAPTURE", "buckets")
+    monkeypatch.setattr(capture, "COMPILE", "max-autotune")
+    with pytest.raises(ValueError, match="capture.COMPILE is 'max-autotune'; choose one of off, fuse, reduce-overhead"):
+        capture.applies(transformer.decoder, out, cpu)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["lstm_smallvocab", "transformer"])
+def test_a_compiled_bucket_step_draws_what_the_eager_loop_draws(name, monkeypatch):
+    """The bucketed step fused by torch.compile (COMPILE = "fuse"; inductor's C++ kernels on the CPU): the
+    same samples, probabilities and entropies as the eager loop, for two batches of one bucket (the second
+    runs the compiled step again); the setting is part of the bucket's key."""
+    model = _model(name)
+    vocab = len(model.decoder.dictionary)
+    encoder_out, tokens = _inputs(model, 3, 1)
+    capture._BUCKETS.pop(model.decoder, None)
+    monkeypatch.setattr(capture, "COMPILE", "fuse")
+    for seed in (1, 2):
+        candidates = candidate_batch(12, vocab, bsz=tokens.size(0))
+        max_lens = torch.tensor([6, 3, 9, 1, 5] * 3)
+        got = _draw(model, encoder_out, candidates, max_lens, "buckets", monkeypatch, seed=seed, keep_probs=True)
+        want = _draw(model, encoder_out, candidates, max_lens, "off", monkeypatch, seed=seed, keep_probs=True)
+        _assert_same(got, want)
+    (entry,) = capture._BUCKETS[model.decoder].values()
+    assert entry._step != entry._eager_step  # compiled
+    monkeypatch.setattr(capture, "COMPILE", "off")
+    _draw(model, encoder_out, candidates, max_lens, "buckets", monkeypatch)
+    assert [key[-1] for key in capture._BUCKETS[model.decoder]] == ["fuse", "off"]
 
 
 @pytest.mark.parametrize("small", [True, False])
@@ -260,6 +288,36 @@ def test_graph_replay_equals_the_eager_loop_over_buckets_and_updates(name, small
     first.data = first.data.clone()  # a new address
     check(3, 9)
     assert any(capture._BUCKETS[model.decoder][key].graph is not graphs[key] for key in graphs)
+
+
+@cuda
+@pytest.mark.parametrize("name", ["transformer", "lstm_smallvocab"])
+@pytest.mark.parametrize("compile_mode", ["fuse", "reduce-overhead"])
+def test_a_compiled_step_replays_what_the_eager_loop_draws(name, compile_mode, monkeypatch):
+    """COMPILE on CUDA: inductor's kernels captured by hand ("fuse") or by inductor ("reduce-overhead") draw
+    what the eager loop draws, over two buckets and after an in-place update of every parameter."""
+    model = _model(name, "cuda")
+    vocab = len(model.decoder.dictionary)
+    capture._BUCKETS.pop(model.decoder, None)
+    monkeypatch.setattr(capture, "COMPILE", compile_mode)
+
+    def check(n, steps):
+        encoder_out = _inputs(model, n, 1)[0]
+        rows = 5 * n
+        candidates = candidate_batch(12, vocab, bsz=rows).cuda()
+        max_lens = torch.arange(rows, device="cuda") % steps + 1
+        got = _draw(model, encoder_out, candidates, max_lens, "cuda-graphs", monkeypatch, keep_probs=True)
+        want = _draw(model, encoder_out, candidates, max_lens, "off", monkeypatch, keep_probs=True)
+        _assert_same(got, want)
+
+    check(1, 4)
+    check(3, 9)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(torch.randn_like(param) * 0.1)
+    check(3, 9)
+    graphs = [entry.graph for entry in capture._BUCKETS[model.decoder].values()]
+    assert len(graphs) == 2 and all((graph is None) == (compile_mode == "reduce-overhead") for graph in graphs)
 
 
 @cuda

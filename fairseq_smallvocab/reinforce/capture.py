@@ -39,6 +39,15 @@ applies the samples are scored by one teacher-forced pass instead
 "buckets" (the bucketed step with a device t run eagerly on any device: the
 captured program without the graph, for debugging and the CPU oracles),
 "off" (the eager loop everywhere).
+
+``COMPILE`` fuses a bucket's step with ``torch.compile`` first: a captured
+step of the base Transformer replays about as long as its kernels take to
+run one after another (docs/RESULTS.md, "#31 on the GPU"), so fewer, fused
+kernels are what is left to gain.  "off" (the default until measured on a
+GPU); "fuse" (inductor's kernels, then captured by hand as above);
+"reduce-overhead" (inductor with its own CUDA graphs, none captured here:
+the comparison the issue asks for).  A bucket compiles at its first step
+(seconds to minutes), outside any capture.
 """
 
 import copy
@@ -60,6 +69,10 @@ from fairseq_smallvocab.reinforce.static_state import (
 
 MODES = ("cuda-graphs", "buckets", "off")
 CAPTURE = "cuda-graphs"
+COMPILE_MODES = ("off", "fuse", "reduce-overhead")
+COMPILE = "off"
+# compiled steps kept per code object before dynamo gives up compiling (one per bucket; its default is 8)
+RECOMPILE_LIMIT = 1024
 
 # buckets kept per decoder, least recently used dropped first; and the most bytes their tensors may hold (the
 # bucket in use is always kept): a full softmax's kept probabilities are rows x steps x |V| floats per bucket
@@ -98,6 +111,8 @@ def applies(decoder, encoder_out, device) -> bool:
     also asks whether the static state is on)."""
     if CAPTURE not in MODES:
         raise ValueError(f"capture.CAPTURE is {CAPTURE!r}; choose one of {', '.join(MODES)}")
+    if COMPILE not in COMPILE_MODES:
+        raise ValueError(f"capture.COMPILE is {COMPILE!r}; choose one of {', '.join(COMPILE_MODES)}")
     if CAPTURE == "off":
         return False
     if CAPTURE == "cuda-graphs" and (device.type != "cuda" or autocast_on(device)):
@@ -134,6 +149,7 @@ class _Bucket:
         self.scorer = copy.copy(union)
         self._load_union(union)
         self.t = torch.zeros((), dtype=torch.long, device=device)
+        self._step = self._eager_step if COMPILE == "off" else _compiled(self._eager_step)
         self.graph = None
         self.params = None
         # a recurrent state lives in its slots; a Transformer's also in its self-attention keys and values
@@ -157,10 +173,13 @@ class _Bucket:
         self.loop.load(max_lens, candidates, uniforms)
         self.t.zero_()
 
+    def _eager_step(self):
+        self.loop.step(self.state, self.scorer, self.t)
+        self.t += 1
+
     def step(self):
         with torch.no_grad():
-            self.loop.step(self.state, self.scorer, self.t)
-            self.t += 1
+            self._step()
 
     def replay(self):
         if self.graph is None:
@@ -181,6 +200,17 @@ class _Bucket:
         with torch.cuda.graph(graph, pool=pool):
             self.step()
         self.graph = graph
+
+
+def _compiled(step):
+    """``step`` compiled as ``COMPILE`` says (shapes static: a bucket's never change)."""
+    compiled = torch.compile(step, dynamic=False, mode="reduce-overhead" if COMPILE == "reduce-overhead" else None)
+
+    def run():
+        # every bucket compiles the same code: dynamo's default limit of 8 versions would leave the 9th eager
+        with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
+            compiled()
+    return run
 
 
 def forget(decoder):
@@ -225,12 +255,12 @@ def sample(decoder, encoder_out, weight: Tensor, bias: Optional[Tensor], candida
     if max_stored is not None and rows * bucket_steps * width > max_stored:
         store_probs = False  # ``sampler.score`` makes the logits again instead: the same gradient
     key = (rows, bucket_steps, src_len, union_size, width, greedy, temperature, store_probs,
-           weight.dtype, str(weight.device))
+           weight.dtype, str(weight.device), COMPILE)
     entry = bucket_for(_BUCKETS, decoder, key, lambda: _Bucket(
         decoder, encoder_out, union, rows, bucket_steps, src_len, union_size, width, k, greedy, temperature,
         store_probs), MAX_BUCKETS, MAX_BUCKET_BYTES)
     entry.load(encoder_out, union, max_lens, candidates, uniforms)
-    if CAPTURE == "cuda-graphs":
+    if CAPTURE == "cuda-graphs" and COMPILE != "reduce-overhead":  # (which makes its own graphs)
         params = _fingerprint(decoder, weight, bias)
         if entry.graph is None or entry.params != params:
             if decoder not in _POOLS:
