@@ -592,6 +592,9 @@ COMMANDS.update({
     "--modes reinforce --rl-samples 4 --rl-baseline loo --max-len 30 --largest-batch": parse(GPU),
     "python scripts/benchmark.py --device cuda --modes reinforce --vocab-sizes 24000 --k 1000 --k-sweep --batch 128 "
     "--max-len 50 --ab \"fairseq_smallvocab.reinforce.graphed_pass.MODE='off','cuda-graphs'\"": parse(GPU),
+    "python scripts/benchmark.py --device cuda --arch transformer --vocab-sizes 32000 --k 1000 --k-sweep "
+    "--modes reinforce --rl-samples 4 --rl-baseline loo --batch 32 --max-len 30 "
+    "--ab \"fairseq_smallvocab.reinforce.capture.COMPILE='off','fuse'\"": parse(GPU),
     "python scripts/rare_words.py --dict DATA/dict.de.txt --output \"small=small/generate-test.txt\" "
     "--output \"full=full/generate-test.txt\" --output \"reference=DATA/raw/test.de\" --png rare_words.png": elsewhere(
         "tests/test_analysis_scripts.py::test_rare_words_shares_per_decile", "a 20-word dictionary and outputs"),
