@@ -37,8 +37,9 @@ it (validation and decoding keep the decoder's own pass); under autocast
 (``--amp``) the pass runs eagerly.
 
 ``MODE``: "cuda-graphs" (captured on CUDA, the decoder's own pass
-elsewhere), "buckets" (the padded pass run eagerly on any device: the
-captured program without the graphs, for the CPU oracles), "off" (the
+elsewhere), "buckets" (the padded pass and its backward run again at each
+replay, on any device: the captured program and its bookkeeping without the
+graphs, for the CPU oracles), "off" (the
 decoder's own pass everywhere; the default until it is measured on a GPU
 against today's passes, ``benchmark.py --set
 fairseq_smallvocab.reinforce.graphed_pass.MODE='cuda-graphs'``).
@@ -152,12 +153,24 @@ class _Pending:
 
 
 class _Bucket:
-    """One shape bucket's static inputs, its forward and backward graphs and their outputs."""
+    """One shape bucket's static inputs, output and gradients, and its forward and backward: two CUDA graphs
+    (``captured``), or without them ("buckets") the pass and its backward run again at each replay, with the
+    same bookkeeping (the CPU oracles test it)."""
 
-    def __init__(self, module: _Pass, inputs: List[Tensor], params: List[Tensor], shape: Tuple[int, ...]):
-        device = inputs[0].device
+    def __init__(self, module: _Pass, inputs: List[Tensor], params: List[Tensor], shape: Tuple[int, ...],
+                 captured: bool):
         self.fingerprint = _fingerprint(module.decoder)
         self.pending: Optional[weakref.ref] = None
+        self.captured = captured
+        self.forward_graph = self.backward_graph = None
+        if not captured:
+            # held weakly: the buckets are weakly keyed by the decoder
+            self._decoder, self._build, self._out = weakref.ref(module.decoder), module.build, None
+            self.inputs = [x.detach().clone().requires_grad_(x.requires_grad) for x in inputs]
+            self.output = self.grad_output = self.grads = None
+            self.bytes = sum(x.numel() * x.element_size() for x in self.inputs)
+            return
+        device = inputs[0].device
         with torch.cuda.device(device):
             # the bytes the bucket holds: its pool's segments stay reserved after the capture frees the
             # saved activations' tensors, so reserved memory counts them and allocated memory would not
@@ -182,9 +195,7 @@ class _Bucket:
             with torch.cuda.graph(self.backward_graph, pool=self.forward_graph.pool()):
                 grads = torch.autograd.grad(output, wanted, self.grad_output, allow_unused=True)
             self.output = output.detach()  # its autograd graph (spent by the capture) is not kept
-            grads = iter(grads)
-            # the gradient of each input (None: it takes none) and each parameter
-            self.grads = [next(grads) if x.requires_grad else None for x in self.inputs] + list(grads)
+            self.grads = self._per_input(grads)
             torch.cuda.synchronize()
             torch.cuda.empty_cache()
             self.bytes = torch.cuda.memory_reserved() - before
@@ -192,24 +203,62 @@ class _Bucket:
                     f"{type(module.decoder).__name__} for rows x steps x source {' x '.join(map(str, shape))} "
                     f"({self.bytes / 2 ** 20:.0f} MiB)")
 
+    def _per_input(self, grads) -> List[Optional[Tensor]]:
+        """``autograd.grad``'s gradients (the inputs that take one, then the parameters) as one per input
+        (None: it takes none) and one per parameter."""
+        grads = iter(grads)
+        return [next(grads) if x.requires_grad else None for x in self.inputs] + list(grads)
+
+    def forward(self):
+        """``output`` for the static inputs."""
+        if self.captured:
+            self.forward_graph.replay()
+            return
+        with torch.enable_grad(), suspended():  # as captured: no gathering of the open REINFORCE block
+            self._out = _Pass(self._decoder(), self._build)(*self.inputs)
+        # written over the last batch's, as a replayed graph writes its static output
+        self.output = _overwrite(self.output, self._out.detach())
+        if self.grad_output is None:
+            self.grad_output = torch.empty_like(self.output)
+
+    def backward(self, params: List[Tensor]):
+        """``grads`` for ``grad_output``, from the activations of the last ``forward``."""
+        if self.captured:
+            self.backward_graph.replay()
+            return
+        wanted = [x for x in self.inputs if x.requires_grad] + list(params)
+        grads = self._per_input(torch.autograd.grad(self._out, wanted, self.grad_output, allow_unused=True))
+        old = self.grads or [None] * len(grads)
+        self.grads = [_overwrite(buffer, g) for buffer, g in zip(old, grads)]
+        self._out = None
+
     def busy(self) -> bool:
         pending = self.pending() if self.pending is not None else None
         return pending is not None and not pending.done
 
 
+def _overwrite(buffer: Optional[Tensor], value: Optional[Tensor]) -> Optional[Tensor]:
+    """``value`` written into ``buffer`` (made at the first value): fixed tensors, as a graph's are."""
+    if value is None:
+        return buffer.zero_() if buffer is not None else None
+    if buffer is None:
+        return value.clone()
+    return buffer.copy_(value)
+
+
 class _Replay(torch.autograd.Function):
-    """A bucket's forward graph replayed on (inputs, *params), its backward graph in backward.  The output
-    and the gradients are copies: the graphs' tensors are overwritten by the next replay, and a gradient
-    handed to autograd as it is may become a parameter's ``.grad`` (autograd keeps a fresh gradient it alone
-    holds), which a later replay would then overwrite (gradient accumulation over batches, pytorch#181723)."""
+    """A bucket's forward replayed on (inputs, *params), its backward in backward.  The output and the
+    gradients are copies: the graphs' tensors are overwritten by the next replay, and a gradient handed to
+    autograd as it is may become a parameter's ``.grad`` (autograd keeps a fresh gradient it alone holds),
+    which a later replay would then overwrite (gradient accumulation over batches, pytorch#181723)."""
 
     @staticmethod
     def forward(ctx, entry: _Bucket, *tensors: Tensor) -> Tensor:
         for static, x in zip(entry.inputs, tensors):
             if static.data_ptr() != x.data_ptr():
                 static.copy_(x)
-        entry.forward_graph.replay()
-        ctx.entry, ctx.pending = entry, _Pending()
+        entry.forward()
+        ctx.entry, ctx.pending, ctx.params = entry, _Pending(), tensors[len(entry.inputs):]
         entry.pending = weakref.ref(ctx.pending)
         return entry.output.clone()
 
@@ -221,7 +270,7 @@ class _Replay(torch.autograd.Function):
             raise RuntimeError("graphed_pass: a second backward through a replayed pass (retain_graph=True) "
                                "is not supported; set fairseq_smallvocab.reinforce.graphed_pass.MODE = 'off'")
         entry.grad_output.copy_(grad_output)
-        entry.backward_graph.replay()
+        entry.backward(ctx.params)
         ctx.pending.done = True
         return (None, *(None if g is None else g.clone() for g in entry.grads))
 
@@ -254,10 +303,10 @@ def extract_features(decoder, prev_output_tokens: Tensor, encoder_out):
         _pad_part(x, part, size_rows, size_src) for x, part in zip(parts, parts_of)]
     module = _Pass(decoder, build)
     params = [p for p in decoder.parameters() if p.requires_grad]
-    if MODE == "buckets" or not params and not any(x.requires_grad for x in inputs):  # (nothing to differentiate)
+    if not params and not any(x.requires_grad for x in inputs):  # nothing to differentiate
         return module(*inputs)[:rows, :steps], None
     key = (size_rows, size_steps, size_src, decoder.training, tuple(x.requires_grad for x in inputs),
-           inputs[1].dtype, str(inputs[1].device))
+           inputs[1].dtype, str(inputs[1].device), MODE)
     buckets = _BUCKETS.get(decoder)
     entry = buckets.get(key) if buckets is not None else None
     if entry is not None and entry.fingerprint != _fingerprint(decoder):
@@ -266,6 +315,6 @@ def extract_features(decoder, prev_output_tokens: Tensor, encoder_out):
     if entry is not None and entry.busy():  # its saved activations still wait for their backward
         return module(*inputs)[:rows, :steps], None
     with suspended():  # the graph's own embedding backward, not the open REINFORCE block's gathering
-        entry = bucket_for(_BUCKETS, decoder, key, lambda: _Bucket(module, inputs, params, key[:3]), MAX_BUCKETS,
-                           MAX_BUCKET_BYTES)
+        entry = bucket_for(_BUCKETS, decoder, key, lambda: _Bucket(
+            module, inputs, params, key[:3], captured=MODE == "cuda-graphs"), MAX_BUCKETS, MAX_BUCKET_BYTES)
     return _Replay.apply(entry, *inputs, *params)[:rows, :steps], None
