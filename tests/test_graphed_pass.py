@@ -183,30 +183,6 @@ def test_replays_equal_the_eager_pass_over_buckets_and_updates(device, mode, nam
                if key in graphed_pass._BUCKETS[model.decoder])
 
 
-@pytest.mark.parametrize("device,mode", WHERE)
-def test_gradients_accumulate_over_replays_of_one_bucket(device, mode, monkeypatch):
-    """Two batches of one bucket, backward after each, no zeroing in between (fairseq's --update-freq): the
-    sum of both batches' gradients, not the second's twice (the bucket's gradients are copied out)."""
-    model = _model("lstm_smallvocab", device)
-    graphed_pass.forget(model.decoder)
-
-    def accumulated(mode):
-        monkeypatch.setattr(graphed_pass, "MODE", mode)
-        model.zero_grad(set_to_none=True)
-        outs = []
-        for seed in (0, 1):
-            encoder_out, tokens = _inputs(model, 2, 6, seed=seed)
-            outs.append(graphed_pass.extract_features(model.decoder, tokens, encoder_out)[0])
-            outs[-1].square().sum().backward()
-        return outs + [p.grad.clone() for p in model.parameters() if p.grad is not None]
-
-    # the first batch's features too, after the second replay (the bucket's output is copied out)
-    got, want = accumulated(mode), accumulated("off")
-    assert len(graphed_pass._BUCKETS[model.decoder]) == 1 and len(got) == len(want)
-    for a, b in zip(got, want):
-        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
-
-
 def _replayed(features) -> bool:
     """Whether ``features`` come from a bucket's replay (under the slices back to the batch's shape)."""
     node = features.grad_fn
@@ -215,26 +191,48 @@ def _replayed(features) -> bool:
     return node.name() == "_ReplayBackward"
 
 
+def _two_batches(model, mode, monkeypatch, backward_each: bool):
+    """(features of two batches of one bucket, whether each was replayed, every parameter's gradient summed
+    over both): a backward after each batch (``backward_each``: fairseq's --update-freq accumulates so), or
+    both forwards before one backward."""
+    monkeypatch.setattr(graphed_pass, "MODE", mode)
+    model.zero_grad(set_to_none=True)
+    outs = []
+    for seed in (0, 1):
+        encoder_out, tokens = _inputs(model, 2, 6, seed=seed)
+        outs.append(graphed_pass.extract_features(model.decoder, tokens, encoder_out)[0])
+        if backward_each:
+            outs[-1].square().sum().backward()
+    replayed = [_replayed(out) for out in outs]
+    if not backward_each:
+        (outs[0].square().sum() + outs[1].sum()).backward()
+    return outs, replayed, [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+
+@pytest.mark.parametrize("device,mode", WHERE)
+def test_gradients_accumulate_over_replays_of_one_bucket(device, mode, monkeypatch):
+    """Two batches of one bucket, backward after each, no zeroing in between (fairseq's --update-freq): the
+    sum of both batches' gradients, not the second's twice (the bucket's gradients are copied out); and the
+    first batch's features are still its own after the second replay (so is the output)."""
+    model = _model("lstm_smallvocab", device)
+    graphed_pass.forget(model.decoder)
+    got, replayed, got_grads = _two_batches(model, mode, monkeypatch, backward_each=True)
+    want, _, want_grads = _two_batches(model, "off", monkeypatch, backward_each=True)
+    assert replayed == [True, True] and len(graphed_pass._BUCKETS[model.decoder]) == 1
+    assert len(got_grads) == len(want_grads)
+    for a, b in zip(got + got_grads, want + want_grads):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
 @pytest.mark.parametrize("device,mode", WHERE)
 def test_a_bucket_waiting_for_its_backward_runs_eagerly(device, mode, monkeypatch):
     """Two forwards of one bucket before either backward: the second must not overwrite the first's saved
     activations, so it runs eagerly; both gradients are right, and the bucket is free again after."""
     model = _model("lstm_smallvocab", device)
     graphed_pass.forget(model.decoder)
-
-    def both(mode):
-        monkeypatch.setattr(graphed_pass, "MODE", mode)
-        model.zero_grad(set_to_none=True)
-        outs = []
-        for seed in (0, 1):
-            encoder_out, tokens = _inputs(model, 2, 6, seed=seed)
-            outs.append(graphed_pass.extract_features(model.decoder, tokens, encoder_out)[0])
-        if mode != "off":  # the first replayed, the second eager (under the slice back to the batch's shape)
-            assert [_replayed(out) for out in outs] == [True, False]
-        (outs[0].square().sum() + outs[1].sum()).backward()
-        return [p.grad.clone() for p in model.parameters() if p.grad is not None]
-
-    got, want = both(mode), both("off")
+    _, replayed, got = _two_batches(model, mode, monkeypatch, backward_each=False)
+    _, _, want = _two_batches(model, "off", monkeypatch, backward_each=False)
+    assert replayed == [True, False]
     (entry,) = graphed_pass._BUCKETS[model.decoder].values()
     assert not entry.busy()  # its backward ran
     for a, b in zip(got, want):
