@@ -511,8 +511,10 @@ COMMANDS.update({
     "fairseq-train data-bin/wmt.en-de --user-dir fairseq_smallvocab --task translation_smallvocab "
     "--vocab-predictor checkpoints/vp/checkpoint_best.pt --arch transformer --share-all-embeddings "
     "--finetune-from-model checkpoints/transformer-small/checkpoint_best.pt --criterion reinforce_gleu "
-    "--rl-lambda 0.005 --max-sample-len 100 --sample-len-ratio 1.5 --optimizer sgd --lr 0.01 --clip-norm 1.0 "
-    "--batch-size 64 --save-dir checkpoints/transformer-rl": parse(WMT),
+    "--rl-lambda 0.005 --rl-samples 4 --rl-baseline loo --max-sample-len 100 --sample-len-ratio 1.5 "
+    "--optimizer adam --lr 3e-5 --clip-norm 1.0 --batch-size 64 --max-update 1000 --validate-interval-updates 50 "
+    "--save-interval-updates 50 --eval-bleu --best-checkpoint-metric bleu --maximize-best-checkpoint-metric "
+    "--save-dir checkpoints/transformer-rl": parse(WMT),
     "fairseq-generate data-bin/wmt.en-de --user-dir fairseq_smallvocab --task translation_smallvocab "
     "--path checkpoints/transformer-rl/checkpoint_best.pt --beam 5 --gen-subset test": parse(WMT),
     "fairseq-generate data-bin/wmt.en-de --user-dir fairseq_smallvocab --task translation "
