@@ -5,6 +5,7 @@ with beam 5, the table (scripts/rl_logs.py recipe) whose BLEU is sacrebleu's on
 the decodes, the plot; run again, it retrains nothing.  And the log summary's
 clock: minutes to the best validation summed over a resumed run's sessions."""
 
+import fcntl
 import importlib.util
 import json
 
@@ -45,7 +46,21 @@ def test_an_unknown_control_is_refused_before_any_training(tmp_path):
     result = run(["bash", str(REPO / "examples/translation/run_transformer_rl_multi30k.sh")], cwd=tmp_path,
                  check=False, env={"CONTROLS": "ce shuffled", "OUT": str(tmp_path / "runs")})
     assert result.returncode == 2 and "unknown control 'shuffled'" in result.stderr, result.stderr
-    assert not any((tmp_path / "runs").iterdir())  # no step started
+    assert [p.name for p in (tmp_path / "runs").iterdir()] == [".recipe.lock"]  # no step started
+
+
+@pytest.mark.slow
+def test_a_second_recipe_on_the_same_out_is_refused(tmp_path):
+    """While one recipe works in OUT (it holds OUT/.recipe.lock), a second one started there stops at once,
+    saying so, and touches nothing: two would train the same runs into the same checkpoints."""
+    out = tmp_path / "runs"
+    out.mkdir()
+    with open(out / ".recipe.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        result = run(["bash", str(REPO / "examples/translation/run_transformer_rl_multi30k.sh")], cwd=tmp_path,
+                     check=False, env={"OUT": str(out)})
+    assert result.returncode == 3 and "another run of this recipe is at work there" in result.stderr, result.stderr
+    assert [p.name for p in out.iterdir()] == [".recipe.lock"]
 
 
 @pytest.mark.slow

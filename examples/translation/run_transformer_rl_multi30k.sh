@@ -60,6 +60,14 @@ ARCH_ARGS=${ARCH_ARGS:-$(cat "$HERE/transformer_multi30k.args")}
 VALID_ARGS=$([ "$VALIDATE" = 0 ] || echo "--validate-interval-updates $VALIDATE --save-interval-updates $VALIDATE" \
   "--keep-interval-updates 1")
 mkdir -p "$OUT"
+# one recipe per OUT at a time: two would train the same runs into the same checkpoints (the lock goes with the
+# recipe's processes, a killed one's included)
+exec 9> "$OUT/.recipe.lock"
+if ! flock -n 9; then
+  echo "OUT=$OUT: another run of this recipe is at work there (it holds $OUT/.recipe.lock): wait for it to" \
+    "end, or set another OUT" >&2
+  exit 3
+fi
 
 # a step for every K: side by side (PARALLEL=1) or one after another; a failure stops the recipe
 each_k() {
