@@ -59,6 +59,7 @@ from torch import Tensor, nn
 from fairseq_smallvocab.models.lstm_smallvocab import SmallVocabDecoder
 from fairseq_smallvocab.output.gathered_grad import suspended
 from fairseq_smallvocab.reinforce.capture import autocast_on, bucket, bucket_for
+from fairseq_smallvocab.reinforce.static_state import unmask_first_position
 
 logger = logging.getLogger(__name__)
 
@@ -129,10 +130,8 @@ def _pad_part(x: Tensor, part: _Part, rows: int, src_len: int) -> Tensor:
         return _padded(x, sizes, 0)
     real = x.size(part.rows_dim)
     mask = _padded(x, sizes, True)
-    if real < rows:  # a padded row attends to its first (zero) source position
-        mask = mask.clone()
-        mask.narrow(part.rows_dim, real, rows - real).narrow(part.src_dim, 0, 1).fill_(False)
-    return mask
+    # (rows grow there, so the mask is a new tensor, not the batch's)
+    return unmask_first_position(mask, real, part.rows_dim, part.src_dim) if real < rows else mask
 
 
 class _Pass(nn.Module):

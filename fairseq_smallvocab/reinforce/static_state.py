@@ -107,6 +107,14 @@ class Slots:
         return slot
 
 
+def unmask_first_position(mask: Tensor, real_rows: int, rows_dim: int, src_dim: int) -> Tensor:
+    """In place, in a True-at-padding source mask padded to a bucket's rows: each row after ``real_rows``
+    attends to its first (zero) source position, so that its attention's softmax is over one key, not over
+    nothing (NaN, which a backward would carry into the weights' gradients)."""
+    mask.narrow(rows_dim, real_rows, mask.size(rows_dim) - real_rows).narrow(src_dim, 0, 1).fill_(False)
+    return mask
+
+
 def _sublayer(layer, norm, x: Tensor, body) -> Tensor:
     """One residual sub-layer of a fairseq decoder layer: x + body(norm(x)) when the layer normalizes
     before (pre-norm), norm(x + body(x)) after (post-norm)."""
@@ -269,9 +277,7 @@ class RecurrentStaticState(_DecoderState):
         """A True-at-padding source mask in its slot; a padded row attends to one (zero) key."""
         rows = mask.size(rows_dim)
         mask = self._put(name, mask, rows_dim, src_dim, fill=True)
-        if self.slots is not None:
-            mask.narrow(rows_dim, rows, mask.size(rows_dim) - rows).narrow(src_dim, 0, 1).fill_(False)
-        return mask
+        return mask if self.slots is None else unmask_first_position(mask, rows, rows_dim, src_dim)
 
     def load(self, encoder_out):
         """The batch's initial states and attention keys, from the decoder's current parameters."""
