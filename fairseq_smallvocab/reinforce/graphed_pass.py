@@ -162,22 +162,21 @@ class _Bucket:
         self.pending: Optional[weakref.ref] = None
         self.captured = captured
         self.forward_graph = self.backward_graph = None
+        # static inputs: copies (the first batch's tensors and their graph are not kept alive)
+        self.inputs = [x.detach().clone().requires_grad_(x.requires_grad) for x in inputs]
+        self.bytes = sum(x.numel() * x.element_size() for x in self.inputs)
         if not captured:
             # held weakly: the buckets are weakly keyed by the decoder
             self._decoder, self._build, self._out = weakref.ref(module.decoder), module.build, None
-            self.inputs = [x.detach().clone().requires_grad_(x.requires_grad) for x in inputs]
             self.output = self.grad_output = self.grads = None
-            self.bytes = sum(x.numel() * x.element_size() for x in self.inputs)
             return
         device = inputs[0].device
         with torch.cuda.device(device):
-            # the bytes the bucket holds: its pool's segments stay reserved after the capture frees the
-            # saved activations' tensors, so reserved memory counts them and allocated memory would not
+            # and the graphs' pool: its segments stay reserved after the capture frees the saved activations'
+            # tensors, so reserved memory counts them and allocated memory would not
             torch.cuda.synchronize()
             torch.cuda.empty_cache()
             before = torch.cuda.memory_reserved()
-            # static inputs: copies (the first batch's tensors and their graph are not kept alive)
-            self.inputs = [x.detach().clone().requires_grad_(x.requires_grad) for x in inputs]
             wanted = [x for x in self.inputs if x.requires_grad] + params
             stream = torch.cuda.Stream()
             stream.wait_stream(torch.cuda.current_stream())
@@ -197,7 +196,7 @@ class _Bucket:
             self.grads = self._per_input(grads)
             torch.cuda.synchronize()
             torch.cuda.empty_cache()
-            self.bytes = torch.cuda.memory_reserved() - before
+            self.bytes += torch.cuda.memory_reserved() - before
         logger.info(f"graphed_pass: captured the {'training' if module.decoder.training else 'eval'} pass of "
                     f"{type(module.decoder).__name__} for rows x steps x source {' x '.join(map(str, shape))} "
                     f"({self.bytes / 2 ** 20:.0f} MiB)")
