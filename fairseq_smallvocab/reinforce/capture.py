@@ -127,10 +127,15 @@ def _source_length(encoder_out) -> int:
     return encoder_out[0].size(0)  # fairseq's lstm: S x rows x C first
 
 
+def addresses(module) -> tuple:
+    """Where a graph captured on ``module`` reads its parameters and buffers: one replaced (``.to()``,
+    ``load_state_dict(assign=True)``, ``.data =``) changes it, and the graph must be captured again."""
+    return tuple(p.data_ptr() for p in module.parameters()) + tuple(b.data_ptr() for b in module.buffers())
+
+
 def _fingerprint(decoder, weight: Tensor, bias: Optional[Tensor]):
     """The addresses a captured step reads its parameters from."""
-    return tuple(p.data_ptr() for p in decoder.parameters()) + (
-        weight.data_ptr(), 0 if bias is None else bias.data_ptr())
+    return addresses(decoder) + (weight.data_ptr(), 0 if bias is None else bias.data_ptr())
 
 
 class _Bucket:

@@ -58,7 +58,7 @@ from torch import Tensor, nn
 
 from fairseq_smallvocab.models.lstm_smallvocab import SmallVocabDecoder
 from fairseq_smallvocab.output.gathered_grad import suspended
-from fairseq_smallvocab.reinforce.capture import autocast_on, bucket, bucket_for
+from fairseq_smallvocab.reinforce.capture import addresses, autocast_on, bucket, bucket_for
 from fairseq_smallvocab.reinforce.static_state import unmask_first_position
 
 logger = logging.getLogger(__name__)
@@ -275,9 +275,8 @@ class _Replay(torch.autograd.Function):
 
 def _fingerprint(decoder) -> Tuple:
     """The addresses the graphs read the decoder's parameters and buffers from, and which parameters take a
-    gradient."""
-    return tuple((p.data_ptr(), p.requires_grad) for p in decoder.parameters()) + tuple(
-        b.data_ptr() for b in decoder.buffers())
+    gradient (the backward graph computes theirs)."""
+    return addresses(decoder) + tuple(p.requires_grad for p in decoder.parameters())
 
 
 def forget(decoder):
