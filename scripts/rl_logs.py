@@ -17,7 +17,10 @@ greedy and beam 5) against the raw references, the best dev BLEU of its
 training validations and the update it came at, minutes per epoch and
 minutes to that best (from the log's timestamps, summed over resumed
 sessions), a mean row over the seeds, and a PNG of dev BLEU against
-REINFORCE updates (each run starting at its CE checkpoint's best).
+REINFORCE updates (each run starting at its CE checkpoint's best). Under the
+table, the comparisons the recipe is for (GAINS), per seed and their mean:
+REINFORCE over its CE checkpoint and over the better control, small over full
+after REINFORCE, with how many scores reach each comparison's bar.
 
     python scripts/rl_logs.py table runs/*.train.log --json rl.json
     python scripts/rl_logs.py start-epochs --ce small=ce-k500/train.log --ce full=ce-k0/train.log \\
@@ -195,6 +198,54 @@ def recipe_table(runs) -> str:
     return "\n".join(lines) + "\n"
 
 
+# The recipe's comparisons, each with the bar its README sets: (what, bar, the run, the runs it is compared
+# with; of several, the best on each score). "small" is every K > 0 in the folder, "full" is K = 0.
+GAINS = [("small: REINFORCE - its CE checkpoint", 0.7, ("small", "rl"), [("small", "ce")]),
+         ("small: REINFORCE - the better control", 0.4, ("small", "rl"),
+          [("small", "ctl-ce"), ("small", "ctl-constant")]),
+         ("full: REINFORCE - its CE checkpoint", None, ("full", "rl"), [("full", "ce")]),
+         ("full: REINFORCE - the better control", 0.4, ("full", "rl"), [("full", "ctl-ce"), ("full", "ctl-constant")]),
+         ("REINFORCE: small - full", -0.3, ("small", "rl"), [("full", "rl")])]
+
+
+def gains_table(runs) -> str:
+    """The recipe's comparisons (GAINS) on each decode, per seed and (with several seeds) their mean over the
+    seeds that have both sides, with how many of the scores meet the bar."""
+    decodes = [split + tag for split, tag in DECODES if any(split + tag in r["bleu"] for r in runs)]
+    names = {"valid": "dev", "test": "test", ".beam5": " beam 5", "": " greedy"}
+    head = ("| comparison | bar | seed | " + "".join(f"{names[split]}{names[tag]} | " for split, tag in DECODES
+                                                    if split + tag in decodes) + "scores at the bar |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    seeds = sorted({r["seed"] for r in runs})
+    bleu = {(r["k"], r["stage"], r["seed"]): r["bleu"] for r in runs}
+    smalls = sorted({r["k"] for r in runs if r["k"]})
+    for small in smalls:
+        k = {"small": small, "full": 0}
+        for what, bar, (kind, stage), against in GAINS:
+            if len(smalls) > 1:
+                what = what.replace("small", f"small (K = {small})")
+            per_seed = {}
+            for seed in seeds:
+                diffs = {}
+                for key in decodes:
+                    mine = bleu.get((k[kind], stage, seed), {}).get(key)
+                    others = [bleu.get((k[o_kind], o_stage, seed), {}).get(key) for o_kind, o_stage in against]
+                    others = [o for o in others if o is not None]
+                    if mine is not None and others:
+                        diffs[key] = mine - max(others)
+                if diffs:
+                    per_seed[str(seed)] = diffs
+            if len(per_seed) > 1:
+                per_seed["mean"] = {key: statistics.mean(d[key] for d in per_seed.values() if key in d)
+                                    for key in decodes if any(key in d for d in per_seed.values())}
+            for seed, diffs in per_seed.items():
+                # a score meets its bar as the table shows it (to two decimals)
+                met = "-" if bar is None else f"{sum(round(d, 2) >= bar for d in diffs.values())} of {len(diffs)}"
+                lines.append(f"| {what} | {'-' if bar is None else f'{bar:+.1f}'} | {seed} | " + "".join(
+                    f"{cell(diffs.get(key), '{:+.2f}')} | " for key in decodes) + f"{met} |")
+    return "\n".join(lines) + "\n"
+
+
 def run_settings(path: Path) -> dict:
     """A recipe run's recipe.settings ("epochs=E KEY=VALUE ... ARCH_ARGS=the model's flags") as a dict."""
     text = (path / "recipe.settings").read_text().strip() if (path / "recipe.settings").is_file() else ""
@@ -302,7 +353,7 @@ def main(argv=None):
         return
     if args.command == "recipe":
         runs = recipe_runs(args.folder, args.data, args.tgt)
-        text = recipe_table(runs)
+        text = recipe_table(runs) + "\n" + gains_table(runs)
         sys.stdout.write(text)
         if args.markdown:
             args.markdown.write_text(text)

@@ -198,3 +198,32 @@ def test_rl_logs_tuning_compares_recipe_folders(tmp_path):
     assert lines[3] == (f"| lambda | 0.05 | small (K = 5) | 1 | 29.00 | 50 | {worse:.2f} ({worse - ce:+.2f}) | "
                         f"{worse:.2f} ({worse - ce:+.2f}) | - |")
     assert len(lines) == 4 and (tmp_path / "t.md").read_text() == out
+
+
+def test_rl_logs_recipe_gains_per_seed_and_their_mean():
+    """scripts/rl_logs.py recipe's comparisons: REINFORCE against its CE checkpoint and against the better of
+    the controls present (per score), small against full, per seed and the mean over the seeds that have both
+    sides, with how many scores reach the bar as shown (+0.695 rounds to +0.70, which meets +0.7)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("rl_logs", REPO / "scripts" / "rl_logs.py")
+    rl_logs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rl_logs)
+
+    def run_(stage, k, seed, dev, test):  # dev greedy and test greedy only: no beam-5 decodes
+        return {"stage": stage, "k": k, "seed": seed, "bleu": {"valid": dev, "test": test}}
+
+    runs = [run_("ce", 5, 1, 30.0, 29.0), run_("rl", 5, 1, 30.695, 30.0),
+            run_("ctl-ce", 5, 1, 30.5, 28.0), run_("ctl-constant", 5, 1, 29.0, 29.8),
+            run_("ce", 0, 1, 30.0, 29.0), run_("rl", 0, 1, 31.01, 29.5),
+            run_("ce", 5, 2, 31.0, 30.0), run_("rl", 5, 2, 31.3, 31.0),  # seed 2: no controls, no full REINFORCE
+            run_("ce", 0, 2, 31.0, 30.0)]
+    lines = rl_logs.gains_table(runs).splitlines()
+    assert lines[0] == "| comparison | bar | seed | dev greedy | test greedy | scores at the bar |"
+    assert lines[2:] == [
+        "| small: REINFORCE - its CE checkpoint | +0.7 | 1 | +0.70 | +1.00 | 2 of 2 |",
+        "| small: REINFORCE - its CE checkpoint | +0.7 | 2 | +0.30 | +1.00 | 1 of 2 |",
+        "| small: REINFORCE - its CE checkpoint | +0.7 | mean | +0.50 | +1.00 | 1 of 2 |",
+        "| small: REINFORCE - the better control | +0.4 | 1 | +0.20 | +0.20 | 0 of 2 |",
+        "| full: REINFORCE - its CE checkpoint | - | 1 | +1.01 | +0.50 | - |",
+        "| REINFORCE: small - full | -0.3 | 1 | -0.32 | +0.50 | 1 of 2 |"]

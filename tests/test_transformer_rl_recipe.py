@@ -94,6 +94,10 @@ def test_the_transformer_rl_recipe_runs_end_to_end_on_tiny_data(tiny_bin, predic
         cells = [cell.strip() for cell in row.split("|")[1:-1]]
         assert cells[3:7] == [f"{b:.2f}" for b in bleus]
         assert cells[9] != "-" and cells[10] != "-"  # minutes per epoch, to the best
+    ce, rl = ([rl_logs.corpus_bleu(out / name / f"hyp-{split}{tag}.txt", refs / f"{split}.tgt")
+               for split, tag in rl_logs.DECODES] for name in ("ce-k60-s1", "rl-k60-s1"))
+    assert "| small: REINFORCE - its CE checkpoint | +0.7 | 1 | " + "".join(  # the comparisons under the table
+        f"{b - a:+.2f} | " for a, b in zip(ce, rl)) in table
     runs = json.loads((out / "runs.json").read_text())
     assert len(runs) == 8 and all(r["min_per_epoch"] > 0 and r["min_to_best"] > 0 for r in runs)
     assert all(r["curve"] and r["best_dev"] == max(b for _, b in r["curve"]) for r in runs)
