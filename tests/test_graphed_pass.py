@@ -276,19 +276,67 @@ def test_reinforce_step_on_cuda_graphs_equals_the_eager_passes(small, monkeypatc
 
 @cuda
 def test_dropout_in_a_replayed_training_pass_draws_afresh_and_follows_the_seed(monkeypatch):
-    """A replay draws new dropout masks (not the capture's again), and the same seed gives the same masks."""
+    """A replay draws new dropout masks (not the capture's again); the same seed gives the same masks, and
+    the masks the eager padded pass draws ("buckets": the same kernels in the same order, so the same offsets
+    into the generator's stream).  Only the decoder drops: the encoder's outputs are the same every time, so
+    what changes is the replay's own draw."""
     model = _model("lstm_smallvocab", "cuda", train=True)
-    for module in model.modules():
+    for module in model.decoder.modules():
         if isinstance(module, torch.nn.Dropout):
             module.p = 0.3
     graphed_pass.forget(model.decoder)
 
-    def features(seed=None):
+    def features(seed=None, mode="cuda-graphs"):
         if seed is not None:
             torch.manual_seed(seed)
-        return _pass(model, 2, 6, "cuda-graphs", monkeypatch, backward=False)[0]
+        return _pass(model, 2, 6, mode, monkeypatch, backward=False)[0]
 
     features()  # the capture
     first, again, seeded, reseeded = features(), features(), features(3), features(3)
     assert not torch.equal(first, again)
     torch.testing.assert_close(seeded, reseeded)
+    features(mode="buckets")  # the eager bucket made
+    torch.testing.assert_close(features(3, mode="buckets"), seeded)
+
+
+@cuda
+def test_a_capture_while_another_thread_pins_memory(monkeypatch):
+    """fairseq-train's DataLoader pins batches in a thread of its own: its pinned allocations during a capture
+    (torch empties the pinned cache when one starts) must break neither the capture nor that thread
+    (capture.CAPTURE_ERROR_MODE), for the sampling step and the teacher-forced passes alike."""
+    import threading
+
+    from fairseq import utils
+
+    model, task, sample = _setup(True)
+    model.cuda()
+    sample = utils.move_to_cuda(sample)
+    monkeypatch.setattr(capture, "CAPTURE", "cuda-graphs")
+    graphed_pass.forget(model.decoder)
+    stop, errors, pinned = threading.Event(), [], [0]
+
+    def pin():
+        try:
+            while not stop.is_set():
+                torch.empty(1 << 18).pin_memory()
+                pinned[0] += 1
+        except Exception as error:  # noqa: BLE001 (reported by the test)
+            errors.append(error)
+
+    want = {}
+    monkeypatch.setattr(graphed_pass, "MODE", "off")
+    for seed in (6, 7):
+        want[seed] = reinforce_step(model, task, sample, "loo", 3, seed=seed)
+    monkeypatch.setattr(graphed_pass, "MODE", "cuda-graphs")
+    capture.forget(model.decoder)  # both kinds of graph captured while the thread pins
+    thread = threading.Thread(target=pin)
+    thread.start()
+    try:
+        for seed in (6, 7):  # the first captures both kinds of graph, the second replays them
+            assert_same_step(reinforce_step(model, task, sample, "loo", 3, seed=seed), want[seed])
+    finally:
+        stop.set()
+        thread.join()
+    assert not errors and pinned[0] > 0
+    buckets = graphed_pass._BUCKETS[model.decoder].values()
+    assert buckets and all(entry.captured for entry in buckets) and capture._BUCKETS[model.decoder]

@@ -81,6 +81,10 @@ MAX_BUCKET_BYTES = 2 * 2 ** 30
 
 # eager steps on a side stream before a capture (lazy initializations, e.g. cuBLAS handles, happen there)
 WARMUP_STEPS = 2
+# Only the capturing thread's unsafe CUDA calls (cudaMalloc, cudaHostAlloc, event queries) may break a
+# capture: fairseq-train's DataLoader pins the next batches in a thread of its own, and a pinned allocation
+# there while a bucket is captured would break the capture under torch's default ("global").
+CAPTURE_ERROR_MODE = "thread_local"
 
 _BUCKETS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # decoder -> OrderedDict(key -> _Bucket)
 # decoder -> the memory pool its graphs share: a step's intermediates live only while it replays (what outlives
@@ -202,7 +206,7 @@ class _Bucket:
                 self.step()
         torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=pool):
+        with torch.cuda.graph(graph, pool=pool, capture_error_mode=CAPTURE_ERROR_MODE):
             self.step()
         self.graph = graph
 

@@ -58,7 +58,13 @@ from torch import Tensor, nn
 
 from fairseq_smallvocab.models.lstm_smallvocab import SmallVocabDecoder
 from fairseq_smallvocab.output.gathered_grad import suspended
-from fairseq_smallvocab.reinforce.capture import addresses, autocast_on, bucket, bucket_for
+from fairseq_smallvocab.reinforce.capture import (
+    CAPTURE_ERROR_MODE,
+    addresses,
+    autocast_on,
+    bucket,
+    bucket_for,
+)
 from fairseq_smallvocab.reinforce.static_state import unmask_first_position
 
 logger = logging.getLogger(__name__)
@@ -184,13 +190,15 @@ class _Bucket:
                 for _ in range(WARMUP_PASSES):  # lazy initializations (cuBLAS workspaces, ...) outside capture
                     out = module(*self.inputs)
                     torch.autograd.grad(out, wanted, torch.ones_like(out), allow_unused=True)
+                del out  # (not to be counted in the bucket's bytes)
             torch.cuda.current_stream().wait_stream(stream)
             torch.cuda.synchronize()
             self.forward_graph, self.backward_graph = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self.forward_graph):
+            with torch.cuda.graph(self.forward_graph, capture_error_mode=CAPTURE_ERROR_MODE):
                 output = module(*self.inputs)
             self.grad_output = torch.empty_like(output)
-            with torch.cuda.graph(self.backward_graph, pool=self.forward_graph.pool()):
+            with torch.cuda.graph(self.backward_graph, pool=self.forward_graph.pool(),
+                                  capture_error_mode=CAPTURE_ERROR_MODE):
                 grads = torch.autograd.grad(output, wanted, self.grad_output, allow_unused=True)
             self.output = output.detach()  # its autograd graph (spent by the capture) is not kept
             self.grads = self._per_input(grads)
