@@ -186,6 +186,37 @@ def test_buckets_beyond_the_limits_are_dropped_least_recent_first(monkeypatch):
     assert [key[1] for key in capture._BUCKETS[model.decoder]] == [8]
 
 
+def test_buckets_that_must_go_are_dropped_before_a_new_one_is_made():
+    """capture.bucket_for (the sampling step's and the graphed passes' buckets): the buckets the limits drop
+    whatever the new one weighs are gone when it is made (their memory free for its capture); the rest go
+    after, by its weight; the kept buckets are those the limits allow, most recent last."""
+    import weakref
+    from types import SimpleNamespace
+
+    class Decoder:
+        pass
+
+    store, decoder, seen = weakref.WeakKeyDictionary(), Decoder(), []
+
+    def get(key, weight, max_buckets=3, max_bytes=100):
+        def make():
+            seen.append(list(store[decoder]))
+            return SimpleNamespace(bytes=weight)
+        return capture.bucket_for(store, decoder, key, make, max_buckets, max_bytes)
+
+    for key in "abc":
+        get(key, 10)
+    assert get("a", 99) is store[decoder]["a"] and list(store[decoder]) == ["b", "c", "a"]  # a used again
+    get("d", 10)
+    assert seen[-1] == ["c", "a"] and list(store[decoder]) == ["c", "a", "d"]  # b dropped first, for the count
+    get("e", 95)
+    assert seen[-1] == ["a", "d"] and list(store[decoder]) == ["e"]  # then the new one's weight drops a and d
+    get("f", 200)
+    assert seen[-1] == ["e"] and list(store[decoder]) == ["f"]  # over the budget alone, and kept
+    get("g", 1)
+    assert seen[-1] == [] and list(store[decoder]) == ["g"]  # f was over the budget before g was made
+
+
 def test_where_the_bucketed_step_applies(monkeypatch):
     transformer, lstm = _model("transformer"), _model("lstm_smallvocab")
     cross = restrict(STATIC["transformer"]())  # an option the static step does not follow

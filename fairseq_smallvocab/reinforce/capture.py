@@ -231,10 +231,13 @@ def forget(decoder):
 def bucket_for(store: "weakref.WeakKeyDictionary", decoder, key, make, max_buckets: int, max_bytes: int):
     """The bucket of ``key`` among ``decoder``'s in ``store`` (made by ``make()`` the first time), now the
     most recently used; the least recently used are dropped while more than ``max_buckets`` are kept or
-    their ``bytes`` add up to more than ``max_bytes`` (the bucket asked for is always kept)."""
+    their ``bytes`` add up to more than ``max_bytes`` (the bucket asked for is always kept).  Those that must
+    go whatever the new bucket weighs go before ``make()``: their memory is free for its capture."""
     buckets = store.setdefault(decoder, OrderedDict())
     entry = buckets.get(key)
     if entry is None:
+        while buckets and (len(buckets) >= max_buckets or sum(b.bytes for b in buckets.values()) > max_bytes):
+            buckets.popitem(last=False)
         entry = buckets[key] = make()
     buckets.move_to_end(key)
     while len(buckets) > 1 and (len(buckets) > max_buckets or sum(b.bytes for b in buckets.values())
