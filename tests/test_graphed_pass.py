@@ -240,6 +240,53 @@ def test_a_bucket_waiting_for_its_backward_runs_eagerly(device, mode, monkeypatc
 
 
 @pytest.mark.parametrize("device,mode", WHERE)
+def test_a_bucket_dropped_before_its_backward_still_gives_its_gradients(device, mode, monkeypatch):
+    """One bucket kept at most: the second batch's bucket drops the first's while the first's backward is
+    still to come; that backward still reads the first bucket's own activations (the replay keeps it)."""
+    model = _model("lstm_smallvocab", device)
+    graphed_pass.forget(model.decoder)
+    monkeypatch.setattr(graphed_pass, "MAX_BUCKETS", 1)
+
+    def two(mode):
+        monkeypatch.setattr(graphed_pass, "MODE", mode)
+        model.zero_grad(set_to_none=True)
+        outs = [graphed_pass.extract_features(model.decoder, tokens, encoder_out)[0]
+                for encoder_out, tokens in (_inputs(model, 2, 6, seed=0), _inputs(model, 3, 20, seed=1))]
+        (outs[0].square().sum() + outs[1].sum()).backward()
+        return outs, [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+    got, got_grads = two(mode)
+    assert [_replayed(out) for out in got] == [True, True] and len(graphed_pass._BUCKETS[model.decoder]) == 1
+    want, want_grads = two("off")
+    assert len(got_grads) == len(want_grads)
+    for a, b in zip(got + got_grads, want + want_grads):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+@cuda
+def test_half_precision_replays_equal_the_eager_pass(monkeypatch):
+    """fairseq's --fp16 casts the model (no autocast): the bucket is captured in half precision (its key
+    says so) and replays the eager half-precision pass."""
+    model = _model("lstm_smallvocab", "cuda").half()
+    graphed_pass.forget(model.decoder)
+
+    def check(seed):
+        got = _pass(model, 3, 9, "cuda-graphs", monkeypatch, seed=seed)
+        want = _pass(model, 3, 9, "off", monkeypatch, seed=seed)
+        torch.testing.assert_close(got[0], want[0], atol=2e-2, rtol=2e-2)
+        for a, b in zip(got[1], want[1]):
+            assert (a is None) == (b is None)
+            if b is not None:
+                assert a.dtype == torch.half
+                torch.testing.assert_close(a.float(), b.float(), atol=5e-2, rtol=5e-2)
+
+    check(0)
+    check(1)  # a replay
+    (entry,) = graphed_pass._BUCKETS[model.decoder].values()
+    assert entry.captured and torch.half in next(iter(graphed_pass._BUCKETS[model.decoder]))
+
+
+@pytest.mark.parametrize("device,mode", WHERE)
 def test_a_second_backward_through_a_replay_is_refused(device, mode, monkeypatch):
     """``retain_graph=True`` and a second backward: the bucket may hold a later batch's activations by then,
     so it says so instead of returning gradients of something else."""
