@@ -569,6 +569,10 @@ COMMANDS.update({
                                   "--out-dir a temporary folder"),
     REWARDS: ran(IN_PROCESS, "--batch 8 --repeats 1 --vocab-size 300 --threads 1"),
     "python scripts/prepare_multi30k.py --min-count 1 --out-dir data-bin/all": parse(MULTI30K),
+    "DATA=data-bin/all/multi30k.en-de SAVE=checkpoints/vp-all K=1000 bash examples/vocab_predictor/run_multi30k.sh":
+        script(SCRIPT),
+    "python scripts/export_candidates.py --predictor checkpoints/vp-all/checkpoint_best.pt --splits train "
+    "--k 1000 --out-dir checkpoints/vp-all/candidates": parse(MULTI30K),
     "python scripts/benchmark.py --modes ce reinforce --data data-bin/all/multi30k.en-de "
     "--candidates-dir checkpoints/vp-all/candidates --k 1000 --steps 8 --epoch-sentences 29000": parse(MULTI30K_BENCH),
     "python scripts/benchmark.py --modes ce reinforce --data data-bin/captions --captions "

@@ -4,7 +4,8 @@
 # sacrebleu's score per split, as fairseq-generate reports it and against the
 # raw references.  Writes SAVE/generate-SPLIT.txt and SAVE/hyp-SPLIT.txt (with
 # BEAM=N > 1: generate-SPLIT.beamN.txt, hyp-SPLIT.beamN.txt).
-# Used by run_multi30k.sh and run_reinforce_multi30k.sh (same settings;
+# Used by run_multi30k.sh, run_reinforce_multi30k.sh, run_transformer_multi30k.sh and
+# run_transformer_rl_multi30k.sh (same settings;
 # DEVICE=cuda decodes on the GPU; CKPT, default SAVE/checkpoint_best.pt; SRC
 # and TGT, the languages, default en and de).
 set -euo pipefail

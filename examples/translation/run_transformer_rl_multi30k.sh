@@ -17,8 +17,10 @@
 # Runs are OUT/ce-kK-sSEED, OUT/rl-kK-sSEED, OUT/ctl-ce-kK-sSEED and
 # OUT/ctl-constant-kK-sSEED. A run that stopped resumes from its
 # checkpoint_last.pt, so a stopped recipe continues where it was; a finished
-# run is skipped, or extended when asked for more epochs (CE_EPOCHS,
-# RL_EPOCHS); a finished run trained with other settings is refused.
+# run is skipped, or extended when asked for more RL_EPOCHS; a run trained with
+# other recorded settings (recipe.settings: the model's flags, and REINFORCE's
+# optimizer, lr, lambda, samples, baseline, reward, temperature and CE_EPOCHS)
+# is refused, and so are more CE_EPOCHS once REINFORCE runs exist.
 # Run from the project root with the project's environment active, after
 # examples/vocab_predictor/run_multi30k.sh (which exports the K=500 lists):
 #   source .venv/bin/activate && bash examples/translation/run_transformer_rl_multi30k.sh
