@@ -3,7 +3,7 @@
 import re
 
 import pytest
-from helpers import USER_DIR, run
+from helpers import USER_DIR, VP_TRAIN, run
 
 TRAIN = ["--user-dir", USER_DIR, "--task", "translation_smallvocab", "--arch", "lstm_smallvocab", "--embed-dim",
          "16", "--criterion", "cross_entropy", "--optimizer", "adam", "--lr", "0.01", "--batch-size", "32",
@@ -75,8 +75,6 @@ def test_interactive_decodes_raw_text_and_empty_lines(small_model, tiny_bin, tin
 
 @pytest.mark.slow
 def test_predictor_with_another_dictionary_is_refused(small_model, tiny_bin, tiny_raw, tmp_path):
-    from helpers import VP_TRAIN
-
     from smallvocab_tools.data.prep import prepare
 
     other = tmp_path / "other"
@@ -120,15 +118,16 @@ def test_generator_options_the_candidates_cannot_serve_are_refused_at_start(smal
 
 @pytest.mark.slow
 @pytest.mark.parametrize("flag", ["--fp16", "--bf16"])
-def test_half_precision_training_that_fairseq_cannot_run_is_refused_early(tiny_bin, tmp_path, flag):
+@pytest.mark.parametrize("task", ["translation_smallvocab", "vocab_prediction"])
+def test_half_precision_training_that_fairseq_cannot_run_is_refused_early(tiny_bin, tmp_path, flag, task):
     import importlib.util
 
     import torch
 
     if (flag == "--fp16" and torch.cuda.is_available()) or (flag == "--bf16" and importlib.util.find_spec("torch_xla")):
         pytest.skip(f"{flag} can train here")
-    out = run(["fairseq-train", tiny_bin, *TRAIN, "--small-vocab-size", "0", "--save-dir", tmp_path, flag],
-              check=False)
+    args = [*TRAIN, "--small-vocab-size", "0"] if task == "translation_smallvocab" else VP_TRAIN
+    out = run(["fairseq-train", tiny_bin, *args, "--save-dir", tmp_path, flag], check=False)
     assert out.returncode != 0
     want = "needs a CUDA GPU" if flag == "--fp16" else "takes --bf16 for a TPU run"
     assert f"training with {flag}" in out.stderr and want in out.stderr and "Drop the flag" in out.stderr

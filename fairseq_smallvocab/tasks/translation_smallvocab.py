@@ -36,11 +36,11 @@ from fairseq import metrics
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 from omegaconf import II, DictConfig, open_dict
-from omegaconf.errors import OmegaConfBaseException
 
 from fairseq_smallvocab.candidates.dataset import CandidateDataset
 from fairseq_smallvocab.candidates.source import CandidateSource
 from fairseq_smallvocab.candidates.space import default_small_vocab_size, gold_outside_candidates
+from fairseq_smallvocab.compat.precision import check_training_precision
 from fairseq_smallvocab.data import KeepLastBatchDataset, data_folder
 from fairseq_smallvocab.generation import SmallVocabSequenceGenerator
 from fairseq_smallvocab.restricted_model import restrict
@@ -93,31 +93,6 @@ def split_batch(sample, splits: int, pad: int):
                "net_input": part, "target": tgt}
 
 
-def _fairseq_flag(cfg, name) -> bool:
-    """A boolean of fairseq's common config seen through the task config; False
-    where it cannot be resolved (a task config outside fairseq's full config)."""
-    try:
-        return getattr(cfg, name, False) is True
-    except OmegaConfBaseException:
-        return False
-
-
-def _check_training_precision(cfg):
-    """fairseq 0.12 trains in --fp16 on CUDA only, and takes --bf16 for a TPU
-    run (its options set --tpu), which needs torch_xla."""
-    if _fairseq_flag(cfg, "fp16") and not torch.cuda.is_available():
-        raise ValueError("training with --fp16 needs a CUDA GPU, and this machine has none (torch.cuda.is_available() "
-                         "is False): fairseq's trainer would stop with an assertion. Drop the flag: on the CPU, "
-                         "training runs in float32.")
-    if _fairseq_flag(cfg, "bf16"):
-        import importlib.util
-
-        if importlib.util.find_spec("torch_xla") is None:
-            raise ValueError("training with --bf16: fairseq 0.12 takes --bf16 for a TPU run (it sets --tpu) and "
-                             "needs torch_xla, which is not installed, so its trainer would stop with an "
-                             "AttributeError. Drop the flag (float32), or use --fp16 / --amp on a CUDA GPU.")
-
-
 @register_task("translation_smallvocab", dataclass=TranslationSmallVocabConfig)
 class TranslationSmallVocabTask(TranslationTask):
     cfg: TranslationSmallVocabConfig
@@ -164,7 +139,7 @@ class TranslationSmallVocabTask(TranslationTask):
         # a new model is built by fairseq-train; decoding builds from a checkpoint (and works in half precision
         # on the CPU), but fairseq's trainer fails where the flags cannot work: refuse before it does
         if not from_checkpoint:
-            _check_training_precision(self.cfg)
+            check_training_precision(self.cfg)
         if from_checkpoint:  # decoding: the predictor behind the training candidates, unless one is given
             self.candidates.loaded_model(cfg)
         else:  # training: record it in the model's config (saved with every checkpoint)

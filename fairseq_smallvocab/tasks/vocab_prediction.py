@@ -21,6 +21,7 @@ from fairseq.tasks import FairseqTask, register_task
 from fairseq.tasks.translation import load_langpair_dataset
 from omegaconf import II
 
+from fairseq_smallvocab.compat.precision import check_training_precision
 from fairseq_smallvocab.data import (
     KeepLastBatchDataset,
     data_folder,
@@ -52,6 +53,8 @@ class VocabPredictionConfig(FairseqDataclass):
     train_subset: str = II("dataset.train_subset")
     dataset_impl: Optional[ChoiceEnum(indexed_dataset.get_available_dataset_impl())] = II(
         "dataset.dataset_impl")
+    fp16: bool = II("common.fp16")  # (read to refuse training in a precision fairseq 0.12 cannot train in)
+    bf16: bool = II("common.bf16")
 
 
 @register_task("vocab_prediction", dataclass=VocabPredictionConfig)
@@ -138,6 +141,8 @@ class VocabPredictionTask(FairseqTask):
         return document_frequency(token_stream(targets), targets.sizes, len(d), ignore=(d.pad(), d.bos()))
 
     def build_model(self, cfg, from_checkpoint=False):
+        if not from_checkpoint:  # fairseq-train: refuse a precision its trainer cannot train in
+            check_training_precision(self.cfg)
         model = super().build_model(cfg, from_checkpoint)
         # The prior is part of the model: a new model gets it from the
         # training data; a loaded one has it in its checkpoint.
