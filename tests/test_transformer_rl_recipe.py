@@ -129,6 +129,13 @@ def test_the_transformer_rl_recipe_runs_end_to_end_on_tiny_data(tiny_bin, predic
     assert f"{out}/rl-k60-s1 was trained with: epochs=1 OPTIMIZER=adam LR=3e-5 " in refused.stderr
     assert "now asked for: epochs=1 OPTIMIZER=adam LR=1e-4 " in refused.stderr and "Move it away" in refused.stderr
     assert {name: (out / name / "train.log").read_text() for name in names} == logs
+    # what the runs read: another validation interval is refused for REINFORCE (it picks the best), not for CE
+    assert (out / "ce-k60-s1" / "recipe.inputs").read_text() == f"DATA={tiny_bin.resolve()} CANDS={cands.resolve()}\n"
+    refused = run(["bash", "examples/translation/run_transformer_rl_multi30k.sh"], cwd=REPO, check=False,
+                  env={**env, "VALIDATE": "3"})
+    assert refused.returncode == 2 and f"{out}/rl-k60-s1 was trained on: DATA={tiny_bin.resolve()} " in refused.stderr
+    assert "VALIDATE=2; now asked for: " in refused.stderr and "VALIDATE=3" in refused.stderr
+    assert "ce-k60-s1 was" not in refused.stderr
     (out / "rl-k60-s1" / "hyp-test.txt").unlink()  # as if stopped before its decodes: it would go on under 1e-4
     refused = run(["bash", "examples/translation/run_transformer_rl_multi30k.sh"], cwd=REPO, check=False,
                   env={**env, "LR": "1e-4"})

@@ -19,8 +19,9 @@
 # checkpoint_last.pt, so a stopped recipe continues where it was; a finished
 # run is skipped, or extended when asked for more RL_EPOCHS; a run trained with
 # other recorded settings (recipe.settings: the model's flags, and REINFORCE's
-# optimizer, lr, lambda, samples, baseline, reward, temperature and CE_EPOCHS)
-# is refused, and so are more CE_EPOCHS once REINFORCE runs exist.
+# optimizer, lr, lambda, samples, baseline, reward, temperature and CE_EPOCHS;
+# recipe.inputs: DATA, CANDS, and VALIDATE for REINFORCE) is refused, and so
+# are more CE_EPOCHS once REINFORCE runs exist.
 # Run from the project root with the project's environment active, after
 # examples/vocab_predictor/run_multi30k.sh (which exports the K=500 lists):
 #   source .venv/bin/activate && bash examples/translation/run_transformer_rl_multi30k.sh
@@ -103,9 +104,21 @@ rl_settings() {  # rl_settings LAMBDA REWARD BASELINE: also the CE run's, which 
     "CE_EPOCHS=$CE_EPOCHS $(ce_settings)"
 }
 
+# What a run reads is kept beside its settings, in SAVE/recipe.inputs, and compared the same way where that file
+# exists (runs from before it was kept are not checked): the data and the candidate lists by their real paths, and
+# for REINFORCE and the controls VALIDATE, which decides the checkpoint kept as the best.
+inputs() {  # inputs SAVE
+  local line="DATA=$(readlink -f "$DATA") CANDS=$(readlink -f "$CANDS")"
+  case ${1##*/} in ce-*) ;; *) line="$line VALIDATE=$VALIDATE" ;; esac
+  echo "$line"
+}
+
 status() {  # status SAVE EPOCHS SETTINGS: "done", "run" (new, stopped, or to be extended), or why it conflicts
   local file=$1/recipe.settings finished=run had had_epochs
   [ -f "$1/hyp-test.txt" ] && finished=done
+  if [ -f "$1/recipe.inputs" ] && [ "$(cat "$1/recipe.inputs")" != "$(inputs "$1")" ]; then
+    echo "was trained on: $(cat "$1/recipe.inputs"); now asked for: $(inputs "$1")"; return
+  fi
   if [ ! -f "$file" ]; then echo "$finished"; return; fi  # new, or from before runs kept their settings
   had=$(cat "$file") had_epochs=${had%% *}
   had_epochs=${had_epochs#epochs=}
@@ -127,6 +140,7 @@ train() {  # train SAVE EPOCHS SETTINGS SCRIPT [VAR=VALUE ...]: the run unless d
   mkdir -p "$save"
   rm -f "$save"/hyp-*.txt "$save"/generate-*.txt  # an extended run's best may change
   echo "epochs=$epochs $settings" > "$save/recipe.settings"
+  inputs "$save" > "$save/recipe.inputs"
   env "$@" SAVE="$save" EPOCHS="$epochs" bash "$HERE/$script" > "$save.out"
 }
 
