@@ -19,6 +19,18 @@ MULTI30K = REPO.parent / "shared" / "data" / "multi30k"
 RUNNING = {"slow": True}
 
 
+def load_script(script):
+    """A script imported as a module, to test its functions in-process: ``script`` is its name in scripts/
+    (without .py) or its Path."""
+    import importlib.util
+
+    path = script if isinstance(script, Path) else REPO / "scripts" / f"{script}.py"
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def run(args, cwd=None, check=True, stdin=None, env=None):
     """Run a command with this interpreter's environment; returns the
     CompletedProcess (stdout/stderr as text).  ``args[0]`` may be a fairseq

@@ -4,7 +4,7 @@ benchmark.py's records) and scripts/rl_logs.py (summaries of fairseq-train logs)
 import json
 
 import pytest
-from helpers import REPO, run
+from helpers import REPO, load_script, run
 
 
 def _dict_file(path, n=20):
@@ -105,12 +105,9 @@ def test_rl_logs_table_and_start_epochs(tmp_path):
 def _recall_curve(monkeypatch, vocab=300, computed=None):
     """The script's module with load_predictor/recall_at/frequency_scores replaced: a predictor of a
     |V|-word target dictionary whose recall@K is K / |V| (percent); ``computed`` collects the Ks measured."""
-    import importlib.util
     from types import SimpleNamespace
 
-    spec = importlib.util.spec_from_file_location("recall_curve", REPO / "scripts" / "recall_curve.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script("recall_curve")
     task = SimpleNamespace(target_dictionary=[None] * vocab, cfg=SimpleNamespace(data="data-bin"))
 
     def recall_at(model, task, split, ks, batch_size=256, scores=None):
@@ -204,11 +201,7 @@ def test_rl_logs_recipe_gains_per_seed_and_their_mean():
     """scripts/rl_logs.py recipe's comparisons: REINFORCE against its CE checkpoint and against the better of
     the controls present (per score), small against full, per seed and the mean over the seeds that have both
     sides, with how many scores reach the bar as shown (+0.695 rounds to +0.70, which meets +0.7)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("rl_logs", REPO / "scripts" / "rl_logs.py")
-    rl_logs = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(rl_logs)
+    rl_logs = load_script("rl_logs")
 
     def run_(stage, k, seed, dev, test):  # dev greedy and test greedy only: no beam-5 decodes
         return {"stage": stage, "k": k, "seed": seed, "bleu": {"valid": dev, "test": test}}

@@ -6,7 +6,7 @@ import re
 
 import numpy as np
 import pytest
-from helpers import CAP, DECODE, TINY, TRAIN, USER_DIR, caption_task, copy_folder, run
+from helpers import CAP, DECODE, TINY, TRAIN, USER_DIR, caption_task, copy_folder, load_script, run
 
 
 def _hyps(stdout):
@@ -53,11 +53,7 @@ def test_reinforce_through_fairseq_train(cap_model, cap_bin, cap_predictor, tmp_
 
 
 def test_multi_reference_bleu_uses_every_caption():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("caption_bleu", USER_DIR.parent / "scripts" / "caption_bleu.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script("caption_bleu")
     captions = ["a red dog on the left", "one red dog at the left side", "a cat in the middle of the room",
                 "two cats in the middle", "there is a cat at the center"]
     index = np.array([0, 0, 1, 1, 1])
@@ -68,15 +64,6 @@ def test_multi_reference_bleu_uses_every_caption():
     assert single.score < 100.0
     with pytest.raises(ValueError, match="3 hypotheses"):
         mod.score({0: "a", 1: "b", 2: "c"}, captions, index)
-
-
-def _caption_bleu():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("caption_bleu", USER_DIR.parent / "scripts" / "caption_bleu.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 # two splits of the same size (like Flickr8k's dev and test): the hypotheses' ids alone fit both
@@ -109,7 +96,7 @@ def _generate_output(path, split, ids=(0, 1, 2), targets=None):
 
 
 def test_caption_bleu_refuses_the_output_of_another_split(tmp_path, capsys):
-    mod = _caption_bleu()
+    mod = load_script("caption_bleu")
     data = _caption_folder(tmp_path)
     gen = _generate_output(tmp_path / "test.out", "test")
     mod.main(["--data", str(data), "--split", "test", "--json", str(gen)])
@@ -123,7 +110,7 @@ def test_caption_bleu_refuses_the_output_of_another_split(tmp_path, capsys):
 
 
 def test_caption_bleu_names_ids_outside_the_split(tmp_path, capsys):
-    mod = _caption_bleu()
+    mod = load_script("caption_bleu")
     data = _caption_folder(tmp_path)
     gen = _generate_output(tmp_path / "gen.out", "test", ids=(0, 1, 7))
     with pytest.raises(SystemExit) as exit_:
@@ -134,7 +121,7 @@ def test_caption_bleu_names_ids_outside_the_split(tmp_path, capsys):
 
 
 def test_caption_bleu_accepts_unknown_words_and_detokenized_references(tmp_path, capsys):
-    mod = _caption_bleu()
+    mod = load_script("caption_bleu")
     data = _caption_folder(tmp_path)
     # --min-count > 1 escapes unknown words as <<unk>> in T- lines; --tokenizer moses joins punctuation
     (data / "raw" / "test.en").write_text("\n".join(["a blue car on the road ."] + SPLIT_CAPTIONS["test"][1:]) + "\n")

@@ -5,7 +5,7 @@ import os
 import shutil
 
 import pytest
-from helpers import MULTI30K, REPO, run
+from helpers import MULTI30K, REPO, load_script, run
 
 from smallvocab_tools.data import prep
 
@@ -414,11 +414,7 @@ def test_a_link_to_a_folder_is_followed_and_stays_a_link(tmp_path):
 
 
 def test_a_link_to_a_folder_with_the_users_files_is_refused_naming_them(tiny_raw, tmp_path, capsys):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("prepare_data", PREPARE)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_script(PREPARE)
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "thesis.tex").write_text("months of work\n")

@@ -1,16 +1,13 @@
 """The installer's decisions (no installs here: those run in CI's set-up)."""
 
-import importlib.util
 import os
 import stat
 import subprocess
 
 import pytest
-from helpers import REPO
+from helpers import REPO, load_script
 
-spec = importlib.util.spec_from_file_location("setup_venv", REPO / "scripts" / "setup_venv.py")
-setup_venv = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(setup_venv)
+setup_venv = load_script("setup_venv")
 
 
 def test_torch_plan_keeps_recent_torch():

@@ -6,23 +6,15 @@ the decodes, the plot; run again, it retrains nothing.  And the log summary's
 clock: minutes to the best validation summed over a resumed run's sessions."""
 
 import fcntl
-import importlib.util
 import json
 
 import pytest
-from helpers import REPO, run
+from helpers import REPO, load_script, run
 
 # the recipe's model at test size (the recipe's default: transformer_multi30k.args, d = 256, 3 + 3 layers)
 TINY_TRANSFORMER = ("--arch transformer --encoder-layers 1 --decoder-layers 1 --encoder-embed-dim 16 "
                     "--decoder-embed-dim 16 --encoder-ffn-embed-dim 32 --decoder-ffn-embed-dim 32 "
                     "--encoder-attention-heads 2 --decoder-attention-heads 2 --share-decoder-input-output-embed")
-
-
-def _rl_logs():
-    spec = importlib.util.spec_from_file_location("rl_logs", REPO / "scripts" / "rl_logs.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_the_clock_of_a_resumed_run_leaves_its_pause_out(tmp_path):
@@ -36,7 +28,7 @@ def test_the_clock_of_a_resumed_run_leaves_its_pause_out(tmp_path):
         "2026-11-24 11:07:00 | INFO | train | epoch 002 | loss 2.0 | num_updates 200",
         "2026-11-24 11:08:00 | INFO | valid | epoch 002 | valid on 'valid' subset | bleu 12.5 | num_updates 200",
     ]) + "\n")
-    parsed = _rl_logs().parse(log)
+    parsed = load_script("rl_logs").parse(log)
     assert [v["elapsed"] for v in parsed["valid"]] == [210.0, 240.0 + 240.0]
     assert [t["elapsed"] for t in parsed["train"]] == [180.0, 240.0 + 180.0]
 
@@ -83,7 +75,7 @@ def test_the_transformer_rl_recipe_runs_end_to_end_on_tiny_data(tiny_bin, predic
             for tag in ("", ".beam5"):
                 assert (out / name / f"hyp-{split}{tag}.txt").read_text().count("\n") == (40 if split == "valid"
                                                                                           else 30)
-    rl_logs = _rl_logs()
+    rl_logs = load_script("rl_logs")
     table = (out / "table.md").read_text()
     refs = tiny_bin / "raw"
     for name, row_start in (("rl-k60-s1", "| small (K = 60) | REINFORCE | 1 |"),
