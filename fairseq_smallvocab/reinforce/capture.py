@@ -234,14 +234,17 @@ def bucket_for(store: "weakref.WeakKeyDictionary", decoder, key, make, max_bucke
     their ``bytes`` add up to more than ``max_bytes`` (the bucket asked for is always kept).  Those that must
     go whatever the new bucket weighs go before ``make()``: their memory is free for its capture."""
     buckets = store.setdefault(decoder, OrderedDict())
+
+    def over(coming: int) -> bool:  # beyond the limits, with ``coming`` buckets still to be made
+        return len(buckets) + coming > max_buckets or sum(b.bytes for b in buckets.values()) > max_bytes
+
     entry = buckets.get(key)
     if entry is None:
-        while buckets and (len(buckets) >= max_buckets or sum(b.bytes for b in buckets.values()) > max_bytes):
+        while buckets and over(1):
             buckets.popitem(last=False)
         entry = buckets[key] = make()
     buckets.move_to_end(key)
-    while len(buckets) > 1 and (len(buckets) > max_buckets or sum(b.bytes for b in buckets.values())
-                                > max_bytes):
+    while len(buckets) > 1 and over(0):
         buckets.popitem(last=False)
     return entry
 
