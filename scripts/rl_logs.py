@@ -128,6 +128,11 @@ _RUN = re.compile(r"^(ce|rl|ctl-ce|ctl-constant)-k(\d+)-s(\d+)$")
 DECODES = [("valid", ""), ("valid", ".beam5"), ("test", ""), ("test", ".beam5")]
 
 
+def decode_name(split: str, tag: str) -> str:
+    """A decode's column name: "dev greedy", "test beam 5", ..."""
+    return f"{'dev' if split == 'valid' else split} {'beam 5' if tag else 'greedy'}"
+
+
 def corpus_bleu(hyp: Path, ref: Path) -> float:
     """sacrebleu's BLEU of a hypothesis file against the raw references (already tokenized: no further
     tokenization, as decode_multi30k.sh scores them)."""
@@ -174,8 +179,8 @@ def cell(value, fmt="{:.2f}"):
 
 
 def recipe_table(runs) -> str:
-    head = ("| softmax | run | seed | dev greedy | dev beam 5 | test greedy | test beam 5 | best dev BLEU in "
-            "training | at update | min / epoch | min to best |")
+    head = ("| softmax | run | seed | " + "".join(f"{decode_name(split, tag)} | " for split, tag in DECODES)
+            + "best dev BLEU in training | at update | min / epoch | min to best |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     order = list(RECIPE_STAGES)
     for k in sorted({r["k"] for r in runs}, reverse=True):
@@ -211,10 +216,10 @@ GAINS = [("small: REINFORCE - its CE checkpoint", 0.7, ("small", "rl"), [("small
 def gains_table(runs) -> str:
     """The recipe's comparisons (GAINS) on each decode, per seed and (with several seeds) their mean over the
     seeds that have both sides, with how many of the scores meet the bar."""
-    decodes = [split + tag for split, tag in DECODES if any(split + tag in r["bleu"] for r in runs)]
-    names = {"valid": "dev", "test": "test", ".beam5": " beam 5", "": " greedy"}
-    head = ("| comparison | bar | seed | " + "".join(f"{names[split]}{names[tag]} | " for split, tag in DECODES
-                                                    if split + tag in decodes) + "scores at the bar |")
+    shown = [(split, tag) for split, tag in DECODES if any(split + tag in r["bleu"] for r in runs)]
+    decodes = [split + tag for split, tag in shown]
+    head = ("| comparison | bar | seed | " + "".join(f"{decode_name(split, tag)} | " for split, tag in shown)
+            + "scores at the bar |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     seeds = sorted({r["seed"] for r in runs})
     bleu = {(r["k"], r["stage"], r["seed"]): r["bleu"] for r in runs}
@@ -273,10 +278,9 @@ def tuning_table(folders, data: Path, tgt: str) -> str:
     keys = [key for key in dict.fromkeys(key for *_, settings in rows for key in settings)
             if len({settings.get(key) for *_, settings in rows}) > 1]
     decodes = [(split, tag) for split, tag in DECODES if any(split + tag in r["bleu"] for _, r, _, _ in rows)]
-    names = {"valid": "dev", "test": "test"}
     head = ("| folder | " + "".join(f"{key} | " for key in keys) + "softmax | seed | best dev BLEU in training | "
-            "at update | " + "".join(f"{names[split]} {'beam 5' if tag else 'greedy'} (change over CE) | "
-                                     for split, tag in decodes) + "min to best |")
+            "at update | " + "".join(f"{decode_name(split, tag)} (change over CE) | " for split, tag in decodes)
+            + "min to best |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for folder, r, ce, settings in sorted(rows, key=lambda row: (-row[1]["k"], row[1]["seed"])):
         cells = [folder.name, *(settings.get(key, "-") for key in keys), f"small (K = {r['k']})" if r["k"] else "full",
