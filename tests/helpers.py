@@ -233,14 +233,14 @@ def _crit(task, **options):
     return ReinforceGleuCriterion(task, ReinforceGleuConfig(**options))
 
 
-def reinforce_step(model, task, sample, baseline, n, seed=6):
+def reinforce_step(model, task, sample, baseline, n, seed=6, **flags):
     """(loss, every trainable parameter's gradient, logging output) of one REINFORCE step (lambda 0.3,
-    samples of at most 7 tokens, ``n`` per input), with a fresh criterion (a learned baseline learns at
-    every call) and the draws of ``seed``."""
+    samples of at most 7 tokens, ``n`` per input, the criterion's other ``flags``), with a fresh criterion
+    (a learned baseline learns at every call) and the draws of ``seed``."""
     import torch
 
     params = [p for p in model.parameters() if p.requires_grad]
-    crit = _crit(task, rl_lambda=0.3, rl_baseline=baseline, max_sample_len=7, rl_samples=n)
+    crit = _crit(task, rl_lambda=0.3, rl_baseline=baseline, max_sample_len=7, rl_samples=n, **flags)
     model.zero_grad()
     torch.manual_seed(seed)
     loss, _, log = crit(model, sample)

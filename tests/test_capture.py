@@ -17,7 +17,7 @@ import torch
 from helpers import B, _setup, assert_same_step, candidate_batch, reinforce_step
 from test_static_state import STATIC, TRANSFORMERS, _inputs
 
-from fairseq_smallvocab.reinforce import capture, sampler
+from fairseq_smallvocab.reinforce import capture, graphed_pass, sampler
 from fairseq_smallvocab.reinforce.static_state import TransformerStaticState
 from fairseq_smallvocab.restricted_model import restrict
 
@@ -278,6 +278,24 @@ def test_reinforce_loss_and_gradients_on_the_bucketed_step(small, baseline, n, m
     log_a, log_b = results["off"][2], results["buckets"][2]
     assert log_a["sample_len"] == log_b["sample_len"] and log_a["sample_len"] < 7 * B * n  # some ended early
     assert model.decoder in capture._BUCKETS
+
+
+@pytest.mark.parametrize("small", [True, False])
+def test_the_criterions_flags_choose_the_step_for_its_batches_only(small):
+    """--rl-capture and --rl-graphed-pass: "buckets" runs the bucketed sampling step and teacher-forced pass
+    (the programs CUDA graphs record), with the loss and gradients of "off"; the modules' own settings are
+    as they were after each batch, and after a batch that failed."""
+    model, task, sample = _setup(small)
+    before = (capture.CAPTURE, capture.COMPILE, graphed_pass.MODE)
+    off = reinforce_step(model, task, sample, "loo", 3, rl_capture="off", rl_graphed_pass="off")
+    assert model.decoder not in capture._BUCKETS and model.decoder not in graphed_pass._BUCKETS
+    on = reinforce_step(model, task, sample, "loo", 3, rl_capture="buckets", rl_graphed_pass="buckets")
+    assert_same_step(on, off)
+    assert model.decoder in capture._BUCKETS and model.decoder in graphed_pass._BUCKETS
+    assert (capture.CAPTURE, capture.COMPILE, graphed_pass.MODE) == before
+    with pytest.raises(KeyError):
+        reinforce_step(model, task, {**sample, "net_input": {}}, "loo", 3, rl_capture="buckets", rl_compile="fuse")
+    assert (capture.CAPTURE, capture.COMPILE, graphed_pass.MODE) == before
 
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (CUDA graphs)")

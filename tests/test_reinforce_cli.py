@@ -68,7 +68,8 @@ def test_fairseq_train_fine_tunes_and_resumes_with_the_baseline_state(tiny_bin, 
 @pytest.mark.slow
 def test_fairseq_train_with_several_samples_a_sacrebleu_reward_and_temperature(tiny_bin, ce_checkpoint, tmp_path):
     """--rl-samples 3 --rl-baseline loo --reward chrf --sample-temperature 0.8 through fairseq-train: the
-    new metrics are logged, a resumed run continues (the leave-one-out baseline keeps no state), and bad
+    new metrics are logged, a resumed run continues (the leave-one-out baseline keeps no state; it resumes
+    with the bucketed sampling step and teacher-forced pass: --rl-capture, --rl-graphed-pass), and bad
     settings stop fairseq-train at start-up with the criterion's message."""
     rl = [*MT, "--small-vocab-size", "0", "--criterion", "reinforce_gleu", "--optimizer", "sgd", "--lr", "0.01",
           "--save-dir", tmp_path / "rl", "--max-sample-len", "20", "--rl-samples", "3", "--rl-baseline", "loo",
@@ -81,10 +82,13 @@ def test_fairseq_train_with_several_samples_a_sacrebleu_reward_and_temperature(t
     assert values["entropy"] > 0 and "baseline_mse" not in log
     ckpt = torch.load(tmp_path / "rl" / "checkpoint_last.pt", weights_only=False)
     assert "reinforce_gleu.baseline" not in str(ckpt["extra_state"].get("TranslationSmallVocabTask", {}))
-    out = run(["fairseq-train", tiny_bin, *rl, "--max-epoch", "2"])
+    out = run(["fairseq-train", tiny_bin, *rl, "--max-epoch", "2", "--rl-capture", "buckets",
+               "--rl-graphed-pass", "buckets"])
     assert "Loaded checkpoint" in out.stdout + out.stderr and "epoch 002" in out.stdout + out.stderr
+    # (the others: test_bad_rl_settings)
     for flags, message in ((["--rl-samples", "1"], "--rl-baseline loo needs --rl-samples >= 2"),
-                           (["--reward", "rouge"], "invalid choice: 'rouge'")):  # the others: test_bad_rl_settings
+                           (["--reward", "rouge"], "invalid choice: 'rouge'"),
+                           (["--rl-capture", "graphs"], "invalid choice: 'graphs'")):
         bad = run(["fairseq-train", tiny_bin, *rl, *flags, "--max-epoch", "3"], check=False)
         assert bad.returncode != 0 and message in bad.stderr, bad.stderr[-2000:]
 

@@ -38,6 +38,16 @@ through the task (``add_checkpoint_state``, ``compat.train_checkpoints``) and
 restored when training resumes; fine-tuning from another checkpoint starts a
 fresh baseline.
 
+How the step runs on the device (``--rl-capture``, ``--rl-compile``,
+``--rl-graphed-pass``): each flag, where given, overrides its module's
+setting (``reinforce.capture.CAPTURE`` and ``COMPILE``,
+``reinforce.graphed_pass.MODE``) while the criterion runs a batch; unset,
+the module's default holds (the sampling step captured on CUDA, nothing
+compiled, the graphed pass off).  ``--rl-capture off`` is the escape hatch
+for a GPU where capturing misbehaves; ``buckets`` runs the captured program
+eagerly, on any device, for debugging.  None of them changes the loss: the
+tests compare each against the eager loop.
+
 Logged besides the loss: ``reward`` (mean over samples, x 100),
 ``reward_std`` (spread of the N rewards of one input, x 100; N >= 2),
 ``baseline``, ``greedy_frac`` (the fraction of samples that equal the greedy
@@ -60,6 +70,7 @@ checkpoint is saved from such a stretch (``check_before_save``).
 import logging
 import math
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -69,6 +80,7 @@ from fairseq import metrics
 from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 
+from fairseq_smallvocab.reinforce import capture, graphed_pass
 from fairseq_smallvocab.reinforce.baselines import BASELINES as BASELINE_CLASSES
 from fairseq_smallvocab.reinforce.baselines import build_baseline
 from fairseq_smallvocab.reinforce.rewards import REWARDS, build_reward
@@ -109,6 +121,29 @@ def skipped_loss(model):
 
 
 REWARD_NAMES = ChoiceEnum(list(REWARDS))
+CAPTURE_MODES = ChoiceEnum(list(capture.MODES))
+COMPILE_MODES = ChoiceEnum(list(capture.COMPILE_MODES))
+GRAPHED_PASS_MODES = ChoiceEnum(list(graphed_pass.MODES))
+
+# the flags that choose how a step runs on the device, each with the module setting it overrides (None: not
+# given, the module's own holds; a benchmark's ``--set`` changes those)
+RUN_SETTINGS = (("rl_capture", capture, "CAPTURE"), ("rl_compile", capture, "COMPILE"),
+                ("rl_graphed_pass", graphed_pass, "MODE"))
+
+
+@contextmanager
+def run_settings(cfg):
+    """The modules' settings as ``cfg``'s --rl-capture, --rl-compile and --rl-graphed-pass say, while the
+    block runs (restored after it, so that one criterion's flags do not outlive its batch)."""
+    before = [(module, name, getattr(module, name)) for _, module, name in RUN_SETTINGS]
+    try:
+        for flag, module, name in RUN_SETTINGS:
+            if getattr(cfg, flag, None) is not None:
+                setattr(module, name, str(getattr(cfg, flag)))
+        yield
+    finally:
+        for module, name, value in before:
+            setattr(module, name, value)
 
 
 @dataclass
@@ -129,6 +164,19 @@ class ReinforceGleuConfig(FairseqDataclass):
     reward_post_process: Optional[str] = field(
         default=None, metadata={"help": "score the reward on words after this post-processing of subword tokens "
                                         "(e.g. sentencepiece, subword_nmt: as fairseq-generate's --post-process)"})
+    rl_capture: Optional[CAPTURE_MODES] = field(
+        default=None, metadata={"help": "the sampling step: cuda-graphs (captured per shape bucket and replayed per "
+                                        "token on CUDA, eager elsewhere), buckets (the same step run eagerly, any "
+                                        "device), off (the eager loop); default: reinforce.capture.CAPTURE "
+                                        "(cuda-graphs)"})
+    rl_compile: Optional[COMPILE_MODES] = field(
+        default=None, metadata={"help": "torch.compile the bucketed sampling step: off, fuse (inductor's kernels, "
+                                        "captured as --rl-capture says), reduce-overhead (inductor's own graphs); "
+                                        "default: reinforce.capture.COMPILE (off)"})
+    rl_graphed_pass: Optional[GRAPHED_PASS_MODES] = field(
+        default=None, metadata={"help": "a recurrent decoder's teacher-forced passes with gradient: cuda-graphs "
+                                        "(replayed with their backward on CUDA), buckets (the same, eagerly), off "
+                                        "(the decoder's own pass); default: reinforce.graphed_pass.MODE (off)"})
 
 
 def check_config(cfg: ReinforceGleuConfig) -> None:
@@ -223,6 +271,11 @@ class ReinforceGleuCriterion(FairseqCriterion):
     # -- the loss -----------------------------------------------------------------------------------
 
     def forward(self, model, sample, reduce=True):
+        with run_settings(self.cfg):
+            return self.loss(model, sample)
+
+    def loss(self, model, sample):
+        """``forward``'s work, under the run's settings."""
         if self.cfg.rl_lambda == 1.0:  # RL's weight is 0: its samples would change nothing but the time
             return self.ce_only(model, sample)
         net_input = sample["net_input"]
