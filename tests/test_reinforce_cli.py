@@ -165,6 +165,38 @@ TRANSFORMER_MT = [*MT[:4], "--arch", "transformer", "--encoder-layers", "1", "--
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (the sampling step captured as CUDA graphs)")
+@pytest.mark.parametrize("arch", ["lstm_smallvocab", "transformer"])
+@pytest.mark.parametrize("small", [True, False])
+def test_fairseq_train_on_a_gpu_replays_what_the_eager_loop_computes(tiny_bin, predictor, tmp_path, arch, small):
+    """fairseq-train on one GPU, the way a user runs it: the sampling step captured per bucket (the default
+    there; for the LSTM its teacher-forced passes too, --rl-graphed-pass cuda-graphs), while fairseq's
+    DataLoader pins the next batches in a thread of its own, over two epochs of batches and validations.
+    At learning rate 0 (the same weights and draws at every update) and without dropout (the graphed pass
+    draws its masks in an order of its own) each update logs the loss and reward of the eager loop
+    (--rl-capture off), inside predicted vocabularies and with the full softmax."""
+    model = [arg for arg in (MT if arch == "lstm_smallvocab" else TRANSFORMER_MT) if arg != "--cpu"]
+    args = ["fairseq-train", tiny_bin, *model, "--criterion", "reinforce_gleu", "--optimizer", "sgd", "--lr", "0",
+            "--max-epoch", "2", "--max-sample-len", "20", "--rl-samples", "2", "--rl-baseline", "loo",
+            "--seed", "3", "--no-save", "--dropout", "0",
+            *(["--small-vocab-size", "100", "--vocab-predictor", predictor, "--candidates-dir", tmp_path / "cands"]
+              if small else ["--small-vocab-size", "0"])]
+    graphed = ["--rl-graphed-pass", "cuda-graphs"] if arch == "lstm_smallvocab" else []
+    logs = {mode: run([*args, "--rl-capture", mode, *(graphed if mode == "cuda-graphs" else [])])
+            for mode in ("cuda-graphs", "off")}
+
+    def updates(out):
+        return [tuple(map(float, match)) for match in re.findall(
+            r"train_inner \| .* loss=([-\d.]+), .*\breward=([\d.]+)", out.stdout + out.stderr)]
+
+    captured, eager = updates(logs["cuda-graphs"]), updates(logs["off"])
+    assert len(captured) == len(eager) >= 4
+    for got, want in zip(captured, eager):
+        assert got == pytest.approx(want, rel=1e-3, abs=2e-3)
+    assert all(len(re.findall(r"valid on 'valid' subset", out.stdout)) == 2 for out in logs.values())
+
+
+@pytest.mark.slow
 def test_distributed_reinforce_on_a_transformer_with_gloo(tiny_bin, tmp_path):
     """The generic sampler through fairseq's DDP: a stock transformer, 2 CPU processes."""
     assert MT[4:8] == ["--arch", "lstm_smallvocab", "--embed-dim", "16"]
