@@ -20,13 +20,18 @@ sessions), a mean row over the seeds, and a PNG of dev BLEU against
 REINFORCE updates (each run starting at its CE checkpoint's best). Under the
 table, the comparisons the recipe is for (GAINS), per seed and their mean:
 REINFORCE over its CE checkpoint and over the better control, small over full
-after REINFORCE, with how many scores reach each comparison's bar.
+after REINFORCE, with how many scores reach each comparison's bar.  ``--runs``
+adds the records of runs made elsewhere (the ``runs.json`` that ``--json``
+wrote for another folder: another machine's seed, a GPU's), so that seeds
+trained on different machines share one table; without a folder, the table
+is made of those records alone.
 
     python scripts/rl_logs.py table runs/*.train.log --json rl.json
     python scripts/rl_logs.py start-epochs --ce small=ce-k500/train.log --ce full=ce-k0/train.log \\
         --rl small=rl-e1-k500/train.log --rl small=rl-e4-k500/train.log --rl full=... --out fig3.png
     python scripts/rl_logs.py recipe checkpoints/t32 --data data-bin/multi30k.en-de --tgt de \
         --markdown table.md --png dev_bleu.png
+    python scripts/rl_logs.py recipe checkpoints/t32 --data data-bin/multi30k.en-de --runs gpu/runs.json
     python scripts/rl_logs.py tuning checkpoints/t32 checkpoints/tune/* --data data-bin/multi30k.en-de
 
 ``tuning``: several recipe folders (tuning variants, each its own OUT started
@@ -170,6 +175,37 @@ def recipe_runs(folder: Path, data: Path, tgt: str):
                      "curve": [(v.get("num_updates", 0), v["bleu"]) for v in valid]})
     if not runs:
         raise SystemExit(f"{folder}: no run folders named STAGE-kK-sSEED with a train.log")
+    return runs
+
+
+RECORD_KEYS = ("stage", "k", "seed", "bleu", "best_dev", "best_update", "min_per_epoch", "min_to_best", "curve")
+
+
+def saved_runs(path: Path):
+    """The run records in ``path`` (a ``recipe --json`` file), checked to be such records."""
+    try:
+        runs = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise SystemExit(f"--runs {path}: not readable as JSON ({err})") from None
+    if not isinstance(runs, list) or not all(isinstance(r, dict) and set(RECORD_KEYS) <= set(r) for r in runs):
+        raise SystemExit(f"--runs {path}: not a list of run records ({', '.join(RECORD_KEYS)}), as "
+                         "`rl_logs.py recipe FOLDER --json FILE` writes them")
+    return runs
+
+
+def merged_runs(sources):
+    """The records of every (source, runs), refused where two sources have the same run (stage, K, seed)."""
+    seen, runs = {}, []
+    for source, records in sources:
+        for r in records:
+            key = (r["stage"], r["k"], r["seed"])
+            if key in seen:
+                raise SystemExit(f"{r['stage']}-k{r['k']}-s{r['seed']} is in both {seen[key]} and {source}: "
+                                 "leave one of them out")
+            seen[key] = source
+            runs.append(r)
+    if not runs:
+        raise SystemExit("no runs: give a recipe folder, or --runs FILE")
     return runs
 
 
@@ -336,8 +372,10 @@ def main(argv=None):
     s.add_argument("--rl", action="append", required=True, help="LABEL=REINFORCE log (several per label)")
     s.add_argument("--out", type=Path, help="PNG")
     r = sub.add_parser("recipe", help="the Transformer-RL recipe's folder: one table, one plot")
-    r.add_argument("folder", type=Path)
-    r.add_argument("--data", type=Path, required=True, help="the binarized data (its raw/ references)")
+    r.add_argument("folder", type=Path, nargs="?", help="the recipe's OUT (optional with --runs)")
+    r.add_argument("--data", type=Path, help="the binarized data (its raw/ references; needed with a folder)")
+    r.add_argument("--runs", type=Path, action="append", default=[],
+                   help="the records of runs made elsewhere, as --json wrote them (repeatable)")
     r.add_argument("--tgt", default="de", help="the target language")
     r.add_argument("--markdown", type=Path, help="write the table here too")
     r.add_argument("--png", type=Path, help="the plot of dev BLEU against REINFORCE updates")
@@ -356,7 +394,12 @@ def main(argv=None):
             args.markdown.write_text(text)
         return
     if args.command == "recipe":
-        runs = recipe_runs(args.folder, args.data, args.tgt)
+        sources = [(path, saved_runs(path)) for path in args.runs]
+        if args.folder is not None:
+            if args.data is None:
+                parser.error("recipe FOLDER needs --data (the references its decodes are scored against)")
+            sources.insert(0, (args.folder, recipe_runs(args.folder, args.data, args.tgt)))
+        runs = merged_runs(sources)
         text = recipe_table(runs) + "\n" + gains_table(runs)
         sys.stdout.write(text)
         if args.markdown:

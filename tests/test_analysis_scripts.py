@@ -220,3 +220,32 @@ def test_rl_logs_recipe_gains_per_seed_and_their_mean():
         "| small: REINFORCE - the better control | +0.4 | 1 | +0.20 | +0.20 | 0 of 2 |",
         "| full: REINFORCE - its CE checkpoint | - | 1 | +1.01 | +0.50 | - |",
         "| REINFORCE: small - full | -0.3 | 1 | -0.32 | +0.50 | 1 of 2 |"]
+
+
+def test_rl_logs_recipe_joins_the_records_of_runs_made_elsewhere(tmp_path, capsys):
+    """scripts/rl_logs.py recipe --runs: the records that --json wrote for another folder (another machine's
+    seed) join one table, with the mean over the seeds and their gains; a run in two sources, a file that
+    holds no run records and a folder without its references are refused, naming the problem."""
+    rl_logs = load_script("rl_logs")
+
+    def record(stage, k, seed, dev):
+        return {"stage": stage, "k": k, "seed": seed, "bleu": {"valid": dev}, "best_dev": dev, "best_update": 50,
+                "min_per_epoch": 1.0, "min_to_best": 2.0, "curve": [[50, dev]]}
+
+    for seed, shift in ((1, 0.0), (2, 1.0)):
+        (tmp_path / f"s{seed}.json").write_text(json.dumps(
+            [record("ce", 5, seed, 30.0 + shift), record("rl", 5, seed, 31.0 + 2 * shift)]))
+    rl_logs.main(["recipe", "--runs", str(tmp_path / "s1.json"), "--runs", str(tmp_path / "s2.json"),
+                  "--markdown", str(tmp_path / "t.md")])
+    out = capsys.readouterr().out
+    assert "| small (K = 5) | REINFORCE | mean | 32.00 |" in out
+    assert "| small: REINFORCE - its CE checkpoint | +0.7 | mean | +1.50 | 1 of 1 |" in out
+    assert (tmp_path / "t.md").read_text() == out
+    with pytest.raises(SystemExit, match=r"ce-k5-s1 is in both .*s1.json and .*s1.json: leave one of them out"):
+        rl_logs.main(["recipe", "--runs", str(tmp_path / "s1.json"), "--runs", str(tmp_path / "s1.json")])
+    (tmp_path / "bad.json").write_text(json.dumps({"stage": "rl"}))
+    with pytest.raises(SystemExit, match=r"bad.json: not a list of run records \(stage, k, seed"):
+        rl_logs.main(["recipe", "--runs", str(tmp_path / "bad.json")])
+    with pytest.raises(SystemExit) as exit_:
+        rl_logs.main(["recipe", str(tmp_path), "--runs", str(tmp_path / "s1.json")])
+    assert exit_.value.code == 2 and "recipe FOLDER needs --data" in capsys.readouterr().err

@@ -671,6 +671,9 @@ COMMANDS.update({
     "--tgt de --markdown table.md --png dev_bleu.png": elsewhere(
         "tests/test_transformer_rl_recipe.py::test_the_transformer_rl_recipe_runs_end_to_end_on_tiny_data",
         "the recipe's own folder on tiny data"),
+    "python scripts/rl_logs.py recipe --runs seed1/runs.json --runs seed2/runs.json --markdown table.md": elsewhere(
+        "tests/test_analysis_scripts.py::test_rl_logs_recipe_joins_the_records_of_runs_made_elsewhere",
+        "two seeds' records"),
     "bash examples/vocab_predictor/run_multi30k.sh": script(SCRIPT),
     # examples/captioning
     "bash examples/captioning/prepare_synthetic.sh": script(SCRIPT_CAPTIONS),

@@ -34,10 +34,12 @@ def test_the_clock_of_a_resumed_run_leaves_its_pause_out(tmp_path):
 
 
 @pytest.mark.slow
-def test_an_unknown_control_is_refused_before_any_training(tmp_path):
+@pytest.mark.parametrize("setting,message", [({"CONTROLS": "ce shuffled"}, "unknown control 'shuffled'"),
+                                             ({"DEVICE": "gpu"}, "DEVICE=gpu: cpu or cuda")])
+def test_a_bad_setting_is_refused_before_any_training(tmp_path, setting, message):
     result = run(["bash", str(REPO / "examples/translation/run_transformer_rl_multi30k.sh")], cwd=tmp_path,
-                 check=False, env={"CONTROLS": "ce shuffled", "OUT": str(tmp_path / "runs")})
-    assert result.returncode == 2 and "unknown control 'shuffled'" in result.stderr, result.stderr
+                 check=False, env={**setting, "OUT": str(tmp_path / "runs")})
+    assert result.returncode == 2 and message in result.stderr, result.stderr
     assert [p.name for p in (tmp_path / "runs").iterdir()] == [".recipe.lock"]  # no step started
 
 

@@ -9,7 +9,7 @@
 # Run from the project root with the project's environment active, after
 # examples/vocab_predictor/run_multi30k.sh (which exports the K=500 lists):
 #   source .venv/bin/activate && bash examples/translation/run_transformer_multi30k.sh
-# Settings: K, DATA, CANDS, SAVE, EPOCHS, THREADS, LR, WARMUP, SEED, SRC and TGT (the
+# Settings: K, DATA, CANDS, SAVE, EPOCHS, THREADS, DEVICE (cpu or cuda), LR, WARMUP, SEED, SRC and TGT (the
 # languages), ARCH_ARGS (the model's flags; default: transformer_multi30k.args), EXTRA
 # (more fairseq-train flags, e.g. EXTRA="--stop-time-hours 0.3" for a fixed
 # time budget).
@@ -20,6 +20,7 @@ CANDS=${CANDS:-checkpoints/vp-multi30k.en-de/candidates}
 SAVE=${SAVE:-checkpoints/transformer-multi30k.en-de.k$K}
 EPOCHS=${EPOCHS:-20}
 THREADS=${THREADS:-2}
+DEVICE=${DEVICE:-cpu}
 LR=${LR:-0.001}
 WARMUP=${WARMUP:-400}
 SEED=${SEED:-1}
@@ -28,6 +29,7 @@ TGT=${TGT:-de}
 ARCH_ARGS=${ARCH_ARGS:-$(cat "$(dirname "$0")/transformer_multi30k.args")}
 EXTRA=${EXTRA:-}
 export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS
+DEV_ARGS=$([ "$DEVICE" = cpu ] && echo --cpu || true)
 
 mkdir -p "$SAVE"
 start=$(date +%s)
@@ -40,8 +42,8 @@ fairseq-train "$DATA" --user-dir fairseq_smallvocab --task translation_smallvoca
   --eval-bleu --eval-bleu-args '{"beam": 1, "max_len_a": 1.5, "max_len_b": 10}' \
   --best-checkpoint-metric bleu --maximize-best-checkpoint-metric \
   --max-epoch "$EPOCHS" --save-dir "$SAVE" --no-epoch-checkpoints \
-  --cpu --num-workers 0 --seed "$SEED" --no-progress-bar --log-format simple --log-interval 50 $EXTRA \
+  $DEV_ARGS --num-workers 0 --seed "$SEED" --no-progress-bar --log-format simple --log-interval 50 $EXTRA \
   2>&1 | tee -a "$SAVE/train.log" | grep -E "valid on|done training"
 echo "training wall time: $(( $(date +%s) - start )) s"
 
-DATA=$DATA CANDS=$CANDS K=$K SAVE=$SAVE SRC=$SRC TGT=$TGT bash "$(dirname "$0")/decode_multi30k.sh"
+DATA=$DATA CANDS=$CANDS K=$K SAVE=$SAVE DEVICE=$DEVICE SRC=$SRC TGT=$TGT bash "$(dirname "$0")/decode_multi30k.sh"

@@ -29,8 +29,8 @@
 # OUT starts from the CE runs there (linked into OUT, so its table has them), and trains only what differs.
 # Settings: DATA, CANDS, OUT, CE_FROM, SEEDS, KS, CE_EPOCHS, RL_EPOCHS, OPTIMIZER, LR, LAMBDA,
 # SAMPLES, BASELINE, REWARD, TEMP, VALIDATE (0: once an epoch), CONTROLS,
-# BEAMS, THREADS (per run), PARALLEL (1: each K's runs side by side with the
-# other K's, each with THREADS threads), SRC, TGT, ARCH_ARGS (the model's flags; default:
+# BEAMS, THREADS (per run), DEVICE (cpu or cuda: where every run trains and decodes), PARALLEL (1: each K's runs
+# side by side with the other K's, each with THREADS threads), SRC, TGT, ARCH_ARGS (the model's flags; default:
 # transformer_multi30k.args).
 set -euo pipefail
 DATA=${DATA:-data-bin/multi30k.en-de}
@@ -52,6 +52,7 @@ VALIDATE=${VALIDATE:-50}
 CONTROLS=${CONTROLS-ce constant}  # empty: none
 BEAMS=${BEAMS:-1 5}
 THREADS=${THREADS:-1}
+DEVICE=${DEVICE:-cpu}
 PARALLEL=${PARALLEL:-1}
 SRC=${SRC:-en}
 TGT=${TGT:-de}
@@ -87,7 +88,7 @@ decode() {  # decode SAVE K: the best checkpoint with each beam (greedy written 
   for beam in $BEAMS; do
     [ "$beam" = 1 ] && [ -f "$1/hyp-test.txt" ] && continue
     [ -f "$1/hyp-test.beam$beam.txt" ] && continue
-    DATA=$DATA CANDS=$CANDS K=$2 SAVE=$1 SRC=$SRC TGT=$TGT BEAM=$beam bash "$HERE/decode_multi30k.sh" >> "$1/decode.log"
+    DATA=$DATA CANDS=$CANDS K=$2 SAVE=$1 SRC=$SRC TGT=$TGT BEAM=$beam DEVICE=$DEVICE bash "$HERE/decode_multi30k.sh" >> "$1/decode.log"
   done
 }
 
@@ -164,15 +165,15 @@ ce() {  # ce SEED K
   local save=$OUT/ce-k$2-s$1
   if [ -n "$CE_FROM" ]; then ce_from "$save"; fi
   train "$save" "$CE_EPOCHS" "$(ce_settings)" run_transformer_multi30k.sh K="$2" SEED="$1" DATA="$DATA" \
-    CANDS="$CANDS" THREADS="$THREADS" SRC="$SRC" TGT="$TGT" ARCH_ARGS="$ARCH_ARGS"
+    CANDS="$CANDS" THREADS="$THREADS" DEVICE="$DEVICE" SRC="$SRC" TGT="$TGT" ARCH_ARGS="$ARCH_ARGS"
   decode "$save" "$2"
 }
 
 reinforce() {  # reinforce NAME LAMBDA REWARD BASELINE SEED K
   local save=$OUT/$1-k$6-s$5
   train "$save" "$RL_EPOCHS" "$(rl_settings "$2" "$3" "$4")" run_reinforce_multi30k.sh K="$6" SEED="$5" \
-    DATA="$DATA" CANDS="$CANDS" CE="$OUT/ce-k$6-s$5/checkpoint_best.pt" THREADS="$THREADS" OPTIMIZER="$OPTIMIZER" \
-    LR="$LR" LAMBDA="$2" SAMPLES="$SAMPLES" BASELINE="$4" REWARD="$3" TEMP="$TEMP" SRC="$SRC" TGT="$TGT" \
+    DATA="$DATA" CANDS="$CANDS" CE="$OUT/ce-k$6-s$5/checkpoint_best.pt" THREADS="$THREADS" DEVICE="$DEVICE" \
+    OPTIMIZER="$OPTIMIZER"     LR="$LR" LAMBDA="$2" SAMPLES="$SAMPLES" BASELINE="$4" REWARD="$3" TEMP="$TEMP" SRC="$SRC" TGT="$TGT" \
     ARCH_ARGS="$ARCH_ARGS" EXTRA="$VALID_ARGS"
   decode "$save" "$6"
 }
@@ -202,7 +203,11 @@ chains() {  # chains K: one softmax's chain for every seed, one seed after anoth
   for seed in $SEEDS; do chain "$seed" "$1"; done
 }
 
-for name in $CONTROLS; do  # checked before hours of training, not after
+case $DEVICE in  # checked before hours of training, not after
+  cpu|cuda) ;;
+  *) echo "DEVICE=$DEVICE: cpu or cuda" >&2; exit 2 ;;
+esac
+for name in $CONTROLS; do
   if [ -z "$(control "$name")" ]; then
     echo "CONTROLS: unknown control '$name' (ce, constant)" >&2; exit 2
   fi

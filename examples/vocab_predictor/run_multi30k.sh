@@ -3,12 +3,13 @@
 # paper's settings, export K-candidate lists and draw the recall@K curve.
 # Run from the project root with the project's environment active:
 #   source .venv/bin/activate && bash examples/vocab_predictor/run_multi30k.sh
-# Settings: DATA, SAVE, K (candidates to export), EPOCHS, PNG.
+# Settings: DATA, SAVE, K (candidates to export), EPOCHS, PNG, DEVICE (cpu or cuda: where it trains).
 set -euo pipefail
 DATA=${DATA:-data-bin/multi30k.en-de}
 SAVE=${SAVE:-checkpoints/vp-multi30k.en-de}
 K=${K:-500}
 EPOCHS=${EPOCHS:-20}
+DEVICE=${DEVICE:-cpu}
 PNG=${PNG:-docs/recall_multi30k_en_de.png}
 
 [ -d "$DATA" ] || python scripts/prepare_multi30k.py --pairs en-de --out-dir "$(dirname "$DATA")"
@@ -25,7 +26,7 @@ fairseq-train "$DATA" --user-dir fairseq_smallvocab \
   --lr-scheduler reduce_lr_on_plateau --lr-shrink 0.5 \
   --max-epoch "$EPOCHS" --validate-interval-updates "$HALF" --save-interval-updates "$HALF" --keep-interval-updates 1 \
   --best-checkpoint-metric recall@500 --maximize-best-checkpoint-metric \
-  --save-dir "$SAVE" --no-epoch-checkpoints --cpu --num-workers 0 --seed 1 \
+  --save-dir "$SAVE" --no-epoch-checkpoints $([ "$DEVICE" = cpu ] && echo --cpu || true) --num-workers 0 --seed 1 \
   --no-progress-bar --log-format simple --log-interval 1000 2>&1 | tee "$SAVE.train.log" | grep -E "valid on|done"
 echo "training wall time: $(( $(date +%s) - start )) s"
 
