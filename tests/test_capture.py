@@ -298,6 +298,34 @@ def test_the_criterions_flags_choose_the_step_for_its_batches_only(small):
     assert (capture.CAPTURE, capture.COMPILE, graphed_pass.MODE) == before
 
 
+@pytest.mark.parametrize("error,named", [
+    (RuntimeError("operation not permitted when stream is capturing"), True),
+    (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"), False)])
+def test_a_capture_that_fails_names_the_flag_that_runs_without_one(error, named, monkeypatch):
+    """A capture that fails (on CUDA; here its failure is made on the CPU) says which flag samples without
+    capturing, the original error chained; running out of memory is left as it is, for fairseq-train, which
+    recovers from it (skipping the batch) by its message."""
+    model = _model("transformer")
+    encoder_out, _ = _inputs(model, 3, 1)
+
+    def fail(self, pool):
+        raise error
+
+    monkeypatch.setattr(capture, "applies", lambda *args: True)  # as on CUDA
+    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: None)
+    monkeypatch.setattr(capture._Bucket, "capture", fail)
+    with pytest.raises(RuntimeError) as raised:
+        _draw(model, encoder_out, candidate_batch(12, len(model.decoder.dictionary), bsz=15), torch.full((15,), 9),
+              "cuda-graphs", monkeypatch)
+    if named:
+        assert str(raised.value) == ("capturing a CUDA graph failed (RuntimeError: operation not permitted when "
+                                     "stream is capturing); --rl-capture off (capture.CAPTURE = 'off') runs the "
+                                     "same computation without one")
+        assert raised.value.__cause__ is error
+    else:
+        assert raised.value is error
+
+
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (CUDA graphs)")
 
 

@@ -295,8 +295,28 @@ def test_a_second_backward_through_a_replay_is_refused(device, mode, monkeypatch
     encoder_out, tokens = _inputs(model, 2, 6)
     loss = graphed_pass.extract_features(model.decoder, tokens, encoder_out)[0].sum()
     loss.backward(retain_graph=True)
-    with pytest.raises(RuntimeError, match="a second backward through a replayed pass"):
+    with pytest.raises(RuntimeError, match="a second backward through a replayed pass.*--rl-graphed-pass off"):
         loss.backward()
+
+
+def test_a_capture_that_fails_names_the_flag_that_runs_without_one(monkeypatch):
+    """A pass whose capture fails (on CUDA; here its failure is made on the CPU) says which flag runs the
+    decoder's own pass instead, the original error chained."""
+    model = _model("lstm_smallvocab", train=True)
+    error = RuntimeError("operation not permitted when stream is capturing")
+
+    def fail(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(graphed_pass, "applies", lambda *args: True)  # as on CUDA
+    monkeypatch.setattr(graphed_pass._Bucket, "__init__", fail)
+    with pytest.raises(RuntimeError, match=r"^capturing a CUDA graph failed \(RuntimeError: operation not "
+                                           r"permitted .*\); --rl-graphed-pass off") as raised:
+        _pass(model, 2, 6, "cuda-graphs", monkeypatch)
+    assert raised.value.__cause__ is error
+    with pytest.raises(RuntimeError) as raised:  # the bucketed pass that runs eagerly: its own errors
+        _pass(model, 2, 6, "buckets", monkeypatch)
+    assert raised.value is error
 
 
 @cuda

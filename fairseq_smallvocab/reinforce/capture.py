@@ -53,6 +53,7 @@ the comparison the issue asks for).  A bucket compiles at its first step
 import copy
 import weakref
 from collections import OrderedDict
+from contextlib import contextmanager
 from typing import Optional
 
 import torch
@@ -211,6 +212,20 @@ class _Bucket:
         self.graph = graph
 
 
+@contextmanager
+def failures_name(flag: str):
+    """A capture that fails re-raised with the flag that runs without capturing (``flag``, e.g. "--rl-capture
+    off"), the original error chained; running out of memory is left as it is: fairseq-train recovers from
+    it by skipping the batch, which it recognizes by its message."""
+    try:
+        yield
+    except RuntimeError as err:
+        if isinstance(err, torch.OutOfMemoryError) or "out of memory" in str(err):
+            raise
+        raise RuntimeError(f"capturing a CUDA graph failed ({type(err).__name__}: {err}); {flag} runs the same "
+                           "computation without one") from err
+
+
 def _compiled(step):
     """``step`` compiled as ``COMPILE`` says (shapes static: a bucket's never change)."""
     compiled = torch.compile(step, dynamic=False, mode="reduce-overhead" if COMPILE == "reduce-overhead" else None)
@@ -280,7 +295,8 @@ def sample(decoder, encoder_out, weight: Tensor, bias: Optional[Tensor], candida
         if entry.graph is None or entry.params != params:
             if decoder not in _POOLS:
                 _POOLS[decoder] = torch.cuda.graph_pool_handle()
-            entry.capture(_POOLS[decoder])
+            with failures_name("--rl-capture off (capture.CAPTURE = 'off')"):
+                entry.capture(_POOLS[decoder])
             entry.params = params
             entry.load(encoder_out, union, max_lens, candidates, uniforms)
     loop = entry.loop

@@ -50,6 +50,7 @@ nothing to gain).
 
 import logging
 import weakref
+from contextlib import nullcontext
 from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
@@ -64,6 +65,7 @@ from fairseq_smallvocab.reinforce.capture import (
     autocast_on,
     bucket,
     bucket_for,
+    failures_name,
 )
 from fairseq_smallvocab.reinforce.static_state import unmask_first_position
 
@@ -274,7 +276,8 @@ class _Replay(torch.autograd.Function):
         entry = ctx.entry
         if ctx.pending.done:  # the activations the graph reads may be a later batch's by now
             raise RuntimeError("graphed_pass: a second backward through a replayed pass (retain_graph=True) "
-                               "is not supported; set fairseq_smallvocab.reinforce.graphed_pass.MODE = 'off'")
+                               "is not supported; --rl-graphed-pass off (graphed_pass.MODE = 'off') runs the "
+                               "decoder's own pass")
         entry.grad_output.copy_(grad_output)
         entry.backward(ctx.params)
         ctx.pending.done = True
@@ -319,7 +322,9 @@ def extract_features(decoder, prev_output_tokens: Tensor, encoder_out):
         del buckets[key]
     if entry is not None and entry.busy():  # its saved activations still wait for their backward
         return module(*inputs)[:rows, :steps], None
-    with suspended():  # the graph's own embedding backward, not the open REINFORCE block's gathering
+    # (suspended: the graph's own embedding backward, not the open REINFORCE block's gathering)
+    with suspended(), failures_name("--rl-graphed-pass off (graphed_pass.MODE = 'off')") if MODE == "cuda-graphs" \
+            else nullcontext():
         entry = bucket_for(_BUCKETS, decoder, key, lambda: _Bucket(
             module, inputs, params, key[:3], captured=MODE == "cuda-graphs"), MAX_BUCKETS, MAX_BUCKET_BYTES)
     return _Replay.apply(entry, *inputs, *params)[:rows, :steps], None
