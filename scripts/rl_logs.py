@@ -52,13 +52,18 @@ _LINE = re.compile(r"\| (train|valid) \| epoch (\d+) \|(.*)$")
 _START = re.compile(r"'finetune_from_model': '([^']*)'")
 _TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")
 _SESSION = "| fairseq_cli.train | {"  # the config line each start (or resume) of fairseq-train logs
+# where it trained: the GPU fairseq's trainer names ("rank   0: capabilities = ... ; name = NVIDIA H100 ..."), else
+# the CPU where the config says --cpu
+_GPU = re.compile(r"rank +\d+: capabilities = .*; name = (.+?)\s*$")
 
 
 def parse(path) -> dict:
-    """{"name", "valid": [{epoch, metric: value, ...}], "train": [...], "start": checkpoint or None}; each
-    record also has "elapsed", the seconds of training before its line (summed over the log's sessions: a
-    resumed run's pause is not counted), where the log's lines have timestamps."""
-    out = {"name": Path(path).name.replace(".train.log", ""), "valid": [], "train": [], "start": None}
+    """{"name", "valid": [{epoch, metric: value, ...}], "train": [...], "start": checkpoint or None, "device":
+    the GPU's name, "cpu" or None}; each record also has "elapsed", the seconds of training before its line
+    (summed over the log's sessions: a resumed run's pause is not counted), where the log's lines have
+    timestamps."""
+    out = {"name": Path(path).name.replace(".train.log", ""), "valid": [], "train": [], "start": None,
+           "device": None}
     before, first, last = 0.0, None, None  # the earlier sessions' seconds; this session's first and last times
     for line in Path(path).read_text(errors="replace").splitlines():
         stamp = _TIME.match(line)
@@ -70,6 +75,11 @@ def parse(path) -> dict:
         start = _START.search(line)
         if start and out["start"] is None:
             out["start"] = start.group(1)
+        gpu = _GPU.search(line)
+        if gpu and out["device"] in (None, "cpu"):
+            out["device"] = gpu.group(1)
+        elif _SESSION in line and "'cpu': True" in line and out["device"] is None:
+            out["device"] = "cpu"
         match = _LINE.search(line)
         if not match or (match.group(1) == "valid" and "valid on" not in line):
             continue
@@ -172,7 +182,7 @@ def recipe_runs(folder: Path, data: Path, tgt: str):
                      "best_update": best.get("num_updates") if best else None,
                      "min_per_epoch": statistics.median(epochs) / 60 if epochs else None,
                      "min_to_best": best["elapsed"] / 60 if best and "elapsed" in best else None,
-                     "curve": [(v.get("num_updates", 0), v["bleu"]) for v in valid]})
+                     "device": log["device"], "curve": [(v.get("num_updates", 0), v["bleu"]) for v in valid]})
     if not runs:
         raise SystemExit(f"{folder}: no run folders named STAGE-kK-sSEED with a train.log")
     return runs
@@ -216,7 +226,7 @@ def cell(value, fmt="{:.2f}"):
 
 def recipe_table(runs) -> str:
     head = ("| softmax | run | seed | " + "".join(f"{decode_name(split, tag)} | " for split, tag in DECODES)
-            + "best dev BLEU in training | at update | min / epoch | min to best |")
+            + "best dev BLEU in training | at update | min / epoch | min to best | device |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     order = list(RECIPE_STAGES)
     for k in sorted({r["k"] for r in runs}, reverse=True):
@@ -226,16 +236,21 @@ def recipe_table(runs) -> str:
             if len(group) > 1:  # the mean over the seeds that have each value
                 mean = {"bleu": {key: statistics.mean(r["bleu"][key] for r in group if key in r["bleu"])
                                  for key in {key for r in group for key in r["bleu"]}}}
-                for key in ("best_dev", "best_update", "min_per_epoch", "min_to_best"):
+                devices = {r.get("device") for r in group}
+                mean["device"] = devices.pop() if len(devices) == 1 else "mixed"
+                # minutes are averaged only over seeds trained on one kind of device
+                timed = ("min_per_epoch", "min_to_best") if mean["device"] != "mixed" else ()
+                for key in ("best_dev", "best_update", *timed):
                     values = [r[key] for r in group if r[key] is not None]
                     mean[key] = statistics.mean(values) if values else None
-                rows.append(("mean", mean))
+                rows.append(("mean", {"min_per_epoch": None, "min_to_best": None, **mean}))
             for seed, r in rows:
                 softmax = f"small (K = {k})" if k else "full"
                 lines.append(f"| {softmax} | {RECIPE_STAGES[stage]} | {seed} | " + " | ".join(
                     cell(r["bleu"].get(split + tag)) for split, tag in DECODES) +
                     f" | {cell(r['best_dev'])} | {cell(r['best_update'], '{:.0f}')} | "
-                    f"{cell(r['min_per_epoch'], '{:.1f}')} | {cell(r['min_to_best'], '{:.1f}')} |")
+                    f"{cell(r['min_per_epoch'], '{:.1f}')} | {cell(r['min_to_best'], '{:.1f}')} | "
+                    f"{r.get('device') or '-'} |")
     return "\n".join(lines) + "\n"
 
 

@@ -224,21 +224,24 @@ def test_rl_logs_recipe_gains_per_seed_and_their_mean():
 
 def test_rl_logs_recipe_joins_the_records_of_runs_made_elsewhere(tmp_path, capsys):
     """scripts/rl_logs.py recipe --runs: the records that --json wrote for another folder (another machine's
-    seed) join one table, with the mean over the seeds and their gains; a run in two sources, a file that
-    holds no run records and a folder without its references are refused, naming the problem."""
+    seed) join one table, with the mean over the seeds and their gains (minutes averaged only over one kind of
+    device); a run in two sources, a file that holds no run records and a folder without its references are
+    refused, naming the problem."""
     rl_logs = load_script("rl_logs")
 
-    def record(stage, k, seed, dev):
+    def record(stage, k, seed, dev, device):
         return {"stage": stage, "k": k, "seed": seed, "bleu": {"valid": dev}, "best_dev": dev, "best_update": 50,
-                "min_per_epoch": 1.0, "min_to_best": 2.0, "curve": [[50, dev]]}
+                "min_per_epoch": 1.0 + seed, "min_to_best": 2.0, "curve": [[50, dev]], "device": device}
 
-    for seed, shift in ((1, 0.0), (2, 1.0)):
+    for seed, shift, device in ((1, 0.0, "cpu"), (2, 1.0, "NVIDIA H100 80GB HBM3")):
         (tmp_path / f"s{seed}.json").write_text(json.dumps(
-            [record("ce", 5, seed, 30.0 + shift), record("rl", 5, seed, 31.0 + 2 * shift)]))
+            [record("ce", 5, seed, 30.0 + shift, "cpu"), record("rl", 5, seed, 31.0 + 2 * shift, device)]))
     rl_logs.main(["recipe", "--runs", str(tmp_path / "s1.json"), "--runs", str(tmp_path / "s2.json"),
                   "--markdown", str(tmp_path / "t.md")])
     out = capsys.readouterr().out
-    assert "| small (K = 5) | REINFORCE | mean | 32.00 |" in out
+    assert "| REINFORCE | 2 | 33.00 | - | - | - | 33.00 | 50 | 3.0 | 2.0 | NVIDIA H100 80GB HBM3 |" in out
+    assert "| small (K = 5) | REINFORCE | mean | 32.00 | - | - | - | 32.00 | 50 | - | - | mixed |" in out
+    assert "| small (K = 5) | CE (best checkpoint) | mean | 30.50 | - | - | - | 30.50 | 50 | 2.5 | 2.0 | cpu |" in out
     assert "| small: REINFORCE - its CE checkpoint | +0.7 | mean | +1.50 | 1 of 1 |" in out
     assert (tmp_path / "t.md").read_text() == out
     with pytest.raises(SystemExit, match=r"ce-k5-s1 is in both .*s1.json and .*s1.json: leave one of them out"):
@@ -249,3 +252,15 @@ def test_rl_logs_recipe_joins_the_records_of_runs_made_elsewhere(tmp_path, capsy
     with pytest.raises(SystemExit) as exit_:
         rl_logs.main(["recipe", str(tmp_path), "--runs", str(tmp_path / "s1.json")])
     assert exit_.value.code == 2 and "recipe FOLDER needs --data" in capsys.readouterr().err
+
+
+def test_rl_logs_reads_where_a_run_trained(tmp_path):
+    """parse's "device": the GPU fairseq's trainer names, else "cpu" where the config says --cpu, else None."""
+    rl_logs = load_script("rl_logs")
+    config = "2026-11-25 01:08:52 | INFO | fairseq_cli.train | {'common': {'cpu': %s, 'seed': 2}}"
+    gpu = ("2026-11-25 01:08:53 | INFO | fairseq.utils | rank   0: capabilities =  9.0  ; total memory = 79.189 GB ; "
+           "name = NVIDIA H100 80GB HBM3                   ")
+    for lines, device in (([config % "True"], "cpu"), ([config % "False", gpu], "NVIDIA H100 80GB HBM3"),
+                          ([config % "False"], None)):
+        (tmp_path / "train.log").write_text("\n".join(lines) + "\n")
+        assert rl_logs.parse(tmp_path / "train.log")["device"] == device

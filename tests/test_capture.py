@@ -298,13 +298,17 @@ def test_the_criterions_flags_choose_the_step_for_its_batches_only(small):
     assert (capture.CAPTURE, capture.COMPILE, graphed_pass.MODE) == before
 
 
-@pytest.mark.parametrize("error,named", [
-    (RuntimeError("operation not permitted when stream is capturing"), True),
-    (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"), False)])
-def test_a_capture_that_fails_names_the_flag_that_runs_without_one(error, named, monkeypatch):
-    """A capture that fails (on CUDA; here its failure is made on the CPU) says which flag samples without
-    capturing, the original error chained; running out of memory is left as it is, for fairseq-train, which
-    recovers from it (skipping the batch) by its message."""
+@pytest.mark.parametrize("error,compile_mode,hint", [
+    (RuntimeError("operation not permitted when stream is capturing"), "off",
+     "--rl-capture off (capture.CAPTURE = 'off') samples without one"),
+    (RuntimeError("operation not permitted when stream is capturing"), "fuse",
+     "--rl-capture off (capture.CAPTURE = 'off') samples without one, and --rl-compile off (capture.COMPILE = "
+     "'off') compiles nothing"),
+    (torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"), "off", None)])
+def test_a_capture_that_fails_names_the_flag_that_runs_without_one(error, compile_mode, hint, monkeypatch):
+    """A capture that fails (on CUDA; here its failure is made on the CPU) says which flags sample without
+    capturing (and without compiling, where the step is compiled), the original error chained; running out of
+    memory is left as it is, for fairseq-train, which recovers from it (skipping the batch) by its message."""
     model = _model("transformer")
     encoder_out, _ = _inputs(model, 3, 1)
 
@@ -312,15 +316,15 @@ def test_a_capture_that_fails_names_the_flag_that_runs_without_one(error, named,
         raise error
 
     monkeypatch.setattr(capture, "applies", lambda *args: True)  # as on CUDA
+    monkeypatch.setattr(capture, "COMPILE", compile_mode)
     monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: None)
     monkeypatch.setattr(capture._Bucket, "capture", fail)
     with pytest.raises(RuntimeError) as raised:
         _draw(model, encoder_out, candidate_batch(12, len(model.decoder.dictionary), bsz=15), torch.full((15,), 9),
               "cuda-graphs", monkeypatch)
-    if named:
-        assert str(raised.value) == ("capturing a CUDA graph failed (RuntimeError: operation not permitted when "
-                                     "stream is capturing); --rl-capture off (capture.CAPTURE = 'off') runs the "
-                                     "same computation without one")
+    if hint:
+        assert str(raised.value) == ("preparing a CUDA graph (warm-up and capture) failed (RuntimeError: operation "
+                                     f"not permitted when stream is capturing); {hint}")
         assert raised.value.__cause__ is error
     else:
         assert raised.value is error

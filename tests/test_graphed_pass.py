@@ -310,8 +310,8 @@ def test_a_capture_that_fails_names_the_flag_that_runs_without_one(monkeypatch):
 
     monkeypatch.setattr(graphed_pass, "applies", lambda *args: True)  # as on CUDA
     monkeypatch.setattr(graphed_pass._Bucket, "__init__", fail)
-    with pytest.raises(RuntimeError, match=r"^capturing a CUDA graph failed \(RuntimeError: operation not "
-                                           r"permitted .*\); --rl-graphed-pass off") as raised:
+    with pytest.raises(RuntimeError, match=r"^preparing a CUDA graph \(warm-up and capture\) failed \(RuntimeError: "
+                                           r"operation not permitted .*\); --rl-graphed-pass off") as raised:
         _pass(model, 2, 6, "cuda-graphs", monkeypatch)
     assert raised.value.__cause__ is error
     with pytest.raises(RuntimeError) as raised:  # the bucketed pass that runs eagerly: its own errors

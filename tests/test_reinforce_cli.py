@@ -68,9 +68,9 @@ def test_fairseq_train_fine_tunes_and_resumes_with_the_baseline_state(tiny_bin, 
 @pytest.mark.slow
 def test_fairseq_train_with_several_samples_a_sacrebleu_reward_and_temperature(tiny_bin, ce_checkpoint, tmp_path):
     """--rl-samples 3 --rl-baseline loo --reward chrf --sample-temperature 0.8 through fairseq-train: the
-    new metrics are logged, a resumed run continues (the leave-one-out baseline keeps no state; it resumes
-    with the bucketed sampling step and teacher-forced pass: --rl-capture, --rl-graphed-pass), and bad
-    settings stop fairseq-train at start-up with the criterion's message."""
+    new metrics are logged, a resumed run continues (the leave-one-out baseline keeps no state; fairseq-train
+    takes --rl-capture and --rl-graphed-pass, whose effect test_capture.py checks), and bad settings stop
+    fairseq-train at start-up with the criterion's message."""
     rl = [*MT, "--small-vocab-size", "0", "--criterion", "reinforce_gleu", "--optimizer", "sgd", "--lr", "0.01",
           "--save-dir", tmp_path / "rl", "--max-sample-len", "20", "--rl-samples", "3", "--rl-baseline", "loo",
           "--reward", "chrf", "--sample-temperature", "0.8"]
@@ -194,6 +194,9 @@ def test_fairseq_train_on_a_gpu_replays_what_the_eager_loop_computes(tiny_bin, p
     for got, want in zip(captured, eager):
         assert got == pytest.approx(want, rel=1e-3, abs=2e-3)
     assert all(len(re.findall(r"valid on 'valid' subset", out.stdout)) == 2 for out in logs.values())
+    captured_log, eager_log = (logs[mode].stdout + logs[mode].stderr for mode in ("cuda-graphs", "off"))
+    assert "captured the sampling step for" in captured_log and "captured the sampling step" not in eager_log
+    assert ("graphed_pass: captured the training pass" in captured_log) == (arch == "lstm_smallvocab")
 
 
 @pytest.mark.slow

@@ -44,6 +44,17 @@ def test_a_bad_setting_is_refused_before_any_training(tmp_path, setting, message
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("script", ["translation/run_multi30k.sh", "translation/run_reinforce_multi30k.sh",
+                                    "translation/run_transformer_multi30k.sh", "vocab_predictor/run_multi30k.sh"])
+def test_the_recipes_scripts_refuse_an_unknown_device_before_anything(tmp_path, script):
+    """DEVICE=gpu (the choices: cpu, cuda): refused at once, nothing made (anything but cpu used to drop --cpu
+    silently)."""
+    result = run(["bash", str(REPO / "examples" / script)], cwd=tmp_path, check=False, env={"DEVICE": "gpu"})
+    assert result.returncode == 2 and "DEVICE=gpu: cpu or cuda" in result.stderr, result.stderr
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.slow
 def test_a_second_recipe_on_the_same_out_is_refused(tmp_path):
     """While one recipe works in OUT (it holds OUT/.recipe.lock), a second one started there stops at once,
     saying so, and touches nothing: two would train the same runs into the same checkpoints."""

@@ -15,7 +15,8 @@ BEAM=${BEAM:-1}
 SRC=${SRC:-en}
 TGT=${TGT:-de}
 TAG=$([ "$BEAM" = 1 ] && echo "" || echo ".beam$BEAM")
-DEV_ARGS=$([ "${DEVICE:-cpu}" = cpu ] && echo --cpu || true)
+DEVICE=${DEVICE:-cpu}
+case $DEVICE in cpu) DEV_ARGS=--cpu ;; cuda) DEV_ARGS= ;; *) echo "DEVICE=$DEVICE: cpu or cuda" >&2; exit 2 ;; esac
 for split in valid test; do
   fairseq-generate "$DATA" --user-dir fairseq_smallvocab --task translation_smallvocab -s "$SRC" -t "$TGT" \
     --candidates-dir "$CANDS" --small-vocab-size "$K" --path "$CKPT" \

@@ -20,7 +20,7 @@ THREADS=${THREADS:-2}
 DEVICE=${DEVICE:-cpu}
 SEED=${SEED:-1}
 EXTRA=${EXTRA:-}
-DEV_ARGS=$([ "$DEVICE" = cpu ] && echo --cpu || true)
+case $DEVICE in cpu) DEV_ARGS=--cpu ;; cuda) DEV_ARGS= ;; *) echo "DEVICE=$DEVICE: cpu or cuda" >&2; exit 2 ;; esac
 EPOCH_ARGS=$([ "${KEEP_EPOCHS:-0}" = 1 ] || echo --no-epoch-checkpoints)
 export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS
 

@@ -36,7 +36,7 @@ DEVICE=${DEVICE:-cpu}
 SRC=${SRC:-en}
 TGT=${TGT:-de}
 EXTRA=${EXTRA:-}
-DEV_ARGS=$([ "$DEVICE" = cpu ] && echo --cpu || true)
+case $DEVICE in cpu) DEV_ARGS=--cpu ;; cuda) DEV_ARGS= ;; *) echo "DEVICE=$DEVICE: cpu or cuda" >&2; exit 2 ;; esac
 ARCH_ARGS=${ARCH_ARGS:---arch lstm_smallvocab}
 export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS
 

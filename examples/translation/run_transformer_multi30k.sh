@@ -29,7 +29,7 @@ TGT=${TGT:-de}
 ARCH_ARGS=${ARCH_ARGS:-$(cat "$(dirname "$0")/transformer_multi30k.args")}
 EXTRA=${EXTRA:-}
 export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS
-DEV_ARGS=$([ "$DEVICE" = cpu ] && echo --cpu || true)
+case $DEVICE in cpu) DEV_ARGS=--cpu ;; cuda) DEV_ARGS= ;; *) echo "DEVICE=$DEVICE: cpu or cuda" >&2; exit 2 ;; esac
 
 mkdir -p "$SAVE"
 start=$(date +%s)

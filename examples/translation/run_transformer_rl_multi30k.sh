@@ -173,8 +173,8 @@ reinforce() {  # reinforce NAME LAMBDA REWARD BASELINE SEED K
   local save=$OUT/$1-k$6-s$5
   train "$save" "$RL_EPOCHS" "$(rl_settings "$2" "$3" "$4")" run_reinforce_multi30k.sh K="$6" SEED="$5" \
     DATA="$DATA" CANDS="$CANDS" CE="$OUT/ce-k$6-s$5/checkpoint_best.pt" THREADS="$THREADS" DEVICE="$DEVICE" \
-    OPTIMIZER="$OPTIMIZER"     LR="$LR" LAMBDA="$2" SAMPLES="$SAMPLES" BASELINE="$4" REWARD="$3" TEMP="$TEMP" SRC="$SRC" TGT="$TGT" \
-    ARCH_ARGS="$ARCH_ARGS" EXTRA="$VALID_ARGS"
+    OPTIMIZER="$OPTIMIZER" LR="$LR" LAMBDA="$2" SAMPLES="$SAMPLES" BASELINE="$4" REWARD="$3" TEMP="$TEMP" \
+    SRC="$SRC" TGT="$TGT" ARCH_ARGS="$ARCH_ARGS" EXTRA="$VALID_ARGS"
   decode "$save" "$6"
 }
 

@@ -10,6 +10,7 @@ SAVE=${SAVE:-checkpoints/vp-multi30k.en-de}
 K=${K:-500}
 EPOCHS=${EPOCHS:-20}
 DEVICE=${DEVICE:-cpu}
+case $DEVICE in cpu) DEV_ARGS=--cpu ;; cuda) DEV_ARGS= ;; *) echo "DEVICE=$DEVICE: cpu or cuda" >&2; exit 2 ;; esac
 PNG=${PNG:-docs/recall_multi30k_en_de.png}
 
 [ -d "$DATA" ] || python scripts/prepare_multi30k.py --pairs en-de --out-dir "$(dirname "$DATA")"
@@ -26,7 +27,7 @@ fairseq-train "$DATA" --user-dir fairseq_smallvocab \
   --lr-scheduler reduce_lr_on_plateau --lr-shrink 0.5 \
   --max-epoch "$EPOCHS" --validate-interval-updates "$HALF" --save-interval-updates "$HALF" --keep-interval-updates 1 \
   --best-checkpoint-metric recall@500 --maximize-best-checkpoint-metric \
-  --save-dir "$SAVE" --no-epoch-checkpoints $([ "$DEVICE" = cpu ] && echo --cpu || true) --num-workers 0 --seed 1 \
+  --save-dir "$SAVE" --no-epoch-checkpoints $DEV_ARGS --num-workers 0 --seed 1 \
   --no-progress-bar --log-format simple --log-interval 1000 2>&1 | tee "$SAVE.train.log" | grep -E "valid on|done"
 echo "training wall time: $(( $(date +%s) - start )) s"
 

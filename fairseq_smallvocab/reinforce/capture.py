@@ -51,6 +51,7 @@ the comparison the issue asks for).  A bucket compiles at its first step
 """
 
 import copy
+import logging
 import weakref
 from collections import OrderedDict
 from contextlib import contextmanager
@@ -67,6 +68,8 @@ from fairseq_smallvocab.reinforce.static_state import (
     has_static_state,
     static_state,
 )
+
+logger = logging.getLogger(__name__)
 
 MODES = ("cuda-graphs", "buckets", "off")
 CAPTURE = "cuda-graphs"
@@ -150,6 +153,7 @@ class _Bucket:
                  union_size: int, width: int, k: int, greedy: bool, temperature: float, store_probs: bool):
         device = union.weight.device
         self.slots = Slots(rows, src_len)
+        self.shape = f"rows x steps x source x union {rows} x {steps} x {src_len} x {union_size}"
         self.union_size = union_size
         self.state = static_state(decoder, encoder_out, steps, slots=self.slots)
         self.loop = Loop(decoder.dictionary, rows, steps, width, device, greedy, temperature, store_probs, k=k)
@@ -210,20 +214,22 @@ class _Bucket:
         with torch.cuda.graph(graph, pool=pool, capture_error_mode=CAPTURE_ERROR_MODE):
             self.step()
         self.graph = graph
+        logger.info(f"capture: captured the sampling step for {self.shape} ({self.bytes / 2 ** 20:.0f} MiB)")
 
 
 @contextmanager
-def failures_name(flag: str):
-    """A capture that fails re-raised with the flag that runs without capturing (``flag``, e.g. "--rl-capture
-    off"), the original error chained; running out of memory is left as it is: fairseq-train recovers from
-    it by skipping the batch, which it recognizes by its message."""
+def failures_name(hint: str):
+    """A graph's preparation (its eager warm-up, where a compiled step compiles, and its capture) that fails,
+    re-raised with ``hint``, the flag that does without it (e.g. "--rl-capture off ..."), the original error
+    chained; running out of memory is left as it is: fairseq-train recovers from it by skipping the batch,
+    which it recognizes by its message."""
     try:
         yield
     except RuntimeError as err:
-        if isinstance(err, torch.OutOfMemoryError) or "out of memory" in str(err):
+        if isinstance(err, torch.cuda.OutOfMemoryError) or "out of memory" in str(err):
             raise
-        raise RuntimeError(f"capturing a CUDA graph failed ({type(err).__name__}: {err}); {flag} runs the same "
-                           "computation without one") from err
+        raise RuntimeError(f"preparing a CUDA graph (warm-up and capture) failed ({type(err).__name__}: {err}); "
+                           f"{hint}") from err
 
 
 def _compiled(step):
@@ -285,7 +291,7 @@ def sample(decoder, encoder_out, weight: Tensor, bias: Optional[Tensor], candida
     if max_stored is not None and rows * bucket_steps * width > max_stored:
         store_probs = False  # ``sampler.score`` makes the logits again instead: the same gradient
     key = (rows, bucket_steps, src_len, union_size, width, greedy, temperature, store_probs,
-           weight.dtype, str(weight.device), COMPILE)
+           weight.dtype, str(weight.device), CAPTURE, COMPILE)
     entry = bucket_for(_BUCKETS, decoder, key, lambda: _Bucket(
         decoder, encoder_out, union, rows, bucket_steps, src_len, union_size, width, k, greedy, temperature,
         store_probs), MAX_BUCKETS, MAX_BUCKET_BYTES)
@@ -295,7 +301,10 @@ def sample(decoder, encoder_out, weight: Tensor, bias: Optional[Tensor], candida
         if entry.graph is None or entry.params != params:
             if decoder not in _POOLS:
                 _POOLS[decoder] = torch.cuda.graph_pool_handle()
-            with failures_name("--rl-capture off (capture.CAPTURE = 'off')"):
+            hint = "--rl-capture off (capture.CAPTURE = 'off') samples without one"
+            if COMPILE != "off":
+                hint += ", and --rl-compile off (capture.COMPILE = 'off') compiles nothing"
+            with failures_name(hint):
                 entry.capture(_POOLS[decoder])
             entry.params = params
             entry.load(encoder_out, union, max_lens, candidates, uniforms)

@@ -323,8 +323,8 @@ def extract_features(decoder, prev_output_tokens: Tensor, encoder_out):
     if entry is not None and entry.busy():  # its saved activations still wait for their backward
         return module(*inputs)[:rows, :steps], None
     # (suspended: the graph's own embedding backward, not the open REINFORCE block's gathering)
-    with suspended(), failures_name("--rl-graphed-pass off (graphed_pass.MODE = 'off')") if MODE == "cuda-graphs" \
-            else nullcontext():
+    with suspended(), failures_name("--rl-graphed-pass off (graphed_pass.MODE = 'off') runs the decoder's own "
+                                    "pass") if MODE == "cuda-graphs" else nullcontext():
         entry = bucket_for(_BUCKETS, decoder, key, lambda: _Bucket(
             module, inputs, params, key[:3], captured=MODE == "cuda-graphs"), MAX_BUCKETS, MAX_BUCKET_BYTES)
     return _Replay.apply(entry, *inputs, *params)[:rows, :steps], None
