@@ -134,6 +134,14 @@ def test_the_transformer_rl_recipe_runs_end_to_end_on_tiny_data(tiny_bin, predic
     assert f"{out}/rl-k60-s1 was trained with: epochs=1 OPTIMIZER=adam LR=3e-5 " in refused.stderr
     assert "now asked for: epochs=1 OPTIMIZER=adam LR=1e-4 " in refused.stderr and "Move it away" in refused.stderr
     assert {name: (out / name / "train.log").read_text() for name in names} == logs
+    # a run folder without its recipe.settings (as one trained by hand): its settings cannot be checked
+    settings = out / "ctl-constant-k0-s1" / "recipe.settings"
+    recorded = settings.read_text()
+    settings.unlink()
+    refused = run(["bash", "examples/translation/run_transformer_rl_multi30k.sh"], cwd=REPO, check=False, env=env)
+    assert refused.returncode == 2, refused.stderr
+    assert f"{out}/ctl-constant-k0-s1 has a train.log but no recipe.settings" in refused.stderr
+    settings.write_text(recorded)
     # what the runs read: another validation interval is refused for REINFORCE (it picks the best), not for CE
     assert (out / "ce-k60-s1" / "recipe.inputs").read_text() == f"DATA={tiny_bin.resolve()} CANDS={cands.resolve()}\n"
     refused = run(["bash", "examples/translation/run_transformer_rl_multi30k.sh"], cwd=REPO, check=False,

@@ -96,7 +96,8 @@ decode() {  # decode SAVE K: the best checkpoint with each beam (greedy written 
 # written when it starts. Run again, the recipe skips a finished run (its decodes exist) whose settings are today's,
 # resumes a stopped one, extends one asked for more epochs (from its checkpoint_last.pt, decoded again), and refuses
 # any other change before training starts: a finished run's results would be reported under settings they did not
-# have, and a stopped one would go on under others.
+# have, and a stopped one would go on under others.  A folder with a train.log but no recipe.settings (trained by hand, or
+# by another script) is refused too: its settings cannot be checked.
 ce_settings() {  # the model's flags, on one line (a flags file may have several)
   echo "ARCH_ARGS=$(printf '%s' "$ARCH_ARGS" | tr -s '[:space:]' ' ')"
 }
@@ -120,7 +121,16 @@ status() {  # status SAVE EPOCHS SETTINGS: "done", "run" (new, stopped, or to be
   if [ -f "$1/recipe.inputs" ] && [ "$(cat "$1/recipe.inputs")" != "$(inputs "$1")" ]; then
     echo "was trained on: $(cat "$1/recipe.inputs"); now asked for: $(inputs "$1")"; return
   fi
-  if [ ! -f "$file" ]; then echo "$finished"; return; fi  # new, or from before runs kept their settings
+  if [ ! -f "$file" ]; then  # new; or trained by something else, whose settings cannot be checked
+    if [ -f "$1/train.log" ]; then
+      echo "has a train.log but no recipe.settings: it was not trained by this recipe (or before runs kept their" \
+        "settings), so its settings cannot be checked against today's; if they are, write them into" \
+        "$file as the recipe does (epochs=E and the settings the refusal of a changed run names)"
+    else
+      echo run
+    fi
+    return
+  fi
   had=$(cat "$file") had_epochs=${had%% *}
   had_epochs=${had_epochs#epochs=}
   if [ "$had" = "epochs=$2 $3" ]; then echo "$finished"
