@@ -116,10 +116,11 @@ inputs() {  # inputs SAVE
 }
 
 status() {  # status SAVE EPOCHS SETTINGS: "done", "run" (new, stopped, or to be extended), or why it conflicts
-  local file=$1/recipe.settings finished=run had had_epochs
+  local file=$1/recipe.settings finished=run had had_epochs asked
   [ -f "$1/hyp-test.txt" ] && finished=done
-  if [ -f "$1/recipe.inputs" ] && [ "$(cat "$1/recipe.inputs")" != "$(inputs "$1")" ]; then
-    echo "was trained on: $(cat "$1/recipe.inputs"); now asked for: $(inputs "$1")"; return
+  asked=$(inputs "$1")
+  if [ -f "$1/recipe.inputs" ] && [ "$(cat "$1/recipe.inputs")" != "$asked" ]; then
+    echo "was trained on: $(cat "$1/recipe.inputs"); now asked for: $asked"; return
   fi
   if [ ! -f "$file" ]; then  # new; or trained by something else, whose settings cannot be checked
     if [ -f "$1/train.log" ]; then
