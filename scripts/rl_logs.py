@@ -17,7 +17,8 @@ greedy and beam 5) against the raw references, the best dev BLEU of its
 training validations and the update it came at, minutes per epoch and
 minutes to that best (from the log's timestamps, summed over resumed
 sessions), a mean row over the seeds, and a PNG of dev BLEU against
-REINFORCE updates (each run starting at its CE checkpoint's best). Under the
+REINFORCE updates (each run starting at its CE checkpoint's best; a marker
+per seed). Under the
 table, the comparisons the recipe is for (GAINS), per seed and their mean:
 REINFORCE over its CE checkpoint and over the better control, small over full
 after REINFORCE, with how many scores reach each comparison's bar.  ``--runs``
@@ -351,17 +352,22 @@ def recipe_plot(runs, path: Path):
     plt, fig, ax = new_figure((7, 4.5))
     start = {(r["k"], r["seed"]): r["best_dev"] for r in runs if r["stage"] == "ce"}
     styles = {"rl": "-", "ctl-ce": "--", "ctl-constant": ":"}
+    drawn = [r for r in runs if r["stage"] != "ce" and r["curve"]]
+    # the line's style says the run, its colour the softmax, its marker the seed (named in the legend with several)
+    seeds = sorted({r["seed"] for r in drawn})
+    markers = dict(zip(seeds, ".xs^v+*"))
     labelled = set()
-    for r in sorted(runs, key=lambda r: (-r["k"], r["stage"], r["seed"])):
-        if r["stage"] == "ce" or not r["curve"]:
-            continue
+    for r in sorted(drawn, key=lambda r: (-r["k"], r["stage"], r["seed"])):
         first = start.get((r["k"], r["seed"]))
         points = ([(0, first)] if first is not None else []) + r["curve"]
         key = (r["k"], r["stage"])
         label = None if key in labelled else f"{'small' if r['k'] else 'full'}: {RECIPE_STAGES[r['stage']]}"
         labelled.add(key)
-        ax.plot([p[0] for p in points], [p[1] for p in points], linestyle=styles[r["stage"]], marker=".",
-                color="C0" if r["k"] else "C1", label=label)
+        ax.plot([p[0] for p in points], [p[1] for p in points], linestyle=styles[r["stage"]],
+                marker=markers.get(r["seed"], "."), color="C0" if r["k"] else "C1", label=label)
+    if len(seeds) > 1:
+        for seed in seeds:
+            ax.plot([], [], linestyle="none", marker=markers[seed], color="gray", label=f"seed {seed}")
     return finish(plt, fig, ax, path, "updates after the CE checkpoint", "dev BLEU (greedy, --eval-bleu)",
                   "REINFORCE from the best CE checkpoint, with its controls")
 

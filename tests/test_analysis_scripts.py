@@ -254,6 +254,36 @@ def test_rl_logs_recipe_joins_the_records_of_runs_made_elsewhere(tmp_path, capsy
     assert exit_.value.code == 2 and "recipe FOLDER needs --data" in capsys.readouterr().err
 
 
+def test_rl_logs_recipe_plot_tells_the_seeds_apart(tmp_path, monkeypatch):
+    """recipe --png: one line per REINFORCE or control run from its CE checkpoint's best, its style the run, its
+    colour the softmax, its marker the seed, with each seed named in the legend once there are several."""
+    rl_logs = load_script("rl_logs")
+    from smallvocab_tools.analysis import plotting
+
+    drawn = {}
+    monkeypatch.setattr(plotting, "finish", lambda plt, fig, ax, path, *args: drawn.setdefault("ax", ax) and path)
+
+    def record(stage, k, seed, dev):
+        return {"stage": stage, "k": k, "seed": seed, "bleu": {}, "best_dev": dev, "best_update": 50,
+                "min_per_epoch": None, "min_to_best": None, "curve": [] if stage == "ce" else [[50, dev + 1]]}
+
+    runs = [record(stage, k, seed, 30.0 + seed) for seed in (1, 2) for k in (5, 0) for stage in ("ce", "rl")]
+    runs.append(record("ctl-ce", 5, 2, 20.0))
+    rl_logs.recipe_plot(runs, tmp_path / "p.png")
+    lines = {line.get_label(): line for line in drawn["ax"].get_lines() if not line.get_label().startswith("_")}
+    assert set(lines) == {"small: REINFORCE", "full: REINFORCE", "small: control: CE continued", "seed 1", "seed 2"}
+    curves = [(tuple(line.get_xdata()), tuple(line.get_ydata()), line.get_marker(), line.get_linestyle(),
+               line.get_color()) for line in drawn["ax"].get_lines() if len(line.get_xdata())]
+    assert sorted(curves) == sorted([((0, 50), (31.0, 32.0), ".", "-", "C0"), ((0, 50), (32.0, 33.0), "x", "-", "C0"),
+                                     ((0, 50), (31.0, 32.0), ".", "-", "C1"), ((0, 50), (32.0, 33.0), "x", "-", "C1"),
+                                     ((0, 50), (32.0, 21.0), "x", "--", "C0")])
+    assert (lines["seed 1"].get_marker(), lines["seed 2"].get_marker()) == (".", "x")
+    drawn.clear()
+    rl_logs.recipe_plot([r for r in runs if r["seed"] == 1], tmp_path / "p.png")
+    assert {line.get_label() for line in drawn["ax"].get_lines()} == {"small: REINFORCE", "full: REINFORCE"}
+    assert {line.get_marker() for line in drawn["ax"].get_lines()} == {"."}
+
+
 def test_rl_logs_reads_where_a_run_trained(tmp_path):
     """parse's "device": the GPU fairseq's trainer names, else "cpu" where the config says --cpu, else None."""
     rl_logs = load_script("rl_logs")
