@@ -319,25 +319,33 @@ def test_a_capture_that_fails_names_the_flag_that_runs_without_one(monkeypatch):
     assert raised.value is error
 
 
+def _on_cuda(small, monkeypatch):
+    """The REINFORCE step's model, task and batch on CUDA, its sampling step captured, no pass captured yet."""
+    from fairseq import utils
+
+    model, task, sample = _setup(small)
+    model.cuda()
+    monkeypatch.setattr(capture, "CAPTURE", "cuda-graphs")
+    graphed_pass.forget(model.decoder)
+    return model, task, utils.move_to_cuda(sample)
+
+
+def _steps(model, task, sample, mode, monkeypatch):
+    """Two REINFORCE steps (seeds 6 and 7) with the teacher-forced passes run as ``mode`` says."""
+    monkeypatch.setattr(graphed_pass, "MODE", mode)
+    return [reinforce_step(model, task, sample, "loo", 3, seed=seed) for seed in (6, 7)]
+
+
 @cuda
 @pytest.mark.parametrize("small", [True, False])
 def test_reinforce_step_on_cuda_graphs_equals_the_eager_passes(small, monkeypatch):
     """The whole REINFORCE step on CUDA, the sampling step captured: its CE pass (training mode) and its
     scoring pass (eval) replayed as graphs inside the step's gathered embedding gradients give the loss and
     gradients of the decoder's own passes, for two batches in a row (the second replays)."""
-    from fairseq import utils
-
-    model, task, sample = _setup(small)
-    model.cuda()
-    sample = utils.move_to_cuda(sample)
-    monkeypatch.setattr(capture, "CAPTURE", "cuda-graphs")
-    graphed_pass.forget(model.decoder)
-    for seed in (6, 7):
-        results = {}
-        for mode in ("off", "cuda-graphs"):
-            monkeypatch.setattr(graphed_pass, "MODE", mode)
-            results[mode] = reinforce_step(model, task, sample, "loo", 3, seed=seed)
-        assert_same_step(results["cuda-graphs"], results["off"])
+    model, task, sample = _on_cuda(small, monkeypatch)
+    want = _steps(model, task, sample, "off", monkeypatch)
+    for got, expected in zip(_steps(model, task, sample, "cuda-graphs", monkeypatch), want):
+        assert_same_step(got, expected)
     assert [key[3] for key in graphed_pass._BUCKETS[model.decoder]] == [True, False]  # one bucket each
 
 
@@ -373,13 +381,7 @@ def test_a_capture_while_another_thread_pins_memory(monkeypatch):
     (capture.CAPTURE_ERROR_MODE), for the sampling step and the teacher-forced passes alike."""
     import threading
 
-    from fairseq import utils
-
-    model, task, sample = _setup(True)
-    model.cuda()
-    sample = utils.move_to_cuda(sample)
-    monkeypatch.setattr(capture, "CAPTURE", "cuda-graphs")
-    graphed_pass.forget(model.decoder)
+    model, task, sample = _on_cuda(True, monkeypatch)
     stop, errors, pinned = threading.Event(), [], [0]
 
     def pin():
@@ -390,17 +392,13 @@ def test_a_capture_while_another_thread_pins_memory(monkeypatch):
         except Exception as error:  # noqa: BLE001 (reported by the test)
             errors.append(error)
 
-    want = {}
-    monkeypatch.setattr(graphed_pass, "MODE", "off")
-    for seed in (6, 7):
-        want[seed] = reinforce_step(model, task, sample, "loo", 3, seed=seed)
-    monkeypatch.setattr(graphed_pass, "MODE", "cuda-graphs")
+    want = _steps(model, task, sample, "off", monkeypatch)
     capture.forget(model.decoder)  # both kinds of graph captured while the thread pins
     thread = threading.Thread(target=pin)
     thread.start()
-    try:
-        for seed in (6, 7):  # the first captures both kinds of graph, the second replays them
-            assert_same_step(reinforce_step(model, task, sample, "loo", 3, seed=seed), want[seed])
+    try:  # the first step captures both kinds of graph, the second replays them
+        for got, expected in zip(_steps(model, task, sample, "cuda-graphs", monkeypatch), want):
+            assert_same_step(got, expected)
     finally:
         stop.set()
         thread.join()
