@@ -284,6 +284,19 @@ def test_rl_logs_recipe_plot_tells_the_seeds_apart(tmp_path, monkeypatch):
     assert {line.get_marker() for line in drawn["ax"].get_lines()} == {"."}
 
 
+def test_the_two_seed_table_in_results_is_what_the_kept_records_give(tmp_path, capsys):
+    """docs/RESULTS.md's table of the Transformer recipe's two seeds, and their comparisons, are what
+    rl_logs.py recipe makes of the records kept in docs/runs32 (the command RESULTS shows), line for line."""
+    rl_logs = load_script("rl_logs")
+    runs = REPO / "docs" / "runs32"
+    rl_logs.main(["recipe", "--runs", str(runs / "seed1.json"), "--runs", str(runs / "seed2.json"),
+                  "--png", str(tmp_path / "dev_bleu.png")])
+    out = capsys.readouterr().out
+    table = out[:out.index("\nwrote ")].strip()
+    assert table.count("| mean |") == 13 and table in (REPO / "docs" / "RESULTS.md").read_text()
+    assert (tmp_path / "dev_bleu.png").stat().st_size > 0
+
+
 def test_rl_logs_reads_where_a_run_trained(tmp_path):
     """parse's "device": the GPU fairseq's trainer names, else "cpu" where the config says --cpu, else None."""
     rl_logs = load_script("rl_logs")
