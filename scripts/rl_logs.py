@@ -355,7 +355,7 @@ def recipe_plot(runs, path: Path):
     drawn = [r for r in runs if r["stage"] != "ce" and r["curve"]]
     # the line's style says the run, its colour the softmax, its marker the seed (named in the legend with several)
     seeds = sorted({r["seed"] for r in drawn})
-    markers = dict(zip(seeds, ".xs^v+*"))
+    markers = {seed: ".xs^v+*"[i % 7] for i, seed in enumerate(seeds)}  # past 7 seeds, the markers repeat
     labelled = set()
     for r in sorted(drawn, key=lambda r: (-r["k"], r["stage"], r["seed"])):
         first = start.get((r["k"], r["seed"]))
@@ -364,7 +364,7 @@ def recipe_plot(runs, path: Path):
         label = None if key in labelled else f"{'small' if r['k'] else 'full'}: {RECIPE_STAGES[r['stage']]}"
         labelled.add(key)
         ax.plot([p[0] for p in points], [p[1] for p in points], linestyle=styles[r["stage"]],
-                marker=markers.get(r["seed"], "."), color="C0" if r["k"] else "C1", label=label)
+                marker=markers[r["seed"]], color="C0" if r["k"] else "C1", label=label)
     if len(seeds) > 1:
         for seed in seeds:
             ax.plot([], [], linestyle="none", marker=markers[seed], color="gray", label=f"seed {seed}")

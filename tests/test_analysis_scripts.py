@@ -282,6 +282,10 @@ def test_rl_logs_recipe_plot_tells_the_seeds_apart(tmp_path, monkeypatch):
     rl_logs.recipe_plot([r for r in runs if r["seed"] == 1], tmp_path / "p.png")
     assert {line.get_label() for line in drawn["ax"].get_lines()} == {"small: REINFORCE", "full: REINFORCE"}
     assert {line.get_marker() for line in drawn["ax"].get_lines()} == {"."}
+    drawn.clear()  # more seeds than markers: they repeat, and every seed is still named
+    rl_logs.recipe_plot([record("rl", 5, seed, 30.0) for seed in range(1, 9)], tmp_path / "p.png")
+    named = {line.get_label(): line.get_marker() for line in drawn["ax"].get_lines()}
+    assert named["seed 8"] == named["seed 1"] == "." and named["seed 7"] == "*"
 
 
 def test_the_two_seed_table_in_results_is_what_the_kept_records_give(tmp_path, capsys):
