@@ -356,16 +356,18 @@ def recipe_plot(runs, path: Path):
     # the line's style says the run, its colour the softmax, its marker the seed (named in the legend with several)
     seeds = sorted({r["seed"] for r in drawn})
     markers = {seed: ".xs^v+*"[i % 7] for i, seed in enumerate(seeds)}  # past 7 seeds, the markers repeat
-    labelled = set()
+    labelled = {}  # (k, stage) -> its legend entry
     for r in sorted(drawn, key=lambda r: (-r["k"], r["stage"], r["seed"])):
         first = start.get((r["k"], r["seed"]))
         points = ([(0, first)] if first is not None else []) + r["curve"]
         key = (r["k"], r["stage"])
         label = None if key in labelled else f"{'small' if r['k'] else 'full'}: {RECIPE_STAGES[r['stage']]}"
-        labelled.add(key)
+        labelled.setdefault(key, label)
         ax.plot([p[0] for p in points], [p[1] for p in points], linestyle=styles[r["stage"]],
-                marker=markers[r["seed"]], color="C0" if r["k"] else "C1", label=label)
-    if len(seeds) > 1:
+                marker=markers[r["seed"]], color="C0" if r["k"] else "C1", label=label if len(seeds) == 1 else None)
+    if len(seeds) > 1:  # a run's entry without a marker (no one seed's), then a marker's entry per seed
+        for (k, stage), label in labelled.items():
+            ax.plot([], [], linestyle=styles[stage], color="C0" if k else "C1", label=label)
         for seed in seeds:
             ax.plot([], [], linestyle="none", marker=markers[seed], color="gray", label=f"seed {seed}")
     return finish(plt, fig, ax, path, "updates after the CE checkpoint", "dev BLEU (greedy, --eval-bleu)",

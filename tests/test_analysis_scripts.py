@@ -256,7 +256,8 @@ def test_rl_logs_recipe_joins_the_records_of_runs_made_elsewhere(tmp_path, capsy
 
 def test_rl_logs_recipe_plot_tells_the_seeds_apart(tmp_path, monkeypatch):
     """recipe --png: one line per REINFORCE or control run from its CE checkpoint's best, its style the run, its
-    colour the softmax, its marker the seed, with each seed named in the legend once there are several."""
+    colour the softmax, its marker the seed; once there are several seeds, the legend names each seed by its
+    marker and each run by its style and colour alone."""
     rl_logs = load_script("rl_logs")
     from smallvocab_tools.analysis import plotting
 
@@ -278,6 +279,10 @@ def test_rl_logs_recipe_plot_tells_the_seeds_apart(tmp_path, monkeypatch):
                                      ((0, 50), (31.0, 32.0), ".", "-", "C1"), ((0, 50), (32.0, 33.0), "x", "-", "C1"),
                                      ((0, 50), (32.0, 21.0), "x", "--", "C0")])
     assert (lines["seed 1"].get_marker(), lines["seed 2"].get_marker()) == (".", "x")
+    # a run's entry is no one seed's: its line style and colour, no marker
+    assert [(lines[name].get_linestyle(), lines[name].get_color(), lines[name].get_marker()) for name in
+            ("small: REINFORCE", "full: REINFORCE", "small: control: CE continued")] == [
+        ("-", "C0", "None"), ("-", "C1", "None"), ("--", "C0", "None")]
     drawn.clear()
     rl_logs.recipe_plot([r for r in runs if r["seed"] == 1], tmp_path / "p.png")
     assert {line.get_label() for line in drawn["ax"].get_lines()} == {"small: REINFORCE", "full: REINFORCE"}
