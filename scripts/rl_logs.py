@@ -38,7 +38,9 @@ is made of those records alone.
 ``tuning``: several recipe folders (tuning variants, each its own OUT started
 from the same CE runs with CE_FROM): one row per REINFORCE run, with the
 settings that differ between them (from each run's recipe.settings), its best
-dev BLEU in training, its decodes and their change over its CE run.
+dev BLEU in training, its decodes and their change over its CE run, and the
+length ratio of its greedy dev output beside its CE run's (below 1 the outputs
+are shorter than the references and BLEU's brevity penalty applies).
 """
 
 import argparse
@@ -149,15 +151,21 @@ def decode_name(split: str, tag: str) -> str:
     return f"{'dev' if split == 'valid' else split} {'beam 5' if tag else 'greedy'}"
 
 
-def corpus_bleu(hyp: Path, ref: Path) -> float:
+def corpus_scores(hyp: Path, ref: Path):
     """sacrebleu's BLEU of a hypothesis file against the raw references (already tokenized: no further
-    tokenization, as decode_multi30k.sh scores them)."""
+    tokenization, as decode_multi30k.sh scores them), and its length ratio (hypothesis words / reference
+    words: below 1, the brevity penalty takes its share)."""
     import sacrebleu
 
     hyps, refs = hyp.read_text().splitlines(), ref.read_text().splitlines()
     if len(hyps) != len(refs):
         raise SystemExit(f"{hyp}: {len(hyps)} lines, but {ref} has {len(refs)}")
-    return sacrebleu.corpus_bleu(hyps, [refs], tokenize="none", force=True).score  # tokenized on purpose
+    score = sacrebleu.corpus_bleu(hyps, [refs], tokenize="none", force=True)  # tokenized on purpose
+    return score.score, score.sys_len / score.ref_len
+
+
+def corpus_bleu(hyp: Path, ref: Path) -> float:
+    return corpus_scores(hyp, ref)[0]
 
 
 def recipe_runs(folder: Path, data: Path, tgt: str):
@@ -173,13 +181,13 @@ def recipe_runs(folder: Path, data: Path, tgt: str):
         best = max(valid, key=lambda v: v["bleu"]) if valid else None
         times = [t["elapsed"] for t in log["train"] if "elapsed" in t]
         epochs = [b - a for a, b in zip([0.0] + times, times)]
-        bleu = {}
+        bleu, ratio = {}, {}
         for split, tag in DECODES:
             hyp = path / f"hyp-{split}{tag}.txt"
             if hyp.is_file():
-                bleu[split + tag] = corpus_bleu(hyp, data / "raw" / f"{split}.{tgt}")
+                bleu[split + tag], ratio[split + tag] = corpus_scores(hyp, data / "raw" / f"{split}.{tgt}")
         runs.append({"stage": match.group(1), "k": int(match.group(2)), "seed": int(match.group(3)),
-                     "bleu": bleu, "best_dev": best["bleu"] if best else None,
+                     "bleu": bleu, "length_ratio": ratio, "best_dev": best["bleu"] if best else None,
                      "best_update": best.get("num_updates") if best else None,
                      "min_per_epoch": statistics.median(epochs) / 60 if epochs else None,
                      "min_to_best": best["elapsed"] / 60 if best and "elapsed" in best else None,
@@ -332,7 +340,7 @@ def tuning_table(folders, data: Path, tgt: str) -> str:
     decodes = [(split, tag) for split, tag in DECODES if any(split + tag in r["bleu"] for _, r, _, _ in rows)]
     head = ("| folder | " + "".join(f"{key} | " for key in keys) + "softmax | seed | best dev BLEU in training | "
             "at update | " + "".join(f"{decode_name(split, tag)} (change over CE) | " for split, tag in decodes)
-            + "min to best |")
+            + "dev greedy length ratio (CE's) | min to best |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for folder, r, ce, settings in sorted(rows, key=lambda row: (-row[1]["k"], row[1]["seed"])):
         cells = [folder.name, *(settings.get(key, "-") for key in keys), f"small (K = {r['k']})" if r["k"] else "full",
@@ -340,6 +348,8 @@ def tuning_table(folders, data: Path, tgt: str) -> str:
         for split, tag in decodes:
             value, before = r["bleu"].get(split + tag), (ce or {"bleu": {}})["bleu"].get(split + tag)
             cells.append(cell(value) + ("" if value is None or before is None else f" ({value - before:+.2f})"))
+        ratio, before = r["length_ratio"].get("valid"), (ce or {"length_ratio": {}})["length_ratio"].get("valid")
+        cells.append(cell(ratio, "{:.3f}") + ("" if ratio is None or before is None else f" ({before:.3f})"))
         cells.append(cell(r["min_to_best"], "{:.1f}"))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

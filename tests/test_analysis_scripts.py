@@ -181,19 +181,22 @@ def test_rl_logs_tuning_compares_recipe_folders(tmp_path):
     tuned.mkdir()
     (tuned / "ce-k5-s1").symlink_to(base / "ce-k5-s1")
     run_dir(tuned, "rl-k5-s1", ["a b c x", "e f g x"], [29.0, 28.0], f"{common} LAMBDA=0.05")
+    (tuned / "rl-k5-s1" / "hyp-valid.txt").write_text("a b c x\ne f g\n")  # one word short on dev
     out = run([REPO / "scripts" / "rl_logs.py", "tuning", base, tuned, "--data", tmp_path / "data",
                "--markdown", tmp_path / "t.md"]).stdout
     import sacrebleu
 
-    ce, worse = (sacrebleu.corpus_bleu(h, [refs], tokenize="none", force=True).score
-                 for h in (["a b c x", "e f g h"], ["a b c x", "e f g x"]))
+    ce, worse, short = (sacrebleu.corpus_bleu(h, [refs], tokenize="none", force=True).score
+                        for h in (["a b c x", "e f g h"], ["a b c x", "e f g x"], ["a b c x", "e f g"]))
     lines = out.splitlines()
     assert lines[0] == ("| folder | LAMBDA | softmax | seed | best dev BLEU in training | at update | dev greedy "
-                        "(change over CE) | test greedy (change over CE) | min to best |")
+                        "(change over CE) | test greedy (change over CE) | dev greedy length ratio (CE's) | "
+                        "min to best |")
+    # the length ratios: CE's dev output has 8 words for the references' 8, the tuned run's 7
     assert lines[2] == (f"| base | 0.005 | small (K = 5) | 1 | 32.50 | 100 | 100.00 ({100 - ce:+.2f}) | "
-                        f"100.00 ({100 - ce:+.2f}) | - |")
-    assert lines[3] == (f"| lambda | 0.05 | small (K = 5) | 1 | 29.00 | 50 | {worse:.2f} ({worse - ce:+.2f}) | "
-                        f"{worse:.2f} ({worse - ce:+.2f}) | - |")
+                        f"100.00 ({100 - ce:+.2f}) | 1.000 (1.000) | - |")
+    assert lines[3] == (f"| lambda | 0.05 | small (K = 5) | 1 | 29.00 | 50 | {short:.2f} ({short - ce:+.2f}) | "
+                        f"{worse:.2f} ({worse - ce:+.2f}) | 0.875 (1.000) | - |")
     assert len(lines) == 4 and (tmp_path / "t.md").read_text() == out
 
 
