@@ -84,8 +84,8 @@ def test_benchmark_on_real_batches_of_a_corpus(tiny_raw, tiny_bin, predictor, tm
     from smallvocab_tools.bench.phases import PHASES
 
     assert list(flat["phases"]) == list(PHASES) and "phases" not in small
-    assert all(flat["phases"][name] > 0 for name in PHASES)
-    assert sum(flat["phases"].values()) <= flat["sec_per_step"]
+    assert all(flat["phases"][name] > 0 for name in PHASES)  # to the microsecond: the tiny ones too
+    assert sum(flat["phases"].values()) <= flat["sec_per_step"] + 5e-5  # (the step's seconds: four decimals)
     assert "Seconds per step by phase" in out and "| flat 3 |" in out
     # one sampling loop per step (learned baseline), of at most 3 steps: its time per step of the loop
     assert flat["ms_per_sampled_token"] >= 1000 * flat["phases"]["sampling"] / 3 * 0.9

@@ -28,6 +28,9 @@ import time
 from contextlib import contextmanager
 
 PHASES = ("encoder", "ce_pass", "sampling", "scoring", "rewards", "loss", "backward", "optimizer")
+# phases are recorded in seconds to the microsecond: a tiny model's optimizer step or rewards take under
+# 0.05 ms, which four decimals recorded as 0 (a phase that ran would read as one that never did)
+DECIMALS = 6
 
 
 class PhaseTimer:

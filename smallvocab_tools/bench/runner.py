@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 from smallvocab_tools.bench.ab import ab_summary
+from smallvocab_tools.bench.phases import DECIMALS
 from smallvocab_tools.bench.report import mode_label
 from smallvocab_tools.bench.train_worker import floor_summary
 
@@ -64,7 +65,7 @@ def run_interleaved(cfgs, rounds: int, log=lambda message: None):
                 record.update(floor_steps=steps, products_rounds=products, **floor_summary(steps, products), **counts,
                               products_gflop=round(counts["products_flops"] / 1e9, 3))
             if "phases" in record:  # each phase's median over the rounds
-                record["phases"] = {name: round(statistics.median(x["phases"][name] for x in runs[i]), 4)
+                record["phases"] = {name: round(statistics.median(x["phases"][name] for x in runs[i]), DECIMALS)
                                     for name in record["phases"]}
             if full is not None and cfg["softmax"] == "small":
                 ratios = [f[time_key] / s[time_key] for f, s in zip(runs[full], runs[i])]

@@ -17,7 +17,7 @@ import time
 
 from smallvocab_tools.bench.ab import ab_steps
 from smallvocab_tools.bench.largest_batch import fits_on_cuda, largest_fitting, release
-from smallvocab_tools.bench.phases import instrument
+from smallvocab_tools.bench.phases import DECIMALS, instrument
 from smallvocab_tools.bench.workload import build_model, make_batch, real_setup, synthetic_task, to_device
 
 
@@ -132,7 +132,8 @@ def train_worker(cfg: dict) -> dict:
         for sample in timed:
             step(sample)
         sec_per_step = (time.perf_counter() - start) / cfg["steps"]
-    phases = None if timer is None else {name: round(span / cfg["steps"], 4) for name, span in timer.spans.items()}
+    phases = None if timer is None else {name: round(span / cfg["steps"], DECIMALS)
+                                         for name, span in timer.spans.items()}
     if cuda:
         peak_total = torch.cuda.max_memory_allocated(device) / 2**20
     else:
