@@ -76,3 +76,6 @@ def test_bad_settings_are_named():
     for value in (-0.1, 1.5):
         with pytest.raises(ValueError, match=r"--rl-lambda must be in \[0, 1\]"):
             _crit(task, rl_lambda=value)
+    for value in (-0.1, 1.0):
+        with pytest.raises(ValueError, match=r"--label-smoothing must be in \[0, 1\) \(the CE term's\)"):
+            _crit(task, label_smoothing=value)

@@ -182,6 +182,33 @@ def test_ce_term_and_mixing():
     torch.testing.assert_close(mixed, 0.25 * mlog["ce"] + 0.75 * mlog["rl"])
 
 
+@pytest.mark.parametrize("small", [True, False])
+def test_label_smoothed_ce_term_is_fairseqs_label_smoothed_cross_entropy(small):
+    """--label-smoothing eps: the CE term is what fairseq's label_smoothed_cross_entropy sums on the same batch
+    (over the candidates under a small vocabulary, as the CE runs were trained), in the loss, its gradients,
+    the logged ce and the mixed loss; eps = 0 is the plain CE."""
+    from fairseq.criterions.label_smoothed_cross_entropy import LabelSmoothedCrossEntropyCriterion
+
+    model, task, sample = _setup(small)
+    want = LabelSmoothedCrossEntropyCriterion(task, sentence_avg=False, label_smoothing=0.1)(model, sample)[0]
+    model.zero_grad()
+    want.backward()
+    want_grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    loss, _, log = _crit(task, rl_lambda=1.0, rl_baseline="none", label_smoothing=0.1)(model, sample)
+    loss.backward()
+    torch.testing.assert_close(loss, want)
+    assert float(log["ce"]) == loss.item()
+    for g, w in zip([p.grad for p in model.parameters()], want_grads):
+        torch.testing.assert_close(g, w)
+    plain = _crit(task, rl_lambda=1.0, rl_baseline="none")(model, sample)[0]
+    assert plain.item() < loss.item() - 1e-3  # smoothing adds the spread mass's cost: it is not the plain CE
+    torch.manual_seed(3)
+    mixed, _, mlog = _crit(task, rl_lambda=0.25, rl_baseline="none", label_smoothing=0.1)(model, sample)
+    assert float(mlog["ce"]) == pytest.approx(loss.item(), rel=1e-6)  # the same CE term beside the samples
+    torch.testing.assert_close(mixed, 0.25 * mlog["ce"] + 0.75 * mlog["rl"])
+
+
 def test_lambda_one_is_the_ce_term_alone_and_samples_nothing(monkeypatch):
     """The CE control (lambda = 1): RL's weight is 0, so nothing is drawn (not
     even for the learned baseline); loss and gradients are the CE term's, and

@@ -168,13 +168,17 @@ def test_the_transformer_rl_recipe_runs_end_to_end_on_tiny_data(tiny_bin, predic
     # tuning: another OUT starts from these CE runs (linked, not retrained) and trains only the new setting
     tune = tmp_path / "tune"
     tuned = run(["bash", "examples/translation/run_transformer_rl_multi30k.sh"], cwd=REPO,
-                env={**env, "OUT": str(tune), "CE_FROM": str(out), "KS": "60", "LAMBDA": "0.5", "CONTROLS": "",
-                     "BEAMS": "1"})
+                env={**env, "OUT": str(tune), "CE_FROM": str(out), "KS": "60", "LAMBDA": "0.5", "LS": "0.1",
+                     "CONTROLS": "", "BEAMS": "1"})
     assert sorted(p.name for p in tune.iterdir() if p.is_dir()) == ["ce-k60-s1", "rl-k60-s1"]
     assert (tune / "ce-k60-s1").is_symlink() and (tune / "ce-k60-s1").resolve() == (out / "ce-k60-s1").resolve()
     assert (out / "ce-k60-s1" / "train.log").read_text() == logs["ce-k60-s1"]
     tuned_log = (tune / "rl-k60-s1" / "train.log").read_text()
     assert "'rl_lambda': 0.5" in tuned_log and str(tune / "ce-k60-s1" / "checkpoint_best.pt") in tuned_log
+    # the CE term's label smoothing: passed on, and recorded only where it is not 0 (as runs before LS had it)
+    assert "'label_smoothing': 0.1" in tuned_log and "'label_smoothing': 0.0" in logs["rl-k60-s1"]
+    assert " TEMP=1.0 LS=0.1 CE_EPOCHS=1 " in (tune / "rl-k60-s1" / "recipe.settings").read_text()
+    assert " TEMP=1.0 CE_EPOCHS=1 " in (out / "rl-k60-s1" / "recipe.settings").read_text()
     assert "| small (K = 60) | CE (best checkpoint) | 1 |" in tuned.stdout
     assert not (tune / "rl-k60-s1" / "hyp-test.beam5.txt").exists()
     # a CE_FROM without that finished CE run: refused before anything is trained

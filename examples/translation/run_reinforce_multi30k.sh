@@ -7,7 +7,8 @@
 # checkpoint), SAVE, EPOCHS, THREADS, BASELINE (learned, loo, self-critical,
 # none), SAMPLES (per input; loo needs >= 2), REWARD (gleu, bleu, chrf,
 # constant), TEMP (sampling temperature), LAMBDA (the CE weight; 1 = CE alone
-# with the same optimizer: the control), OPTIMIZER (sgd, the paper's, or adam:
+# with the same optimizer: the control), LS (label smoothing of the CE term;
+# default 0, the paper's; 0.1 continues a label-smoothed CE run's objective), OPTIMIZER (sgd, the paper's, or adam:
 # fairseq's defaults, no schedule), LR, SEED, DEVICE (cpu or cuda), EXTRA
 # (more fairseq-train flags; for a budget use --max-update or EPOCHS, not
 # --stop-time-hours: fairseq counts the CE checkpoint's training time, restored
@@ -31,6 +32,7 @@ SAMPLES=${SAMPLES:-1}
 REWARD=${REWARD:-gleu}
 TEMP=${TEMP:-1.0}
 LAMBDA=${LAMBDA:-0.005}
+LS=${LS:-0}
 SEED=${SEED:-1}
 DEVICE=${DEVICE:-cpu}
 SRC=${SRC:-en}
@@ -44,7 +46,7 @@ mkdir -p "$SAVE"
 start=$(date +%s)
 fairseq-train "$DATA" --user-dir fairseq_smallvocab --task translation_smallvocab -s "$SRC" -t "$TGT" \
   --candidates-dir "$CANDS" --small-vocab-size "$K" \
-  $ARCH_ARGS --criterion reinforce_gleu --rl-lambda "$LAMBDA" --rl-baseline "$BASELINE" \
+  $ARCH_ARGS --criterion reinforce_gleu --rl-lambda "$LAMBDA" --label-smoothing "$LS" --rl-baseline "$BASELINE" \
   --rl-samples "$SAMPLES" --reward "$REWARD" --sample-temperature "$TEMP" \
   --max-sample-len 100 --sample-len-ratio 1.5 --finetune-from-model "$CE" \
   --optimizer "$OPTIMIZER" --lr "$LR" --clip-norm 1.0 --batch-size 128 \

@@ -6,7 +6,8 @@
 #      the checkpoint of best dev BLEU is kept.
 #   2. REINFORCE from that checkpoint: run_reinforce_multi30k.sh with the
 #      model's flags, RL_EPOCHS epochs of OPTIMIZER at LR, LAMBDA, SAMPLES
-#      samples per input, BASELINE, REWARD and TEMP; dev BLEU and a checkpoint
+#      samples per input, BASELINE, REWARD, TEMP and LS (the CE term's label
+#      smoothing; default 0, the paper's plain CE); dev BLEU and a checkpoint
 #      every VALIDATE updates, the best kept.
 #   3. Its controls, with the same optimizer and budget (CONTROLS; empty: none): "ce" (the
 #      CE term alone: LAMBDA=1) and "constant" (a constant reward, no baseline).
@@ -19,7 +20,7 @@
 # checkpoint_last.pt, so a stopped recipe continues where it was; a finished
 # run is skipped, or extended when asked for more RL_EPOCHS; a run trained with
 # other recorded settings (recipe.settings: the model's flags, and REINFORCE's
-# optimizer, lr, lambda, samples, baseline, reward, temperature and CE_EPOCHS;
+# optimizer, lr, lambda, samples, baseline, reward, temperature, LS and CE_EPOCHS;
 # recipe.inputs: DATA, CANDS, and VALIDATE for REINFORCE) is refused, and so
 # are more CE_EPOCHS once REINFORCE runs exist.
 # Run from the project root with the project's environment active, after
@@ -28,7 +29,7 @@
 # Tuning REINFORCE (another LAMBDA, REWARD, SAMPLES, TEMP, LR, ...): a new OUT with CE_FROM=the first
 # OUT starts from the CE runs there (linked into OUT, so its table has them), and trains only what differs.
 # Settings: DATA, CANDS, OUT, CE_FROM, SEEDS, KS, CE_EPOCHS, RL_EPOCHS, OPTIMIZER, LR, LAMBDA,
-# SAMPLES, BASELINE, REWARD, TEMP, VALIDATE (0: once an epoch), CONTROLS,
+# SAMPLES, BASELINE, REWARD, TEMP, LS, VALIDATE (0: once an epoch), CONTROLS,
 # BEAMS, THREADS (per run), DEVICE (cpu or cuda: where every run trains and decodes), PARALLEL (1: each K's runs
 # side by side with the other K's, each with THREADS threads), SRC, TGT, ARCH_ARGS (the model's flags; default:
 # transformer_multi30k.args).
@@ -48,6 +49,7 @@ SAMPLES=${SAMPLES:-4}
 BASELINE=${BASELINE:-loo}
 REWARD=${REWARD:-gleu}
 TEMP=${TEMP:-1.0}
+LS=${LS:-0}
 VALIDATE=${VALIDATE:-50}
 CONTROLS=${CONTROLS-ce constant}  # empty: none
 BEAMS=${BEAMS:-1 5}
@@ -102,8 +104,9 @@ ce_settings() {  # the model's flags, on one line (a flags file may have several
   echo "ARCH_ARGS=$(printf '%s' "$ARCH_ARGS" | tr -s '[:space:]' ' ')"
 }
 rl_settings() {  # rl_settings LAMBDA REWARD BASELINE: also the CE run's, which gave its starting point
+  # LS only where it is not 0: runs recorded before LS existed used 0, and compare equal
   echo "OPTIMIZER=$OPTIMIZER LR=$LR LAMBDA=$1 SAMPLES=$SAMPLES BASELINE=$3 REWARD=$2 TEMP=$TEMP" \
-    "CE_EPOCHS=$CE_EPOCHS $(ce_settings)"
+    "$([ "$LS" = 0 ] || echo "LS=$LS ")CE_EPOCHS=$CE_EPOCHS $(ce_settings)"
 }
 
 # What a run reads is kept beside its settings, in SAVE/recipe.inputs, and compared the same way where that file
@@ -184,7 +187,7 @@ reinforce() {  # reinforce NAME LAMBDA REWARD BASELINE SEED K
   local save=$OUT/$1-k$6-s$5
   train "$save" "$RL_EPOCHS" "$(rl_settings "$2" "$3" "$4")" run_reinforce_multi30k.sh K="$6" SEED="$5" \
     DATA="$DATA" CANDS="$CANDS" CE="$OUT/ce-k$6-s$5/checkpoint_best.pt" THREADS="$THREADS" DEVICE="$DEVICE" \
-    OPTIMIZER="$OPTIMIZER" LR="$LR" LAMBDA="$2" SAMPLES="$SAMPLES" BASELINE="$4" REWARD="$3" TEMP="$TEMP" \
+    OPTIMIZER="$OPTIMIZER" LR="$LR" LAMBDA="$2" SAMPLES="$SAMPLES" BASELINE="$4" REWARD="$3" TEMP="$TEMP" LS="$LS" \
     SRC="$SRC" TGT="$TGT" ARCH_ARGS="$ARCH_ARGS" EXTRA="$VALID_ARGS"
   decode "$save" "$6"
 }

@@ -11,6 +11,9 @@ length limit.  Then, for sample j of example b,
     L_r   = - sum_b (1/N) sum_j sum_t A_bjt log p(y_bjt)   (steps after the sampled eos excluded)
     L     = lambda L_c + (1 - lambda) L_r                  (L_c: CE of the gold target)
 
+(``--label-smoothing eps`` makes L_c fairseq's label-smoothed CE, as a model
+trained with ``label_smoothed_cross_entropy`` was; the paper's is eps = 0.)
+
 summed over the batch; the sample size is the number of sentences, so N
 samples give the average of N single-sample gradients, not N times one.
 With lambda = 1 (the CE control: CE continued with the same loss, optimizer
@@ -78,6 +81,7 @@ import torch
 import torch.nn.functional as F
 from fairseq import metrics
 from fairseq.criterions import FairseqCriterion, register_criterion
+from fairseq.criterions.label_smoothed_cross_entropy import label_smoothed_nll_loss
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 
 from fairseq_smallvocab.reinforce import capture, graphed_pass
@@ -149,6 +153,9 @@ def run_settings(cfg):
 @dataclass
 class ReinforceGleuConfig(FairseqDataclass):
     rl_lambda: float = field(default=0.005, metadata={"help": "lambda: weight of the CE term, 1 - lambda: RL's"})
+    label_smoothing: float = field(
+        default=0.0, metadata={"help": "eps: label smoothing of the CE term, as label_smoothed_cross_entropy's "
+                                       "(over the candidates under a small vocabulary); 0: the paper's plain CE"})
     rl_baseline: BASELINES = field(default="learned",
                                    metadata={"help": "reward baseline (loo: needs --rl-samples >= 2)"})
     rl_samples: int = field(default=1, metadata={"help": "samples per input, each rewarded against the reference"})
@@ -191,6 +198,8 @@ def check_config(cfg: ReinforceGleuConfig) -> None:
                          "greedy sequences use --rl-baseline self-critical, whose baseline is the greedy decode")
     if not 0.0 <= cfg.rl_lambda <= 1.0:
         raise ValueError(f"--rl-lambda must be in [0, 1], got {cfg.rl_lambda}")
+    if not 0.0 <= cfg.label_smoothing < 1.0:
+        raise ValueError(f"--label-smoothing must be in [0, 1) (the CE term's), got {cfg.label_smoothing}")
     if cfg.max_sample_len < 1:
         raise ValueError(f"--max-sample-len must be >= 1, got {cfg.max_sample_len}")
     if cfg.sample_len_ratio < 0:
@@ -344,11 +353,16 @@ class ReinforceGleuCriterion(FairseqCriterion):
         return loss, nsentences, logging_output
 
     def ce_term(self, model, sample, net_output):
-        """L_c: the gold target's CE, summed over its tokens (pad excluded)."""
+        """L_c: the gold target's CE, summed over its tokens (pad excluded); with --label-smoothing eps,
+        fairseq's label-smoothed CE (what label_smoothed_cross_entropy sums), so that a model trained with
+        it goes on with the same CE objective instead of a sharper one."""
         lprobs = model.get_normalized_probs(net_output, log_probs=True)
         target = model.get_targets(sample, net_output)
-        return F.nll_loss(lprobs.view(-1, lprobs.size(-1)), target.reshape(-1), ignore_index=self.padding_idx,
-                          reduction="sum")
+        lprobs, target = lprobs.view(-1, lprobs.size(-1)), target.reshape(-1)
+        if self.cfg.label_smoothing > 0:
+            return label_smoothed_nll_loss(lprobs, target, self.cfg.label_smoothing, ignore_index=self.padding_idx,
+                                           reduce=True)[0]
+        return F.nll_loss(lprobs, target, ignore_index=self.padding_idx, reduction="sum")
 
     def ce_only(self, model, sample):
         """lambda = 1 (the CE control): the CE term alone, normalized as the
