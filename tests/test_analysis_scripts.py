@@ -296,16 +296,20 @@ def test_rl_logs_recipe_plot_tells_the_seeds_apart(tmp_path, monkeypatch):
     assert named["seed 8"] == named["seed 1"] == "." and named["seed 7"] == "*"
 
 
-def test_the_two_seed_table_in_results_is_what_the_kept_records_give(tmp_path, capsys):
-    """docs/RESULTS.md's table of the Transformer recipe's two seeds, and their comparisons, are what
-    rl_logs.py recipe makes of the records kept in docs/runs32 (the command RESULTS shows), line for line."""
+@pytest.mark.parametrize("seeds", [(1, 2), (1, 2, 3)])
+def test_the_seeds_tables_in_results_are_what_the_kept_records_give(seeds, tmp_path, capsys):
+    """docs/RESULTS.md's tables of the Transformer recipe's seeds (two; then three, with seed 3, which has no
+    controls), and their comparisons, are what rl_logs.py recipe makes of the records kept in docs/runs32 (the
+    commands RESULTS shows), line for line."""
     rl_logs = load_script("rl_logs")
     runs = REPO / "docs" / "runs32"
-    rl_logs.main(["recipe", "--runs", str(runs / "seed1.json"), "--runs", str(runs / "seed2.json"),
-                  "--png", str(tmp_path / "dev_bleu.png")])
+    args = ["recipe"] + [a for s in seeds for a in ("--runs", str(runs / f"seed{s}.json"))]
+    rl_logs.main(args + ["--png", str(tmp_path / "dev_bleu.png")])
     out = capsys.readouterr().out
     table = out[:out.index("\nwrote ")].strip()
     assert table.count("| mean |") == 13 and table in (REPO / "docs" / "RESULTS.md").read_text()
+    # seed 3's rows: CE and REINFORCE for each softmax, and the three comparisons that need no control
+    assert table.count("| 3 |") == (7 if 3 in seeds else 0)
     assert (tmp_path / "dev_bleu.png").stat().st_size > 0
 
 

@@ -671,9 +671,12 @@ COMMANDS.update({
     "--tgt de --markdown table.md --png dev_bleu.png": elsewhere(
         "tests/test_transformer_rl_recipe.py::test_the_transformer_rl_recipe_runs_end_to_end_on_tiny_data",
         "the recipe's own folder on tiny data"),
+    "python scripts/rl_logs.py recipe --runs docs/runs32/seed1.json --runs docs/runs32/seed2.json": elsewhere(
+        "tests/test_analysis_scripts.py::test_the_seeds_tables_in_results_are_what_the_kept_records_give",
+        "the records kept in docs/runs32"),
     "python scripts/rl_logs.py recipe --runs docs/runs32/seed1.json --runs docs/runs32/seed2.json "
-    "--png docs/transformer_rl_multi30k_dev_bleu.png": elsewhere(
-        "tests/test_analysis_scripts.py::test_the_two_seed_table_in_results_is_what_the_kept_records_give",
+    "--runs docs/runs32/seed3.json --png docs/transformer_rl_multi30k_dev_bleu.png": elsewhere(
+        "tests/test_analysis_scripts.py::test_the_seeds_tables_in_results_are_what_the_kept_records_give",
         "the records kept in docs/runs32, the plot in a temporary folder"),
     "python scripts/rl_logs.py recipe --runs seed1/runs.json --runs seed2/runs.json --markdown table.md": elsewhere(
         "tests/test_analysis_scripts.py::test_rl_logs_recipe_joins_the_records_of_runs_made_elsewhere",
