@@ -372,6 +372,8 @@ TUNING_RUN = script(
     after="bash examples/translation/run_transformer_rl_multi30k.sh",
     # each softmax's REINFORCE run with its greedy decodes (CE linked, not run), then the table
     steps=[*["fairseq-train", *["fairseq-generate", "sacrebleu"] * 2] * 2, "scripts/rl_logs.py"])
+SEED3_RECIPE = "SEEDS=3 CONTROLS= bash examples/translation/run_transformer_rl_multi30k.sh"
+TUNING_RUN_SEED3 = script(TUNING_RUN.why, after=SEED3_RECIPE, steps=TUNING_RUN.steps)  # from seed 3's CE runs
 TUNING_TABLE = elsewhere("tests/test_analysis_scripts.py::test_rl_logs_tuning_compares_recipe_folders",
                          "two recipe folders written by the test (the second's CE run a link to the first's)")
 
@@ -655,10 +657,16 @@ COMMANDS.update({
     "bash examples/translation/run_transformer_multi30k.sh": script(SCRIPT),
     "bash examples/translation/run_transformer_rl_multi30k.sh": script(
         SCRIPT + "; tests/test_transformer_rl_recipe.py runs it end to end on tiny data"),
+    SEED3_RECIPE: script(
+        SCRIPT + "; tests/test_transformer_rl_recipe.py runs it end to end on tiny data",
+        # one seed x 2 softmaxes x (CE, REINFORCE), each decoded greedily and with beam 5 on 2 splits, then the table
+        steps=[*["fairseq-train", *["fairseq-generate", "sacrebleu"] * 4] * 4, "scripts/rl_logs.py"]),
     "OUT=checkpoints/tune-transformer-rl/lambda0.05 CE_FROM=checkpoints/transformer-rl-multi30k.en-de SEEDS=1 "
     "LAMBDA=0.05 CONTROLS= BEAMS=1 bash examples/translation/run_transformer_rl_multi30k.sh": TUNING_RUN,
     "OUT=checkpoints/tune32/samples8 CE_FROM=checkpoints/transformer-rl-multi30k.en-de SEEDS=1 SAMPLES=8 "
     "CONTROLS= BEAMS=1 bash examples/translation/run_transformer_rl_multi30k.sh": TUNING_RUN,
+    "OUT=checkpoints/tune32/ls0.1 CE_FROM=checkpoints/transformer-rl-multi30k.en-de SEEDS=3 LS=0.1 "
+    "CONTROLS= BEAMS=1 bash examples/translation/run_transformer_rl_multi30k.sh": TUNING_RUN_SEED3,
     "python scripts/rl_logs.py tuning checkpoints/transformer-rl-multi30k.en-de checkpoints/tune32/* "
     "--data data-bin/multi30k.en-de": TUNING_TABLE,
     "python scripts/rl_logs.py recipe checkpoints/transformer-rl-multi30k.en-de --data data-bin/multi30k.en-de "
