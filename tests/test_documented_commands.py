@@ -372,6 +372,7 @@ TUNING_RUN = script(
     after="bash examples/translation/run_transformer_rl_multi30k.sh",
     # each softmax's REINFORCE run with its greedy decodes (CE linked, not run), then the table
     steps=[*["fairseq-train", *["fairseq-generate", "sacrebleu"] * 2] * 2, "scripts/rl_logs.py"])
+RL_RECIPE_WHY = SCRIPT + "; tests/test_transformer_rl_recipe.py runs it end to end on tiny data"
 SEED3_RECIPE = "SEEDS=3 CONTROLS= bash examples/translation/run_transformer_rl_multi30k.sh"
 TUNING_RUN_SEED3 = script(TUNING_RUN.why, after=SEED3_RECIPE, steps=TUNING_RUN.steps)  # from seed 3's CE runs
 TUNING_TABLE = elsewhere("tests/test_analysis_scripts.py::test_rl_logs_tuning_compares_recipe_folders",
@@ -655,10 +656,9 @@ COMMANDS.update({
     "bash examples/translation/run_multi30k.sh": script(SCRIPT),
     "bash examples/translation/run_reinforce_multi30k.sh": script(SCRIPT),
     "bash examples/translation/run_transformer_multi30k.sh": script(SCRIPT),
-    "bash examples/translation/run_transformer_rl_multi30k.sh": script(
-        SCRIPT + "; tests/test_transformer_rl_recipe.py runs it end to end on tiny data"),
+    "bash examples/translation/run_transformer_rl_multi30k.sh": script(RL_RECIPE_WHY),
     SEED3_RECIPE: script(
-        SCRIPT + "; tests/test_transformer_rl_recipe.py runs it end to end on tiny data",
+        RL_RECIPE_WHY,
         # one seed x 2 softmaxes x (CE, REINFORCE), each decoded greedily and with beam 5 on 2 splits, then the table
         steps=[*["fairseq-train", *["fairseq-generate", "sacrebleu"] * 4] * 4, "scripts/rl_logs.py"]),
     "OUT=checkpoints/tune-transformer-rl/lambda0.05 CE_FROM=checkpoints/transformer-rl-multi30k.en-de SEEDS=1 "
