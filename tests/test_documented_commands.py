@@ -458,6 +458,21 @@ def _files_named(command):
                 assert (REPO / path).exists(), f"{command}: {path} does not exist"
 
 
+GPU_CHECKS = REPO / "scripts" / "gpu_checks.sh"
+
+
+def _gpu_parts():
+    """The parts scripts/gpu_checks.sh knows (its PARTS array)."""
+    return re.search(r"^PARTS=\(([^)]*)\)", GPU_CHECKS.read_text(), re.M).group(1).split()
+
+
+def _gpu_checks(command):
+    """A verb the script has, and parts it knows."""
+    argv = shlex.split(command)
+    assert argv[:2] == ["bash", "scripts/gpu_checks.sh"] and argv[2] in ("wheels", "run"), command
+    assert set(argv[3:]) <= set(_gpu_parts()), f"{command}: parts it does not know (it has {_gpu_parts()})"
+
+
 def _setup_py(command):
     assert (REPO / "setup.py").is_file()
 
@@ -604,6 +619,12 @@ COMMANDS.update({
     "python scripts/benchmark.py --device cuda --arch transformer --vocab-sizes 32000 --k 1000 --k-sweep "
     "--modes reinforce --rl-samples 4 --rl-baseline loo --batch 32 --max-len 30 "
     "--ab \"fairseq_smallvocab.reinforce.capture.COMPILE='off','fuse'\"": parse(GPU),
+    "bash scripts/gpu_checks.sh wheels": other(
+        "downloads 21 MB of wheels; test_the_gpu_script_s_commands_parse_and_it_carries_this_venv_s_versions "
+        "dry-runs it", _gpu_checks),
+    "bash scripts/gpu_checks.sh run tests graphed lstm": other(
+        "needs CUDA; test_the_gpu_script_s_commands_parse_and_it_carries_this_venv_s_versions dry-runs it",
+        _gpu_checks),
     "python scripts/rare_words.py --dict DATA/dict.de.txt --output \"small=small/generate-test.txt\" "
     "--output \"full=full/generate-test.txt\" --output \"reference=DATA/raw/test.de\" --png rare_words.png": elsewhere(
         "tests/test_analysis_scripts.py::test_rare_words_shares_per_decile", "a 20-word dictionary and outputs"),
@@ -959,6 +980,61 @@ def test_commands_no_parser_can_check():
             doc.check(command)
 
 
+@pytest.mark.slow
+def test_the_gpu_script_s_commands_parse_and_it_carries_this_venv_s_versions(monkeypatch):
+    """scripts/gpu_checks.sh runs where a mistake costs scarce device time: each part's command (DRY=1 prints them)
+    parses here, the test files and tests it names exist, the settings it compares take the values it gives, and
+    the wheels it carries are the versions this project's .venv runs."""
+    import ast
+    import importlib
+    import logging
+    import os
+    import subprocess
+    from importlib import metadata
+
+    def dry(*args):
+        out = subprocess.run(["bash", str(GPU_CHECKS), *args], env={**os.environ, "DRY": "1"},
+                             capture_output=True, text=True, check=True)
+        return [shlex.split(line) for line in out.stdout.splitlines()]
+
+    commands = dry("run")
+    assert len(commands) == len(_gpu_parts()) >= 6
+    assert dry("run", "lstm", "tests") == [commands[_gpu_parts().index("lstm")], commands[0]]
+    monkeypatch.chdir(REPO)
+    logging.disable(logging.INFO)
+    try:
+        for argv in commands:
+            if argv[:3] == ["python3", "-m", "pytest"]:
+                targets = [arg for arg in argv[3:] if arg.startswith("tests/")]
+                assert targets, argv
+                for target in targets:
+                    path, _, name = target.partition("::")
+                    assert (REPO / path).is_file(), target
+                    assert not name or re.search(rf"^def {re.escape(name)}\(", (REPO / path).read_text(), re.M), target
+                continue
+            assert argv[:2] == ["python3", "scripts/benchmark.py"] and "--device" in argv, argv
+            assert argv[argv.index("--device") + 1] == "cuda", argv
+            check_argv(argv)
+            for flag in ("--ab", "--set"):  # a value the module refuses only when a step runs: refused here
+                for spec in [argv[i + 1] for i, arg in enumerate(argv) if arg == flag]:
+                    target, _, values = spec.partition("=")
+                    module, _, name = target.rpartition(".")
+                    choices = {"MODE": "MODES", "CAPTURE": "MODES"}.get(name, f"{name}_MODES")
+                    allowed = getattr(importlib.import_module(module), choices)
+                    for value in values.split(","):
+                        assert ast.literal_eval(value) in allowed, (spec, allowed)
+    finally:
+        logging.disable(logging.NOTSET)
+    download, build = dry("wheels")
+    pins = [arg for arg in download + build if "==" in arg]
+    assert {pin.partition("==")[0] for pin in pins} >= {"fairseq-fixed", "hydra-core", "omegaconf"}
+    for pin in pins:
+        name, _, version = pin.partition("==")
+        assert metadata.version(name) == version, f"{pin}: this .venv runs {name} {metadata.version(name)}"
+    with pytest.raises(subprocess.CalledProcessError):
+        dry("run", "no-such-part")
+
+
 @pytest.mark.parametrize("bad, message", [
     ("python scripts/no_such_script.py --k 1", "no such script"),
     ("python scripts/export_candidates.py --predictor p.pt --top-k 5 --out-dir o", "required: --k"),
@@ -1000,8 +1076,9 @@ def test_reading_the_documentation():
 
 
 def _script_of(command):
+    """(environment, the example script a command starts, or None): scripts/gpu_checks.sh is a tool, not an example."""
     env, argv, _ = split_command(command)
-    return env, (argv[1] if argv[0] == "bash" else None)
+    return env, (argv[1] if argv[0] == "bash" and argv[1].startswith("examples/") else None)
 
 
 def test_every_example_script_is_started_by_a_documented_command():

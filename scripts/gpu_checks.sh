@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# The CUDA tests and measurements that #31 (the captured sampling step) still waits for, prepared for a GPU machine
+# that starts bare, with no network and no fairseq, and is lent for minutes: nothing there should be typed, built or
+# debugged that could be settled here.
+#
+#   here, once (needs PyPI; writes .whl/, which git ignores): the packages the GPU machine lacks, as wheels for its
+#   Python 3.12, at the versions this project's .venv runs (fairseq-fixed has a cp312 wheel: nothing is built there)
+#     bash scripts/gpu_checks.sh wheels
+#   there (with .whl/ copied beside the tree), the parts in order of value, in two calls of under 10 minutes each
+#     bash scripts/gpu_checks.sh run tests graphed lstm
+#     bash scripts/gpu_checks.sh run compile overhead phases
+#
+# Parts (each a command; see part_command below):
+#   tests     the CUDA tests that have not run on a GPU yet (capture, graphed passes, fairseq-train with the
+#             captured step) and the oracles around them
+#   graphed   the paper's LSTM (24K, B = 128, length 50): teacher-forced passes eager vs replayed as CUDA graphs
+#   lstm      the paper's REINFORCE table (24K and 70K), small vs full, with the graphed passes on
+#   compile   the base Transformer's captured step (32K, B = 32 x 4 samples): alone vs fused by torch.compile
+#   overhead  the same: the hand capture vs torch.compile(mode="reduce-overhead") making its own graphs
+#   phases    the LSTM's phase breakdown with the graphed passes on (where the rest of the step goes)
+# Each part writes $OUT/<part>.log (default OUT: gpu-checks/; seven files with env.log, for a machine that returns
+# at most 8) and is stopped at its time limit (LIMIT_<part>=seconds overrides it), so that a slow part leaves time
+# for the next.
+# DRY=1 prints each part's command instead of running it (tests/test_documented_commands.py parse-checks them).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+# what the project's .venv runs (tests/test_documented_commands.py checks these against it)
+WHEELS=(fairseq-fixed==0.12.3.1 hydra-core==1.3.2 omegaconf==2.3.0 bitarray==3.12.3)
+SDIST_WHEELS=(antlr4-python3-runtime==4.9.3)  # on PyPI as an sdist only; pure Python, so a wheel made here serves
+GPU_PYTHON=3.12  # the GPU machine's python3 (the one that holds its torch)
+PLATFORMS=(manylinux_2_28_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux1_x86_64)
+PARTS=(tests graphed lstm compile overhead phases)
+declare -A LIMIT=([tests]=240 [graphed]=120 [lstm]=180 [compile]=180 [overhead]=180 [phases]=90)
+
+LSTM_24K=(--device cuda --modes reinforce --vocab-sizes 24000 --k 1000 --k-sweep --batch 128 --max-len 50)
+TRANSFORMER_32K=(--device cuda --arch transformer --vocab-sizes 32000 --k 1000 --k-sweep --modes reinforce
+                 --rl-samples 4 --rl-baseline loo --batch 32 --max-len 30)
+GRAPHED=fairseq_smallvocab.reinforce.graphed_pass.MODE
+COMPILE=fairseq_smallvocab.reinforce.capture.COMPILE
+
+part_command() {  # the argv of one part, one word per line
+    case "$1" in
+        tests) printf '%s\n' python3 -m pytest tests/test_capture.py tests/test_graphed_pass.py \
+            tests/test_static_state.py tests/test_reinforce_gradients.py tests/test_output_layer_grads.py \
+            tests/test_reinforce_cli.py::test_fairseq_train_on_a_gpu_replays_what_the_eager_loop_computes \
+            -n 8 -q -ra ${PYTEST_TIMEOUT:+--timeout "$PYTEST_TIMEOUT"} ;;
+        graphed) printf '%s\n' python3 scripts/benchmark.py "${LSTM_24K[@]}" --ab "$GRAPHED='off','cuda-graphs'" ;;
+        lstm) printf '%s\n' python3 scripts/benchmark.py --device cuda --modes reinforce --vocab-sizes 24000 70000 \
+            --k 1000 --k-sweep --batch 128 --max-len 50 --rounds 2 --set "$GRAPHED='cuda-graphs'" ;;
+        compile) printf '%s\n' python3 scripts/benchmark.py "${TRANSFORMER_32K[@]}" --ab "$COMPILE='off','fuse'" ;;
+        overhead) printf '%s\n' python3 scripts/benchmark.py "${TRANSFORMER_32K[@]}" \
+            --ab "$COMPILE='off','reduce-overhead'" ;;
+        phases) printf '%s\n' python3 scripts/benchmark.py "${LSTM_24K[@]}" --phases --set "$GRAPHED='cuda-graphs'" ;;
+        *) echo "gpu_checks.sh: no part '$1'; the parts: ${PARTS[*]}" >&2; return 2 ;;
+    esac
+}
+
+wheels() {
+    local python=python3 platforms=() p
+    [ -x .venv/bin/python ] && python=.venv/bin/python
+    for p in "${PLATFORMS[@]}"; do platforms+=(--platform "$p"); done
+    local download=("$python" -m pip download --no-deps --only-binary=:all: --python-version "$GPU_PYTHON"
+                    --implementation cp "${platforms[@]}" -d .whl "${WHEELS[@]}")
+    local build=("$python" -m pip wheel --no-deps -w .whl "${SDIST_WHEELS[@]}")
+    if [ -n "${DRY:-}" ]; then echo "${download[*]}"; echo "${build[*]}"; return; fi
+    "${download[@]}" && "${build[@]}" && du -sh .whl
+}
+
+install() {  # the carried wheels beside the image's own torch and numpy; the tree itself on the path
+    if ! ls .whl/*.whl >/dev/null 2>&1; then
+        echo "gpu_checks.sh: no .whl/ here: run 'bash scripts/gpu_checks.sh wheels' where PyPI is reachable," \
+             "then name .whl in the device call's carry" >&2
+        return 1
+    fi
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+        .whl/*.whl || return 1
+    export PYTHONPATH="$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}" PATH="/tmp/site/bin:$PATH" PYTHONUNBUFFERED=1
+    python3 -c "import torch, fairseq, fairseq_smallvocab; assert torch.cuda.is_available(), 'torch sees no GPU'" \
+        || return 1
+    # a test that hangs (a stuck CUDA call) is stopped alone where pytest-timeout is installed (the GPU image has it)
+    if python3 -c "import pytest_timeout" 2>/dev/null; then export PYTEST_TIMEOUT=200; fi
+}
+
+environment() {
+    date -u
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+    nproc
+    python3 - <<'EOF'
+import sys, numpy, torch, fairseq
+print("python", sys.version.split()[0], "| torch", torch.__version__, "| numpy", numpy.__version__,
+      "| fairseq", fairseq.__version__)
+EOF
+    git rev-parse HEAD 2>/dev/null || echo "(no .git: the commit is the one the device call was made from)"
+}
+
+run() {
+    local out=${OUT:-gpu-checks} part status start
+    [ $# -gt 0 ] || set -- "${PARTS[@]}"
+    for part in "$@"; do part_command "$part" >/dev/null || return 2; done
+    if [ -n "${DRY:-}" ]; then
+        for part in "$@"; do mapfile -t argv < <(part_command "$part"); printf '%q ' "${argv[@]}"; echo; done
+        return
+    fi
+    mkdir -p "$out"
+    install || return 1
+    environment >"$out/env.log" 2>&1
+    cat "$out/env.log"
+    for part in "$@"; do
+        mapfile -t argv < <(part_command "$part")
+        local limit_name="LIMIT_$part"
+        local limit=${!limit_name:-${LIMIT[$part]}}
+        start=$SECONDS
+        { printf '$'; printf ' %q' "${argv[@]}"; echo; } >"$out/$part.log"
+        timeout -k 10 "$limit" "${argv[@]}" >>"$out/$part.log" 2>&1
+        status=$?
+        echo "== $part: exit $status after $((SECONDS - start)) s (limit $limit s; 124 is the limit) =="
+        tail -n 25 "$out/$part.log"
+    done
+}
+
+case "${1:-}" in
+    wheels) wheels ;;
+    run) shift; run "$@" ;;
+    *) echo "usage: bash scripts/gpu_checks.sh wheels | run [${PARTS[*]}]" >&2; exit 2 ;;
+esac
