@@ -4,7 +4,7 @@
 # debugged that could be settled here.
 #
 #   here, once (needs PyPI; writes .whl/, which git ignores): the packages the GPU machine lacks, as wheels for its
-#   Python 3.12, at the versions this project's .venv runs (fairseq-fixed has a cp312 wheel: nothing is built there)
+#   Python 3.12, at the versions make setup installs (fairseq-fixed has a cp312 wheel: nothing is built there)
 #     bash scripts/gpu_checks.sh wheels
 #   there (with .whl/ copied beside the tree), the parts in order of value, in two calls of under 10 minutes each
 #     bash scripts/gpu_checks.sh run tests graphed lstm
@@ -25,7 +25,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-# what the project's .venv runs (tests/test_documented_commands.py checks these against it)
+# what make setup installs, or where it pins none, a version the others accept (tests/test_documented_commands.py)
 WHEELS=(fairseq-fixed==0.12.3.1 hydra-core==1.3.2 omegaconf==2.3.0 bitarray==3.12.3)
 SDIST_WHEELS=(antlr4-python3-runtime==4.9.3)  # on PyPI as an sdist only; pure Python, so a wheel made here serves
 GPU_PYTHON=3.12  # the GPU machine's python3 (the one that holds its torch)

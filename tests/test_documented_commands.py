@@ -33,7 +33,7 @@ from typing import Callable, NamedTuple, Optional
 from unittest import mock
 
 import pytest
-from helpers import REPO, USER_DIR, run
+from helpers import REPO, USER_DIR, load_script, run
 
 # -- reading the commands out of the documentation -------------------------------------------------------------------
 
@@ -620,10 +620,10 @@ COMMANDS.update({
     "--modes reinforce --rl-samples 4 --rl-baseline loo --batch 32 --max-len 30 "
     "--ab \"fairseq_smallvocab.reinforce.capture.COMPILE='off','fuse'\"": parse(GPU),
     "bash scripts/gpu_checks.sh wheels": other(
-        "downloads 21 MB of wheels; test_the_gpu_script_s_commands_parse_and_it_carries_this_venv_s_versions "
+        "downloads 21 MB of wheels; test_the_gpu_script_s_commands_parse_and_it_carries_make_setup_s_versions "
         "dry-runs it", _gpu_checks),
     "bash scripts/gpu_checks.sh run tests graphed lstm": other(
-        "needs CUDA; test_the_gpu_script_s_commands_parse_and_it_carries_this_venv_s_versions dry-runs it",
+        "needs CUDA; test_the_gpu_script_s_commands_parse_and_it_carries_make_setup_s_versions dry-runs it",
         _gpu_checks),
     "python scripts/rare_words.py --dict DATA/dict.de.txt --output \"small=small/generate-test.txt\" "
     "--output \"full=full/generate-test.txt\" --output \"reference=DATA/raw/test.de\" --png rare_words.png": elsewhere(
@@ -981,16 +981,18 @@ def test_commands_no_parser_can_check():
 
 
 @pytest.mark.slow
-def test_the_gpu_script_s_commands_parse_and_it_carries_this_venv_s_versions(monkeypatch):
+def test_the_gpu_script_s_commands_parse_and_it_carries_make_setup_s_versions(monkeypatch):
     """scripts/gpu_checks.sh runs where a mistake costs scarce device time: each part's command (DRY=1 prints them)
     parses here, the test files and tests it names exist, the settings it compares take the values it gives, and
-    the wheels it carries are the versions this project's .venv runs."""
+    the wheels it carries are the versions make setup installs."""
     import ast
     import importlib
     import logging
     import os
     import subprocess
     from importlib import metadata
+
+    from packaging.requirements import Requirement
 
     def dry(*args):
         out = subprocess.run(["bash", str(GPU_CHECKS), *args], env={**os.environ, "DRY": "1"},
@@ -1025,12 +1027,19 @@ def test_the_gpu_script_s_commands_parse_and_it_carries_this_venv_s_versions(mon
                         assert ast.literal_eval(value) in allowed, (spec, allowed)
     finally:
         logging.disable(logging.NOTSET)
+    # the versions make setup installs on Python 3.12, or, where it pins none, what the carried packages require
     download, build = dry("wheels")
-    pins = [arg for arg in download + build if "==" in arg]
-    assert {pin.partition("==")[0] for pin in pins} >= {"fairseq-fixed", "hydra-core", "omegaconf"}
-    for pin in pins:
-        name, _, version = pin.partition("==")
-        assert metadata.version(name) == version, f"{pin}: this .venv runs {name} {metadata.version(name)}"
+    pins = dict(arg.partition("==")[::2] for arg in download + build if "==" in arg)
+    setup = load_script("setup_venv")
+    wanted = dict(req.partition("==")[::2] for req in [setup.fairseq_requirement((3, 12)),
+                                                          *setup.FAIRSEQ_RUNTIME_DEPS] if "==" in req)
+    assert set(wanted) <= set(pins), (wanted, pins)
+    required = [Requirement(req) for name in pins for req in metadata.requires(name) or []
+                if "extra ==" not in req]
+    for name, version in pins.items():
+        assert version == wanted.get(name, version), f"{name}=={version}: make setup installs {wanted[name]}"
+        for req in required:
+            assert req.name != name or version in req.specifier, f"{name}=={version}: {req} is required"
     with pytest.raises(subprocess.CalledProcessError):
         dry("run", "no-such-part")
 
