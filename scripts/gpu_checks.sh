@@ -7,21 +7,23 @@
 #   Python 3.12, at the versions make setup installs (fairseq-fixed has a cp312 wheel: nothing is built there)
 #     bash scripts/gpu_checks.sh wheels
 #   there (with .whl/ copied beside the tree), the parts in order of value, in two calls of under 10 minutes each
-#   (the limits below add up to 540 s and 450 s; installing the wheels took about 10 s on a CPU machine)
+#   (the limits below add up to 540 s each; installing the wheels took about 10 s on a CPU machine)
 #     bash scripts/gpu_checks.sh run tests graphed lstm
-#     bash scripts/gpu_checks.sh run compile overhead phases
+#     bash scripts/gpu_checks.sh run floor compile overhead phases
 #
 # Parts (each a command; see part_command below):
 #   tests     the CUDA tests that have not run on a GPU yet (capture, graphed passes, fairseq-train with the
 #             captured step) and the oracles around them
 #   graphed   the paper's LSTM (24K, B = 128, length 50): teacher-forced passes eager vs replayed as CUDA graphs
 #   lstm      the paper's REINFORCE table (24K and 70K), small vs full, with the graphed passes on
+#   floor     the base Transformer's REINFORCE step (32K and 128K, small and full) against its matrix products
+#             replayed alone as one CUDA graph: how far the step is from its arithmetic
 #   compile   the base Transformer's captured step (32K, B = 32 x 4 samples): alone vs fused by torch.compile
 #   overhead  the same: the hand capture vs torch.compile(mode="reduce-overhead") making its own graphs
 #   phases    the LSTM's phase breakdown with the graphed passes on (where the rest of the step goes)
-# Each part writes $OUT/<part>.log (default OUT: gpu-checks/; seven files with env.log, for a machine that returns
-# at most 8) and is stopped at its time limit (LIMIT_<part>=seconds overrides it), so that a slow part leaves time
-# for the next.
+# Each part writes $OUT/<part>.log (default OUT: gpu-checks/; eight files with env.log, as many as a machine that
+# returns at most 8 gives back) and is stopped at its time limit (LIMIT_<part>=seconds overrides it), so that a
+# slow part leaves time for the next.
 # DRY=1 prints each part's command instead of running it (tests/test_documented_commands.py parse-checks them).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -31,8 +33,8 @@ WHEELS=(fairseq-fixed==0.12.3.1 hydra-core==1.3.2 omegaconf==2.3.0 bitarray==3.1
 SDIST_WHEELS=(antlr4-python3-runtime==4.9.3)  # on PyPI as an sdist only; pure Python, so a wheel made here serves
 GPU_PYTHON=3.12  # the GPU machine's python3 (the one that holds its torch)
 PLATFORMS=(manylinux_2_28_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux1_x86_64)
-PARTS=(tests graphed lstm compile overhead phases)
-declare -A LIMIT=([tests]=200 [graphed]=100 [lstm]=240 [compile]=180 [overhead]=180 [phases]=90)
+PARTS=(tests graphed lstm floor compile overhead phases)
+declare -A LIMIT=([tests]=200 [graphed]=100 [lstm]=240 [floor]=150 [compile]=150 [overhead]=150 [phases]=90)
 
 LSTM_24K=(--device cuda --modes reinforce --vocab-sizes 24000 --k 1000 --k-sweep --batch 128 --max-len 50)
 TRANSFORMER_32K=(--device cuda --arch transformer --vocab-sizes 32000 --k 1000 --k-sweep --modes reinforce
@@ -44,11 +46,15 @@ part_command() {  # the argv of one part, one word per line
     case "$1" in
         tests) printf '%s\n' python3 -m pytest tests/test_capture.py tests/test_graphed_pass.py \
             tests/test_static_state.py tests/test_reinforce_gradients.py tests/test_output_layer_grads.py \
+            tests/test_floor.py \
             tests/test_reinforce_cli.py::test_fairseq_train_on_a_gpu_replays_what_the_eager_loop_computes \
             -n 8 -q -ra ${PYTEST_TIMEOUT:+--timeout "$PYTEST_TIMEOUT"} ;;
         graphed) printf '%s\n' python3 scripts/benchmark.py "${LSTM_24K[@]}" --ab "$GRAPHED='off','cuda-graphs'" ;;
         lstm) printf '%s\n' python3 scripts/benchmark.py --device cuda --modes reinforce --vocab-sizes 24000 70000 \
             --k 1000 --k-sweep --batch 128 --max-len 50 --rounds 2 --set "$GRAPHED='cuda-graphs'" ;;
+        floor) printf '%s\n' python3 scripts/benchmark.py --device cuda --arch transformer --vocab-sizes 32000 \
+            128000 --k 1000 --k-sweep --modes reinforce --rl-samples 4 --rl-baseline loo --batch 32 --max-len 30 \
+            --floor ;;
         compile) printf '%s\n' python3 scripts/benchmark.py "${TRANSFORMER_32K[@]}" --ab "$COMPILE='off','fuse'" ;;
         overhead) printf '%s\n' python3 scripts/benchmark.py "${TRANSFORMER_32K[@]}" \
             --ab "$COMPILE='off','reduce-overhead'" ;;

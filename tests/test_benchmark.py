@@ -1,6 +1,8 @@
 """scripts/benchmark.py: one fresh process per configuration, records with the
 fields the results tables use (the numbers themselves are not tested)."""
 
+import contextlib
+import io
 import json
 import re
 
@@ -422,28 +424,43 @@ def test_benchmark_ab_runs_both_values_in_each_round(tmp_path):
     assert bad.returncode == 2 and "--ab times whole steps: leave out --phases" in bad.stderr
 
 
-def test_floor_steps_time_each_batch_then_replay_its_products(monkeypatch):
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_floor_steps_time_each_batch_then_replay_its_products(monkeypatch, device):
     """--floor: after the untimed warm-up, each batch's step is timed, then
     run again from the same seed and state under the recorder (the same
     samples: one length per batch kept), and its products are replayed; the
-    record's ratio is the median of the batches' step / products."""
+    record's ratio is the median of the batches' step / products.  On CUDA
+    the recorded step runs its captured program eagerly ('buckets', not
+    compiled: a replayed graph makes no ATen calls), the timed one as set,
+    and the products replay as a graph (the device itself is not needed
+    here: the step and the replay are stand-ins)."""
     import time
 
     import torch
 
+    from fairseq_smallvocab.reinforce import capture, graphed_pass
     from smallvocab_tools.bench import floor
     from smallvocab_tools.bench.train_worker import floor_steps
 
     clock = [0.0]
     monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(capture, "CAPTURE", "cuda-graphs")
+    monkeypatch.setattr(capture, "COMPILE", "fuse")
+    monkeypatch.setattr(graphed_pass, "MODE", "off")
 
-    replays = iter([1.0, 2.0, 1.0])
-    monkeypatch.setattr(floor.ProductRecorder, "replay", lambda self, sync=None: next(replays))
-    weights, calls, seeds, lens = [0], [], [], []
+    replays, graphs = iter([1.0, 2.0, 1.0]), []
+
+    def replay(self, sync=None, graph=False):
+        graphs.append(graph)
+        return next(replays)
+
+    monkeypatch.setattr(floor.ProductRecorder, "replay", replay)
+    weights, calls, seeds, lens, settings = [0], [], [], [], []
     costs = iter([9.0, 4.0, 0.5, 6.0, 0.5, 3.0, 0.5])  # warm-up, then (timed, recorded) per batch
     x = torch.ones(2, 3)
 
     def step(sample):
+        settings.append((capture.CAPTURE, capture.COMPILE, graphed_pass.MODE))
         calls.append((sample, weights[0]))
         weights[0] += 1
         torch.mm(x, torch.ones(3, sample))  # the batch's one product: 2 x 2 x 3 x sample FLOPs
@@ -451,8 +468,12 @@ def test_floor_steps_time_each_batch_then_replay_its_products(monkeypatch):
         clock[0] += next(costs)
 
     snapshot, restore = lambda: list(weights), lambda state: weights.__setitem__(0, state[0])
-    result = floor_steps({"warmup": 1}, step, [1, 2, 3, 4], lens, seeds.append, snapshot, restore)
+    result = floor_steps({"warmup": 1, "device": device}, step, [1, 2, 3, 4], lens, seeds.append, snapshot, restore)
     assert calls == [(1, 0), (2, 1), (2, 1), (3, 2), (3, 2), (4, 3), (4, 3)]  # each recorded step from the state
+    as_set = ("cuda-graphs", "fuse", "off")
+    recorded = ("buckets", "off", "off") if device == "cuda" else as_set
+    assert settings == [as_set] + [as_set, recorded] * 3 and graphs == [device == "cuda"] * 3
+    assert (capture.CAPTURE, capture.COMPILE, graphed_pass.MODE) == as_set  # restored
     assert seeds == [1, 1, 2, 2, 3, 3]
     assert lens == [20, 30, 40]  # one length per timed batch
     assert result["floor_steps"] == [4.0, 6.0, 3.0] and result["sec_per_step"] == 4.0
@@ -479,7 +500,22 @@ def test_benchmark_floor_records_and_table(tmp_path):
     bad = run([REPO / "scripts" / "benchmark.py", "--phases", "--floor"], check=False)
     assert bad.returncode == 2 and "--floor times whole steps and their products" in bad.stderr
     bad = run([REPO / "scripts" / "benchmark.py", "--floor", "--device", "cuda"], check=False)
-    assert bad.returncode == 2 and "leave out --device cuda" in bad.stderr
+    assert bad.returncode == 2 and "--floor on CUDA counts no cuDNN RNN kernels" in bad.stderr
+
+
+def test_floor_on_cuda_takes_an_arch_without_an_lstm():
+    """cuDNN's RNN kernels are not products the recorder counts: on CUDA --floor refuses the LSTMs and --data (the
+    paper's LSTM unless --model-args), and takes a fairseq arch without one."""
+    from smallvocab_tools.bench import benchmark as bench
+
+    transformer = ["--floor", "--device", "cuda", "--arch", "transformer", "--modes", "reinforce"]
+    assert bench.parse_args(transformer).floor
+    assert bench.parse_args(["--floor", "--arch", "lstm", "--modes", "reinforce"]).floor  # on the CPU: any arch
+    for argv in (["--floor", "--device", "cuda", "--modes", "reinforce"],
+                 ["--floor", "--device", "cuda", "--arch", "lstm", "--modes", "ce"]):
+        with pytest.raises(SystemExit), contextlib.redirect_stderr(io.StringIO()) as err:
+            bench.parse_args(argv)
+        assert "--floor on CUDA counts no cuDNN RNN kernels" in err.getvalue()
 
 
 def test_floor_records_pool_their_rounds(monkeypatch):

@@ -614,6 +614,8 @@ COMMANDS.update({
     "--set \"fairseq_smallvocab.reinforce.capture.CAPTURE='off'\"": parse(GPU),
     "python scripts/benchmark.py --device cuda --arch transformer --vocab-sizes 128000 --k 1000 --k-sweep "
     "--modes reinforce --rl-samples 4 --rl-baseline loo --max-len 30 --largest-batch": parse(GPU),
+    "python scripts/benchmark.py --device cuda --arch transformer --vocab-sizes 32000 128000 --k 1000 --k-sweep "
+    "--modes reinforce --rl-samples 4 --rl-baseline loo --batch 32 --max-len 30 --floor": parse(GPU),
     "python scripts/benchmark.py --device cuda --modes reinforce --vocab-sizes 24000 --k 1000 --k-sweep --batch 128 "
     "--max-len 50 --ab \"fairseq_smallvocab.reinforce.graphed_pass.MODE='off','cuda-graphs'\"": parse(GPU),
     "python scripts/benchmark.py --device cuda --arch transformer --vocab-sizes 32000 --k 1000 --k-sweep "

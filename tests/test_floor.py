@@ -129,3 +129,33 @@ def test_lstm_layer_and_fused_attention_are_products():
     assert names["aten._scaled_dot_product_flash_attention_for_cpu"] == attention
     # backward: the scores again, then the gradients of scores, values, queries and keys (torch's count)
     assert names["aten._scaled_dot_product_flash_attention_for_cpu_backward"] == 5 * attention // 2
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (the products replayed as a CUDA graph)")
+def test_products_replay_as_one_cuda_graph(monkeypatch):
+    """On CUDA the products replay as one captured graph (their GPU time, not a Python loop's launches): the
+    calls, attention's CUDA kernels and their backward included, capture, and the timed replay is the graph's: an
+    ``out=`` product's tensor, zeroed after every eager run of the calls, holds the product after it."""
+    torch.manual_seed(0)
+    x, w = torch.randn(12, 6, device="cuda", requires_grad=True), torch.randn(5, 6, device="cuda", requires_grad=True)
+    q = torch.randn(2, 4, 10, 8, device="cuda", requires_grad=True)
+    out = torch.empty(12, 5, device="cuda")
+    recorder = ProductRecorder()
+    with recorder:
+        h = torch.nn.functional.linear(x, w).tanh()
+        torch.bmm(h.view(4, 3, 5), h.view(4, 3, 5).transpose(1, 2)).sum().backward()
+        torch.nn.functional.scaled_dot_product_attention(q, q, q).sum().backward()
+        torch.mm(x.detach(), w.detach().t(), out=out)
+    names = {str(entry[0].overloadpacket) for entry in recorder.calls.values()}
+    assert any("attention" in name and "backward" in name for name in names), names
+    stored = next(entry[2]["out"] for entry in recorder.calls.values() if "out" in entry[2])
+    eager = ProductRecorder._run
+
+    def eager_then_zeroed(self):
+        eager(self)
+        if not torch.cuda.is_current_stream_capturing():
+            stored.zero_()
+
+    monkeypatch.setattr(ProductRecorder, "_run", eager_then_zeroed)
+    assert recorder.replay(torch.cuda.synchronize, graph=True) > 0
+    torch.testing.assert_close(stored, x.detach() @ w.detach().t())

@@ -64,7 +64,9 @@ where whole processes drift by more than that).  ``--floor`` runs each timed
 batch's step a second time (same seed and state) under a recorder of its
 matrix products and replays them alone (``floor.py``): the record gives the
 products' seconds, GFLOP and the median ratio step / products, how far a step
-is from the arithmetic it cannot avoid.
+is from the arithmetic it cannot avoid (on CUDA, for a fairseq arch without an
+LSTM, the products replay as one captured graph: their GPU time, not their
+launches').
 
 Peak memory: CUDA, ``torch.cuda.max_memory_allocated``; CPU, the growth of the
 process's peak resident set (VmHWM, reset just before the first step) over the
@@ -334,9 +336,10 @@ def parse_args(argv=None):
         parser.error("--floor times whole steps and their products: leave out --phases and --ab")
     if args.floor and args.modes == ["decode"]:
         parser.error("--floor measures training steps: use --modes ce reinforce")
-    if args.floor and args.device != "cpu":
-        parser.error("--floor counts the CPU's products (cuDNN's fused RNN kernels are not among them): "
-                     "leave out --device cuda")
+    if args.floor and args.device != "cpu" and (args.data or "lstm" in args.arch):
+        parser.error("--floor on CUDA counts no cuDNN RNN kernels (the LSTMs' encoders run through them): give a "
+                     "fairseq arch without an LSTM (--arch transformer) with synthetic batches, or leave out "
+                     "--device cuda")
     if args.largest_batch and (args.device == "cpu" or args.data or args.modes == ["decode"] or args.floor):
         parser.error("--largest-batch searches a GPU's memory with synthetic training batches: give --device cuda "
                      "and --modes ce and/or reinforce, without --data and --floor")

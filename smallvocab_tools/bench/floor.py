@@ -29,8 +29,15 @@ where it has them (2mnk for a product of m x k by k x n), else:
 - the CPU's fused attention: torch's formulas for the other attention
   kernels (``sdpa_flop_count`` and ``sdpa_backward_flop_count``).
 
-The CPU only: cuDNN's fused RNN kernels (an LSTM on CUDA) are not counted,
-so ``benchmark.py`` refuses ``--floor`` with ``--device cuda``.
+On CUDA (``--device cuda``, a fairseq arch without an LSTM: cuDNN's fused RNN
+kernels are not counted, so ``benchmark.py`` refuses a recurrent arch there)
+the recorded calls are replayed as one captured CUDA graph: issued from a
+Python loop, each product of a decoding step would wait on its own launch
+(tens of microseconds, longer than the product itself at 128 rows), and the
+replay would time the launches, not the arithmetic.  Its attention kernels
+(efficient, flash, cuDNN) count with torch's formulas.  A captured sampling
+step or teacher-forced pass makes no ATen calls when it replays, so the
+recorded step runs the same program eagerly (``train_worker.floor_steps``).
 """
 
 import time
@@ -157,14 +164,28 @@ class ProductRecorder(TorchDispatchMode):
     def flops(self) -> int:
         return sum(entry[3] * entry[4] for entry in self.calls.values())
 
-    def replay(self, sync=lambda: None) -> float:
-        """Runs every recorded call as many times as it ran; returns the wall
-        seconds (``sync`` before and after: CUDA's queue)."""
-        sync()
-        start = time.perf_counter()
+    def _run(self):
         for func, args, kwargs, count, _ in self.calls.values():
             for _ in range(count):
                 func(*args, **kwargs)
+
+    def replay(self, sync=lambda: None, graph: bool = False) -> float:
+        """Runs every recorded call as many times as it ran; returns the wall
+        seconds (``sync`` before and after: CUDA's queue).  ``graph``: the
+        calls captured once as a CUDA graph (after an untimed run that makes
+        the libraries' lazy workspaces), and the graph's replay timed."""
+        run = self._run
+        if graph:
+            self._run()
+            torch.cuda.synchronize()
+            captured = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(captured):
+                self._run()
+            captured.replay()  # (a first replay uploads the graph)
+            run = captured.replay
+        sync()
+        start = time.perf_counter()
+        run()
         sync()
         return time.perf_counter() - start
 

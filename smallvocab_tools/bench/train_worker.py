@@ -202,10 +202,14 @@ def floor_steps(cfg: dict, step, samples, sample_lens, seed, snapshot, restore, 
     dropped).  Returns each batch's step and products-alone times, their
     medians, the median of the batches' ratios step / products, the median
     batch's product FLOPs, product calls and other ATen calls, and the last
-    batch's largest products (``products_top``)."""
+    batch's largest products (``products_top``).  On CUDA the recorded step
+    runs its program eagerly (``_eager_program``) and the products replay as
+    one captured graph."""
     # imported here, not at the top: floor.py imports torch, and the command line, which imports this module,
     # runs without torch
     from smallvocab_tools.bench.floor import ProductRecorder
+
+    cuda = cfg.get("device") == "cuda"
 
     for sample in samples[: cfg["warmup"]]:
         step(sample)
@@ -222,11 +226,11 @@ def floor_steps(cfg: dict, step, samples, sample_lens, seed, snapshot, restore, 
         restore(state)
         seed(i)
         recorder = ProductRecorder()
-        with recorder:
+        with _eager_program() if cuda else contextlib.nullcontext(), recorder:
             step(sample)
         if sample_lens:  # the same samples again: one entry per timed step
             sample_lens.pop()
-        products.append(recorder.replay(sync))
+        products.append(recorder.replay(sync, graph=cuda))
         flops.append(recorder.flops)
         calls.append(recorder.product_calls)
         other.append(sum(recorder.other.values()))
@@ -239,6 +243,26 @@ def floor_steps(cfg: dict, step, samples, sample_lens, seed, snapshot, restore, 
             "other_aten_calls": int(statistics.median(other)),
             "products_top": [[name, [list(shape) for shape in shapes], count, round(g, 3)]
                              for name, shapes, count, g in top]}
+
+
+@contextlib.contextmanager
+def _eager_program():
+    """While a CUDA step is recorded: a replayed graph makes no ATen calls for the recorder to see, so the
+    captured sampling step and teacher-forced passes ('cuda-graphs') run as 'buckets' (the same padded program,
+    eagerly) and a compiled step as the plain one; the settings are restored after."""
+    from fairseq_smallvocab.reinforce import capture, graphed_pass
+
+    before = [(capture, "CAPTURE", capture.CAPTURE), (graphed_pass, "MODE", graphed_pass.MODE),
+              (capture, "COMPILE", capture.COMPILE)]
+    try:
+        for module, name, value in before[:2]:
+            if value == "cuda-graphs":
+                setattr(module, name, "buckets")
+        capture.COMPILE = "off"
+        yield
+    finally:
+        for module, name, value in before:
+            setattr(module, name, value)
 
 
 def floor_summary(steps, products) -> dict:
