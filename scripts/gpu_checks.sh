@@ -54,7 +54,7 @@ part_command() {  # the argv of one part, one word per line
             --k 1000 --k-sweep --batch 128 --max-len 50 --rounds 2 --set "$GRAPHED='cuda-graphs'" ;;
         floor) printf '%s\n' python3 scripts/benchmark.py --device cuda --arch transformer --vocab-sizes 32000 \
             128000 --k 1000 --k-sweep --modes reinforce --rl-samples 4 --rl-baseline loo --batch 32 --max-len 30 \
-            --floor ;;
+            --floor --steps 3 --warmup 1 ;;
         compile) printf '%s\n' python3 scripts/benchmark.py "${TRANSFORMER_32K[@]}" --ab "$COMPILE='off','fuse'" ;;
         overhead) printf '%s\n' python3 scripts/benchmark.py "${TRANSFORMER_32K[@]}" \
             --ab "$COMPILE='off','reduce-overhead'" ;;
