@@ -32,8 +32,8 @@ where it has them (2mnk for a product of m x k by k x n), else:
 On CUDA (``--device cuda``, a fairseq arch without an LSTM: cuDNN's fused RNN
 kernels are not counted, so ``benchmark.py`` refuses a recurrent arch there)
 the recorded calls are replayed as one captured CUDA graph: issued from a
-Python loop, each product of a decoding step would wait on its own launch
-(tens of microseconds, longer than the product itself at 128 rows), and the
+Python loop, each product of a decoding step would wait on its own launch,
+which at a decoding step's sizes can take longer than the product, and the
 replay would time the launches, not the arithmetic.  Its attention kernels
 (efficient, flash, cuDNN) count with torch's formulas.  A captured sampling
 step or teacher-forced pass makes no ATen calls when it replays, so the

@@ -245,24 +245,20 @@ def floor_steps(cfg: dict, step, samples, sample_lens, seed, snapshot, restore, 
                              for name, shapes, count, g in top]}
 
 
-@contextlib.contextmanager
 def _eager_program():
     """While a CUDA step is recorded: a replayed graph makes no ATen calls for the recorder to see, so the
     captured sampling step and teacher-forced passes ('cuda-graphs') run as 'buckets' (the same padded program,
-    eagerly) and a compiled step as the plain one; the settings are restored after."""
+    eagerly) and a compiled step as the plain one (the criterion's flags, restored after the block)."""
+    from types import SimpleNamespace
+
+    from fairseq_smallvocab.criterions.reinforce_gleu import run_settings
     from fairseq_smallvocab.reinforce import capture, graphed_pass
 
-    before = [(capture, "CAPTURE", capture.CAPTURE), (graphed_pass, "MODE", graphed_pass.MODE),
-              (capture, "COMPILE", capture.COMPILE)]
-    try:
-        for module, name, value in before[:2]:
-            if value == "cuda-graphs":
-                setattr(module, name, "buckets")
-        capture.COMPILE = "off"
-        yield
-    finally:
-        for module, name, value in before:
-            setattr(module, name, value)
+    def eager(mode):
+        return "buckets" if mode == "cuda-graphs" else mode
+
+    return run_settings(SimpleNamespace(rl_capture=eager(capture.CAPTURE), rl_compile="off",
+                                        rl_graphed_pass=eager(graphed_pass.MODE)))
 
 
 def floor_summary(steps, products) -> dict:
