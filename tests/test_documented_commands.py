@@ -938,6 +938,13 @@ def test_every_entry_of_the_table_is_still_documented():
     assert not gone, "COMMANDS lists commands the documentation no longer shows:\n" + "\n".join(gone)
 
 
+def _defines(target):
+    """Whether ``tests/FILE.py::NAME`` names a test or fixture that FILE defines (a bare path: that it exists)."""
+    path, _, name = target.partition("::")
+    return (REPO / path).is_file() and (
+        not name or re.search(rf"^def {re.escape(name)}\(", (REPO / path).read_text(), re.M) is not None)
+
+
 def test_the_table_names_tests_that_exist():
     problems = []
     for command, doc in COMMANDS.items():
@@ -945,10 +952,8 @@ def test_the_table_names_tests_that_exist():
         assert doc.why, command
         if doc.kind == "run" and not callable(globals().get(doc.test)):
             problems.append(f"{doc.test}: no such test in this file ({command})")
-        if doc.kind == "elsewhere":
-            path, _, name = doc.test.partition("::")
-            if not re.search(rf"^def {re.escape(name)}\(", (REPO / path).read_text(), re.M):
-                problems.append(f"{doc.test}: no such test or fixture ({command})")
+        if doc.kind == "elsewhere" and not _defines(doc.test):
+            problems.append(f"{doc.test}: no such test or fixture ({command})")
     assert not problems, "\n".join(problems)
 
 
@@ -1012,9 +1017,7 @@ def test_the_gpu_script_s_commands_parse_and_it_carries_make_setup_s_versions(mo
                 targets = [arg for arg in argv[3:] if arg.startswith("tests/")]
                 assert targets, argv
                 for target in targets:
-                    path, _, name = target.partition("::")
-                    assert (REPO / path).is_file(), target
-                    assert not name or re.search(rf"^def {re.escape(name)}\(", (REPO / path).read_text(), re.M), target
+                    assert _defines(target), f"{target}: no such test file or test"
                 continue
             assert argv[:2] == ["python3", "scripts/benchmark.py"] and "--device" in argv, argv
             assert argv[argv.index("--device") + 1] == "cuda", argv
