@@ -29,7 +29,9 @@ list too; without it every multi-process run that resumes or fine-tunes from a
 checkpoint fails on the non-zero ranks.
 
 No function that executes code (``os.system``, ``eval``, ``getattr``...) is on
-the list; everything else is still refused.
+the list; everything else is still refused.  What the pickle holds may still
+be code that fairseq evaluates (a config string it passes to ``eval``): a
+loaded checkpoint's config is checked for that too (``evaluated_config.py``).
 
 torch 2.4 and 2.5 have the allow-list but still default to
 ``weights_only=False``, so the plugin also passes ``weights_only=True``
@@ -56,6 +58,8 @@ import typing
 import zipfile
 
 import torch
+
+from fairseq_smallvocab.compat.evaluated_config import unsafe_config_message
 
 _registered = False
 
@@ -126,7 +130,7 @@ def load_checkpoint_file(f, *args, **kwargs):
     kwargs["weights_only"] = True
     name = getattr(f, "name", f)
     try:
-        return torch.load(f, *args, **kwargs)
+        state = torch.load(f, *args, **kwargs)
     except pickle.UnpicklingError as err:
         if not hasattr(torch.serialization, "add_safe_globals"):
             raise CheckpointLoadError(f"cannot load {name} safely with torch {torch.__version__}: fairseq "
@@ -143,6 +147,10 @@ def load_checkpoint_file(f, *args, **kwargs):
         raise CheckpointLoadError(
             f"cannot read {name} as a fairseq checkpoint ({type(err).__name__}: {err}); the file may be incomplete "
             "or corrupt (an interrupted copy or save): copy or save it again, or use another checkpoint") from None
+    unsafe = unsafe_config_message(state, name)
+    if unsafe:
+        raise CheckpointLoadError(unsafe)
+    return state
 
 
 def _refused_globals(f, err) -> list:

@@ -9,12 +9,16 @@ import numpy as np
 import torch
 from fairseq import checkpoint_utils, tasks
 from fairseq.data import data_utils
+from fairseq.dataclass.utils import merge_with_parent
+from omegaconf import open_dict
 
 from fairseq_smallvocab.compat.checkpoint_loading import CheckpointLoadError
 from fairseq_smallvocab.data import data_folder, single_dictionary_lang, token_stream, unwrapped
 from fairseq_smallvocab.models.vocab_predictor import dictionary_fingerprint
 from fairseq_smallvocab.predictor.lists import candidate_file, file_sha256, split_digest, write_candidates
 from fairseq_smallvocab.predictor.scoring import TooManyForcedWords, check_k, multi_hot, recall_hits, select_candidates
+
+PREDICTOR_TASK = "vocab_prediction"  # the task every predictor is set up with
 
 
 class PredictorError(ValueError):
@@ -81,7 +85,7 @@ def load_predictor(path, data: Optional[str] = None, **task_overrides):
         raise PredictorError(
             f"{path} was trained on target language '{tgt}' ({trained_dict}), "
             f"but {folder} has no dict.{tgt}.txt (it has {found}): use a predictor trained on this data")
-    task = tasks.setup_task(cfg.task)
+    task = tasks.TASK_REGISTRY[PREDICTOR_TASK].setup_task(_predictor_task_config(cfg.task))
     saved_hash = int(state["model"]["target_dict_hash"].item())
     saved_size = state["model"]["prior"].numel()
     if saved_hash != dictionary_fingerprint(task.target_dictionary):
@@ -96,6 +100,18 @@ def load_predictor(path, data: Optional[str] = None, **task_overrides):
     model.load_state_dict(state["model"], strict=True)
     model.eval()
     return model, task
+
+
+def _predictor_task_config(task_cfg):
+    """The file's task options as a ``vocab_prediction`` config, whatever
+    task the file names: a predictor is only ever used with that task, and
+    another task could evaluate what the file holds (``left_pad_source`` of
+    multilingual_translation goes through ``eval``); options that
+    ``vocab_prediction`` does not have are dropped."""
+    with open_dict(task_cfg):
+        task_cfg._name = PREDICTOR_TASK
+        task_cfg.pop("task", None)
+    return merge_with_parent(tasks.TASK_DATACLASS_REGISTRY[PREDICTOR_TASK](), task_cfg, remove_missing=True)
 
 
 def _target_dictionary_file(folder, lang, reads_features) -> Optional[str]:
