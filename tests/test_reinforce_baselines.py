@@ -31,8 +31,10 @@ def test_learned_baseline_fits_rewards_and_its_adam_state_round_trips():
     model, task, sample = _setup()
     crit = _crit(task, rl_baseline="learned", baseline_lr=0.05)
     model.train()
+    crit(model, sample)  # sized by the states, started at the batch's mean reward: now moved away from it
+    crit.baseline.bias.fill_(3.0)  # sigmoid: 0.95
     first = last = None
-    for _ in range(30):
+    for _ in range(29):
         _, _, log = crit(model, sample)
         first = log["baseline_mse"] if first is None else first
         last = log["baseline_mse"]
@@ -43,6 +45,7 @@ def test_learned_baseline_fits_rewards_and_its_adam_state_round_trips():
     fresh = _crit(task, rl_baseline="learned", baseline_lr=0.05)
     fresh.load_state_dict(state)
     torch.testing.assert_close(fresh.baseline.weight, crit.baseline.weight)
+    torch.testing.assert_close(fresh.baseline.bias, crit.baseline.bias)
     a, b = crit.baseline._optimizer().state_dict(), fresh.baseline._optimizer().state_dict()
     assert a["state"][0]["step"] == b["state"][0]["step"] == 30
     torch.testing.assert_close(a["state"][0]["exp_avg_sq"], b["state"][0]["exp_avg_sq"])
@@ -130,3 +133,33 @@ def test_learned_baseline_reads_the_state_of_checkpoints_written_before_the_base
     assert fresh._optimizer().state_dict()["state"][0]["step"] == 1
     with pytest.raises(ValueError, match=f"decoder states of size {D}, this model's are 3"):
         fresh.values(torch.randn(2, 5, 3), torch.ones(2, 5, dtype=torch.bool), torch.rand(2))
+
+
+def test_a_fresh_learned_baseline_starts_at_the_first_batchs_mean_reward():
+    """Not at sigmoid(0) = 0.5, far above early GLEU rewards (0.02-0.05): every advantage
+    would be negative for many updates.  Non-finite rewards are left out of the mean, the
+    start is kept inside (0.01, 0.99), and a baseline restored from a checkpoint is not reset."""
+    from fairseq_smallvocab.reinforce.baselines import LearnedBaseline
+
+    features, mask = torch.zeros(4, 3, 5), torch.ones(4, 3, dtype=torch.bool)
+    rewards = torch.tensor([0.02, 0.04, float("nan"), 0.06])
+    base = LearnedBaseline(lr=0.1)
+    got = base.values(features, mask, rewards)
+    torch.testing.assert_close(got, torch.full((4, 3), 0.04))
+    assert LearnedBaseline().values(features, mask, torch.zeros(4))[0, 0].item() == pytest.approx(0.01)
+    assert LearnedBaseline().values(features, mask, torch.ones(4))[0, 0].item() == pytest.approx(0.99)
+    restored = LearnedBaseline()
+    restored.load_state_dict(base.state_dict())
+    torch.testing.assert_close(restored.values(features, mask, torch.ones(4)), got)  # its own bias, not 0.99
+
+
+def test_a_baseline_whose_weights_overflow_stops_with_its_flag():
+    from fairseq_smallvocab.reinforce.baselines import LearnedBaseline
+
+    base = LearnedBaseline(lr=1.0)
+    features, mask = torch.ones(2, 3, 4), torch.ones(2, 3, dtype=torch.bool)
+    base.values(features, mask, torch.tensor([0.2, 0.4]))
+    assert base.learn(features, mask, torch.tensor([0.2, 0.4]))["baseline_mse"] >= 0
+    base.weight[0] = float("inf")  # what a step too large for float32 leaves
+    with pytest.raises(FloatingPointError, match=r"no longer finite .*--baseline-lr 1\): lower --baseline-lr"):
+        base.learn(features, mask, torch.tensor([0.2, 0.4]))

@@ -16,6 +16,12 @@ def test_bad_rl_settings_are_named_at_start_up():
              (dict(sample_temperature=-1.0), r"--sample-temperature must be a finite number > 0"),
              (dict(sample_temperature=float("inf")), r"--sample-temperature must be a finite number > 0, got inf"),
              (dict(sample_temperature=float("nan")), r"--sample-temperature must be a finite number > 0, got nan"),
+             (dict(sample_len_ratio=float("nan")), r"--sample-len-ratio must be a finite number >= 0 .*got nan"),
+             (dict(sample_len_ratio=-1.0), r"--sample-len-ratio must be a finite number >= 0"),
+             (dict(baseline_lr=float("inf")), r"--baseline-lr must be in \(0, 1\], got inf: Adam moves"),
+             (dict(baseline_lr=1e10), r"--baseline-lr must be in \(0, 1\], got 1e\+10"),
+             (dict(baseline_lr=float("nan")), r"--baseline-lr must be in \(0, 1\], got nan"),
+             (dict(baseline_lr=0.0), r"--baseline-lr must be in \(0, 1\], got 0"),
              (dict(reward_post_process="sentencepeice"), r"--reward-post-process 'sentencepeice' is not a fairseq "
                                                          r"post-processing; choose one of 'sentencepiece'")]
     for kwargs, message in cases:

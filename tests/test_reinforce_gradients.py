@@ -29,8 +29,8 @@ def test_policy_gradient_equals_hand_computation(small, baseline, n, keep_probs,
     """d L_r / d b_p (the output bias) = -(1/N) sum_b sum_j sum_t (R_bj - b_bjt) (onehot(y_bjt) - p_bjt),
     over the sampled steps up to and including eos, with p_bjt from a separate
     teacher-forced pass over the sampled sequence of example b alone.  The
-    fresh learned baseline is b_t = sigmoid(0) = 0.5, so every step counts,
-    rewarded or not; the leave-one-out baseline of sample j is the mean
+    fresh learned baseline is the batch's mean reward at every step (w = 0,
+    b = logit(mean)), so every step counts, rewarded or not; the leave-one-out baseline of sample j is the mean
     reward of the other N - 1 samples of the same input.  With the sampler's
     kept step distributions (the default) and without (the logits made again)."""
     from fairseq_smallvocab.reinforce import sampler
@@ -81,7 +81,7 @@ def test_policy_gradient_equals_hand_computation(small, baseline, n, keep_probs,
     want = torch.zeros(V_TGT)
     for row in range(B * n):
         if baseline == "learned":
-            base = 0.5
+            base = min(max(sum(hand_rewards) / len(hand_rewards), 0.01), 0.99)
         else:
             group = hand_rewards[row - row % n: row - row % n + n]
             base = (sum(group) - hand_rewards[row]) / (n - 1)

@@ -161,3 +161,25 @@ def test_a_subword_post_processing_of_word_level_data_is_warned_about(caplog):
     assert "no token of the target dictionary (7 entries) holds '\u2581'" in caplog.text
     with pytest.raises(ValueError, match=r"--reward-post-process 'spm' is not a fairseq post-processing"):
         build_reward("chrf", words, "spm")
+
+
+@pytest.mark.parametrize("scheme, piece", [("sentencepiece", "\u2581{}"), ("subword_nmt", "{}@@")])
+def test_subword_data_without_a_post_processing_is_warned_about(caplog, scheme, piece):
+    """No --reward-post-process on subword data: the reward scores pieces (GLEU 3.5-4.0 where the
+    words give 0.6-1.3), which the log must say; word-level data and subword data with the flag
+    are not warned about."""
+    import logging
+
+    from fairseq.data import Dictionary
+
+    words, pieces = Dictionary(), Dictionary()
+    for w in ("a", "cat", "sat", "on", "the", "mat"):
+        words.add_symbol(w)
+        pieces.add_symbol(piece.format(w) if w in ("a", "cat", "sat") else w)  # half of them marked
+    with caplog.at_level(logging.WARNING):
+        build_reward("gleu", words)
+        build_reward("gleu", pieces, scheme)
+        assert not caplog.records
+        build_reward("gleu", pieces)
+    assert "50% of the target dictionary's 6 tokens hold" in caplog.text
+    assert f"give --reward-post-process {scheme}" in caplog.text

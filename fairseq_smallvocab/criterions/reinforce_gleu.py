@@ -93,6 +93,7 @@ from fairseq_smallvocab.reinforce.sampler import SampleRequest
 logger = logging.getLogger(__name__)
 
 BASELINES = ChoiceEnum(list(BASELINE_CLASSES))
+MAX_BASELINE_LR = 1.0  # the learned baseline's Adam: see check_config
 
 
 def _available_memory(device):
@@ -202,8 +203,13 @@ def check_config(cfg: ReinforceGleuConfig) -> None:
         raise ValueError(f"--label-smoothing must be in [0, 1) (the CE term's), got {cfg.label_smoothing}")
     if cfg.max_sample_len < 1:
         raise ValueError(f"--max-sample-len must be >= 1, got {cfg.max_sample_len}")
-    if cfg.sample_len_ratio < 0:
-        raise ValueError(f"--sample-len-ratio must be >= 0, got {cfg.sample_len_ratio}")
+    if not 0 <= cfg.sample_len_ratio < math.inf:  # (nan fails too: it would be ignored, as 0 is)
+        raise ValueError(f"--sample-len-ratio must be a finite number >= 0 (0: no limit from the source's "
+                         f"length), got {cfg.sample_len_ratio}")
+    if not 0 < cfg.baseline_lr <= MAX_BASELINE_LR:
+        raise ValueError(f"--baseline-lr must be in (0, {MAX_BASELINE_LR:g}], got {cfg.baseline_lr:g}: Adam moves "
+                         "each of the learned baseline's weights by about the learning rate every step, so a larger "
+                         "one saturates its sigmoid (it then reads 0 or 1 whatever the reward) or overflows it")
     if cfg.gleu_max_order < 1:
         raise ValueError(f"--gleu-max-order must be >= 1, got {cfg.gleu_max_order}")
     if str(cfg.rl_baseline) not in BASELINE_CLASSES:

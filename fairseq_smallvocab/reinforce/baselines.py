@@ -6,7 +6,8 @@ small module with its own state; ``reinforce_gleu`` picks one by name
 - ``learned`` (the paper's): b_t = sigmoid(w . s_t + b) on the detached
   decoder state s_t, fitted by MSE to the sentence's reward with its own Adam
   optimizer (``--baseline-lr``, default 1e-3).  Its size, d of s_t, comes
-  from the model's states at the first batch (or from a checkpoint).  w and b
+  from the model's states at the first batch (or from a checkpoint), and it
+  starts there at that batch's mean reward (w = 0, b = logit(mean)).  w and b
   are buffers, not parameters: fairseq's trainer gives a criterion with
   parameters to its main optimizer's bookkeeping and wraps it in the
   distributed wrapper, and PyTorch's DDP rejects a module none of whose
@@ -28,6 +29,7 @@ samples in groups of N consecutive rows (the samples of one input).
 """
 
 import copy
+import math
 from typing import Dict, Optional
 
 import torch
@@ -71,6 +73,9 @@ class LeaveOneOutBaseline(Baseline):
         grouped = rewards.double().view(-1, group_size)
         others = (grouped.sum(1, keepdim=True) - grouped) / (group_size - 1)
         return others.float().view(-1, 1).expand(mask.shape)
+
+
+START_MIN = 0.01  # a fresh learned baseline starts at the first mean reward, kept in [START_MIN, 1 - START_MIN]
 
 
 class LearnedBaseline(Baseline):
@@ -134,8 +139,24 @@ class LearnedBaseline(Baseline):
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def values(self, features, mask, rewards, greedy_reward=None, group_size=1):
+        fresh = self.weight.numel() == 0
         self._materialize(features)
+        if fresh:
+            self._start_at(rewards)
         return torch.sigmoid(features.float() @ self.weight + self.bias)
+
+    def _start_at(self, rewards):
+        """A fresh baseline reads the first batch's mean reward (over every
+        worker's batch, so that all start alike): sigmoid(0) = 0.5 would sit
+        far above early GLEU rewards (0.02-0.05), making nearly every
+        advantage negative until Adam has walked the bias down."""
+        finite = rewards.float()[torch.isfinite(rewards)]
+        total = torch.stack([finite.sum(), torch.tensor(float(finite.numel()), device=finite.device)])
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.all_reduce(total)
+        if total[1] > 0:
+            mean = (total[0] / total[1]).clamp(START_MIN, 1 - START_MIN)
+            self.bias.fill_(torch.logit(mean).item())
 
     def learn(self, features, mask, rewards):
         """One Adam step on the MSE between b_t and the sentence's reward
@@ -157,7 +178,11 @@ class LearnedBaseline(Baseline):
         self.weight.grad, self.bias.grad = grads
         adam.step()
         self.weight.grad = self.bias.grad = None
-        return {"baseline_mse": mse.item()}
+        mse, largest = torch.stack([mse.detach(), self.weight.abs().amax() + self.bias.abs()]).tolist()  # one sync
+        if not math.isfinite(largest):
+            raise FloatingPointError(f"the learned baseline's weights are no longer finite after a step of its Adam "
+                                     f"(--baseline-lr {self.lr:g}): lower --baseline-lr")
+        return {"baseline_mse": mse}
 
 
 BASELINES = {"learned": LearnedBaseline, "loo": LeaveOneOutBaseline, "self-critical": SelfCriticalBaseline,
