@@ -574,3 +574,27 @@ def test_frequency_scores_count_training_tokens_after_the_dataset_is_freed(tiny_
                            minlength=len(task.target_dictionary))
     np.testing.assert_array_equal(scores.numpy(), expected)
     assert scores[task.target_dictionary.eos()] == len(targets)  # one eos per sentence
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("embed_dim", 0, r"--embed-dim must be >= 1, got 0"), ("embed_dim", -3, r"--embed-dim must be >= 1, got -3"),
+    ("layers", 0, r"--layers must be >= 1, got 0"), ("dropout", 1.0, r"--dropout must be in \[0, 1\), got 1.0"),
+    ("dropout", float("nan"), r"--dropout must be in \[0, 1\), got nan")])
+def test_every_plugin_model_refuses_a_zero_size_before_it_is_built(field, value, message):
+    """--embed-dim 0 trained and saved a zero-size predictor (rc 0): each model refuses such a size,
+    naming its flag, before it reads the task."""
+    from fairseq_smallvocab.models.lstm_caption_smallvocab import (
+        LSTMCaptionSmallVocabConfig,
+        LSTMCaptionSmallVocabModel,
+    )
+    from fairseq_smallvocab.models.lstm_smallvocab import LSTMSmallVocabConfig, LSTMSmallVocabModel
+    from fairseq_smallvocab.models.vocab_predictor import VocabPredictor, VocabPredictorConfig
+
+    for model, config in ((VocabPredictor, VocabPredictorConfig), (LSTMSmallVocabModel, LSTMSmallVocabConfig),
+                          (LSTMCaptionSmallVocabModel, LSTMCaptionSmallVocabConfig)):
+        cfg = config()
+        if not hasattr(cfg, field):
+            continue
+        setattr(cfg, field, value)
+        with pytest.raises(ValueError, match=message):
+            model.build_model(cfg, task=None)

@@ -28,6 +28,7 @@ from fairseq.dataclass import FairseqDataclass
 from fairseq.models import FairseqEncoder, FairseqEncoderDecoderModel, register_model
 from torch import Tensor
 
+from fairseq_smallvocab.models.checks import check_model_config
 from fairseq_smallvocab.models.lstm_smallvocab import INIT_SCALE, TiedOutputDecoder, _init_lstm
 
 
@@ -105,6 +106,7 @@ class LSTMCaptionSmallVocabModel(FairseqEncoderDecoderModel):
 
     @classmethod
     def build_model(cls, cfg, task):
+        check_model_config(cfg)
         feature_dim = cfg.feature_dim or getattr(task, "feature_dim", None)
         if not feature_dim:
             raise ValueError("lstm_caption_smallvocab needs the image feature size: train it with "

@@ -36,6 +36,8 @@ from fairseq.models import (
 )
 from torch import Tensor
 
+from fairseq_smallvocab.models.checks import check_model_config
+
 INIT_SCALE = 0.1
 
 
@@ -199,6 +201,7 @@ class LSTMSmallVocabModel(FairseqEncoderDecoderModel):
 
     @classmethod
     def build_model(cls, cfg, task):
+        check_model_config(cfg)
         encoder = SmallVocabEncoder(task.source_dictionary, cfg.embed_dim, cfg.layers, cfg.dropout,
                                     cfg.max_source_positions)
         decoder = SmallVocabDecoder(task.target_dictionary, cfg.embed_dim, cfg.layers, cfg.dropout,

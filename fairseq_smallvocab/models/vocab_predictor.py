@@ -20,6 +20,8 @@ import torch.nn.functional as F
 from fairseq.dataclass import FairseqDataclass
 from fairseq.models import BaseFairseqModel, register_model
 
+from fairseq_smallvocab.models.checks import check_model_config
+
 INIT_SCALE = 0.1
 
 
@@ -97,6 +99,7 @@ class VocabPredictor(BaseFairseqModel):
 
     @classmethod
     def build_model(cls, cfg, task):
+        check_model_config(cfg)
         if not hasattr(task, "uses_features"):  # e.g. a predictor checkpoint given to fairseq-generate --path
             raise ValueError(
                 f"a vocabulary predictor (arch vocab_predictor) was given where a translation or captioning model "
