@@ -15,7 +15,9 @@ line, or ``import fairseq_smallvocab`` from Python.  Importing the package
   on the GPU there), and
 * saves the tasks' own state in fairseq-train's checkpoints on every fairseq
   0.12, makes its copies to checkpoint_last/best atomic and keeps one trainer
-  per --save-dir (``compat/train_checkpoints.py``).
+  per --save-dir (``compat/train_checkpoints.py``), and
+* in fairseq-interactive, says so when its input is not UTF-8
+  (``compat/interactive_input.py``).
 """
 
 __version__ = "0.1.0"
@@ -31,11 +33,12 @@ except ModuleNotFoundError as exc:  # pragma: no cover - exercised only without 
         "see README.md, 'Installing into an existing fairseq environment'"
     ) from exc
 
-from fairseq_smallvocab.compat import checkpoint_loading, grad_clip, train_checkpoints  # noqa: E402
+from fairseq_smallvocab.compat import checkpoint_loading, grad_clip, interactive_input, train_checkpoints  # noqa: E402
 
 checkpoint_loading.allow_fairseq_checkpoint_globals()
 checkpoint_loading.install_checkpoint_loader()
 grad_clip.install()
 train_checkpoints.install()
+interactive_input.install()
 
 from fairseq_smallvocab import criterions, models, tasks  # noqa: E402,F401

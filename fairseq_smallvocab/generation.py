@@ -146,6 +146,11 @@ class SmallVocabSequenceGenerator(SequenceGenerator):
             raise ValueError(f"--sampling-topk {topk} is larger than the small vocabulary of each input (K = "
                              f"{candidates.size(1)}, --small-vocab-size): pass --sampling-topk {candidates.size(1)} "
                              "or less, or decode with the full softmax (--small-vocab-size 0)")
+        if self.beam_size >= candidates.size(1):  # over the full vocabulary fairseq caps it at |V| - 1 (pad)
+            raise ValueError(f"--beam {self.beam_size} is not below the small vocabulary of each input (K = "
+                             f"{candidates.size(1)}, --small-vocab-size), and a beam keeps at most K - 1 "
+                             f"hypotheses (pad is never chosen): pass --beam {candidates.size(1) - 1} or less, or "
+                             "raise --small-vocab-size")
         if prefix_tokens is not None:
             prefix_tokens = self._prefix_positions(candidates, prefix_tokens)
         vocab_size, self.vocab_size = self.vocab_size, candidates.size(1)  # the search's view of lprobs

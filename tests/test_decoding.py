@@ -74,6 +74,18 @@ def test_interactive_decodes_raw_text_and_empty_lines(small_model, tiny_bin, tin
 
 
 @pytest.mark.slow
+def test_interactive_input_that_is_not_utf8_is_named(small_model, tiny_bin, tiny_raw, tmp_path):
+    lines = (tiny_raw / "test.src").read_text().splitlines()[:2]
+    text = tmp_path / "input.txt"
+    text.write_bytes(("\n".join(lines) + "\n").encode() + b"caf\xe9 au lait\n")  # Latin-1, not UTF-8
+    out = run(["fairseq-interactive", tiny_bin, *DECODE, "--path", small_model, "--source-lang", "src",
+               "--target-lang", "tgt", "--input", text, "--buffer-size", "1", "--batch-size", "1"], check=False)
+    assert out.returncode != 0
+    assert f"fairseq-interactive: {text} is not UTF-8 text (byte b'\\xe9'" in out.stderr, out.stderr[-2000:]
+    assert "iconv" in out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.mark.slow
 def test_predictor_with_another_dictionary_is_refused(small_model, tiny_bin, tiny_raw, tmp_path):
     from smallvocab_tools.data.prep import prepare
 
@@ -104,6 +116,19 @@ def test_decoding_limits_that_allow_no_token_are_refused(small_model, tiny_bin):
                "--max-len-b", "0"], check=False)
     assert out.returncode != 0 and "leaves no room for a single output token" in out.stderr
     assert "--max-len-b N" in out.stderr and "AssertionError" not in out.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flags, message", [
+    (["--beam", "0"], "--beam must be >= 1 (hypotheses kept per input; 1: greedy), got 0"),
+    (["--beam", "40"], "--beam 40 is not below the small vocabulary of each input (K = 40"),
+    (["--sampling", "--beam", "1", "--temperature", "1e-45"], "--temperature must be a finite number >= 0.001, "
+                                                               "got 1e-45")])
+def test_a_beam_or_temperature_that_cannot_decode_is_refused_naming_the_flag(small_model, tiny_bin, flags, message):
+    out = run(["fairseq-generate", tiny_bin, *DECODE, "--path", small_model, "--small-vocab-size", "40", *flags],
+              check=False)
+    assert out.returncode != 0 and message in out.stderr, out.stderr[-2000:]
+    assert "IndexError" not in out.stderr and "AssertionError" not in out.stderr
 
 
 @pytest.mark.slow

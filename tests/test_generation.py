@@ -124,6 +124,19 @@ def test_a_sampling_topk_above_k_is_refused_naming_k(setup):
         assert len(generator.generate([model], sample)) == B
 
 
+def test_a_beam_the_candidates_cannot_fill_is_refused_naming_k(setup):
+    """--beam 200 with K = 100 failed with fairseq's IndexError about a mask's shape."""
+    model, tgt_dict, sample = setup
+    for beam in (K, 2 * K):
+        generator = SmallVocabSequenceGenerator([model], tgt_dict, beam_size=beam, max_len_b=10)
+        with pytest.raises(ValueError, match=rf"--beam {beam} is not below the small vocabulary of each input "
+                                             rf"\(K = {K}.*pass --beam {K - 1} or less"):
+            generator.generate([model], sample)
+    generator = SmallVocabSequenceGenerator([model], tgt_dict, beam_size=K - 1, max_len_b=10)  # the widest
+    with torch.no_grad():
+        assert all(len(hypos) == K - 1 for hypos in generator.generate([model], sample))
+
+
 @pytest.mark.parametrize("what", ["constraints", "prefix function", "language model", "suppressed tokens"])
 def test_what_candidates_cannot_serve_is_refused_when_the_generator_is_built(setup, what):
     model, tgt_dict, sample = setup

@@ -3,5 +3,6 @@ together, installed when the package is imported: safe checkpoint loading
 under torch >= 2.6 (``checkpoint_loading``), gradient clipping of CPU
 training on a machine with a GPU (``grad_clip``), and fairseq-train's
 checkpoints (``train_checkpoints``: task state on every 0.12, atomic copies,
-one trainer per --save-dir); and ``precision``, which the plugin's tasks call
+one trainer per --save-dir), and fairseq-interactive's input that is not
+UTF-8 (``interactive_input``); and ``precision``, which the plugin's tasks call
 to refuse training in a precision fairseq 0.12 cannot train in."""

@@ -27,6 +27,7 @@ softmax.
 """
 
 import logging
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Optional
@@ -46,6 +47,9 @@ from fairseq_smallvocab.generation import SmallVocabSequenceGenerator
 from fairseq_smallvocab.restricted_model import restrict
 
 logger = logging.getLogger(__name__)
+
+
+MIN_TEMPERATURE = 1e-3  # decoding's --temperature: logits x 1000 stay far inside float32
 
 
 @dataclass
@@ -165,6 +169,13 @@ class TranslationSmallVocabTask(TranslationTask):
                              f"{getattr(args, 'max_len_b', 200)} leaves no room for a single output token: pass "
                              "--max-len-b N (the longest output, e.g. 200), or --max-len-a R for R x the source "
                              "length + --max-len-b")
+        beam, temperature = getattr(args, "beam", 5), getattr(args, "temperature", 1.0)
+        if beam < 1:
+            raise ValueError(f"--beam must be >= 1 (hypotheses kept per input; 1: greedy), got {beam}")
+        if not MIN_TEMPERATURE <= temperature < math.inf:
+            raise ValueError(f"--temperature must be a finite number >= {MIN_TEMPERATURE:g}, got {temperature:g}: "
+                             "the logits are divided by it, and below that they can overflow (every score nan); "
+                             "for the most likely words decode with --beam 1 and without --sampling")
         if not self.small_vocab or seq_gen_cls is not None:
             return super().build_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs,
                                            prefix_allowed_tokens_fn)
