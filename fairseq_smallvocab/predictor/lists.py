@@ -9,11 +9,13 @@ fingerprint, the split's content digest, the predictor's path and SHA-256,
 whether gold words were forced in, and the SHA-256 of the .npy itself).
 
 The pair is made consistent by its order of writing and by a check, not by
-luck: the .npy is written to a temporary name and renamed first, the .json
-last, and a reader refuses a pair whose .npy does not have the digest its
-.json records.  A crash between the two renames leaves new lists beside an
-old description, which the reader then rejects (the cache is recomputed, an
-exported list must be exported again).
+luck: both files are written to temporary names beside their own and
+flushed to the disk, the .npy is renamed first, the .json last, and a reader
+refuses a pair whose .npy does not have the digest its .json records.  A
+crash between the two renames leaves new lists beside an old description,
+which the reader then rejects (the cache is recomputed, an exported list
+must be exported again).  A failed write (a full disk is named as one)
+removes its temporary files and leaves the old pair, if any, as it was.
 
 The split's content digest (``split_digest``) ties the lists to the data they
 were predicted for: two data folders with the same dictionary and the same
@@ -21,6 +23,7 @@ number of sentences (two test sets, a reshuffled training set) get different
 digests, so the lists of one are never used for the other.
 """
 
+import errno
 import hashlib
 import json
 import os
@@ -110,6 +113,26 @@ def split_digest(dataset) -> str:
 # -- the files ------------------------------------------------------------------------------------
 
 
+def _write_flushed(tmp: Path, final: Path, write):
+    """``write(f)`` into the new file ``tmp``, flushed to the disk before it
+    is renamed to ``final`` (a file system may otherwise keep the rename and
+    lose the data in a crash).  A full disk is named as one, with ``final``:
+    numpy reports it as a short write ("40500 requested and 24512 written"),
+    and some file systems only at the flush."""
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as err:
+        if err.errno == errno.ENOSPC or (err.errno is None and "requested and" in str(err)):
+            raise OSError(errno.ENOSPC, f"no space left on device writing {final} ({err}): free space on its "
+                                        "disk, or write the lists to another folder (export_candidates.py "
+                                        "--out-dir, fairseq-train --candidates-dir), and run again; nothing was put "
+                                        f"in place of {final.name}") from err
+        raise
+
+
 def write_candidates(path, ids: np.ndarray, meta: Dict) -> Path:
     """Write ``ids`` and ``meta`` as a candidate file pair (the .npy renamed
     into place first, the .json last; see the module doc)."""
@@ -120,11 +143,11 @@ def write_candidates(path, ids: np.ndarray, meta: Dict) -> Path:
     tmp_npy = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     tmp_json = path.with_name(f".{path.stem}.json.tmp-{os.getpid()}")
     try:
-        with open(tmp_npy, "wb") as f:
-            np.save(f, ids)
+        _write_flushed(tmp_npy, path, lambda f: np.save(f, ids))
         meta = dict(meta, format=FORMAT, version=VERSION, rows=int(ids.shape[0]), k=int(ids.shape[1]),
                     dtype=str(ids.dtype), npy_sha256=file_sha256(tmp_npy))
-        tmp_json.write_text(json.dumps(meta, indent=2) + "\n")
+        text = (json.dumps(meta, indent=2) + "\n").encode()
+        _write_flushed(tmp_json, path.with_suffix(".json"), lambda f: f.write(text))
         os.replace(tmp_npy, path)
         os.replace(tmp_json, path.with_suffix(".json"))
     finally:

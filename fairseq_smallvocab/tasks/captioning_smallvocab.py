@@ -34,7 +34,6 @@ from typing import Optional
 
 import numpy as np
 from fairseq import utils
-from fairseq.data import data_utils
 from fairseq.tasks import register_task
 from omegaconf import open_dict
 
@@ -45,7 +44,9 @@ from fairseq_smallvocab.data import (
     data_folder,
     feature_target_dataset,
     features_width,
+    load_binarized,
     single_dictionary_lang,
+    split_folder,
 )
 from fairseq_smallvocab.tasks.translation_smallvocab import TranslationSmallVocabConfig, TranslationSmallVocabTask
 
@@ -100,11 +101,10 @@ class CaptioningSmallVocabTask(TranslationSmallVocabTask):
         return self.cfg.feature_dim
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
-        paths = utils.split_paths(self.cfg.data)
-        data_path = paths[(epoch - 1) % len(paths)] if split == self.cfg.train_subset else paths[0]
+        data_path = split_folder(self.cfg.data, split, self.cfg.train_subset, epoch)
         lang = self.cfg.target_lang
         prefix = os.path.join(data_path, f"{split}.{lang}-None.{lang}")
-        captions = data_utils.load_indexed_dataset(prefix, self.tgt_dict, self.cfg.dataset_impl)
+        captions = load_binarized(prefix, self.tgt_dict, self.cfg.dataset_impl)
         if captions is None:
             raise FileNotFoundError(f"no binarized '{split}' captions ({prefix}.bin/.idx); binarize them with "
                                     f"fairseq-preprocess --only-source --source-lang {lang} or "

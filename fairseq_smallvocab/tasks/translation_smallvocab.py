@@ -42,7 +42,7 @@ from fairseq_smallvocab.candidates.dataset import CandidateDataset
 from fairseq_smallvocab.candidates.source import CandidateSource
 from fairseq_smallvocab.candidates.space import default_small_vocab_size, gold_outside_candidates
 from fairseq_smallvocab.compat.precision import check_training_precision
-from fairseq_smallvocab.data import KeepLastBatchDataset, data_folder
+from fairseq_smallvocab.data import KeepLastBatchDataset, check_langpair, data_folder, split_folder
 from fairseq_smallvocab.generation import SmallVocabSequenceGenerator
 from fairseq_smallvocab.restricted_model import restrict
 
@@ -127,6 +127,9 @@ class TranslationSmallVocabTask(TranslationTask):
         return self.k > 0
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
+        cfg = self.cfg
+        check_langpair(split_folder(cfg.data, split, cfg.train_subset, epoch), split, cfg.source_lang, self.src_dict,
+                       cfg.target_lang, self.tgt_dict, combine, cfg.dataset_impl)
         super().load_dataset(split, epoch, combine, **kwargs)
         dataset = self.datasets[split]
         if not self.small_vocab:

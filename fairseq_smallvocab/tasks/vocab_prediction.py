@@ -14,7 +14,6 @@ import os
 from dataclasses import dataclass, field
 from typing import Optional
 
-from fairseq import utils
 from fairseq.data import data_utils, indexed_dataset
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.tasks import FairseqTask, register_task
@@ -24,10 +23,13 @@ from omegaconf import II
 from fairseq_smallvocab.compat.precision import check_training_precision
 from fairseq_smallvocab.data import (
     KeepLastBatchDataset,
+    check_langpair,
     data_folder,
     feature_target_dataset,
     features_width,
+    load_binarized,
     single_dictionary_lang,
+    split_folder,
     token_stream,
 )
 from fairseq_smallvocab.predictor.scoring import document_frequency
@@ -96,16 +98,12 @@ class VocabPredictionTask(FairseqTask):
         return self.cfg.feature_dim
 
     def _data_path(self, split, epoch=1):
-        paths = utils.split_paths(self.cfg.data)
-        if split != self.cfg.train_subset:
-            paths = paths[:1]
-        return paths[(epoch - 1) % len(paths)]
+        return split_folder(self.cfg.data, split, self.cfg.train_subset, epoch)
 
     def _load_targets(self, data_path, split):
         src, tgt = self.cfg.source_lang, self.cfg.target_lang
         for prefix in (f"{split}.{src}-{tgt}.{tgt}", f"{split}.{tgt}-None.{tgt}"):
-            ds = data_utils.load_indexed_dataset(os.path.join(data_path, prefix), self.tgt_dict,
-                                                 self.cfg.dataset_impl)
+            ds = load_binarized(os.path.join(data_path, prefix), self.tgt_dict, self.cfg.dataset_impl)
             if ds is not None:
                 return ds
         raise FileNotFoundError(f"no binarized '{split}' target data ({tgt}) in {data_path}")
@@ -117,6 +115,8 @@ class VocabPredictionTask(FairseqTask):
             dataset = feature_target_dataset(self.cfg.source_features, split, tgt, self.tgt_dict,
                                              dim=self.cfg.feature_dim, shuffle=split != "test")
         else:
+            check_langpair(data_path, split, self.cfg.source_lang, self.src_dict, self.cfg.target_lang, self.tgt_dict,
+                           combine, self.cfg.dataset_impl)
             dataset = load_langpair_dataset(
                 data_path, split, self.cfg.source_lang, self.src_dict, self.cfg.target_lang, self.tgt_dict,
                 combine=combine, dataset_impl=self.cfg.dataset_impl, upsample_primary=1,
