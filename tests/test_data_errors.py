@@ -253,3 +253,21 @@ def test_a_full_disk_while_caching_predicted_lists_is_named_and_the_next_run_pre
     again.load_dataset("valid")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["valid.k40.json", "valid.k40.npy"]
     assert len(again.dataset("valid").rows) == 40
+
+
+def test_the_temporaries_of_a_killed_writer_are_removed_by_the_next_one(tmp_path):
+    """A writer killed mid-write leaves .NAME.npy.tmp-PID (as large as the lists) that nothing reads;
+    the next write of the pair removes it, and not the temporaries of a writer still running."""
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(dead.stdout)  # a process that has exited
+    path = tmp_path / "valid.k4.npy"
+    stale = [f".valid.k4.npy.tmp-{dead_pid}", f".valid.k4.json.tmp-{dead_pid}"]
+    live = [f".valid.k4.npy.tmp-{os.getppid()}", f".test.k4.npy.tmp-{dead_pid}"]  # running; another pair's
+    for name in stale + live:
+        (tmp_path / name).write_bytes(b"partial")
+    lists.write_candidates(path, np.arange(12, dtype=np.uint16).reshape(3, 4), META)
+    assert _leftovers(tmp_path) == sorted(live)
+    np.testing.assert_array_equal(np.load(path), np.arange(12).reshape(3, 4))

@@ -84,6 +84,23 @@ def test_a_second_trainer_on_the_same_save_dir_is_refused(tmp_path):
     train_checkpoints._locks.pop(str(save)).close()
 
 
+def test_the_temporary_files_of_a_killed_run_are_removed_at_the_next_start(tmp_path):
+    """A kill during a checkpoint copy left checkpoint_*.pt.tmp-copy-PID (a whole checkpoint) in the
+    save folder forever; the next trainer on the folder (holding its lock) removes it, and only it."""
+    save = tmp_path / "ckpt"
+    save.mkdir()
+    leftovers = ["checkpoint_last.pt.tmp-copy-31337", "checkpoint_best.pt.tmp-copy-2", "checkpoint3.pt.tmp"]
+    kept = ["checkpoint_last.pt", "checkpoint_2_40.pt", "notes.tmp-copy-1", "checkpoint.txt"]
+    for name in leftovers + kept:
+        (save / name).write_bytes(b"x")
+    trainer = _trainer(lambda *a, **k: None)
+    iterator = SimpleNamespace(epoch=1)
+    trainer.get_train_iterator, trainer.lr_step = lambda **k: iterator, lambda epoch: None
+    checkpoint_utils.load_checkpoint(_cfg(save, restore_file="checkpoint_2_40.pt"), trainer)
+    train_checkpoints._locks.pop(str(save)).close()
+    assert sorted(p.name for p in save.iterdir()) == sorted(kept + [".fairseq-train.lock"])
+
+
 def test_a_damaged_checkpoint_last_names_the_intact_one_to_resume_from(tmp_path):
     save = tmp_path / "ckpt"
     save.mkdir()

@@ -16,7 +16,8 @@ accepts takes the same path).
 * **Atomic copies.**  fairseq writes ``checkpoint_N.pt`` atomically (a .tmp
   file, then a rename) and then copies it to ``checkpoint_last.pt`` and
   ``checkpoint_best.pt`` in place: a kill during that copy left a truncated
-  ``checkpoint_last.pt``.  The copies go to a temporary file that is renamed.
+  ``checkpoint_last.pt``.  The copies go to a temporary file that is renamed;
+  the temporary files a killed run leaves are removed at the next start.
   Should a checkpoint to resume from still be unreadable (a file damaged some
   other way), the error names the newest other checkpoint in the folder.
 * **One trainer per --save-dir.**  Two trainers writing checkpoints to one
@@ -91,6 +92,21 @@ def _lock_save_dir(cfg, trainer):
     handle.write(f"{os.getpid()}\n")
     handle.flush()
     _locks[folder] = handle
+    _remove_leftovers(folder)
+
+
+def _remove_leftovers(folder):
+    """Delete the temporary checkpoint files of killed runs (a copy's
+    ``checkpoint_*.pt.tmp-copy-PID``, fairseq's ``checkpoint*.pt.tmp``): each
+    is a whole checkpoint that nothing would ever read or remove.  Called
+    with the folder's lock held, so no live trainer is writing one."""
+    for name in sorted(os.listdir(folder)):
+        if name.startswith("checkpoint") and (".pt.tmp-copy-" in name or name.endswith(".pt.tmp")):
+            try:
+                os.remove(os.path.join(folder, name))
+                logger.info(f"removed {name} from {folder}: a checkpoint file a killed run left half-written")
+            except OSError:  # gone meanwhile, or not ours to remove: harmless either way
+                pass
 
 
 def _other_checkpoints(folder, damaged):

@@ -133,6 +133,26 @@ def _write_flushed(tmp: Path, final: Path, write):
         raise
 
 
+def _remove_dead_temporaries(path: Path):
+    """Delete the temporary files of this pair that a killed writer left
+    (``.NAME.npy.tmp-PID``, ``.NAME.json.tmp-PID`` whose process is gone):
+    nothing reads them, and each may be as large as the lists."""
+    for tmp in list(path.parent.glob(f".{path.name}.tmp-*")) + list(path.parent.glob(f".{path.stem}.json.tmp-*")):
+        pid = tmp.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            tmp.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive
+        return True
+    return True
+
+
 def write_candidates(path, ids: np.ndarray, meta: Dict) -> Path:
     """Write ``ids`` and ``meta`` as a candidate file pair (the .npy renamed
     into place first, the .json last; see the module doc)."""
@@ -142,6 +162,7 @@ def write_candidates(path, ids: np.ndarray, meta: Dict) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp_npy = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     tmp_json = path.with_name(f".{path.stem}.json.tmp-{os.getpid()}")
+    _remove_dead_temporaries(path)
     try:
         _write_flushed(tmp_npy, path, lambda f: np.save(f, ids))
         meta = dict(meta, format=FORMAT, version=VERSION, rows=int(ids.shape[0]), k=int(ids.shape[1]),
