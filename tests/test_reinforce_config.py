@@ -85,3 +85,22 @@ def test_bad_settings_are_named():
     for value in (-0.1, 1.0):
         with pytest.raises(ValueError, match=r"--label-smoothing must be in \[0, 1\) \(the CE term's\)"):
             _crit(task, label_smoothing=value)
+
+
+def test_a_cuda_only_mode_asked_for_on_the_cpu_is_said_to_run_as_off(caplog):
+    """--rl-capture / --rl-graphed-pass cuda-graphs ran eagerly on the CPU without a word: the log
+    says once what runs instead; the other modes are not warned about."""
+    import logging
+
+    model, task, sample = _setup()
+    with caplog.at_level(logging.WARNING):
+        _crit(task, rl_baseline="none", rl_capture="buckets", rl_graphed_pass="off")(model, sample)
+        assert not caplog.records
+        crit = _crit(task, rl_baseline="none", rl_capture="cuda-graphs", rl_graphed_pass="cuda-graphs")
+        crit(model, sample)
+        crit(model, sample)
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 2, messages  # once each, not per batch
+    assert messages[0].startswith("--rl-capture cuda-graphs: CUDA graphs cannot be captured on cpu, not a CUDA "
+                                  "device, so the sampling step runs as --rl-capture off")
+    assert messages[1].startswith("--rl-graphed-pass cuda-graphs: CUDA graphs cannot be captured on cpu")

@@ -233,6 +233,7 @@ class ReinforceGleuCriterion(FairseqCriterion):
         if str(cfg.rl_baseline) == "learned" and hasattr(task, "add_checkpoint_state"):  # a bare test task has none
             task.add_checkpoint_state("reinforce_gleu.baseline", self.baseline)
         self._capped_to_positions = False  # whether the log has said that the decoder's positions cap samples
+        self._said_what_runs = False  # whether the log has said what a CUDA-only mode runs as here
 
     # -- rewards ------------------------------------------------------------------------------------
 
@@ -289,8 +290,27 @@ class ReinforceGleuCriterion(FairseqCriterion):
         with run_settings(self.cfg):
             return self.loss(model, sample)
 
+    def say_what_runs(self, device):
+        """Once: a CUDA-only mode asked for (--rl-capture / --rl-graphed-pass
+        cuda-graphs) where it cannot run (no CUDA device, or under autocast)
+        runs as off; the log says so rather than leave the user believing
+        the step is captured."""
+        if self._said_what_runs:
+            return
+        self._said_what_runs = True
+        if device.type == "cuda" and not capture.autocast_on(device):
+            return
+        where = f"under autocast on {device}" if device.type == "cuda" else f"on {device}, not a CUDA device"
+        for flag, what, instead in (("rl_capture", "the sampling step", "the eager sampling loop"),
+                                    ("rl_graphed_pass", "the teacher-forced passes", "the decoder's own passes")):
+            if str(getattr(self.cfg, flag, None)) == "cuda-graphs":
+                logger.warning(f"--{flag.replace('_', '-')} cuda-graphs: CUDA graphs cannot be captured {where}, "
+                               f"so {what} runs as --{flag.replace('_', '-')} off ({instead}); 'buckets' runs the "
+                               "bucketed program eagerly on any device")
+
     def loss(self, model, sample):
         """``forward``'s work, under the run's settings."""
+        self.say_what_runs(sample["target"].device)
         if self.cfg.rl_lambda == 1.0:  # RL's weight is 0: its samples would change nothing but the time
             return self.ce_only(model, sample)
         net_input = sample["net_input"]
