@@ -1,6 +1,7 @@
 """fairseq-generate / fairseq-interactive inside the predicted vocabulary."""
 
 import re
+import shutil
 
 import pytest
 from helpers import USER_DIR, VP_TRAIN, run
@@ -99,6 +100,23 @@ def test_predictor_with_another_dictionary_is_refused(small_model, tiny_bin, tin
               check=False)
     assert out.returncode != 0 and "target dictionaries differ" in out.stderr
     assert not (tmp_path / "c").exists() or not any((tmp_path / "c").iterdir())  # nothing half-written
+
+
+@pytest.mark.slow
+def test_a_target_dictionary_in_another_order_is_refused(small_model, tiny_bin, tmp_path):
+    """Same size, two words swapped: stock fairseq decodes garbage without a word; the model's recorded
+    fingerprint refuses it, with the full softmax (no candidate lists involved) too."""
+    other = tmp_path / "other"
+    shutil.copytree(tiny_bin, other)
+    lines = (other / "dict.tgt.txt").read_text().splitlines(keepends=True)
+    lines[5], lines[6] = lines[6], lines[5]
+    (other / "dict.tgt.txt").write_text("".join(lines))
+    for k in ("0", "40"):
+        out = run(["fairseq-generate", other, *DECODE, "--path", small_model, "--small-vocab-size", k], check=False)
+        assert out.returncode != 0, out.stdout[-2000:]
+        assert f"the model was trained with another target dictionary than {other / 'dict.tgt.txt'}" in out.stderr
+    out = run(["fairseq-generate", tiny_bin, *DECODE, "--path", small_model, "--small-vocab-size", "0"])
+    assert "H-0" in out.stdout  # its own folder decodes
 
 
 @pytest.mark.slow

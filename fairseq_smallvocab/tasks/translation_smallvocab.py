@@ -44,6 +44,7 @@ from fairseq_smallvocab.candidates.space import default_small_vocab_size, gold_o
 from fairseq_smallvocab.compat.precision import check_training_precision
 from fairseq_smallvocab.data import KeepLastBatchDataset, check_langpair, data_folder, split_folder
 from fairseq_smallvocab.generation import SmallVocabSequenceGenerator
+from fairseq_smallvocab.models.vocab_predictor import dictionary_fingerprint
 from fairseq_smallvocab.restricted_model import restrict
 
 logger = logging.getLogger(__name__)
@@ -148,18 +149,46 @@ class TranslationSmallVocabTask(TranslationTask):
         if not from_checkpoint:
             check_training_precision(self.cfg)
         if from_checkpoint:  # decoding: the predictor behind the training candidates, unless one is given
+            self.check_dictionaries(cfg)
             self.candidates.loaded_model(cfg)
-        else:  # training: record it in the model's config (saved with every checkpoint)
+        else:  # training: record it and the dictionaries in the model's config (saved with every checkpoint)
             path = self.candidates.predictor_to_record()
-            path = os.path.abspath(path) if path else None
+            recorded = {"vocab_predictor": os.path.abspath(path) if path else None,
+                        **{key: dictionary_fingerprint(d) if d is not None else None
+                           for key, d in self._dictionaries()}}
             if isinstance(cfg, DictConfig):
                 with open_dict(cfg):
-                    cfg.vocab_predictor = path
+                    for key, value in recorded.items():
+                        cfg[key] = value
             else:  # the argparse Namespace of a legacy arch (transformer, lstm): saved with the checkpoint too
-                cfg.vocab_predictor = path
+                for key, value in recorded.items():
+                    setattr(cfg, key, value)
         model = super().build_model(cfg, from_checkpoint)
         # the same restricted model for the small vocabulary and the full softmax (candidates=None)
         return restrict(model, getattr(cfg, "_name", None) or getattr(cfg, "arch", None))
+
+    def _dictionaries(self):
+        """(model config field, dictionary) of the fingerprints recorded in what the plugin trains."""
+        return (("source_dict_fingerprint", self.source_dictionary),
+                ("target_dict_fingerprint", self.target_dictionary))
+
+    def check_dictionaries(self, cfg):
+        """Refuse to decode with dictionaries other than the model's (same
+        size, other words or order: stock fairseq decodes garbage without a
+        word).  Models trained before the fingerprints were recorded, or
+        without the plugin, have none to check."""
+        for key, dictionary in self._dictionaries():
+            saved = getattr(cfg, key, None)
+            if saved is None or dictionary is None or int(saved) == dictionary_fingerprint(dictionary):
+                continue
+            side = key.split("_")[0]
+            lang = self.cfg.source_lang if side == "source" else self.cfg.target_lang
+            path = os.path.join(data_folder(self.cfg.data), f"dict.{lang}.txt")
+            raise ValueError(
+                f"the model was trained with another {side} dictionary than {path} ({len(dictionary)} entries, "
+                "other words or another order), so its word ids would be read as other words: decode with the "
+                f"data folder the model was trained on, or binarize the data with fairseq-preprocess "
+                f"--{'src' if side == 'source' else 'tgt'}dict pointing to the model's dictionary")
 
     # -- decoding --------------------------------------------------------------------------------
 
