@@ -220,6 +220,9 @@ def _baseline_worker(rank, port, out):
     _, task, _ = _setup()
     crit = _crit(task, rl_baseline="learned", baseline_lr=0.1)
     gen = torch.Generator().manual_seed(rank)  # each worker sees other states and rewards
+    first = torch.tensor([0.1, 0.2, 0.3, 0.4]) + 0.4 * rank  # a fresh baseline starts at both workers' mean
+    torch.save(crit.baseline.values(torch.randn(4, 3, D, generator=gen), torch.ones(4, 3), first).clone(),
+               out / f"start{rank}.pt")
     for _ in range(3):
         crit.baseline.learn(torch.randn(4, 3, D, generator=gen), torch.ones(4, 3), torch.rand(4, generator=gen))
     torch.save(crit.state_dict()["baseline.weight"], out / f"w{rank}.pt")
@@ -231,3 +234,5 @@ def test_learned_baseline_stays_identical_across_workers(tmp_path):
     torch.multiprocessing.spawn(_baseline_worker, args=(_free_port(), tmp_path), nprocs=2, join=True)
     w0, w1 = torch.load(tmp_path / "w0.pt"), torch.load(tmp_path / "w1.pt")
     assert w0.abs().sum() > 0 and torch.equal(w0, w1)
+    for rank in (0, 1):  # (0.1 + ... + 0.4 + 0.5 + ... + 0.8) / 8
+        torch.testing.assert_close(torch.load(tmp_path / f"start{rank}.pt"), torch.full((4, 3), 0.45))
