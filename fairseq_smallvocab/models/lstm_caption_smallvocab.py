@@ -24,25 +24,22 @@ from typing import Dict, List, Optional
 
 import torch
 import torch.nn as nn
-from fairseq.dataclass import FairseqDataclass
 from fairseq.models import FairseqEncoder, FairseqEncoderDecoderModel, register_model
 from torch import Tensor
 
 from fairseq_smallvocab.models.checks import check_model_config
 from fairseq_smallvocab.models.lstm_smallvocab import INIT_SCALE, TiedOutputDecoder, _init_lstm
+from fairseq_smallvocab.models.recorded import TaskRecords
 
 
 @dataclass
-class LSTMCaptionSmallVocabConfig(FairseqDataclass):
+class LSTMCaptionSmallVocabConfig(TaskRecords):
     embed_dim: int = field(default=256, metadata={"help": "d: word embeddings and LSTM units"})
     layers: int = field(default=1, metadata={"help": "LSTM layers"})
     dropout: float = field(default=0.2, metadata={"help": "dropout on embeddings, between layers and on h_t"})
     max_target_positions: int = field(default=1024, metadata={"help": "longest caption"})
     feature_dim: Optional[int] = field(
         default=None, metadata={"help": "d_f, the image feature size (default: the task's, i.e. the data's)"})
-    vocab_predictor: Optional[str] = field(
-        default=None, metadata={"help": "set by captioning_smallvocab when training: the vocabulary predictor "
-                                        "behind the training candidates (decoding uses it when none is given)"})
 
 
 class CaptionFeatureEncoder(FairseqEncoder):

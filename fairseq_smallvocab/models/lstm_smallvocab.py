@@ -20,13 +20,12 @@ LSTM forget-gate biases 1, the attention matrix 0.
 """
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from fairseq import utils
-from fairseq.dataclass import FairseqDataclass
 from fairseq.models import (
     FairseqEncoder,
     FairseqEncoderDecoderModel,
@@ -37,20 +36,18 @@ from fairseq.models import (
 from torch import Tensor
 
 from fairseq_smallvocab.models.checks import check_model_config
+from fairseq_smallvocab.models.recorded import TaskRecords
 
 INIT_SCALE = 0.1
 
 
 @dataclass
-class LSTMSmallVocabConfig(FairseqDataclass):
+class LSTMSmallVocabConfig(TaskRecords):
     embed_dim: int = field(default=256, metadata={"help": "d: embeddings, LSTM units (per direction), s_t"})
     layers: int = field(default=1, metadata={"help": "LSTM layers in the encoder and in the decoder"})
     dropout: float = field(default=0.2, metadata={"help": "dropout on embeddings, [h_t; c_t] and s_t"})
     max_source_positions: int = field(default=1024, metadata={"help": "longest source"})
     max_target_positions: int = field(default=1024, metadata={"help": "longest target"})
-    vocab_predictor: Optional[str] = field(
-        default=None, metadata={"help": "set by translation_smallvocab when training: the vocabulary predictor "
-                                        "behind the training candidates (decoding uses it when none is given)"})
 
 
 def _init_lstm(weights: Dict[str, Tensor], hidden: int):
