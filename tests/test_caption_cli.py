@@ -197,8 +197,24 @@ def test_predictors_of_the_other_input_kind_are_named(cap_predictor, cap_bin, ti
         load_predictor(cap_predictor, tiny_bin)
     assert f"trained with {cap_bin / 'dict.en.txt'} (" in str(err.value)
     assert f"the data uses {tiny_bin / 'dict.tgt.txt'} (" in str(err.value)
+    with pytest.raises(PredictorError, match=re.escape(f"{cap_bin} is a captioning folder")):
+        load_predictor(predictor, cap_bin)
     assert not (cap_bin / "dict.tgt.txt").exists()
     out = run(["scripts/export_candidates.py", "--predictor", cap_predictor, "--data", tiny_bin, "--k", "40",
                "--out-dir", tmp_path / "e"], cwd=USER_DIR.parent, check=False)
     assert out.returncode == 2 and f"trained with {cap_bin / 'dict.en.txt'}" in out.stderr
 
+
+@pytest.mark.slow
+def test_export_candidates_names_a_captioning_folder_given_to_a_predictor_of_sentences(cap_bin, predictor,
+                                                                                       tmp_path):
+    """A captioning --data for a predictor of source sentences (issue #46): the error names the folder, what it
+    holds and the predictor it needs, instead of fairseq's 'No such file ... dict.None.txt'."""
+    script = "scripts/export_candidates.py"
+    out = run([script, "--predictor", predictor, "--data", cap_bin, "--k", "40", "--out-dir", tmp_path / "a"],
+              cwd=USER_DIR.parent, check=False)
+    assert out.returncode == 2 and "Traceback" not in out.stderr and "dict.None" not in out.stderr, out.stderr
+    assert f"{cap_bin} is a captioning folder (its captions binarized alone, dict.en.txt;" in out.stderr
+    assert f"the predictor {predictor} predicts words from source sentences" in out.stderr
+    assert "use a predictor trained on it with --source-features" in out.stderr
+    assert not (tmp_path / "a").exists()

@@ -79,6 +79,9 @@ def load_predictor(path, data: Optional[str] = None, **task_overrides):
     for key, value in task_overrides.items():
         setattr(cfg.task, key, value)
     folder = data_folder(cfg.task.data)
+    mismatch = _other_input_kind(folder, path, trained_on, getattr(cfg.task, "source_features", None))
+    if mismatch:
+        raise PredictorError(mismatch)
     tgt = getattr(cfg.task, "target_lang", None)
     if tgt and not os.path.isfile(os.path.join(folder, f"dict.{tgt}.txt")):
         found = ", ".join(sorted(p.name for p in Path(folder).glob("dict.*.txt"))) or "no dict.*.txt at all"
@@ -112,6 +115,31 @@ def _predictor_task_config(task_cfg):
         task_cfg._name = PREDICTOR_TASK
         task_cfg.pop("task", None)
     return merge_with_parent(tasks.TASK_DATACLASS_REGISTRY[PREDICTOR_TASK](), task_cfg, remove_missing=True)
+
+
+def _caption_folder_lang(folder) -> Optional[str]:
+    """LANG when ``folder`` is a captioning folder (its captions binarized
+    alone: SPLIT.LANG-None.LANG.idx, and no sentence pairs), else None."""
+    pairs = {p.name.split(".")[1] for p in Path(folder).glob("*.*-*.*.idx")}
+    if len(pairs) != 1:
+        return None
+    src, _, tgt = pairs.pop().partition("-")
+    return src if tgt == "None" else None
+
+
+def _other_input_kind(folder, path, trained_on, source_features) -> Optional[str]:
+    """The error for a captioning folder given to a predictor of source
+    sentences (else None), checked before the folder's dictionaries are looked
+    up: its file names make fairseq infer the target language 'None'
+    (dict.None.txt), which names neither the folder nor the fix.  (A predictor
+    of image features may read the targets of sentence pairs: not an error.)"""
+    lang = _caption_folder_lang(folder)
+    if lang is None or source_features is not None:
+        return None
+    return (f"{folder} is a captioning folder (its captions binarized alone, dict.{lang}.txt; the images are "
+            f"read as features), but the predictor {path} predicts words from source sentences (trained on "
+            f"{trained_on}): use a predictor trained on it with --source-features (fairseq-train {folder} "
+            "--task vocab_prediction --arch vocab_predictor --source-features FEATURES_DIR)")
 
 
 def _target_dictionary_file(folder, lang, reads_features) -> Optional[str]:
