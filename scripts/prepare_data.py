@@ -13,8 +13,9 @@ pairs with --empty-lines drop), and writes DEST with:
                   fairseq-generate --post-process sentencepiece)
     stats.json    sentence/token/type/length statistics and OOV rates
 
-DEST is written to a temporary folder and renamed when complete: a failed run
-leaves nothing that looks finished.
+DEST is written to a temporary folder and renamed when complete: a failed or
+killed run leaves nothing that looks finished (and, on SIGTERM or Ctrl-C, no
+fairseq-preprocess still running).
 
     python scripts/prepare_data.py --raw-dir demo/raw --src src --tgt tgt \\
         --dest demo/data-bin --min-count 1
@@ -40,11 +41,14 @@ def main(argv=None):
     args = parser.parse_args(argv)
     splits = {role: getattr(args, role) for role in ("train", "valid", "test") if getattr(args, role)}
     try:
-        stats = prep.prepare(args.raw_dir, args.dest, args.src, args.tgt, splits, args.min_count,
-                        args.subword, args.sp_vocab_size, args.sp_model_type, args.empty_lines,
-                        args.workers, args.force, log=lambda m: print(m, file=sys.stderr))
+        with prep.exit_on_sigterm():  # so that the cleanup runs: the temporary folder, fairseq-preprocess
+            stats = prep.prepare(args.raw_dir, args.dest, args.src, args.tgt, splits, args.min_count,
+                                 args.subword, args.sp_vocab_size, args.sp_model_type, args.empty_lines,
+                                 args.workers, args.force, log=lambda m: print(m, file=sys.stderr))
     except prep.DataError as err:
         parser.exit(2, f"error: {err}\n")
+    except KeyboardInterrupt:
+        parser.exit(130, f"interrupted: {args.dest} was not written\n")
     print(f"binarized into {args.dest}")
     print(prep.format_stats(stats))
 

@@ -131,6 +131,77 @@ def test_benchmark_refuses_model_flags_it_cannot_use(argv, problem, capsys):
     assert bench.model_arch("-a lstm --encoder-layers 2") == "lstm"
 
 
+COUNTS = ["--src-vocab-size", "--embed-dim", "--layers", "--rounds", "--max-sample-len", "--batch", "--max-len",
+          "--steps", "--threads", "--epoch-sentences", "--decode-len", "--src-len", "--decode-sentences"]
+LISTS = ["--vocab-sizes", "--k", "--k-sweep", "--sweep-vocab-sizes", "--rl-samples", "--decode-batches", "--beams"]
+
+
+NONSENSE = [
+    *[([option, "0"], f"argument {option}: 0 is too small: give 1 or more") for option in COUNTS],
+    *[([option, "300", "0"], f"argument {option}: 0 is too small: give 1 or more") for option in LISTS],
+    (["--vocab-sizes", "-5"], "argument --vocab-sizes: -5 is too small: give 1 or more"),
+    (["--batch", "x"], "argument --batch: 'x' is not a whole number"),
+    (["--warmup", "-1"], "argument --warmup: -1 is too small: give 0 or more"),
+    (["--vocab-sizes", "5", "--k", "5"], "--vocab-sizes 5: a small vocabulary holds the 4 special symbols"),
+    (["--src-vocab-size", "4"], "--src-vocab-size 4: a vocabulary must hold words besides the 4 special symbols"),
+    (["--vocab-sizes", "300", "--k", "1000"],
+     "|V| = 300 (--vocab-sizes): no K below it to measure (--k 1000), so only the full softmax would run; "
+     "give --k below 300"),
+    (["--vocab-sizes", "300", "--modes", "decode"], "|V| = 300 (--vocab-sizes): no K below it to measure (no --k: "
+                                                    "the paper's rule gives K = 500)"),
+    (["--vocab-sizes", "300", "24000", "--k", "40", "30000"],
+     "--k 30000: not below any |V| it runs at (300 24000, --vocab-sizes), so never measured"),
+    (["--vocab-sizes", "1500", "--sweep-vocab-sizes", "1500", "--k", "100"],
+     "--k-sweep 2000: not below any |V| it runs at (1500, --vocab-sizes)"),
+    (["--zipf", "nan"], "--zipf nan: the exponent must be a finite number >= 0 (0: uniform)"),
+    (["--zipf", "inf"], "--zipf inf: the exponent must be a finite number >= 0 (0: uniform)"),
+    (["--device", "gpu"], "argument --device: invalid choice: 'gpu'"),
+]
+
+
+@pytest.mark.parametrize("argv, problem", NONSENSE, ids=[" ".join(argv) for argv, _ in NONSENSE])
+def test_benchmark_refuses_nonsense_values(argv, problem, capsys):
+    """Values that measured nothing (an empty table, a full softmax alone), a uniform 'Zipf' law, or a traceback
+    from inside a worker are refused on the command line, naming the option and the fix (issue #46)."""
+    with pytest.raises(SystemExit) as exit_:
+        _benchmark_module().parse_args(argv)
+    assert exit_.value.code == 2 and problem in capsys.readouterr().err
+
+
+def test_benchmark_accepts_the_edge_values_that_mean_something():
+    """--warmup 0 (no untimed step), --zipf 0 (uniform words), and a K above some of the sizes but below others
+    (measured where it is below |V|, as documented)."""
+    bench = _benchmark_module()
+    args = bench.parse_args(["--modes", "ce", "--vocab-sizes", "300", "24000", "--k", "40", "1000", "--k-sweep",
+                             "--warmup", "0", "--zipf", "0"])
+    assert args.warmup == 0 and args.zipf == 0
+    assert [(c["vocab_size"], c["K"]) for c in bench.configurations(args)] == [
+        (300, 40), (300, 0), (24000, 40), (24000, 1000), (24000, 0)]
+
+
+def test_benchmark_refuses_cuda_where_torch_sees_none_and_k_above_the_corpus_vocabulary(tiny_bin, monkeypatch,
+                                                                                          capsys):
+    """What only running needs is checked before anything runs, and only then: a documented --device cuda command
+    still parses on a CPU machine."""
+    import torch
+
+    bench = _benchmark_module()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(bench, "run_interleaved", lambda *a, **k: pytest.fail("a configuration was run"))
+    assert bench.parse_args(["--device", "cuda"]).device == "cuda"
+    with pytest.raises(SystemExit) as exit_:
+        bench.main(["--device", "cuda", "--modes", "ce", "--vocab-sizes", "300", "--k", "40"])
+    assert exit_.value.code == 2
+    assert "--device cuda: torch sees no CUDA device" in capsys.readouterr().err
+    vocab = len((tiny_bin / "dict.tgt.txt").read_text().splitlines()) + 4
+    with pytest.raises(SystemExit) as exit_:
+        bench.main(["--modes", "ce", "--data", str(tiny_bin), "--source-lang", "src", "--target-lang", "tgt",
+                    "--candidates-dir", "unused", "--k", "5000"])
+    assert exit_.value.code == 2
+    assert (f"|V| = {vocab} (the target dictionary of {tiny_bin}): no K below it to measure (--k 5000)"
+            in capsys.readouterr().err)
+
+
 def test_phase_timer_charges_nested_calls_to_the_inner_phase(monkeypatch):
     """A timed call inside a phase is charged to its own phase and taken out of the outer one's. The clock
     is a counter the test advances: real sleeps overshoot on a loaded machine, past any fixed bound."""

@@ -3,6 +3,7 @@
 import json
 import os
 import shutil
+import sys
 
 import pytest
 from helpers import MULTI30K, REPO, load_script, run
@@ -488,3 +489,95 @@ def test_literal_special_tokens_are_reported(tiny_raw, tmp_path):
     result = run([PREPARE, "--raw-dir", raw, "--src", "src", "--tgt", "tgt", "--dest", tmp_path / "b2",
                   "--min-count", "1"])
     assert "literal special token" in result.stderr
+
+
+@pytest.mark.parametrize("argv, problem", [
+    (["--sp-vocab-size", "0"], "argument --sp-vocab-size: 0 is too small: give 1 or more"),
+    (["--workers", "0"], "argument --workers: 0 is too small: give 1 or more"),
+    (["--workers", "-2"], "argument --workers: -2 is too small: give 1 or more"),
+    (["--min-count", "0"], "argument --min-count: 0 is too small: give 1 or more"),
+])
+def test_cli_refuses_counts_below_one(tiny_raw, tmp_path, capsys, argv, problem):
+    """Nonsense counts are refused on the command line (issue #46), not with a traceback from inside the run."""
+    with pytest.raises(SystemExit) as exit_:
+        load_script("prepare_data").main(["--raw-dir", str(tiny_raw), "--src", "src", "--tgt", "tgt",
+                                          "--dest", str(tmp_path / "bin"), *argv])
+    assert exit_.value.code == 2 and problem in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_sentencepiece_vocabulary_smaller_than_the_characters_is_named(tiny_raw, tmp_path):
+    with pytest.raises(prep.DataError, match=r"--sp-vocab-size 5 is too small for spm\.src: .* need (\d+) pieces; "
+                                             r"give --sp-vocab-size \1 or more"):
+        prep.prepare(tiny_raw, tmp_path / "bin", "src", "tgt", SPLITS, subword="sentencepiece", sp_vocab_size=5,
+                     log=lambda m: None)
+    assert list(tmp_path.iterdir()) == []
+
+
+FAKE_PREPROCESS = """import os, sys, time
+pid = os.environ["FAKE_PREPROCESS_PID"]
+with open(pid + ".tmp", "w") as f:
+    f.write(str(os.getpid()))
+os.rename(pid + ".tmp", pid)  # whole, or not there
+time.sleep(120)
+"""
+
+
+def _running(pid):
+    """Whether the process runs (a zombie, ended but not yet reaped by whoever adopted it, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc; SIGKILL's case is Linux's prctl")
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT", "SIGKILL"])
+def test_killing_the_cli_stops_fairseq_preprocess_and_leaves_nothing(tiny_raw, tmp_path, sig):
+    """SIGTERM or Ctrl-C while fairseq-preprocess runs (a stand-in that waits, found first on PYTHONPATH): the
+    child is stopped and waited for, and neither the output nor its temporary folder is left.  SIGKILL runs no
+    cleanup: the kernel stops the child (PR_SET_PDEATHSIG), and only the temporary folder is left (the next run
+    removes it)."""
+    import signal
+    import subprocess
+    import time
+
+    fake = tmp_path / "fake"
+    (fake / "fairseq_cli").mkdir(parents=True)
+    (fake / "fairseq_cli" / "__init__.py").write_text("")
+    (fake / "fairseq_cli" / "preprocess.py").write_text(FAKE_PREPROCESS)
+    pid_file = tmp_path / "child.pid"
+    env = dict(os.environ, FAKE_PREPROCESS_PID=str(pid_file),
+               PYTHONPATH=os.pathsep.join([str(fake), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, str(PREPARE), "--raw-dir", str(tiny_raw), "--src", "src", "--tgt", "tgt",
+                             "--dest", str(out / "bin")], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    child = None
+    try:
+        deadline = time.monotonic() + 60
+        while not pid_file.exists():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "fairseq-preprocess did not start"
+            time.sleep(0.05)
+        child = int(pid_file.read_text())
+        proc.send_signal(getattr(signal, sig))
+        _, stderr = proc.communicate(timeout=30)
+        assert proc.returncode == {"SIGTERM": 143, "SIGINT": 130, "SIGKILL": -9}[sig], stderr
+        assert "Traceback" not in stderr
+        deadline = time.monotonic() + 5
+        while _running(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _running(child), f"fairseq-preprocess (pid {child}) outlived prepare_data.py"
+        left = [p.name for p in out.iterdir()]
+        if sig == "SIGKILL":
+            assert len(left) == 1 and left[0].startswith(".bin.tmp-"), left
+        else:
+            assert left == []  # no output, and no temporary folder
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if child is not None and _running(child):
+            os.kill(child, signal.SIGKILL)

@@ -103,6 +103,7 @@ JSON records.
 
 import argparse
 import json
+import math
 import os
 import shlex
 import sys
@@ -113,8 +114,11 @@ from smallvocab_tools.bench.decode_worker import decode_worker
 from smallvocab_tools.bench.report import markdown
 from smallvocab_tools.bench.runner import run_interleaved
 from smallvocab_tools.bench.train_worker import train_worker
+from smallvocab_tools.data.prep import int_at_least
 
 MODES = ("ce", "reinforce", "decode")
+NSPECIAL = 4  # fairseq's special symbols, at the head of every dictionary and candidate list
+POSITIVE = int_at_least(1)  # counts and sizes: 0 or less would measure nothing, or fail inside a worker
 
 
 def paper_k(vocab_size: int) -> int:
@@ -141,11 +145,35 @@ def data_vocab_size(args) -> int:
 
 def small_ks(args, vocab_size: int, sweep: bool = True):
     """The K values measured at one |V|: --k (default: the paper's rule), plus,
-    with ``sweep``, --k-sweep at the sweep's vocabulary sizes; each below |V|."""
+    with ``sweep``, --k-sweep at the sweep's vocabulary sizes; each below |V|
+    (``check_ks`` refuses a K that no |V| measures, and a |V| that measures none)."""
     ks = list(args.k or [paper_k(vocab_size)])
     if sweep and vocab_size in args.sweep_vocab_sizes:
         ks += [k for k in args.k_sweep if k not in ks]
     return sorted(k for k in ks if k < vocab_size)
+
+
+def check_ks(parser, args, vocab_sizes, where: str):
+    """Every |V| measures some small K, and every K given is measured at some
+    |V|: small_ks keeps the K below each |V| (a K of |V| or more is no small
+    vocabulary), and would otherwise drop them silently, down to a table of
+    the full softmax alone.  ``where`` names the origin of the sizes."""
+    measured = set()
+    for vocab_size in vocab_sizes:
+        for mode in args.modes:
+            ks = small_ks(args, vocab_size, sweep=mode != "decode")
+            if not ks:
+                given = (f"--k {' '.join(map(str, args.k))}" if args.k
+                         else f"no --k: the paper's rule gives K = {paper_k(vocab_size)}")
+                parser.error(f"|V| = {vocab_size} ({where}): no K below it to measure ({given}), so only the full "
+                             f"softmax would run; give --k below {vocab_size}")
+            measured.update(ks)
+    sweeps = any(mode != "decode" for mode in args.modes) and set(vocab_sizes) & set(args.sweep_vocab_sizes)
+    for option, ks in (("--k", args.k or []), ("--k-sweep", args.k_sweep if sweeps else [])):
+        unused = sorted(set(ks) - measured)
+        if unused:
+            parser.error(f"{option} {' '.join(map(str, unused))}: not below any |V| it runs at "
+                         f"({' '.join(map(str, vocab_sizes))}, {where}), so never measured; give K below |V|")
 
 
 def configurations(args):
@@ -199,22 +227,25 @@ def model_arch(flags: str):
     return None
 
 
-def parse_args(argv=None):
-    """The command line, --quick's settings applied (options given explicitly win), checked."""
+def parse_args(argv=None, runnable=False):
+    """The command line, --quick's settings applied (options given explicitly win), checked; with ``runnable``,
+    also what running it needs beyond the command line: a CUDA device for --device cuda, and K below the
+    --data corpus's |V| (off where a documented command is only parse-checked, on any machine)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     parser.add_argument("--quick", action="store_true",
                         help="a few minutes: |V| = 24K, K = 1000, small vs full, CE and REINFORCE, 2 timed steps "
                              "after 1 untimed (other options still apply where given)")
-    parser.add_argument("--vocab-sizes", nargs="+", type=int, default=[4500, 14000, 24000, 70000],
+    parser.add_argument("--vocab-sizes", nargs="+", type=POSITIVE, default=[4500, 14000, 24000, 70000],
                         help="target vocabulary sizes |V|")
-    parser.add_argument("--src-vocab-size", type=int, default=None, help="default: the target's")
-    parser.add_argument("--k", nargs="+", type=int, default=None,
-                        help="small vocabulary sizes (default: the paper's rule, 1000 if |V| > 10K else 500)")
-    parser.add_argument("--k-sweep", nargs="*", type=int, default=[64, 256, 500, 1000, 2000],
+    parser.add_argument("--src-vocab-size", type=POSITIVE, default=None, help="default: the target's")
+    parser.add_argument("--k", nargs="+", type=POSITIVE, default=None,
+                        help="small vocabulary sizes, each measured at the |V| above it (default: the paper's "
+                             "rule, 1000 if |V| > 10K else 500)")
+    parser.add_argument("--k-sweep", nargs="*", type=POSITIVE, default=[64, 256, 500, 1000, 2000],
                         help="ce / reinforce: these K as well, at --sweep-vocab-sizes (none: no sweep)")
-    parser.add_argument("--sweep-vocab-sizes", nargs="*", type=int, default=[24000],
+    parser.add_argument("--sweep-vocab-sizes", nargs="*", type=POSITIVE, default=[24000],
                         help="the vocabulary sizes at which --k-sweep runs")
     parser.add_argument("--zipf", type=float, default=1.2,
                         help="exponent of the Zipf law of the synthetic target words (0: uniform words and random "
@@ -223,13 +254,14 @@ def parse_args(argv=None):
     parser.add_argument("--arch", default="lstm_smallvocab",
                         help="lstm_smallvocab (default), or a fairseq translation arch, e.g. transformer (the base "
                              "Transformer with shared embeddings), transformer_wmt_en_de")
-    parser.add_argument("--embed-dim", type=int, default=None,
+    parser.add_argument("--embed-dim", type=POSITIVE, default=None,
                         help="d (default: 256 for lstm_smallvocab, the arch's own otherwise)")
-    parser.add_argument("--layers", type=int, default=None, help="encoder and decoder layers (default: the arch's)")
-    parser.add_argument("--rounds", type=int, default=1,
+    parser.add_argument("--layers", type=POSITIVE, default=None,
+                        help="encoder and decoder layers (default: the arch's)")
+    parser.add_argument("--rounds", type=POSITIVE, default=1,
                         help="run each small/full pair this many times, interleaved; medians and the median "
                              "pairwise ratio are reported")
-    parser.add_argument("--rl-samples", nargs="+", type=int, default=[1],
+    parser.add_argument("--rl-samples", nargs="+", type=POSITIVE, default=[1],
                         help="reinforce: samples per input (one configuration per value)")
     parser.add_argument("--rl-baseline", default="learned", choices=["learned", "loo", "self-critical", "none"],
                         help="reinforce: the baseline (loo needs --rl-samples >= 2)")
@@ -238,7 +270,7 @@ def parse_args(argv=None):
                              "translation, ceil(1.5 x source length) + 5 and at most --max-sample-len); flat: every "
                              "sample may run to --max-sample-len tokens (an untrained model does), the setting in "
                              "which steps of different implementations compare")
-    parser.add_argument("--max-sample-len", type=int, default=None,
+    parser.add_argument("--max-sample-len", type=POSITIVE, default=None,
                         help="reinforce: the longest sample, eos included (default: 100 with --data, 50 with "
                              "--captions, --max-len otherwise)")
     parser.add_argument("--phases", action="store_true",
@@ -265,20 +297,21 @@ def parse_args(argv=None):
                              "with --rl-samples samples) whose training step fits the GPU's memory, doubling from "
                              "--batch and then bisecting to within 5%% (smallvocab_tools/bench/largest_batch.py), "
                              "then time that batch; records add largest_batch and sentences_per_sec")
-    parser.add_argument("--batch", type=int, default=128)
-    parser.add_argument("--max-len", type=int, default=50)
-    parser.add_argument("--steps", type=int, default=5, help="timed steps")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed steps first")
-    parser.add_argument("--threads", type=int, default=min(os.cpu_count() or 1, 2),
+    parser.add_argument("--batch", type=POSITIVE, default=128)
+    parser.add_argument("--max-len", type=POSITIVE, default=50)
+    parser.add_argument("--steps", type=POSITIVE, default=5, help="timed steps")
+    parser.add_argument("--warmup", type=int_at_least(0), default=2, help="untimed steps first (0: none)")
+    parser.add_argument("--threads", type=POSITIVE, default=min(os.cpu_count() or 1, 2),
                         help="torch threads (default: 2, this project's reference machine)")
-    parser.add_argument("--epoch-sentences", type=int, default=50000,
+    parser.add_argument("--epoch-sentences", type=POSITIVE, default=50000,
                         help="sentences per epoch, for s/epoch (the synthetic corpus: 50,000; Multi30k: 29,000)")
-    parser.add_argument("--decode-batches", nargs="+", type=int, default=[1], help="decode: sentences per batch")
-    parser.add_argument("--beams", nargs="+", type=int, default=[1, 5], help="decode: beam sizes")
-    parser.add_argument("--decode-len", type=int, default=30, help="decode: tokens per hypothesis")
-    parser.add_argument("--src-len", type=int, default=20, help="decode: source words per sentence")
-    parser.add_argument("--decode-sentences", type=int, default=32, help="decode: sentences timed")
-    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--decode-batches", nargs="+", type=POSITIVE, default=[1],
+                        help="decode: sentences per batch")
+    parser.add_argument("--beams", nargs="+", type=POSITIVE, default=[1, 5], help="decode: beam sizes")
+    parser.add_argument("--decode-len", type=POSITIVE, default=30, help="decode: tokens per hypothesis")
+    parser.add_argument("--src-len", type=POSITIVE, default=20, help="decode: source words per sentence")
+    parser.add_argument("--decode-sentences", type=POSITIVE, default=32, help="decode: sentences timed")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--data", type=Path, default=None,
                         help="ce / reinforce on real batches of this binarized corpus (instead of --vocab-sizes)")
     parser.add_argument("--candidates-dir", default=None,
@@ -308,9 +341,7 @@ def parse_args(argv=None):
         args = parser.parse_args(argv)
     if args.embed_dim is None and args.arch == "lstm_smallvocab" and args.model_args is None:
         args.embed_dim = 256
-    if args.rounds < 1:
-        parser.error(f"--rounds {args.rounds}: at least 1")
-    if min(args.rl_samples) < 1 or (args.rl_baseline == "loo" and min(args.rl_samples) < 2):
+    if args.rl_baseline == "loo" and min(args.rl_samples) < 2:
         parser.error(f"--rl-samples {' '.join(map(str, args.rl_samples))}: each >= 1, and >= 2 with --rl-baseline "
                      "loo (the other samples of an input are its baseline)")
     if args.arch != "lstm_smallvocab" and args.data:
@@ -325,13 +356,20 @@ def parse_args(argv=None):
             parser.error(f"--model-args {args.model_args!r}: name the model's arch (--arch ARCH)")
     if args.max_sample_len is None:
         args.max_sample_len = (50 if args.captions else 100) if args.data else args.max_len
-    if args.max_sample_len < 1:
-        parser.error(f"--max-sample-len {args.max_sample_len}: at least 1")
-    if args.zipf < 0:
-        parser.error(f"--zipf {args.zipf}: the exponent must be >= 0 (0: uniform)")
+    if not math.isfinite(args.zipf) or args.zipf < 0:  # NaN fails every comparison: `zipf > 0` drew uniform words
+        parser.error(f"--zipf {args.zipf}: the exponent must be a finite number >= 0 (0: uniform)")
     for k in (args.k or []) + args.k_sweep:
-        if k <= 4:
-            parser.error(f"--k {k}: K must exceed the 4 special symbols")
+        if k <= NSPECIAL:
+            parser.error(f"--k {k}: K must exceed the {NSPECIAL} special symbols")
+    if not args.data:
+        for size in args.vocab_sizes:
+            if size <= NSPECIAL + 1:  # NSPECIAL < K < |V|
+                parser.error(f"--vocab-sizes {size}: a small vocabulary holds the {NSPECIAL} special symbols and "
+                             f"some words, and fewer than |V|; give |V| of {NSPECIAL + 2} or more")
+        if args.src_vocab_size is not None and args.src_vocab_size <= NSPECIAL:
+            parser.error(f"--src-vocab-size {args.src_vocab_size}: a vocabulary must hold words besides the "
+                         f"{NSPECIAL} special symbols; give more than {NSPECIAL}")
+        check_ks(parser, args, args.vocab_sizes, "--vocab-sizes")
     if args.floor and (args.phases or args.ab):
         parser.error("--floor times whole steps and their products: leave out --phases and --ab")
     if args.floor and args.modes == ["decode"]:
@@ -372,6 +410,15 @@ def parse_args(argv=None):
     if args.data and not args.candidates_dir:
         parser.error("--data needs --candidates-dir, the small-vocabulary runs' candidate lists "
                      "(write them with scripts/export_candidates.py --k K)")
+    if runnable and args.data:
+        check_ks(parser, args, [data_vocab_size(args)], f"the target dictionary of {args.data}")
+    if runnable and args.device == "cuda":
+        import torch  # only here: a CPU run's command line loads without torch
+
+        if not torch.cuda.is_available():
+            build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
+            parser.error(f"--device cuda: torch sees no CUDA device (torch {torch.__version__}, {build}); run on a "
+                         "machine with a GPU and a CUDA build of torch, or give --device cpu")
     return args
 
 
@@ -386,7 +433,7 @@ def worker(cfg: dict) -> dict:
 
 
 def main(argv=None):
-    args = parse_args(argv)
+    args = parse_args(argv, runnable=True)
     if args.worker:
         print(json.dumps(worker(json.loads(args.worker))))
         return 0

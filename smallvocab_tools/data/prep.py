@@ -1,20 +1,21 @@
 """Data preparation helpers shared by the scripts in ``scripts/``: reading and
 checking parallel text, writing output folders atomically, sentencepiece
-subwords, and fairseq-preprocess."""
+subwords, fairseq-preprocess, and command-line checks (``int_at_least``)."""
 
+import argparse
 import contextlib
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from collections import Counter
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
-
-import numpy as np
 
 
 class DataError(ValueError):
@@ -306,6 +307,13 @@ def train_sentencepiece(lines: Sequence[str], model_prefix, vocab_size, model_ty
             model_type=model_type, character_coverage=1.0, bos_id=-1, eos_id=-1,
             unk_id=0, pad_id=-1, hard_vocab_limit=False, minloglevel=2,
             num_threads=os.cpu_count() or 1)
+    except RuntimeError as err:  # every character of the text is a piece (character_coverage=1.0)
+        short = re.search(r"Vocabulary size is smaller than required_chars\. \d+ vs (\d+)", str(err))
+        if short is None:
+            raise
+        raise DataError(f"--sp-vocab-size {vocab_size} is too small for {Path(model_prefix).name}: its training "
+                        f"text's characters and <unk> need {short.group(1)} pieces; give --sp-vocab-size "
+                        f"{short.group(1)} or more") from None
     finally:
         os.unlink(text)
     return Path(f"{model_prefix}.model")
@@ -336,10 +344,86 @@ def fairseq_preprocess(raw_dir, dest_dir, src, tgt, splits: Dict[str, str], min_
     if joined_dictionary:
         cmd.append("--joined-dictionary")
     cmd += list(extra_args)
-    result = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    result = run_dying_with_parent(cmd)
     if result.returncode != 0:
         raise DataError(f"fairseq-preprocess failed ({' '.join(cmd)}):\n{result.stderr[-4000:]}")
     return result
+
+
+def run_dying_with_parent(cmd) -> subprocess.CompletedProcess:
+    """``subprocess.run(cmd, capture_output=True, text=True)`` whose process
+    does not outlive this one: it runs in a process group of its own (with
+    what it starts: fairseq-preprocess's --workers), stopped as a whole when
+    this process is interrupted (KeyboardInterrupt, or SIGTERM inside
+    ``exit_on_sigterm``) and waited for; on Linux the kernel also signals it
+    when this process dies in a way that runs no code here (SIGKILL)."""
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                          preexec_fn=_die_with_parent()) as proc:
+        try:
+            stdout, stderr = proc.communicate()
+        except BaseException:
+            _stop_group(proc)
+            raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
+
+
+def _stop_group(proc, grace=5.0):
+    """SIGTERM to ``proc``'s process group, SIGKILL after ``grace`` seconds; ``proc`` waited for."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)  # its group: proc is not waited for yet, so the group id is still its own
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout=grace)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+    proc.wait()
+
+
+def _die_with_parent():
+    """A ``preexec_fn`` that has the kernel send the child SIGTERM when this
+    process ends (Linux's prctl PR_SET_PDEATHSIG); None elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before the fork: the child only calls it
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec():
+        prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the parent died before the call: no signal would come
+            os._exit(1)
+
+    return preexec
+
+
+@contextlib.contextmanager
+def exit_on_sigterm():
+    """While the block runs, SIGTERM raises SystemExit(143) (128 + 15, the
+    status a process ended by SIGTERM reports) instead of ending the process
+    at once: the cleanup of ``atomic_output_dir`` (its temporary folder
+    removed) and of ``run_dying_with_parent`` (its child stopped) then runs,
+    as on Ctrl-C.  Only the main thread may set a handler: elsewhere the block
+    runs unchanged, as it does where SIGTERM is ignored (that stays so)."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) == signal.SIG_IGN:
+        yield
+        return
+
+    def handler(signum, frame):
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
 def dictionary_size(path) -> int:
@@ -354,6 +438,8 @@ def dictionary_size(path) -> int:
 
 def zipf_slope(counts: Sequence[int], top: Optional[int] = None):
     """Least-squares slope of log(frequency) against log(rank)."""
+    import numpy as np  # here: the command lines that import this module's checks load without numpy
+
     freq = np.sort(np.asarray(counts, dtype=np.float64))[::-1]
     freq = freq[freq > 0][:top]
     ranks = np.arange(1, len(freq) + 1)
@@ -429,20 +515,38 @@ def write_json(path, obj):
     Path(path).write_text(json.dumps(obj, indent=2, sort_keys=False) + "\n", encoding="utf-8")
 
 
+def int_at_least(low: int):
+    """An argparse type: a whole number >= ``low``.  argparse names the option
+    in its error and exits with status 2, so that a count of 0 or less is
+    refused on the command line rather than failing deep inside a run."""
+
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{value} is too small: give {low} or more")
+        return value
+
+    return parse
+
+
 def add_prepare_args(parser):
     """The options of prepare(), for the data-preparation scripts."""
-    parser.add_argument("--min-count", type=int, default=None,
+    parser.add_argument("--min-count", type=int_at_least(1), default=None,
                         help="keep tokens seen at least this often in train, map the rest to <unk> "
                              "(default: 2 for words, the paper's setting; 1 for subwords)")
     parser.add_argument("--subword", choices=["none", "sentencepiece"], default="none",
                         help="'sentencepiece': train one model per language on train and encode "
                              "every split before binarizing (the paper's SW setting)")
-    parser.add_argument("--sp-vocab-size", type=int, default=8000)
+    parser.add_argument("--sp-vocab-size", type=int_at_least(1), default=8000,
+                        help="with --subword sentencepiece: the pieces of each language's model")
     parser.add_argument("--sp-model-type", choices=["unigram", "bpe"], default="unigram")
     parser.add_argument("--empty-lines", choices=["fail", "drop"], default="fail",
                         help="a sentence pair with an empty side: fail naming the line, or drop "
                              "it and report the count")
-    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--workers", type=int_at_least(1), default=1, help="fairseq-preprocess's processes")
     parser.add_argument("--force", action="store_true", help="replace an existing output folder")
 
 
