@@ -52,67 +52,58 @@ def _poke(prefix, sentence, value):
 # -- truncated or empty .idx / .bin ------------------------------------------------------------------
 
 
-def test_a_truncated_bin_is_named_with_its_sizes(tiny_bin, tmp_path):
-    data = copy_folder(tiny_bin, tmp_path)
-    path = data / "train.src-tgt.tgt.bin"
-    size = _cut(path, -10)
-    with pytest.raises(ValueError, match=rf"{re.escape(str(path))} is truncated: the index says {size} bytes, "
-                                         rf"the file has {size - 10}.*{AGAIN}"):
-        _translation(data).load_dataset("train")
+def _drop_end(n, sentences=""):
+    def damage(path):
+        size = _cut(path, -n)
+        return rf"is truncated: the index says {size} bytes{sentences}, the file has {size - n}"
+    return damage
 
 
-def test_a_truncated_idx_is_named_with_its_sizes(tiny_bin, tmp_path):
-    data = copy_folder(tiny_bin, tmp_path)
-    path = data / "valid.src-tgt.src.idx"
-    size = _cut(path, -5)
-    with pytest.raises(ValueError, match=rf"{re.escape(str(path))} is truncated: the index says {size} bytes "
-                                         rf"\(40 sentences\), the file has {size - 5}.*{AGAIN}"):
-        _translation(data).load_dataset("valid")
-
-
-def test_an_idx_cut_inside_its_header_is_named(tiny_bin, tmp_path):
-    data = copy_folder(tiny_bin, tmp_path)
-    path = data / "valid.src-tgt.tgt.idx"
+def _cut_header(path):
     _cut(path, 12)
-    with pytest.raises(ValueError, match=rf"{re.escape(str(path))} is truncated: 12 bytes, shorter than the "
-                                         rf"26-byte header.*{AGAIN}"):
-        _vocab_prediction(data).load_dataset("valid")
+    return r"is truncated: 12 bytes, shorter than the 26-byte header"
 
 
-def test_an_empty_bin_is_named(tiny_bin, tmp_path):
-    data = copy_folder(tiny_bin, tmp_path)
-    path = data / "test.src-tgt.src.bin"
+def _empty(path):
     size = _cut(path, 0)
-    with pytest.raises(ValueError, match=rf"{re.escape(str(path))} is truncated: the index says {size} bytes, "
-                                         rf"the file has 0.*{AGAIN}"):
-        _vocab_prediction(data).load_dataset("test")
+    return rf"is truncated: the index says {size} bytes, the file has 0"
 
 
-def test_a_bin_longer_than_its_index_is_named(tiny_bin, tmp_path):
-    data = copy_folder(tiny_bin, tmp_path)
-    path = data / "test.src-tgt.tgt.bin"
+def _append(path):
     size = path.stat().st_size
     with open(path, "ab") as f:
         f.write(b"\0\0")
-    with pytest.raises(ValueError, match=rf"{re.escape(str(path))} has {size + 2} bytes, but its index "
-                                         rf"test\.src-tgt\.tgt\.idx says {size}.*not written together.*{AGAIN}"):
-        _translation(data).load_dataset("test")
+    return rf"has {size + 2} bytes, but its index {re.escape(path.stem)}\.idx says {size}.*not written together"
 
 
-def test_an_idx_of_another_format_is_named(tiny_bin, tmp_path):
-    data = copy_folder(tiny_bin, tmp_path)
-    path = data / "valid.src-tgt.tgt.idx"
+def _foreign_header(path):
     path.write_bytes(b"not an index" + path.read_bytes()[12:])
-    with pytest.raises(ValueError, match=rf"{re.escape(str(path))} is not a fairseq-preprocess index.*{AGAIN}"):
-        _translation(data).load_dataset("valid")
+    return r"is not a fairseq-preprocess index"
 
 
-def test_a_missing_bin_beside_its_idx_is_named(tiny_bin, tmp_path):
+def _delete(path):
+    path.unlink()
+    return rf"is missing beside {re.escape(path.stem)}\.idx"
+
+
+# (file, what is done to it, the task that opens it): each error names the file, what is wrong and the fix
+DAMAGES = [("train.src-tgt.tgt.bin", _drop_end(10), _translation),
+           ("valid.src-tgt.src.idx", _drop_end(5, r" \(40 sentences\)"), _translation),
+           ("valid.src-tgt.tgt.idx", _cut_header, _vocab_prediction),
+           ("test.src-tgt.src.bin", _empty, _vocab_prediction),
+           ("test.src-tgt.tgt.bin", _append, _translation),
+           ("valid.src-tgt.tgt.idx", _foreign_header, _translation),
+           ("valid.src-tgt.src.bin", _delete, _vocab_prediction)]
+
+
+@pytest.mark.parametrize("name, damage, task", DAMAGES, ids=[f"{d[1].__name__}-{d[0]}" for d in DAMAGES])
+def test_a_damaged_idx_or_bin_is_named_with_what_is_wrong(tiny_bin, tmp_path, name, damage, task):
     data = copy_folder(tiny_bin, tmp_path)
-    (data / "valid.src-tgt.src.bin").unlink()
-    with pytest.raises(FileNotFoundError, match=rf"{re.escape(str(data / 'valid.src-tgt.src.bin'))} is missing "
-                                                rf"beside valid\.src-tgt\.src\.idx.*{AGAIN}"):
-        _vocab_prediction(data).load_dataset("valid")
+    path = data / name
+    what = damage(path)
+    error = FileNotFoundError if damage is _delete else ValueError
+    with pytest.raises(error, match=rf"{re.escape(str(path))} {what}.*{AGAIN}"):
+        task(data).load_dataset(name.split(".")[0])
 
 
 def test_truncated_captions_are_named(cap_bin, tmp_path):
