@@ -164,7 +164,8 @@ class ReinforceGleuConfig(FairseqDataclass):
     sample_temperature: float = field(
         default=1.0, metadata={"help": "draw samples from softmax(logits / T); the gradient weighs the model's "
                                        "own log-probabilities"})
-    baseline_lr: float = field(default=1e-3, metadata={"help": "Adam learning rate of the learned baseline"})
+    baseline_lr: float = field(default=1e-3, metadata={"help": "Adam learning rate of the learned baseline, in "
+                                                               "(0, 1]; it starts at the first batch's mean reward"})
     max_sample_len: int = field(default=100, metadata={"help": "longest sampled sequence (tokens, eos included)"})
     sample_len_ratio: float = field(
         default=0.0, metadata={"help": "if > 0, also limit each sample to ceil(ratio * source length) + 5 tokens"})
