@@ -78,10 +78,8 @@ def is_literal(text: str) -> bool:
 
 def _literal_sum(node) -> bool:
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and _is_sequence_term(node.right):
-        return _literal_sum(node.left) and _is_sequence_term(node.right)
-    if _is_sequence_term(node):
-        return True
-    return _literal(node)
+        return _literal_sum(node.left)
+    return _is_sequence_term(node) or _literal(node)
 
 
 def _is_sequence_term(node) -> bool:

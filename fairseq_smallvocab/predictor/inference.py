@@ -117,23 +117,13 @@ def _predictor_task_config(task_cfg):
     return merge_with_parent(tasks.TASK_DATACLASS_REGISTRY[PREDICTOR_TASK](), task_cfg, remove_missing=True)
 
 
-def _caption_folder_lang(folder) -> Optional[str]:
-    """LANG when ``folder`` is a captioning folder (its captions binarized
-    alone: SPLIT.LANG-None.LANG.idx, and no sentence pairs), else None."""
-    pairs = {p.name.split(".")[1] for p in Path(folder).glob("*.*-*.*.idx")}
-    if len(pairs) != 1:
-        return None
-    src, _, tgt = pairs.pop().partition("-")
-    return src if tgt == "None" else None
-
-
 def _other_input_kind(folder, path, trained_on, source_features) -> Optional[str]:
     """The error for a captioning folder given to a predictor of source
     sentences (else None), checked before the folder's dictionaries are looked
     up: its file names make fairseq infer the target language 'None'
     (dict.None.txt), which names neither the folder nor the fix.  (A predictor
     of image features may read the targets of sentence pairs: not an error.)"""
-    lang = _caption_folder_lang(folder)
+    lang = single_dictionary_lang(folder)  # captions are binarized alone: one dictionary
     if lang is None or source_features is not None:
         return None
     return (f"{folder} is a captioning folder (its captions binarized alone, dict.{lang}.txt; the images are "
