@@ -4,7 +4,7 @@ word (``--embed-dim 0`` made a zero-size predictor, rc 0)."""
 
 import math
 
-# (config field, its flag, the smallest value it may take); None is left alone (a default comes later)
+# (config field, its flag) of the sizes that must be >= 1; None is left alone (a default comes later)
 POSITIVE = (("embed_dim", "--embed-dim"), ("layers", "--layers"), ("feature_dim", "--feature-dim"),
             ("max_source_positions", "--max-source-positions"), ("max_target_positions", "--max-target-positions"))
 
