@@ -15,7 +15,9 @@ row) and OUT/config.json; binarize with scripts/prepare_captions.py.
 import argparse
 import sys
 
-from smallvocab_tools.data.prep import DataError, add_config_args, atomic_output_dir, config_from_args
+from smallvocab_tools.data.errors import DataError
+from smallvocab_tools.data.output_dir import atomic_output_dir
+from smallvocab_tools.data.prep import add_config_args, config_from_args
 from smallvocab_tools.data.synthetic_captions import CaptionConfig, write_captions
 
 

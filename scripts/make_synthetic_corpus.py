@@ -17,7 +17,8 @@ OUT/corpus.json (the settings and counts).
 import argparse
 import sys
 
-from smallvocab_tools.data.prep import DataError, add_config_args, config_from_args
+from smallvocab_tools.data.errors import DataError
+from smallvocab_tools.data.prep import add_config_args, config_from_args
 from smallvocab_tools.data.synthetic import SyntheticConfig, write_corpus
 
 

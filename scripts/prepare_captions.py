@@ -24,7 +24,7 @@ import json
 import sys
 
 from smallvocab_tools.data.caption_prep import prepare_captions
-from smallvocab_tools.data.prep import DataError
+from smallvocab_tools.data.errors import DataError
 
 
 def main(argv=None):

@@ -25,6 +25,7 @@ import argparse
 import sys
 
 from smallvocab_tools.data import prep
+from smallvocab_tools.data.stats import format_stats
 
 
 def main(argv=None):
@@ -50,7 +51,7 @@ def main(argv=None):
     except KeyboardInterrupt:
         parser.exit(130, f"interrupted: {args.dest} was not written\n")
     print(f"binarized into {args.dest}")
-    print(prep.format_stats(stats))
+    print(format_stats(stats))
 
 
 if __name__ == "__main__":

@@ -24,6 +24,8 @@ import urllib.request
 from pathlib import Path
 
 from smallvocab_tools.data import prep
+from smallvocab_tools.data.output_dir import check_dest_apart_from_inputs
+from smallvocab_tools.data.stats import format_stats
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_SOURCE = REPO.parent / "shared" / "data" / "multi30k"
@@ -89,12 +91,12 @@ def main(argv=None):
                 name += f".spm{args.sp_vocab_size}"
             dest = args.out_dir / name
             if not args.download:
-                prep.check_dest_apart_from_inputs(dest, [source], "--out-dir")
+                check_dest_apart_from_inputs(dest, [source], "--out-dir")
             stats = prep.prepare(source, dest, src, tgt, SPLITS, args.min_count, args.subword,
                                  args.sp_vocab_size, args.sp_model_type, args.empty_lines,
                                  args.workers, args.force, log=log)
             print(f"binarized {src}-{tgt} into {dest}")
-            print(prep.format_stats(stats))
+            print(format_stats(stats))
     except prep.DataError as err:
         parser.exit(2, f"error: {err}\n")
     finally:

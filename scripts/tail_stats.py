@@ -7,7 +7,8 @@
 import argparse
 from collections import Counter
 
-from smallvocab_tools.data.prep import read_lines, tail_stats
+from smallvocab_tools.data.stats import tail_stats
+from smallvocab_tools.data.text import read_lines
 
 
 def main(argv=None):

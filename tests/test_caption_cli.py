@@ -6,7 +6,9 @@ import re
 
 import numpy as np
 import pytest
-from helpers import CAP, DECODE, TINY, TRAIN, USER_DIR, caption_task, copy_folder, load_script, run
+from helpers import CAP, DECODE, TINY, TRAIN, USER_DIR, caption_task, copy_folder, run
+
+from smallvocab_tools.analysis import caption_bleu
 
 
 def _hyps(stdout):
@@ -53,17 +55,18 @@ def test_reinforce_through_fairseq_train(cap_model, cap_bin, cap_predictor, tmp_
 
 
 def test_multi_reference_bleu_uses_every_caption():
-    mod = load_script("caption_bleu")
     captions = ["a red dog on the left", "one red dog at the left side", "a cat in the middle of the room",
                 "two cats in the middle", "there is a cat at the center"]
     index = np.array([0, 0, 1, 1, 1])
     # each hypothesis equals some reference of its image, never the first one: 100 only with every reference
-    bleu, images = mod.score({0: "one red dog at the left side", 1: "there is a cat at the center"}, captions, index)
+    bleu, images = caption_bleu.score({0: "one red dog at the left side", 1: "there is a cat at the center"},
+                                      captions, index)
     assert images == 2 and bleu.score == pytest.approx(100.0)
-    single, _ = mod.score({0: captions[1], 1: captions[4]}, captions[::2][:2] + captions[1:2], np.array([0, 1, 0]))
+    single, _ = caption_bleu.score({0: captions[1], 1: captions[4]}, captions[::2][:2] + captions[1:2],
+                                   np.array([0, 1, 0]))
     assert single.score < 100.0
     with pytest.raises(ValueError, match="3 hypotheses"):
-        mod.score({0: "a", 1: "b", 2: "c"}, captions, index)
+        caption_bleu.score({0: "a", 1: "b", 2: "c"}, captions, index)
 
 
 # two splits of the same size (like Flickr8k's dev and test): the hypotheses' ids alone fit both
@@ -96,13 +99,12 @@ def _generate_output(path, split, ids=(0, 1, 2), targets=None):
 
 
 def test_caption_bleu_refuses_the_output_of_another_split(tmp_path, capsys):
-    mod = load_script("caption_bleu")
     data = _caption_folder(tmp_path)
     gen = _generate_output(tmp_path / "test.out", "test")
-    mod.main(["--data", str(data), "--split", "test", "--json", str(gen)])
+    caption_bleu.main(["--data", str(data), "--split", "test", "--json", str(gen)])
     assert json.loads(capsys.readouterr().out)["bleu"] == 100.0
     with pytest.raises(SystemExit) as exit_:
-        mod.main(["--data", str(data), "--split", "valid", str(gen)])
+        caption_bleu.main(["--data", str(data), "--split", "valid", str(gen)])
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and "test.out" in err and "--split valid" in err and "valid.en" in err
     assert "3 of the 3 references" in err and "T-0" in err and "a blue car on the road" in err
@@ -110,26 +112,24 @@ def test_caption_bleu_refuses_the_output_of_another_split(tmp_path, capsys):
 
 
 def test_caption_bleu_names_ids_outside_the_split(tmp_path, capsys):
-    mod = load_script("caption_bleu")
     data = _caption_folder(tmp_path)
     gen = _generate_output(tmp_path / "gen.out", "test", ids=(0, 1, 7))
     with pytest.raises(SystemExit) as exit_:
-        mod.main(["--data", str(data), "--split", "test", str(gen)])
+        caption_bleu.main(["--data", str(data), "--split", "test", str(gen)])
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and "gen.out" in err and "--split test" in err
     assert "id 7" in err and "3 images" in err and "missing: 2" in err
 
 
 def test_caption_bleu_accepts_unknown_words_and_detokenized_references(tmp_path, capsys):
-    mod = load_script("caption_bleu")
     data = _caption_folder(tmp_path)
     # --min-count > 1 escapes unknown words as <<unk>> in T- lines; --tokenizer moses joins punctuation
     (data / "raw" / "test.en").write_text("\n".join(["a blue car on the road ."] + SPLIT_CAPTIONS["test"][1:]) + "\n")
     gen = _generate_output(tmp_path / "gen.out", "test", targets={0: "a <<unk>> car on the road ."})
-    mod.main(["--data", str(data), "--split", "test", str(gen)])
+    caption_bleu.main(["--data", str(data), "--split", "test", str(gen)])
     assert "3 images" in capsys.readouterr().out
     gen = _generate_output(tmp_path / "gen.out", "test", targets={0: "a blue car on the road."})
-    mod.main(["--data", str(data), "--split", "test", str(gen)])
+    caption_bleu.main(["--data", str(data), "--split", "test", str(gen)])
     assert "3 images" in capsys.readouterr().out
 
 

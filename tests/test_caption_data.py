@@ -116,7 +116,7 @@ def test_kiros_layout_is_converted(tmp_path, per_caption_rows):
 
 def test_kiros_layout_errors_are_named(tmp_path):
     from smallvocab_tools.data.caption_prep import prepare_captions
-    from smallvocab_tools.data.prep import DataError
+    from smallvocab_tools.data.errors import DataError
 
     raw = tmp_path / "coco"
     raw.mkdir()
@@ -157,7 +157,7 @@ def test_nan_feature_row_is_named(cap_bin, tmp_path):
 
 def test_prepare_captions_names_the_file_and_split_of_a_nan_feature(cap_raw, tmp_path):
     from smallvocab_tools.data.caption_prep import prepare_captions
-    from smallvocab_tools.data.prep import DataError
+    from smallvocab_tools.data.errors import DataError
 
     raw = shutil.copytree(cap_raw, tmp_path / "raw")
     feats = np.load(raw / "valid.npy")

@@ -10,7 +10,7 @@ import pytest
 import torch
 from fairseq import metrics
 from helpers import _setup
-from test_translation_smallvocab import _task
+from translation_helpers import mt_task
 
 from fairseq_smallvocab.criterions.reinforce_gleu import ReinforceGleuConfig, ReinforceGleuCriterion
 from fairseq_smallvocab.criterions.vocab_prediction_bce import VocabPredictionBCECriterion
@@ -39,7 +39,7 @@ def _same_values(reduce, logs):
 def test_the_task_reduces_tensors_from_distributed_workers(tiny_bin):
     """gold_outside_cands (the task's) and the criterion's values, from two
     workers' validation batches."""
-    task = _task(tiny_bin, small_vocab_size=40)
+    task = mt_task(tiny_bin, small_vocab_size=40)
     model, _, sample = _setup()
     crit = ReinforceGleuCriterion(task, ReinforceGleuConfig(rl_baseline="none"))
     crit.eval()
@@ -64,7 +64,7 @@ def test_the_predictor_criterion_reduces_tensors_from_distributed_workers():
 def test_the_ce_control_reduces_tensors_from_distributed_workers(tiny_bin):
     """lambda = 1 samples nothing: its logs carry no reward, and reduce to the
     CE numbers alone, summed or not."""
-    task = _task(tiny_bin, small_vocab_size=40)
+    task = mt_task(tiny_bin, small_vocab_size=40)
     model, _, sample = _setup()
     crit = ReinforceGleuCriterion(task, ReinforceGleuConfig(rl_lambda=1.0))
     logs = [crit(model.eval(), sample)[2] for _ in range(2)]

@@ -6,7 +6,7 @@ import json
 import pytest
 from helpers import REPO, run
 
-from smallvocab_tools.data.prep import zipf_slope
+from smallvocab_tools.data.stats import zipf_slope
 from smallvocab_tools.data.synthetic import SyntheticConfig, generate, write_corpus
 
 SMALL = dict(tgt_vocab_size=500, train_size=600, valid_size=50, test_size=50)

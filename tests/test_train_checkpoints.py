@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from fairseq import checkpoint_utils, metrics
-from test_translation_smallvocab import _task
+from translation_helpers import mt_task
 
 import fairseq_smallvocab  # noqa: F401  (installs the wrappers)
 from fairseq_smallvocab.compat import train_checkpoints
@@ -23,7 +23,7 @@ def test_the_plugin_does_not_rely_on_fairseqs_task_checkpoint_hooks(tiny_bin):
     """fairseq 0.12.2 has no get_checkpoint_dict / set_checkpoint_dict: the
     task's state goes through the plugin's own wrappers on every version, so
     the round trip tested on this fairseq is the one 0.12.2 takes."""
-    task = _task(tiny_bin, small_vocab_size=0)
+    task = mt_task(tiny_bin, small_vocab_size=0)
     assert not hasattr(task, "get_checkpoint_dict") and not hasattr(task, "set_checkpoint_dict")
     assert checkpoint_utils.load_checkpoint.__module__ == train_checkpoints.__name__
 
@@ -122,7 +122,7 @@ def _training_logs(task, crit, finite):
 
 
 def test_no_checkpoint_is_saved_when_every_batch_since_the_last_was_skipped(tiny_bin):
-    task = _task(tiny_bin, small_vocab_size=0)
+    task = mt_task(tiny_bin, small_vocab_size=0)
     crit = ReinforceGleuCriterion(task, ReinforceGleuConfig(rl_baseline="none"))
     values = _training_logs(task, crit, [False, False])
     assert values["loss"] == float("inf") and values["nonfinite"] == 2  # not fairseq's placeholder -1

@@ -9,7 +9,10 @@ import fcntl
 import json
 
 import pytest
-from helpers import REPO, load_script, run
+from helpers import REPO, run
+
+from smallvocab_tools.analysis.recipe_runs import DECODES, corpus_bleu
+from smallvocab_tools.analysis.train_logs import parse
 
 # the recipe's model at test size (the recipe's default: transformer_multi30k.args, d = 256, 3 + 3 layers)
 TINY_TRANSFORMER = ("--arch transformer --encoder-layers 1 --decoder-layers 1 --encoder-embed-dim 16 "
@@ -28,7 +31,7 @@ def test_the_clock_of_a_resumed_run_leaves_its_pause_out(tmp_path):
         "2026-11-24 11:07:00 | INFO | train | epoch 002 | loss 2.0 | num_updates 200",
         "2026-11-24 11:08:00 | INFO | valid | epoch 002 | valid on 'valid' subset | bleu 12.5 | num_updates 200",
     ]) + "\n")
-    parsed = load_script("rl_logs").parse(log)
+    parsed = parse(log)
     assert [v["elapsed"] for v in parsed["valid"]] == [210.0, 240.0 + 240.0]
     assert [t["elapsed"] for t in parsed["train"]] == [180.0, 240.0 + 180.0]
 
@@ -88,19 +91,18 @@ def test_the_transformer_rl_recipe_runs_end_to_end_on_tiny_data(tiny_bin, predic
             for tag in ("", ".beam5"):
                 assert (out / name / f"hyp-{split}{tag}.txt").read_text().count("\n") == (40 if split == "valid"
                                                                                           else 30)
-    rl_logs = load_script("rl_logs")
     table = (out / "table.md").read_text()
     refs = tiny_bin / "raw"
     for name, row_start in (("rl-k60-s1", "| small (K = 60) | REINFORCE | 1 |"),
                             ("ctl-constant-k0-s1", "| full | control: constant reward | 1 |")):
-        bleus = [rl_logs.corpus_bleu(out / name / f"hyp-{split}{tag}.txt", refs / f"{split}.tgt")
-                 for split, tag in rl_logs.DECODES]
+        bleus = [corpus_bleu(out / name / f"hyp-{split}{tag}.txt", refs / f"{split}.tgt")
+                 for split, tag in DECODES]
         row = next(line for line in table.splitlines() if line.startswith(row_start))
         cells = [cell.strip() for cell in row.split("|")[1:-1]]
         assert cells[3:7] == [f"{b:.2f}" for b in bleus]
         assert cells[9] != "-" and cells[10] != "-"  # minutes per epoch, to the best
-    ce, rl = ([rl_logs.corpus_bleu(out / name / f"hyp-{split}{tag}.txt", refs / f"{split}.tgt")
-               for split, tag in rl_logs.DECODES] for name in ("ce-k60-s1", "rl-k60-s1"))
+    ce, rl = ([corpus_bleu(out / name / f"hyp-{split}{tag}.txt", refs / f"{split}.tgt")
+               for split, tag in DECODES] for name in ("ce-k60-s1", "rl-k60-s1"))
     assert "| small: REINFORCE - its CE checkpoint | +0.7 | 1 | " + "".join(  # the comparisons under the table
         f"{b - a:+.2f} | " for a, b in zip(ce, rl)) in table
     runs = json.loads((out / "runs.json").read_text())
@@ -109,7 +111,7 @@ def test_the_transformer_rl_recipe_runs_end_to_end_on_tiny_data(tiny_bin, predic
     rl_log = (out / "rl-k60-s1" / "train.log").read_text()
     assert "'rl_samples': 4" in rl_log and "'rl_baseline': loo" in rl_log and "encoder_layers=1" in rl_log
     # the best checkpoint is the best validation's: saved at each one, not only at the epoch's end
-    valid = rl_logs.parse(out / "rl-k60-s1" / "train.log")["valid"]
+    valid = parse(out / "rl-k60-s1" / "train.log")["valid"]
     best = [v for v in valid if v["bleu"] == max(v["bleu"] for v in valid)][-1]  # fairseq: a tie is a new best
     import torch
 
@@ -161,7 +163,7 @@ def test_the_transformer_rl_recipe_runs_end_to_end_on_tiny_data(tiny_bin, predic
     assert extended.startswith(logs["rl-k60-s1"]) and "| valid | epoch 002 |" in extended
     assert "| valid | epoch 002 |" not in logs["rl-k60-s1"]
     assert (out / "rl-k60-s1" / "recipe.settings").read_text().startswith("epochs=2 OPTIMIZER=adam ")
-    for split, tag in rl_logs.DECODES:
+    for split, tag in DECODES:
         assert (out / "rl-k60-s1" / f"hyp-{split}{tag}.txt").read_text().count("\n") == (40 if split == "valid"
                                                                                             else 30)
     assert all((out / name / "train.log").read_text() == logs[name] for name in names if name != "rl-k60-s1")

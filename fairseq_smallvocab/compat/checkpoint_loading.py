@@ -110,10 +110,9 @@ def fairseq_checkpoint_globals():
 
 
 def allow_fairseq_checkpoint_globals():
-    """Register the allow-list with torch (once; a no-op on torch < 2.4, whose
-    ``torch.load`` does not default to ``weights_only=True`` anyway)."""
+    """Register the allow-list with torch (once)."""
     global _registered
-    if _registered or not hasattr(torch.serialization, "add_safe_globals"):
+    if _registered:
         return
     torch.serialization.add_safe_globals(fairseq_checkpoint_globals())
     _registered = True
@@ -132,10 +131,6 @@ def load_checkpoint_file(f, *args, **kwargs):
     try:
         state = torch.load(f, *args, **kwargs)
     except pickle.UnpicklingError as err:
-        if not hasattr(torch.serialization, "add_safe_globals"):
-            raise CheckpointLoadError(f"cannot load {name} safely with torch {torch.__version__}: fairseq "
-                                      "checkpoints need torch >= 2.4 (torch.serialization.add_safe_globals); "
-                                      "upgrade torch") from None
         refused = _refused_globals(f, err)
         what = ", ".join(refused) if refused else f"what torch's safe loader refused ({_torch_reason(err)})"
         raise CheckpointLoadError(

@@ -37,6 +37,7 @@ from fairseq import utils
 from fairseq.tasks import register_task
 from omegaconf import open_dict
 
+from fairseq_smallvocab.binarized import load_binarized
 from fairseq_smallvocab.candidates.dataset import CandidateDataset
 from fairseq_smallvocab.caption_refs import multi_reference_bleu
 from fairseq_smallvocab.data import (
@@ -44,7 +45,6 @@ from fairseq_smallvocab.data import (
     data_folder,
     feature_target_dataset,
     features_width,
-    load_binarized,
     single_dictionary_lang,
     split_folder,
 )

@@ -38,11 +38,12 @@ from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 from omegaconf import II, DictConfig, open_dict
 
+from fairseq_smallvocab.binarized import check_langpair
 from fairseq_smallvocab.candidates.dataset import CandidateDataset
 from fairseq_smallvocab.candidates.source import CandidateSource
 from fairseq_smallvocab.candidates.space import default_small_vocab_size, gold_outside_candidates
 from fairseq_smallvocab.compat.precision import check_training_precision
-from fairseq_smallvocab.data import KeepLastBatchDataset, check_langpair, data_folder, split_folder
+from fairseq_smallvocab.data import KeepLastBatchDataset, data_folder, split_folder
 from fairseq_smallvocab.generation import SmallVocabSequenceGenerator
 from fairseq_smallvocab.models.vocab_predictor import dictionary_fingerprint
 from fairseq_smallvocab.restricted_model import restrict

@@ -20,14 +20,13 @@ from fairseq.tasks import FairseqTask, register_task
 from fairseq.tasks.translation import load_langpair_dataset
 from omegaconf import II
 
+from fairseq_smallvocab.binarized import check_langpair, load_binarized
 from fairseq_smallvocab.compat.precision import check_training_precision
 from fairseq_smallvocab.data import (
     KeepLastBatchDataset,
-    check_langpair,
     data_folder,
     feature_target_dataset,
     features_width,
-    load_binarized,
     single_dictionary_lang,
     split_folder,
     token_stream,

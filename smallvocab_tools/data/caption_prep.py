@@ -20,15 +20,10 @@ from typing import Dict, Optional, Tuple
 
 import numpy as np
 
-from smallvocab_tools.data.prep import (
-    DataError,
-    atomic_output_dir,
-    check_dest_apart_from_inputs,
-    fairseq_preprocess,
-    read_lines,
-    warn_special_tokens,
-    write_json,
-)
+from smallvocab_tools.data.errors import DataError
+from smallvocab_tools.data.output_dir import atomic_output_dir, check_dest_apart_from_inputs
+from smallvocab_tools.data.prep import fairseq_preprocess, write_json
+from smallvocab_tools.data.text import read_lines, warn_special_tokens
 
 KIROS_SPLITS = {"train": "train", "valid": "dev", "test": "test"}
 _TOKEN = re.compile(r"\w+(?:'\w+)?|[^\w\s]", re.UNICODE)

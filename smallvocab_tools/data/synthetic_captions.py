@@ -26,7 +26,7 @@ from typing import Dict, List, Tuple
 
 import numpy as np
 
-from smallvocab_tools.data.synthetic import make_words
+from smallvocab_tools.data.synthetic_lexicon import make_words
 
 SYLLABLES = [c + v for c in ("b", "c", "d", "f", "g", "l", "m", "n", "p", "r", "s", "t", "v", "w")
              for v in ("a", "e", "i", "o", "u", "ai", "ee", "oo")]
