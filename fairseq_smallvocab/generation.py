@@ -40,7 +40,7 @@ from fairseq.sequence_generator import EnsembleModel, SequenceGenerator
 from torch import Tensor
 
 from fairseq_smallvocab.candidates.space import candidate_positions
-from fairseq_smallvocab.output.union_scorer import UnionScorer
+from fairseq_smallvocab.output.union_scorer import TRANSPOSED_MIN_ROWS, UnionScorer
 from fairseq_smallvocab.output.weights import find_output_weights
 
 
@@ -48,6 +48,12 @@ def _output_weights(model):
     if hasattr(model, "output_weights"):  # restricted by a plugin task
         return model.output_weights()
     return find_output_weights(model.decoder, type(model).__name__).get(model.decoder)
+
+
+def _rows(model) -> int:
+    """The fewest decoding rows for which the union's scores are made transposed (the model's settings)."""
+    settings = getattr(model, "engine_settings", None)
+    return TRANSPOSED_MIN_ROWS if settings is None else settings.transposed_min_rows
 
 
 class CandidateEnsembleModel(EnsembleModel):
@@ -63,7 +69,7 @@ class CandidateEnsembleModel(EnsembleModel):
     def forward_encoder(self, net_input: Dict[str, Tensor]):
         candidates = net_input.get("candidates")
         self._candidates = candidates
-        self._scorers = [] if candidates is None else [UnionScorer(*_output_weights(m), candidates)
+        self._scorers = [] if candidates is None else [UnionScorer(*_output_weights(m), candidates, _rows(m))
                                                        for m in self.models]
         return super().forward_encoder({k: v for k, v in net_input.items() if k != "candidates"})
 

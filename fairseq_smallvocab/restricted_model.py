@@ -21,14 +21,12 @@ ids to candidate positions, so fairseq's ``cross_entropy`` and
 its mass over the K candidates, not over V).  ``candidates=None`` is the full
 softmax through the same code.
 
-With a ``policy`` request (``reinforce.sampler.SampleRequest``) the same
-forward also samples N sequences per example for REINFORCE, with the whole
-model in eval mode (every dropout and LayerDrop off; each module's flag
-restored afterwards),
-and scores them: one forward, so that REINFORCE works through fairseq's
-distributed wrappers.  The N samples of an example come from one encoder
-pass, repeated N times by the encoder's own ``reorder_encoder_out`` (as beam
-search repeats it for its beams), so all B * N are drawn in one batched loop.
+With a ``policy`` request (``engine.sampling.SampleRequest``) the same
+forward also samples N sequences per example for REINFORCE and scores them,
+with the whole model in eval mode (every dropout and LayerDrop off; each
+module's flag restored afterwards): one forward, so that REINFORCE works
+through fairseq's distributed wrappers.  How it samples is the engine's
+(``engine.sampling.policy``), as the request's settings say.
 """
 
 import inspect
@@ -37,15 +35,16 @@ from typing import Dict, Optional
 
 import torch
 from fairseq.models import FairseqEncoderDecoderModel
-from fairseq.models.lstm import LSTMDecoder
 from torch import Tensor
 
 from fairseq_smallvocab.candidates.space import candidate_positions
+from fairseq_smallvocab.engine import graphed_pass, sampling
+from fairseq_smallvocab.engine.families import is_recurrent
+from fairseq_smallvocab.engine.sampling import SampleRequest, Samples
+from fairseq_smallvocab.engine.settings import EngineSettings
 from fairseq_smallvocab.output.gathered_grad import gathered_embedding_grads
 from fairseq_smallvocab.output.restricted import restricted_logits
 from fairseq_smallvocab.output.weights import OutputWeights, RestrictionError, eval_mode, find_output_weights
-from fairseq_smallvocab.reinforce import graphed_pass, sampler
-from fairseq_smallvocab.reinforce.sampler import SampleRequest, Samples
 
 
 def _extra_dict(extra) -> Dict:
@@ -60,6 +59,9 @@ class CandidateModel:
 
     _output_weights: OutputWeights
     sample_keeps_graph: bool
+    # how passes without a REINFORCE request run (CE training, validation, decoding): the output layer's
+    # union_max_ratio, the generator's transposed_min_rows (REINFORCE's come with its request)
+    engine_settings: EngineSettings
 
     def output_weights(self):
         """(W, b) of the decoder's output layer (b may be None)."""
@@ -72,11 +74,11 @@ class CandidateModel:
         return {**dict(zip(names, args)), **kwargs}
 
     def forward(self, *args, candidates: Optional[Tensor] = None, policy: Optional[SampleRequest] = None,
-                features_only: bool = False, **kwargs):
+                features_only: bool = False, engine_settings: Optional[EngineSettings] = None, **kwargs):
         """Teacher-forced decoder output (B x T x K logits inside ``candidates``,
         B x T x V without) and its extra dict, with ``"candidates"``; with a
         ``policy`` request (REINFORCE's) also ``"samples"`` (``Samples`` of
-        ``sampler.sample`` + ``sampler.score``: B * N rows, example b's N
+        ``engine.sampling.policy``: B * N rows, example b's N
         samples in rows b * N ... b * N + N - 1) and, with its
         ``greedy_too``, ``"greedy"`` (B greedy decodes, without gradient)."""
         net_input = self._net_input(args, kwargs)
@@ -86,43 +88,26 @@ class CandidateModel:
         # REINFORCE uses the embeddings and the output layer several times (the CE pass and the policy): their
         # weight gradients are gathered into one tensor per weight (see output/gathered_grad.py)
         gathered = policy is not None and torch.is_grad_enabled()
+        # how the passes run: the REINFORCE request's settings, else the caller's, else the model's own
+        settings = policy.settings if policy is not None else engine_settings or self.engine_settings
         with gathered_embedding_grads(self) if gathered else nullcontext():
             encoder_out = self.encoder(**net_input)
-            # with gradient, a recurrent decoder's pass may replay CUDA graphs (reinforce/graphed_pass.py)
-            features, extra = graphed_pass.extract_features(self.decoder, prev_output_tokens, encoder_out)
+            # with gradient, a recurrent decoder's pass may replay CUDA graphs (engine/graphed_pass.py)
+            features, extra = graphed_pass.extract_features(self.decoder, prev_output_tokens, encoder_out, settings)
             extra = _extra_dict(extra)
             weight, bias = self.output_weights()
-            out = features if features_only else restricted_logits(features, weight, bias, candidates)
+            out = features if features_only else restricted_logits(features, weight, bias, candidates,
+                                                                   settings.union_max_ratio)
             extra["candidates"] = [] if candidates is None else [candidates]
             if policy is not None:
                 extra.update(self.sample_and_score(net_input, candidates, policy))
         return out, extra
 
     def sample_and_score(self, net_input, candidates, policy: SampleRequest) -> Dict[str, Samples]:
-        """REINFORCE's policy: samples (and the greedy decode) drawn and scored
-        with the whole model in eval mode."""
-        weight, bias = self.output_weights()
-        max_lens, n = policy.max_lens, policy.num_samples
-        out = {}
+        """REINFORCE's policy (the engine's ``policy``: samples and the greedy decode, drawn and scored) with
+        the whole model in eval mode."""
         with eval_mode(self):
-            encoder_out = self.encoder(**net_input)
-            if policy.greedy_too:
-                with torch.no_grad():
-                    out["greedy"] = sampler.sample(self.decoder, encoder_out, weight, bias, candidates, max_lens,
-                                                   greedy=True)
-            if n > 1:
-                order = torch.arange(max_lens.size(0), device=max_lens.device).repeat_interleave(n)
-                encoder_out = self.encoder.reorder_encoder_out(encoder_out, order)
-                candidates = None if candidates is None else candidates.index_select(0, order)
-                max_lens = max_lens.index_select(0, order)
-            # a captured sampling step keeps no graph: its samples are scored by a teacher-forced pass
-            keep_graph = self.sample_keeps_graph and not sampler.captures(self.decoder, encoder_out,
-                                                                          max_lens.device)
-            samples = sampler.sample(self.decoder, encoder_out, weight, bias, candidates, max_lens,
-                                     keep_graph=keep_graph, temperature=policy.temperature,
-                                     keep_probs=torch.is_grad_enabled())
-            out["samples"] = sampler.score(self.decoder, encoder_out, weight, bias, candidates, samples)
-        return out
+            return sampling.policy(self, net_input, candidates, policy, keep_graph=self.sample_keeps_graph)
 
     def get_targets(self, sample, net_output):
         """Gold ids as positions in the example's candidates (unchanged for the
@@ -161,11 +146,6 @@ def _restricted_class(cls):
     return _RESTRICTED[cls]
 
 
-def is_recurrent(decoder) -> bool:
-    """Decoders whose sampling keeps the step graph (an RNN step's graph does not grow with t)."""
-    return isinstance(decoder, LSTMDecoder) or getattr(type(decoder), "recurrent", False)
-
-
 def restrict(model, arch: Optional[str] = None):
     """Give ``model`` (in place) the ``CandidateModel`` behaviour; returns it.
     Refuses, naming the arch and the reason, a model that cannot be restricted."""
@@ -180,4 +160,5 @@ def restrict(model, arch: Optional[str] = None):
     model.__class__ = _restricted_class(type(model))
     model._output_weights = spec
     model.sample_keeps_graph = bool(is_recurrent(model.decoder))
+    model.engine_settings = sampling.DEFAULT
     return model

@@ -21,8 +21,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from fairseq_smallvocab.candidates.space import batch_union
-from fairseq_smallvocab.output.restricted import CandidateLogits
+from fairseq_smallvocab.output.restricted import CandidateLogits, batch_union
 from smallvocab_tools.bench.workload import make_batch
 
 

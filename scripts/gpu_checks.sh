@@ -39,8 +39,8 @@ declare -A LIMIT=([tests]=200 [graphed]=100 [lstm]=240 [floor]=150 [compile]=150
 LSTM_24K=(--device cuda --modes reinforce --vocab-sizes 24000 --k 1000 --k-sweep --batch 128 --max-len 50)
 TRANSFORMER_32K=(--device cuda --arch transformer --vocab-sizes 32000 --k 1000 --k-sweep --modes reinforce
                  --rl-samples 4 --rl-baseline loo --batch 32 --max-len 30)
-GRAPHED=fairseq_smallvocab.reinforce.graphed_pass.MODE
-COMPILE=fairseq_smallvocab.reinforce.capture.COMPILE
+GRAPHED=graphed_pass  # the engine's settings that --ab and --set name (fairseq_smallvocab/engine/settings.py)
+COMPILE=compile
 
 part_command() {  # the argv of one part, one word per line
     case "$1" in
@@ -49,16 +49,16 @@ part_command() {  # the argv of one part, one word per line
             tests/test_floor.py \
             tests/test_reinforce_cli.py::test_fairseq_train_on_a_gpu_replays_what_the_eager_loop_computes \
             -n 8 -q -ra ${PYTEST_TIMEOUT:+--timeout "$PYTEST_TIMEOUT"} ;;
-        graphed) printf '%s\n' python3 scripts/benchmark.py "${LSTM_24K[@]}" --ab "$GRAPHED='off','cuda-graphs'" ;;
+        graphed) printf '%s\n' python3 scripts/benchmark.py "${LSTM_24K[@]}" --ab "$GRAPHED=off,cuda-graphs" ;;
         lstm) printf '%s\n' python3 scripts/benchmark.py --device cuda --modes reinforce --vocab-sizes 24000 70000 \
-            --k 1000 --k-sweep --batch 128 --max-len 50 --rounds 2 --set "$GRAPHED='cuda-graphs'" ;;
+            --k 1000 --k-sweep --batch 128 --max-len 50 --rounds 2 --set "$GRAPHED=cuda-graphs" ;;
         floor) printf '%s\n' python3 scripts/benchmark.py --device cuda --arch transformer --vocab-sizes 32000 \
             128000 --k 1000 --k-sweep --modes reinforce --rl-samples 4 --rl-baseline loo --batch 32 --max-len 30 \
             --floor --steps 3 --warmup 1 ;;
-        compile) printf '%s\n' python3 scripts/benchmark.py "${TRANSFORMER_32K[@]}" --ab "$COMPILE='off','fuse'" ;;
+        compile) printf '%s\n' python3 scripts/benchmark.py "${TRANSFORMER_32K[@]}" --ab "$COMPILE=off,fuse" ;;
         overhead) printf '%s\n' python3 scripts/benchmark.py "${TRANSFORMER_32K[@]}" \
-            --ab "$COMPILE='off','reduce-overhead'" ;;
-        phases) printf '%s\n' python3 scripts/benchmark.py "${LSTM_24K[@]}" --phases --set "$GRAPHED='cuda-graphs'" ;;
+            --ab "$COMPILE=off,reduce-overhead" ;;
+        phases) printf '%s\n' python3 scripts/benchmark.py "${LSTM_24K[@]}" --phases --set "$GRAPHED=cuda-graphs" ;;
         *) echo "gpu_checks.sh: no part '$1'; the parts: ${PARTS[*]}" >&2; return 2 ;;
     esac
 }

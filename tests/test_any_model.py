@@ -18,10 +18,10 @@ from helpers import candidate_batch, make_dictionary, translation_batch
 
 import fairseq_smallvocab  # noqa: F401  (registers the plugin's models)
 from fairseq_smallvocab.candidates.space import candidate_positions
+from fairseq_smallvocab.engine.sampling import SampleRequest
 from fairseq_smallvocab.generation import SmallVocabSequenceGenerator
 from fairseq_smallvocab.models.lstm_smallvocab import LSTMSmallVocabConfig, LSTMSmallVocabModel
 from fairseq_smallvocab.output.weights import RestrictionError, eval_mode
-from fairseq_smallvocab.reinforce.sampler import SampleRequest
 from fairseq_smallvocab.restricted_model import restrict
 
 V_SRC, V_TGT, B, T_SRC, T_TGT, K, D = 30, 70, 5, 7, 6, 18, 16
@@ -241,8 +241,8 @@ def _reinforce_grads(model, net, cands, gathered, monkeypatch):
     samples' log-probabilities (the same dropout masks and draws each time),
     with the weight gradients gathered (the default) or each use's own."""
     from fairseq_smallvocab import restricted_model
+    from fairseq_smallvocab.engine import sampling as sampler
     from fairseq_smallvocab.output import gathered_grad
-    from fairseq_smallvocab.reinforce import sampler
 
     with monkeypatch.context() as patch:
         if not gathered:
@@ -439,11 +439,12 @@ def test_mixed_precision_small_output_layer_and_reinforce():
 
 
 @pytest.mark.parametrize("overlap", [True, False])
-def test_teacher_forced_union_and_per_example_rows_agree(overlap, monkeypatch):
+def test_teacher_forced_union_and_per_example_rows_agree(overlap):
     """restricted_logits scores the batch union with one product when the rows
     overlap (|U| <= 2K) and each example's rows otherwise: the same logits and
     gradients either way, forced both ways."""
     import fairseq_smallvocab.output.restricted as output
+    from fairseq_smallvocab.engine.settings import EngineSettings
 
     torch.manual_seed(0)
     weight, bias = torch.randn(V_TGT, 8, requires_grad=True), torch.randn(V_TGT, requires_grad=True)
@@ -455,15 +456,15 @@ def test_teacher_forced_union_and_per_example_rows_agree(overlap, monkeypatch):
     grad = torch.randn(B, 4, K)
     results = []
     for ratio in (1e9, 0.0):  # always the union, never the union
-        monkeypatch.setattr(output, "UNION_MAX_RATIO", ratio)
         weight.grad = bias.grad = features.grad = None
-        out = output.restricted_logits(features, weight, bias, cands)
+        out = output.restricted_logits(features, weight, bias, cands, ratio)
         out.backward(grad)
         results.append((out.detach(), weight.grad.clone(), bias.grad.clone(), features.grad.clone()))
     for a, b in zip(*results):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
-    monkeypatch.setattr(output, "UNION_MAX_RATIO", 2.0)
-    assert (len(torch.unique(cands)) <= 2 * K) == overlap  # the default picks the union exactly when they overlap
+    default = EngineSettings().union_max_ratio
+    assert default == output.UNION_MAX_RATIO == 2.0
+    assert (len(torch.unique(cands)) <= default * K) == overlap  # the default picks the union exactly when they overlap
 
 
 def test_samples_stop_at_the_decoders_learned_positions(caplog):

@@ -1,5 +1,6 @@
 """scripts/benchmark.py: one fresh process per configuration, records with the
-fields the results tables use (the numbers themselves are not tested)."""
+fields the results tables use (the numbers themselves are not tested);
+--floor's products alone.  --ab and --set: test_benchmark_ab.py."""
 
 import contextlib
 import io
@@ -325,176 +326,6 @@ def test_benchmark_interleaves_rounds_on_a_fairseq_arch(tmp_path):
     assert (tmp_path / "r.md").read_text().count("| transformer |") == 2
 
 
-def test_ab_steps_alternate_the_two_values_from_one_seed(monkeypatch):
-    """--ab: each batch runs under A and B (A B, then B A, ...), both from the
-    batch's seed and the same model state; warm-up batches are untimed; the setting is restored, also
-    when a step fails; the ratio is the median of the batches' A / B."""
-    import time
-
-    from fairseq_smallvocab.output import union_scorer
-    from smallvocab_tools.bench.ab import ab_steps
-
-    clock = [0.0]
-    monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
-    spec = "fairseq_smallvocab.output.union_scorer.TRANSPOSED_MIN_ROWS=7,9"
-    before = union_scorer.TRANSPOSED_MIN_ROWS
-    calls, seeds, lens = [], [], []
-    costs = iter([1.0, 1.0, 4.0, 2.0, 3.0, 1.0, 6.0, 2.0])  # per call, in call order
-
-    weights = [0]  # the "model": each step updates it; both values of a batch start from the same state
-
-    def step(sample):
-        calls.append((sample, union_scorer.TRANSPOSED_MIN_ROWS, weights[0]))
-        weights[0] += 1
-        lens.append(10 * sample + union_scorer.TRANSPOSED_MIN_ROWS)
-        clock[0] += next(costs)
-
-    cfg = {"ab": spec, "warmup": 1, "rl_samples": 1}
-    snapshot, restore = lambda: list(weights), lambda state: weights.__setitem__(0, state[0])
-    ab = ab_steps(cfg, step, [0, 1, 2, 3], lens, seeds.append, snapshot, restore)
-    assert calls == [(0, 7, 0), (0, 9, 0), (1, 9, 1), (1, 7, 1), (2, 7, 2), (2, 9, 2), (3, 9, 3), (3, 7, 3)]
-    assert seeds == [0, 0, 1, 1, 2, 2, 3, 3]
-    assert union_scorer.TRANSPOSED_MIN_ROWS == before
-    # batch 1: B 4.0, A 2.0; batch 2: A 3.0, B 1.0; batch 3: B 6.0, A 2.0
-    assert ab["ab_rounds"] == [[2.0, 3.0, 2.0], [4.0, 1.0, 6.0]]
-    assert ab["ab_sec_per_step"] == [2.0, 4.0] and ab["ab_ratio"] == 0.5  # ratios 0.5, 3, 1/3
-    assert ab["ab_values"] == [7, 9] and ab["ab_sample_len"] == [27.0, 29.0]
-    assert sorted(lens) == [17, 19, 27, 29, 37, 39]  # the timed batches' lengths, both values
-
-    def failing(sample):
-        raise RuntimeError("boom")
-
-    with pytest.raises(RuntimeError):
-        ab_steps(cfg, failing, [0], [], seeds.append, snapshot, restore)
-    assert union_scorer.TRANSPOSED_MIN_ROWS == before
-
-
-SETTING = "fairseq_smallvocab.output.union_scorer.TRANSPOSED_MIN_ROWS"
-
-
-@pytest.mark.parametrize("spec, problem", [
-    ("TRANSPOSED_MIN_ROWS=1,2", "module-level setting of the plugin"),
-    ("os.sep=1,2", "module-level setting of the plugin"),
-    ("fairseq_smallvocab.nowhere.X=1,2", "no module fairseq_smallvocab.nowhere"),
-    ("fairseq_smallvocab.output.union_scorer.NOPE=1,2", "has no setting NOPE"),
-    (SETTING + "=1", "two values are compared, not 1"),
-    (SETTING + "=1,x", "Python literals"),
-    (SETTING + "=1,2.5", "2.5 is not of TRANSPOSED_MIN_ROWS's type"),
-])
-def test_ab_refuses_what_it_cannot_compare(spec, problem):
-    from smallvocab_tools.bench.ab import parse_ab
-
-    with pytest.raises(ValueError, match=re.escape(problem)):
-        parse_ab(spec)
-    module, name, values = parse_ab("fairseq_smallvocab.reinforce.sampler.STORED_PROBS_MAX_ELEMENTS=0, 268435456")
-    assert name == "STORED_PROBS_MAX_ELEMENTS" and values == (0, 2 ** 28)
-
-
-@pytest.mark.parametrize("spec, problem", [
-    ("fairseq_smallvocab.reinforce.capture.NOPE=1", "has no setting NOPE"),
-    ("fairseq_smallvocab.reinforce.capture.CAPTURE=off", "Python literals"),
-    ("fairseq_smallvocab.reinforce.capture.CAPTURE=1", "1 is not of CAPTURE's type"),
-    ("CAPTURE='off'", "module-level setting of the plugin"),
-])
-def test_set_refuses_what_it_cannot_set(spec, problem, capsys):
-    from smallvocab_tools.bench.benchmark import parse_args
-
-    with pytest.raises(SystemExit):
-        parse_args(["--set", spec])
-    assert problem in capsys.readouterr().err
-
-
-def test_set_refuses_a_setting_given_twice_or_compared_by_ab(capsys):
-    from smallvocab_tools.bench.benchmark import parse_args
-
-    static = "fairseq_smallvocab.reinforce.sampler.STATIC_STATE"
-    with pytest.raises(SystemExit):
-        parse_args(["--set", static + "=False", "--ab", static + "=False,True"])
-    assert "compares the setting that --set fixes" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        parse_args(["--set", static + "=False", "--set", static + "=True"])
-    assert f"--set gives {static} 2 values" in capsys.readouterr().err
-    args = parse_args(["--set", static + "=False", "--set", "fairseq_smallvocab.reinforce.capture.CAPTURE='off'"])
-    assert len(args.set) == 2
-
-
-def test_set_applies_each_setting_in_the_worker_before_it_measures(monkeypatch):
-    """--set: the worker process runs the whole configuration under the values (commas belong to a value),
-    and its record and the report say so."""
-    from fairseq_smallvocab.reinforce import capture, sampler
-    from smallvocab_tools.bench import benchmark
-    from smallvocab_tools.bench.report import markdown
-
-    monkeypatch.setattr(capture, "CAPTURE", capture.CAPTURE)
-    monkeypatch.setattr(sampler, "STOP_CHECK_EVERY", sampler.STOP_CHECK_EVERY)
-    seen = []
-    monkeypatch.setattr(benchmark, "train_worker", lambda cfg: seen.append(
-        (capture.CAPTURE, sampler.STOP_CHECK_EVERY)) or {"mode": cfg["mode"]})
-    specs = ["fairseq_smallvocab.reinforce.capture.CAPTURE='buckets'",
-             "fairseq_smallvocab.reinforce.sampler.STOP_CHECK_EVERY=8"]
-    record = benchmark.worker({"mode": "reinforce", "set": specs})
-    assert seen == [("buckets", 8)] and record == {"mode": "reinforce", "set": specs}
-    assert benchmark.worker({"mode": "ce"}) == {"mode": "ce"}
-    timed = {"device": "cuda", "arch": None, "mode": "ce", "vocab_size": 300, "softmax": "full", "K": 0, "d": 8,
-             "batch": 4, "max_len": 6, "sec_per_step": 0.1, "tokens_per_sec": 240.0, "sec_per_epoch": 1.0,
-             "peak_mem_mb": 1.0}
-    table = markdown([dict(timed, set=specs)])
-    assert table.startswith("Settings (--set): `fairseq_smallvocab.reinforce.capture.CAPTURE='buckets'`, "
-                            "`fairseq_smallvocab.reinforce.sampler.STOP_CHECK_EVERY=8`\n\n| device |")
-    assert markdown([timed]).startswith("| device |")
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("arch", ["transformer", "lstm_smallvocab"])
-def test_the_static_state_ab_of_results_runs(tmp_path, arch):
-    """docs/RESULTS.md's --ab of the static decoding state (#31), on tiny data: both values draw the same
-    samples (the static state changes how the steps are computed, not what they give)."""
-    args = ["--arch", "transformer", "--layers", "1"] if arch == "transformer" else []
-    out = run([REPO / "scripts" / "benchmark.py", "--modes", "reinforce", *args, "--vocab-sizes", "300", "--k", "40",
-               "--batch", "4", "--max-len", "6", "--embed-dim", "8", "--steps", "1", "--warmup", "1",
-               "--threads", "1", "--ab", "fairseq_smallvocab.reinforce.sampler.STATIC_STATE=False,True",
-               "--json", tmp_path / "ab.json"])
-    records = json.loads((tmp_path / "ab.json").read_text())
-    assert [r["softmax"] for r in records] == ["small", "full"]
-    for record in records:
-        assert record["ab_values"] == [False, True] and record["ab_sample_len"][0] == record["ab_sample_len"][1]
-    assert "| STATIC_STATE | False | True |" in out.stdout
-
-
-@pytest.mark.slow
-def test_benchmark_ab_runs_both_values_in_each_round(tmp_path):
-    """--ab end to end: one process per configuration and round, each value's
-    steps of every round in the record, the A / B table; decoding too, per
-    decoded batch."""
-    import statistics
-
-    out = run([REPO / "scripts" / "benchmark.py", "--modes", "reinforce", "--vocab-sizes", "300", "--k", "40",
-               "--k-sweep", "--no-full", "--batch", "4", "--max-len", "6", "--embed-dim", "8", "--steps", "2",
-               "--warmup", "1", "--threads", "1", "--rounds", "2", "--ab",
-               # the same draws either way (only the backward's source of p_t differs): equal sample lengths
-               "fairseq_smallvocab.reinforce.sampler.STORED_PROBS_MAX_ELEMENTS=0,268435456",
-               "--json", tmp_path / "ab.json"])
-    record, = json.loads((tmp_path / "ab.json").read_text())
-    assert record["ab_values"] == [0, 268435456]
-    assert [len(t) for t in record["ab_rounds"]] == [4, 4]
-    assert record["ab_sec_per_step"] == [round(statistics.median(t), 4) for t in record["ab_rounds"]]
-    ratios = [a / b for a, b in zip(*record["ab_rounds"])]
-    assert record["ab_ratio"] == round(statistics.median(ratios), 3)
-    assert all(0 < n <= 6 for n in record["ab_sample_len"])
-    assert record["ab_sample_len"][0] == record["ab_sample_len"][1]  # both from the same weights and seed
-    assert "| STORED_PROBS_MAX_ELEMENTS | 0 | 268435456 |" in out.stdout
-    out = run([REPO / "scripts" / "benchmark.py", "--modes", "decode", "--vocab-sizes", "300", "--k", "40",
-               "--no-full", "--decode-batches", "2", "--beams", "2", "--decode-len", "4", "--src-len", "3",
-               "--decode-sentences", "6", "--embed-dim", "8", "--threads", "1", "--ab", SETTING + "=1,1000000000",
-               "--json", tmp_path / "dec.json"])
-    record, = json.loads((tmp_path / "dec.json").read_text())
-    assert [len(t) for t in record["ab_rounds"]] == [3, 3]  # 6 sentences in batches of 2, after a warm-up pass
-    assert record["ab_ms_per_sentence"] == [round(1000 * t / 2, 3) for t in record["ab_sec_per_step"]]
-    assert "| decode, batch 2, beam 2 | 300 | small | 40 | TRANSPOSED_MIN_ROWS | 1 | 1000000000 | - |" in out.stdout
-    bad = run([REPO / "scripts" / "benchmark.py", "--phases", "--ab", SETTING + "=1,2"], check=False)
-    assert bad.returncode == 2 and "--ab times whole steps: leave out --phases" in bad.stderr
-
-
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_floor_steps_time_each_batch_then_replay_its_products(monkeypatch, device):
     """--floor: after the untimed warm-up, each batch's step is timed, then
@@ -502,22 +333,22 @@ def test_floor_steps_time_each_batch_then_replay_its_products(monkeypatch, devic
     samples: one length per batch kept), and its products are replayed; the
     record's ratio is the median of the batches' step / products.  On CUDA
     the recorded step runs its captured program eagerly ('buckets', not
-    compiled: a replayed graph makes no ATen calls), the timed one as set,
-    and the products replay as a graph (the device itself is not needed
-    here: the step and the replay are stand-ins)."""
+    compiled: a replayed graph makes no ATen calls), the timed one as set
+    (the worker's settings back after the block), and the products replay as
+    a graph (the device itself is not needed here: the step and the replay
+    are stand-ins)."""
     import time
 
     import torch
 
-    from fairseq_smallvocab.reinforce import capture, graphed_pass
+    from fairseq_smallvocab.engine.settings import EngineSettings
     from smallvocab_tools.bench import floor
-    from smallvocab_tools.bench.train_worker import floor_steps
+    from smallvocab_tools.bench.train_worker import _eager_program, floor_steps
 
     clock = [0.0]
     monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
-    monkeypatch.setattr(capture, "CAPTURE", "cuda-graphs")
-    monkeypatch.setattr(capture, "COMPILE", "fuse")
-    monkeypatch.setattr(graphed_pass, "MODE", "off")
+    base = EngineSettings(capture="cuda-graphs", compile="fuse", graphed_pass="off")
+    current = [base]  # the settings the worker's step runs with, as its ``use`` sets them
 
     replays, graphs = iter([1.0, 2.0, 1.0]), []
 
@@ -531,7 +362,7 @@ def test_floor_steps_time_each_batch_then_replay_its_products(monkeypatch, devic
     x = torch.ones(2, 3)
 
     def step(sample):
-        settings.append((capture.CAPTURE, capture.COMPILE, graphed_pass.MODE))
+        settings.append((current[0].capture, current[0].compile, current[0].graphed_pass))
         calls.append((sample, weights[0]))
         weights[0] += 1
         torch.mm(x, torch.ones(3, sample))  # the batch's one product: 2 x 2 x 3 x sample FLOPs
@@ -539,12 +370,13 @@ def test_floor_steps_time_each_batch_then_replay_its_products(monkeypatch, devic
         clock[0] += next(costs)
 
     snapshot, restore = lambda: list(weights), lambda state: weights.__setitem__(0, state[0])
-    result = floor_steps({"warmup": 1, "device": device}, step, [1, 2, 3, 4], lens, seeds.append, snapshot, restore)
+    result = floor_steps({"warmup": 1, "device": device}, step, [1, 2, 3, 4], lens, seeds.append, snapshot, restore,
+                         eager=lambda: _eager_program(lambda s: current.__setitem__(0, s), base))
     assert calls == [(1, 0), (2, 1), (2, 1), (3, 2), (3, 2), (4, 3), (4, 3)]  # each recorded step from the state
     as_set = ("cuda-graphs", "fuse", "off")
     recorded = ("buckets", "off", "off") if device == "cuda" else as_set
     assert settings == [as_set] + [as_set, recorded] * 3 and graphs == [device == "cuda"] * 3
-    assert (capture.CAPTURE, capture.COMPILE, graphed_pass.MODE) == as_set  # restored
+    assert current[0] == base  # restored
     assert seeds == [1, 1, 2, 2, 3, 3]
     assert lens == [20, 30, 40]  # one length per timed batch
     assert result["floor_steps"] == [4.0, 6.0, 3.0] and result["sec_per_step"] == 4.0

@@ -1,5 +1,5 @@
-"""The captured sampling step (reinforce/capture.py).  On the CPU, the
-bucketed step with its device step index run eagerly (CAPTURE = "buckets",
+"""The captured sampling step (engine/capture.py).  On the CPU, the
+bucketed step with its device step index run eagerly (capture="buckets",
 the program a CUDA graph records): a bucket's padding (rows, steps, source
 length, candidate union) changes no example's sample, probabilities or
 entropy, for every model family, in and out of candidates, sampled and
@@ -17,8 +17,11 @@ import torch
 from helpers import B, _setup, assert_same_step, candidate_batch, reinforce_step
 from test_static_state import STATIC, TRANSFORMERS, _inputs
 
-from fairseq_smallvocab.reinforce import capture, graphed_pass, sampler
-from fairseq_smallvocab.reinforce.static_state import TransformerStaticState
+from fairseq_smallvocab.engine import capture, graphed_pass
+from fairseq_smallvocab.engine import sampling as sampler
+from fairseq_smallvocab.engine.buckets import BucketStore, bucket
+from fairseq_smallvocab.engine.settings import EngineSettings
+from fairseq_smallvocab.engine.transformer_state import TransformerStaticState
 from fairseq_smallvocab.restricted_model import restrict
 
 FIELDS = ("tokens", "positions", "mask", "lengths", "is_greedy")
@@ -33,12 +36,13 @@ def _model(name, device="cpu"):
     return model
 
 
-def _draw(model, encoder_out, candidates, max_lens, mode, monkeypatch, seed=1, **options):
-    monkeypatch.setattr(capture, "CAPTURE", mode)
+def _draw(model, encoder_out, candidates, max_lens, mode, seed=1, settings=sampler.DEFAULT, **options):
+    """``sampler.sample`` under ``settings`` with their capture ``mode``."""
     weight, bias = model.output_weights()
     torch.manual_seed(seed)
     with torch.no_grad():
-        return sampler.sample(model.decoder, encoder_out, weight, bias, candidates, max_lens, **options)
+        return sampler.sample(model.decoder, encoder_out, weight, bias, candidates, max_lens,
+                              settings=settings.changed(capture=mode), **options)
 
 
 def _assert_same(a, b):
@@ -55,15 +59,15 @@ def _assert_same(a, b):
 
 
 def test_buckets_round_up_two_per_octave():
-    assert [capture.bucket(n) for n in (0, 1, 8, 9, 12, 13, 16, 17, 24, 25, 100, 128, 129)] == \
+    assert [bucket(n) for n in (0, 1, 8, 9, 12, 13, 16, 17, 24, 25, 100, 128, 129)] == \
         [8, 8, 8, 12, 12, 16, 16, 24, 24, 32, 128, 128, 192]
-    assert [capture.bucket(n, floor=500) for n in (10, 500, 501, 513)] == [500, 500, 512, 768]
+    assert [bucket(n, floor=500) for n in (10, 500, 501, 513)] == [500, 500, 512, 768]
 
 
 @pytest.mark.parametrize("name", list(STATIC))
 @pytest.mark.parametrize("small", [True, False])
 @pytest.mark.parametrize("greedy", [False, True])
-def test_a_buckets_padding_changes_no_example(name, small, greedy, monkeypatch):
+def test_a_buckets_padding_changes_no_example(name, small, greedy):
     """15 rows (bucket 16), at most 9 steps (bucket 12), sources of 7 (bucket 8), the union padded: the same
     samples as the eager loop, with the same uniform draws."""
     model = _model(name)
@@ -72,16 +76,16 @@ def test_a_buckets_padding_changes_no_example(name, small, greedy, monkeypatch):
     candidates = candidate_batch(12, len(model.decoder.dictionary), bsz=rows) if small else None
     max_lens = torch.tensor([6, 3, 9, 1, 5] * 3).view(3, 5).t().reshape(-1)
     options = dict(greedy=greedy, keep_probs=True)
-    got = _draw(model, encoder_out, candidates, max_lens, "buckets", monkeypatch, **options)
-    want = _draw(model, encoder_out, candidates, max_lens, "off", monkeypatch, **options)
+    got = _draw(model, encoder_out, candidates, max_lens, "buckets", **options)
+    want = _draw(model, encoder_out, candidates, max_lens, "off", **options)
     _assert_same(got, want)
     assert want.tokens.size(1) > 1 or greedy  # (greedy decodes of this model end at once)
-    (entry,) = capture._BUCKETS[model.decoder].values()
+    (entry,) = capture._BUCKETS.of(model.decoder).values()
     assert entry.loop.tokens.shape == (16, 13) and entry.slots.src_len == 8 and entry.graph is None
 
 
 @pytest.mark.parametrize("name", ["transformer", "lstm_smallvocab", "lstm"])
-def test_a_bucket_takes_the_next_batch_without_the_last(name, monkeypatch):
+def test_a_bucket_takes_the_next_batch_without_the_last(name):
     """A second, smaller batch of the same bucket (fewer rows, other sources and length bounds, another union):
     what it draws is what the eager loop draws for it alone; one bucket serves both."""
     model = _model(name)
@@ -91,23 +95,23 @@ def test_a_bucket_takes_the_next_batch_without_the_last(name, monkeypatch):
                                            torch.arange(13))
     batches = [(big, candidate_batch(12, vocab, bsz=15), torch.full((15,), 9)),
                (other, candidate_batch(12, vocab, bsz=13), torch.tensor([11, 2, 5, 1, 3] * 2 + [4, 6, 2]))]
-    capture._BUCKETS.pop(model.decoder, None)
+    capture._BUCKETS.drop(model.decoder)
     for encoder_out, candidates, max_lens in batches:
-        got = _draw(model, encoder_out, candidates, max_lens, "buckets", monkeypatch, keep_probs=True)
-        want = _draw(model, encoder_out, candidates, max_lens, "off", monkeypatch, keep_probs=True)
+        got = _draw(model, encoder_out, candidates, max_lens, "buckets", keep_probs=True)
+        want = _draw(model, encoder_out, candidates, max_lens, "off", keep_probs=True)
         _assert_same(got, want)
-    assert len(capture._BUCKETS[model.decoder]) == 1
+    assert len(capture._BUCKETS.of(model.decoder)) == 1
 
 
 @pytest.mark.parametrize("name", ["transformer", "lstm_smallvocab"])
-def test_a_dropped_model_takes_its_buckets_along(name, monkeypatch):
+def test_a_dropped_model_takes_its_buckets_along(name):
     """The buckets are weakly keyed by the decoder and hold it weakly: a model the caller drops is freed
     with its buckets (and, on CUDA, their graphs and memory), not kept for the rest of the process."""
     model = _model(name)
     encoder_out, _ = _inputs(model, 3, 1)
-    _draw(model, encoder_out, None, torch.full((15,), 4), "buckets", monkeypatch)
+    _draw(model, encoder_out, None, torch.full((15,), 4), "buckets")
     decoder = weakref.ref(model.decoder)
-    assert len(capture._BUCKETS[decoder()]) == 1
+    assert len(capture._BUCKETS.of(decoder())) == 1
     del model, encoder_out
     gc.collect()
     assert decoder() is None
@@ -130,42 +134,42 @@ def test_a_batch_loaded_again_into_its_bucket_keeps_its_union(name, small, monke
         load(self, *args)
 
     monkeypatch.setattr(capture._Bucket, "load", twice)
-    capture._BUCKETS.pop(model.decoder, None)
-    got = _draw(model, encoder_out, candidates, max_lens, "buckets", monkeypatch, keep_probs=True)
-    want = _draw(model, encoder_out, candidates, max_lens, "off", monkeypatch, keep_probs=True)
+    capture._BUCKETS.drop(model.decoder)
+    got = _draw(model, encoder_out, candidates, max_lens, "buckets", keep_probs=True)
+    want = _draw(model, encoder_out, candidates, max_lens, "off", keep_probs=True)
     _assert_same(got, want)
 
 
-def test_a_bucket_keeps_probabilities_only_within_the_limit_at_its_padded_size(monkeypatch):
+def test_a_bucket_keeps_probabilities_only_within_the_limit_at_its_padded_size():
     """15 rows x 9 steps x 12 candidates fit the limit; the bucket's 16 x 12 x 12 do not: the bucket keeps none
     (scoring makes the logits again), and draws the same samples."""
     model = _model("transformer")
     encoder_out, tokens = _inputs(model, 3, 1)
     candidates = candidate_batch(12, len(model.decoder.dictionary), bsz=15)
     max_lens = torch.full((15,), 9)
-    monkeypatch.setattr(sampler, "STORED_PROBS_MAX_ELEMENTS", 15 * 9 * 12)
-    capture._BUCKETS.pop(model.decoder, None)
-    got = _draw(model, encoder_out, candidates, max_lens, "buckets", monkeypatch, keep_probs=True)
-    want = _draw(model, encoder_out, candidates, max_lens, "off", monkeypatch, keep_probs=True)
+    limit = EngineSettings(stored_probs_max_elements=15 * 9 * 12)
+    capture._BUCKETS.drop(model.decoder)
+    got = _draw(model, encoder_out, candidates, max_lens, "buckets", settings=limit, keep_probs=True)
+    want = _draw(model, encoder_out, candidates, max_lens, "off", settings=limit, keep_probs=True)
     assert got.probs is None and want.probs is not None
     for field in FIELDS:
         assert torch.equal(getattr(got, field), getattr(want, field)), field
-    monkeypatch.setattr(sampler, "STORED_PROBS_MAX_ELEMENTS", 16 * 12 * 12)
-    got = _draw(model, encoder_out, candidates, max_lens, "buckets", monkeypatch, keep_probs=True)
+    limit = EngineSettings(stored_probs_max_elements=16 * 12 * 12)
+    got = _draw(model, encoder_out, candidates, max_lens, "buckets", settings=limit, keep_probs=True)
     _assert_same(got, want)
 
 
 @pytest.mark.parametrize("name", ["transformer", "lstm_smallvocab"])
 @pytest.mark.parametrize("small", [True, False])
-def test_a_buckets_bytes_count_every_tensor_it_keeps(name, small, monkeypatch):
-    """What ``MAX_BUCKET_BYTES`` weighs: the slots (the union's too, made at the first load), the keys and
+def test_a_buckets_bytes_count_every_tensor_it_keeps(name, small):
+    """What ``capture_max_mib`` weighs: the slots (the union's too, made at the first load), the keys and
     values, the loop's tensors."""
     model = _model(name)
     encoder_out, tokens = _inputs(model, 3, 1)
     candidates = candidate_batch(12, len(model.decoder.dictionary), bsz=tokens.size(0)) if small else None
-    capture._BUCKETS.pop(model.decoder, None)
-    _draw(model, encoder_out, candidates, torch.full((tokens.size(0),), 9), "buckets", monkeypatch, keep_probs=True)
-    (entry,) = capture._BUCKETS[model.decoder].values()
+    capture._BUCKETS.drop(model.decoder)
+    _draw(model, encoder_out, candidates, torch.full((tokens.size(0),), 9), "buckets", keep_probs=True)
+    (entry,) = capture._BUCKETS.of(model.decoder).values()
     state = entry.state  # a recurrent state's keys and values are slots; a Transformer's are its own lists
     cache = state.keys + state.values if isinstance(state, TransformerStaticState) else []
     kept = [*entry.slots.slots.values(), *cache, *(x for x in vars(entry.loop).values() if torch.is_tensor(x))]
@@ -176,134 +180,135 @@ def test_a_buckets_bytes_count_every_tensor_it_keeps(name, small, monkeypatch):
 def test_buckets_beyond_the_limits_are_dropped_least_recent_first(monkeypatch):
     model = _model("transformer")
     encoder_out, _ = _inputs(model, 1, 1)
-    capture._BUCKETS.pop(model.decoder, None)
-    monkeypatch.setattr(capture, "MAX_BUCKETS", 2)
+    capture._BUCKETS.drop(model.decoder)
+    two = EngineSettings(capture_max_buckets=2)
     for steps in (3, 20, 40):  # buckets 8, 24 and 48 steps
-        _draw(model, encoder_out, None, torch.full((5,), steps), "buckets", monkeypatch)
-    assert [key[1] for key in capture._BUCKETS[model.decoder]] == [24, 48]
-    monkeypatch.setattr(capture, "MAX_BUCKET_BYTES", 1)  # the bucket in use stays
-    _draw(model, encoder_out, None, torch.full((5,), 3), "buckets", monkeypatch)
-    assert [key[1] for key in capture._BUCKETS[model.decoder]] == [8]
+        _draw(model, encoder_out, None, torch.full((5,), steps), "buckets", settings=two)
+    assert [key[1] for key in capture._BUCKETS.of(model.decoder)] == [24, 48]
+    init = capture._Bucket.__init__
+
+    def heavy(self, *args):  # a new bucket weighs just over the 1 MiB cap: the bucket in use stays
+        init(self, *args)
+        self.bytes = 2 ** 20 + 1
+
+    monkeypatch.setattr(capture._Bucket, "__init__", heavy)
+    _draw(model, encoder_out, None, torch.full((5,), 3), "buckets", settings=two.changed(capture_max_mib=1))
+    assert [key[1] for key in capture._BUCKETS.of(model.decoder)] == [8]
 
 
 def test_buckets_that_must_go_are_dropped_before_a_new_one_is_made():
-    """capture.bucket_for (the sampling step's and the graphed passes' buckets): the buckets the limits drop
+    """buckets.BucketStore (the sampling step's and the graphed passes' buckets): the buckets the limits drop
     whatever the new one weighs are gone when it is made (their memory free for its capture); the rest go
     after, by its weight; the kept buckets are those the limits allow, most recent last."""
-    import weakref
     from types import SimpleNamespace
 
     class Decoder:
         pass
 
-    store, decoder, seen = weakref.WeakKeyDictionary(), Decoder(), []
+    store, decoder, seen = BucketStore(), Decoder(), []
 
     def get(key, weight, max_buckets=3, max_bytes=100):
         def make():
-            seen.append(list(store[decoder]))
+            seen.append(list(store.of(decoder)))
             return SimpleNamespace(bytes=weight)
-        return capture.bucket_for(store, decoder, key, make, max_buckets, max_bytes)
+        return store.get(decoder, key, make, max_buckets, max_bytes)
 
     for key in "abc":
         get(key, 10)
-    assert get("a", 99) is store[decoder]["a"] and list(store[decoder]) == ["b", "c", "a"]  # a used again
+    assert get("a", 99) is store.of(decoder)["a"] and list(store.of(decoder)) == ["b", "c", "a"]  # a used again
     get("d", 10)
-    assert seen[-1] == ["c", "a"] and list(store[decoder]) == ["c", "a", "d"]  # b dropped first, for the count
+    assert seen[-1] == ["c", "a"] and list(store.of(decoder)) == ["c", "a", "d"]  # b dropped first, for the count
     get("e", 95)
-    assert seen[-1] == ["a", "d"] and list(store[decoder]) == ["e"]  # then the new one's weight drops a and d
+    assert seen[-1] == ["a", "d"] and list(store.of(decoder)) == ["e"]  # then the new one's weight drops a and d
     get("f", 200)
-    assert seen[-1] == ["e"] and list(store[decoder]) == ["f"]  # over the budget alone, and kept
+    assert seen[-1] == ["e"] and list(store.of(decoder)) == ["f"]  # over the budget alone, and kept
     get("g", 1)
-    assert seen[-1] == [] and list(store[decoder]) == ["g"]  # f was over the budget before g was made
+    assert seen[-1] == [] and list(store.of(decoder)) == ["g"]  # f was over the budget before g was made
 
 
-def test_where_the_bucketed_step_applies(monkeypatch):
+def test_where_the_bucketed_step_applies():
     transformer, lstm = _model("transformer"), _model("lstm_smallvocab")
     cross = restrict(STATIC["transformer"]())  # an option the static step does not follow
     cross.decoder.cross_self_attention = True
     out, _ = _inputs(transformer, 1, 1)
     cpu = torch.device("cpu")
-    monkeypatch.setattr(capture, "CAPTURE", "cuda-graphs")
-    assert not capture.applies(transformer.decoder, out, cpu)  # graphs are CUDA's
-    monkeypatch.setattr(capture, "CAPTURE", "buckets")
-    assert capture.applies(transformer.decoder, out, cpu) and capture.applies(lstm.decoder, _inputs(lstm, 1, 1)[0], cpu)
-    assert not capture.applies(cross.decoder, out, cpu)
-    assert sampler.captures(transformer.decoder, out, cpu)
-    monkeypatch.setattr(sampler, "STATIC_STATE", False)  # the bucketed step runs on the static state
-    assert not sampler.captures(transformer.decoder, out, cpu)
-    monkeypatch.setattr(capture, "CAPTURE", "graphs")
-    with pytest.raises(ValueError, match="capture.CAPTURE is 'graphs'; choose one of cuda-graphs, buckets, off"):
-        capture.applies(transformer.decoder, out, cpu)
-    monkeypatch.setattr(capture, "CAPTURE", "buckets")
-    monkeypatch.setattr(capture, "COMPILE", "max-autotune")
-    with pytest.raises(ValueError, match="capture.COMPILE is 'max-autotune'; choose one of off, fuse, reduce-overhead"):
-        capture.applies(transformer.decoder, out, cpu)
+    graphs = EngineSettings(capture="cuda-graphs")
+    assert not capture.applies(transformer.decoder, out, cpu, graphs)  # graphs are CUDA's
+    buckets = EngineSettings(capture="buckets")
+    assert capture.applies(transformer.decoder, out, cpu, buckets)
+    assert capture.applies(lstm.decoder, _inputs(lstm, 1, 1)[0], cpu, buckets)
+    assert not capture.applies(cross.decoder, out, cpu, buckets)
+    assert sampler.captures(transformer.decoder, out, cpu, buckets)
+    # the bucketed step runs on the static state
+    assert not sampler.captures(transformer.decoder, out, cpu, buckets.changed(static_state=False))
+    with pytest.raises(ValueError, match="--rl-capture must be one of cuda-graphs, buckets, off, got 'graphs'"):
+        EngineSettings(capture="graphs")
+    with pytest.raises(ValueError, match="--rl-compile must be one of off, fuse, reduce-overhead, got 'max-autotune'"):
+        buckets.changed(compile="max-autotune")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["lstm_smallvocab", "transformer"])
-def test_a_compiled_bucket_step_draws_what_the_eager_loop_draws(name, monkeypatch):
-    """The bucketed step fused by torch.compile (COMPILE = "fuse"; inductor's C++ kernels on the CPU): the
+def test_a_compiled_bucket_step_draws_what_the_eager_loop_draws(name):
+    """The bucketed step fused by torch.compile (compile="fuse"; inductor's C++ kernels on the CPU): the
     same samples, probabilities and entropies as the eager loop, for two batches of one bucket (the second
     runs the compiled step again); the setting is part of the bucket's key."""
     model = _model(name)
     vocab = len(model.decoder.dictionary)
     encoder_out, tokens = _inputs(model, 3, 1)
-    capture._BUCKETS.pop(model.decoder, None)
-    monkeypatch.setattr(capture, "COMPILE", "fuse")
+    capture._BUCKETS.drop(model.decoder)
+    fuse = EngineSettings(compile="fuse")
     for seed in (1, 2):
         candidates = candidate_batch(12, vocab, bsz=tokens.size(0))
         max_lens = torch.tensor([6, 3, 9, 1, 5] * 3)
-        got = _draw(model, encoder_out, candidates, max_lens, "buckets", monkeypatch, seed=seed, keep_probs=True)
-        want = _draw(model, encoder_out, candidates, max_lens, "off", monkeypatch, seed=seed, keep_probs=True)
+        got = _draw(model, encoder_out, candidates, max_lens, "buckets", seed=seed, settings=fuse, keep_probs=True)
+        want = _draw(model, encoder_out, candidates, max_lens, "off", seed=seed, settings=fuse, keep_probs=True)
         _assert_same(got, want)
-    (entry,) = capture._BUCKETS[model.decoder].values()
+    (entry,) = capture._BUCKETS.of(model.decoder).values()
     assert entry._step != entry._eager_step  # compiled
-    monkeypatch.setattr(capture, "COMPILE", "off")
-    _draw(model, encoder_out, candidates, max_lens, "buckets", monkeypatch)
-    assert [key[-1] for key in capture._BUCKETS[model.decoder]] == ["fuse", "off"]
+    _draw(model, encoder_out, candidates, max_lens, "buckets", settings=fuse.changed(compile="off"))
+    assert [key[-1].compile for key in capture._BUCKETS.of(model.decoder)] == ["fuse", "off"]
 
 
 @pytest.mark.parametrize("small", [True, False])
 @pytest.mark.parametrize("baseline,n", [("learned", 1), ("loo", 3)])
-def test_reinforce_loss_and_gradients_on_the_bucketed_step(small, baseline, n, monkeypatch):
+def test_reinforce_loss_and_gradients_on_the_bucketed_step(small, baseline, n):
     """The paper's LSTM keeps its sampling steps' graph when eager; on the bucketed step it keeps none and
     scores its samples by a teacher-forced pass: the same loss, logged values and gradients."""
     model, task, sample = _setup(small)
     results = {}
     for mode in ("off", "buckets"):
-        monkeypatch.setattr(capture, "CAPTURE", mode)
-        results[mode] = reinforce_step(model, task, sample, baseline, n)
+        results[mode] = reinforce_step(model, task, sample, baseline, n, rl_capture=mode)
     assert_same_step(results["buckets"], results["off"])
     log_a, log_b = results["off"][2], results["buckets"][2]
     assert log_a["sample_len"] == log_b["sample_len"] and log_a["sample_len"] < 7 * B * n  # some ended early
-    assert model.decoder in capture._BUCKETS
+    assert capture._BUCKETS.of(model.decoder)
 
 
 @pytest.mark.parametrize("small", [True, False])
 def test_the_criterions_flags_choose_the_step_for_its_batches_only(small):
     """--rl-capture and --rl-graphed-pass: "buckets" runs the bucketed sampling step and teacher-forced pass
-    (the programs CUDA graphs record), with the loss and gradients of "off"; the modules' own settings are
-    as they were after each batch, and after a batch that failed."""
+    (the programs CUDA graphs record), with the loss and gradients of "off"; the model's own settings (those
+    of its passes without a REINFORCE request) are as they were after each batch, and after a batch that
+    failed."""
     model, task, sample = _setup(small)
-    before = (capture.CAPTURE, capture.COMPILE, graphed_pass.MODE)
+    before = model.engine_settings
     off = reinforce_step(model, task, sample, "loo", 3, rl_capture="off", rl_graphed_pass="off")
-    assert model.decoder not in capture._BUCKETS and model.decoder not in graphed_pass._BUCKETS
+    assert not capture._BUCKETS.of(model.decoder) and not graphed_pass._BUCKETS.of(model.decoder)
     on = reinforce_step(model, task, sample, "loo", 3, rl_capture="buckets", rl_graphed_pass="buckets")
     assert_same_step(on, off)
-    assert model.decoder in capture._BUCKETS and model.decoder in graphed_pass._BUCKETS
-    assert (capture.CAPTURE, capture.COMPILE, graphed_pass.MODE) == before
+    assert capture._BUCKETS.of(model.decoder) and graphed_pass._BUCKETS.of(model.decoder)
+    assert model.engine_settings == before
     with pytest.raises(KeyError):
         reinforce_step(model, task, {**sample, "net_input": {}}, "loo", 3, rl_capture="buckets", rl_compile="fuse")
-    assert (capture.CAPTURE, capture.COMPILE, graphed_pass.MODE) == before
+    assert model.engine_settings == before
 
 
 @pytest.mark.parametrize("error,compile_mode,hint", [
     (RuntimeError("operation not permitted when stream is capturing"), "off",
-     "--rl-capture off (capture.CAPTURE = 'off') samples without one"),
+     "--rl-capture off samples without one"),
     (RuntimeError("operation not permitted when stream is capturing"), "fuse",
-     "--rl-capture off (capture.CAPTURE = 'off') samples without one, and --rl-compile off (capture.COMPILE = "
-     "'off') compiles nothing"),
+     "--rl-capture off samples without one, and --rl-compile off compiles nothing"),
     (torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"), "off", None)])
 def test_a_capture_that_fails_names_the_flag_that_runs_without_one(error, compile_mode, hint, monkeypatch):
     """A capture that fails (on CUDA; here its failure is made on the CPU) says which flags sample without
@@ -316,12 +321,11 @@ def test_a_capture_that_fails_names_the_flag_that_runs_without_one(error, compil
         raise error
 
     monkeypatch.setattr(capture, "applies", lambda *args: True)  # as on CUDA
-    monkeypatch.setattr(capture, "COMPILE", compile_mode)
     monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: None)
     monkeypatch.setattr(capture._Bucket, "capture", fail)
     with pytest.raises(RuntimeError) as raised:
         _draw(model, encoder_out, candidate_batch(12, len(model.decoder.dictionary), bsz=15), torch.full((15,), 9),
-              "cuda-graphs", monkeypatch)
+              "cuda-graphs", settings=EngineSettings(compile=compile_mode))
     if hint:
         assert str(raised.value) == ("preparing a CUDA graph (warm-up and capture) failed (RuntimeError: operation "
                                      f"not permitted when stream is capturing); {hint}")
@@ -337,13 +341,13 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (CU
 @pytest.mark.parametrize("name", ["transformer", "transformer_learned_pos", "lstm_smallvocab", "lstm",
                                   "lstm_caption_smallvocab"])
 @pytest.mark.parametrize("small", [True, False])
-def test_graph_replay_equals_the_eager_loop_over_buckets_and_updates(name, small, monkeypatch):
+def test_graph_replay_equals_the_eager_loop_over_buckets_and_updates(name, small):
     """The same draws: replayed graphs give the eager loop's samples for batches of three buckets, after an
     in-place update of every parameter (the graph reads the new values), and after a parameter is replaced
     (a new address: the bucket is captured again)."""
     model = _model(name, "cuda")
     vocab = len(model.decoder.dictionary)
-    capture._BUCKETS.pop(model.decoder, None)
+    capture._BUCKETS.drop(model.decoder)
 
     def check(n, steps):
         encoder_out = _inputs(model, n, 1)[0]
@@ -352,43 +356,43 @@ def test_graph_replay_equals_the_eager_loop_over_buckets_and_updates(name, small
         max_lens = torch.arange(rows, device="cuda") % steps + 1
         for greedy in (False, True):
             options = dict(greedy=greedy, keep_probs=True)
-            got = _draw(model, encoder_out, candidates, max_lens, "cuda-graphs", monkeypatch, **options)
-            want = _draw(model, encoder_out, candidates, max_lens, "off", monkeypatch, **options)
+            got = _draw(model, encoder_out, candidates, max_lens, "cuda-graphs", **options)
+            want = _draw(model, encoder_out, candidates, max_lens, "off", **options)
             _assert_same(got, want)
 
     for n, steps in ((1, 4), (3, 9), (5, 30)):
         check(n, steps)
-    graphs = {key: entry.graph for key, entry in capture._BUCKETS[model.decoder].items()}
+    graphs = {key: entry.graph for key, entry in capture._BUCKETS.of(model.decoder).items()}
     assert len(graphs) >= 3 and all(graph is not None for graph in graphs.values())
     with torch.no_grad():
         for param in model.parameters():
             param.add_(torch.randn_like(param) * 0.1)
     check(3, 9)
-    assert all(capture._BUCKETS[model.decoder][key].graph is graphs[key] for key in graphs)  # not captured again
+    assert all(capture._BUCKETS.of(model.decoder)[key].graph is graphs[key] for key in graphs)  # not captured again
     first = next(model.decoder.parameters())
     first.data = first.data.clone()  # a new address
     check(3, 9)
-    assert any(capture._BUCKETS[model.decoder][key].graph is not graphs[key] for key in graphs)
+    assert any(capture._BUCKETS.of(model.decoder)[key].graph is not graphs[key] for key in graphs)
 
 
 @cuda
 @pytest.mark.parametrize("name", ["transformer", "lstm_smallvocab"])
 @pytest.mark.parametrize("compile_mode", ["fuse", "reduce-overhead"])
-def test_a_compiled_step_replays_what_the_eager_loop_draws(name, compile_mode, monkeypatch):
-    """COMPILE on CUDA: inductor's kernels captured by hand ("fuse") or by inductor ("reduce-overhead") draw
+def test_a_compiled_step_replays_what_the_eager_loop_draws(name, compile_mode):
+    """compile on CUDA: inductor's kernels captured by hand ("fuse") or by inductor ("reduce-overhead") draw
     what the eager loop draws, over two buckets and after an in-place update of every parameter."""
     model = _model(name, "cuda")
     vocab = len(model.decoder.dictionary)
-    capture._BUCKETS.pop(model.decoder, None)
-    monkeypatch.setattr(capture, "COMPILE", compile_mode)
+    capture._BUCKETS.drop(model.decoder)
+    compiled = EngineSettings(compile=compile_mode)
 
     def check(n, steps):
         encoder_out = _inputs(model, n, 1)[0]
         rows = 5 * n
         candidates = candidate_batch(12, vocab, bsz=rows).cuda()
         max_lens = torch.arange(rows, device="cuda") % steps + 1
-        got = _draw(model, encoder_out, candidates, max_lens, "cuda-graphs", monkeypatch, keep_probs=True)
-        want = _draw(model, encoder_out, candidates, max_lens, "off", monkeypatch, keep_probs=True)
+        got = _draw(model, encoder_out, candidates, max_lens, "cuda-graphs", settings=compiled, keep_probs=True)
+        want = _draw(model, encoder_out, candidates, max_lens, "off", settings=compiled, keep_probs=True)
         _assert_same(got, want)
 
     check(1, 4)
@@ -397,22 +401,21 @@ def test_a_compiled_step_replays_what_the_eager_loop_draws(name, compile_mode, m
         for param in model.parameters():
             param.add_(torch.randn_like(param) * 0.1)
     check(3, 9)
-    graphs = [entry.graph for entry in capture._BUCKETS[model.decoder].values()]
+    graphs = [entry.graph for entry in capture._BUCKETS.of(model.decoder).values()]
     assert len(graphs) == 2 and all((graph is None) == (compile_mode == "reduce-overhead") for graph in graphs)
 
 
 @cuda
 @pytest.mark.parametrize("name", TRANSFORMERS[:1] + ["lstm_smallvocab"])
-def test_a_replayed_step_never_waits_for_the_host(name, monkeypatch):
+def test_a_replayed_step_never_waits_for_the_host(name):
     model = _model(name, "cuda")
     encoder_out, _ = _inputs(model, 3, 1)
     weight, bias = model.output_weights()
     max_lens = torch.full((15,), 12, device="cuda")
-    monkeypatch.setattr(capture, "CAPTURE", "cuda-graphs")
-    monkeypatch.setattr(sampler, "STOP_CHECK_EVERY", 10 ** 9)
+    settings = EngineSettings(capture="cuda-graphs", stop_check_every=10 ** 9)
     with torch.no_grad():
-        sampler.sample(model.decoder, encoder_out, weight, bias, None, max_lens)  # captured here
-        (entry,) = capture._BUCKETS[model.decoder].values()
+        sampler.sample(model.decoder, encoder_out, weight, bias, None, max_lens, settings=settings)  # captured here
+        (entry,) = capture._BUCKETS.of(model.decoder).values()
         entry.t.zero_()  # the batch's 12 steps again (t past the bucket's steps would index out of its tensors)
         torch.cuda.set_sync_debug_mode("error")
         try:

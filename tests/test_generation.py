@@ -13,7 +13,6 @@ from helpers import candidate_batch, make_dictionary
 
 from fairseq_smallvocab.generation import SmallVocabSequenceGenerator
 from fairseq_smallvocab.models.lstm_smallvocab import LSTMSmallVocabConfig, LSTMSmallVocabModel
-from fairseq_smallvocab.output import union_scorer
 from fairseq_smallvocab.output.union_scorer import UnionScorer
 
 V_SRC, V_TGT, B, T_SRC, K = 30, 80, 6, 7, 20
@@ -82,20 +81,19 @@ def test_prefix_tokens_are_forced_and_checked(setup):
 
 @pytest.mark.parametrize("transposed", [False, True])
 @pytest.mark.parametrize("with_bias", [True, False])
-def test_union_scorer_follows_beam_reordering_and_finished_sentences(monkeypatch, transposed, with_bias):
+def test_union_scorer_follows_beam_reordering_and_finished_sentences(transposed, with_bias):
     """Step-wise scoring (rows of W for the union of the batch's candidates
     gathered once, each row's K picked from the union's scores) equals the
     per-row candidate logits after the generator's reorderings: beams within
     a sentence, finished sentences dropped, rows of one sentence apart; with
     the union's scores made rows x |U| or transposed (|U| x rows, the
-    orientation used from ``TRANSPOSED_MIN_ROWS`` rows on)."""
-    monkeypatch.setattr(union_scorer, "TRANSPOSED_MIN_ROWS", 1 if transposed else 10 ** 9)
+    orientation used from ``transposed_min_rows`` rows on)."""
     torch.manual_seed(0)
     weight, bias = torch.randn(V_TGT, 8), torch.randn(V_TGT)
     if not with_bias:
         bias = torch.zeros(V_TGT)
     cands = candidate_batch(K, V_TGT, bsz=3)
-    scorer = UnionScorer(weight, bias if with_bias else None, cands)
+    scorer = UnionScorer(weight, bias if with_bias else None, cands, 1 if transposed else 10 ** 9)
     rows = cands
     for order in ([0, 0, 1, 1, 2, 2], [1, 0, 3, 3, 4, 5], [0, 1, 4, 5], [2, 0, 1, 3]):
         order = torch.tensor(order)

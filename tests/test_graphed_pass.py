@@ -1,8 +1,8 @@
 """A recurrent decoder's teacher-forced pass on its shape bucket
-(reinforce/graphed_pass.py).  On the CPU, the padded pass run eagerly (MODE
-= "buckets", the program the CUDA graphs record): a bucket's padding (rows,
-steps, source length) changes no example's features and no gradient, for
-the plugin's LSTM and fairseq's (one and two layers, bidirectional encoder),
+(engine/graphed_pass.py).  On the CPU, the padded pass run eagerly
+(graphed_pass="buckets", the program the CUDA graphs record): a bucket's
+padding (rows, steps, source length) changes no example's features and no
+gradient, for the plugin's LSTM and fairseq's (one and two layers, bidirectional encoder),
 in eval and training mode, inside an open REINFORCE block of gathered
 embedding gradients; REINFORCE's loss and gradients are those of the
 decoder's own passes.  On CUDA (skipped without one): replayed graphs equal
@@ -15,8 +15,9 @@ import torch
 from helpers import _setup, assert_same_step, reinforce_step
 from test_static_state import STATIC, _inputs
 
+from fairseq_smallvocab.engine import capture, graphed_pass
+from fairseq_smallvocab.engine.settings import EngineSettings
 from fairseq_smallvocab.output.gathered_grad import gathered_embedding_grads, suspended
-from fairseq_smallvocab.reinforce import capture, graphed_pass
 from fairseq_smallvocab.restricted_model import restrict
 
 RECURRENT = ["lstm_smallvocab", "lstm", "lstm_bidirectional"]
@@ -36,13 +37,17 @@ def _model(name, device="cpu", train=False):
     return model.train(train)
 
 
-def _pass(model, n, steps, mode, monkeypatch, seed=0, backward=True):
+def _settings(mode, **values) -> EngineSettings:
+    """The engine's settings with the teacher-forced passes run as ``mode`` says."""
+    return EngineSettings(graphed_pass=mode, **values)
+
+
+def _pass(model, n, steps, mode, seed=0, backward=True):
     """(features, gradient of every parameter) of the teacher-forced pass over random prefixes for 5 inputs
     of N rows each, through the encoder (whose outputs take the decoder's gradient back)."""
-    monkeypatch.setattr(graphed_pass, "MODE", mode)
     model.zero_grad()
     encoder_out, tokens = _inputs(model, n, steps, seed=seed)
-    features, extra = graphed_pass.extract_features(model.decoder, tokens, encoder_out)
+    features, extra = graphed_pass.extract_features(model.decoder, tokens, encoder_out, _settings(mode))
     weights = torch.randn(features.shape, generator=torch.Generator().manual_seed(seed + 1)).to(features.device)
     if backward:
         (features * weights).sum().backward()
@@ -60,13 +65,13 @@ def _assert_same(got, want):
 @pytest.mark.parametrize("name", RECURRENT)
 @pytest.mark.parametrize("train", [False, True])
 @pytest.mark.parametrize("n,steps", [(1, 5), (2, 9), (3, 1)])
-def test_padding_to_a_bucket_changes_no_feature_and_no_gradient(name, train, n, steps, monkeypatch):
+def test_padding_to_a_bucket_changes_no_feature_and_no_gradient(name, train, n, steps):
     """Rows 5, 10, 15 -> 8, 12, 16; steps 5, 9, 1 -> 8, 12, 8; sources 7 -> 8: the padded pass gives every
     example's features and every parameter's gradient (the encoder's through the padded states, which
     tests that padded rows send no NaN back) as the decoder's own pass."""
     model = _model(name, train=train)
-    want = _pass(model, n, steps, "off", monkeypatch)
-    got = _pass(model, n, steps, "buckets", monkeypatch)
+    want = _pass(model, n, steps, "off")
+    got = _pass(model, n, steps, "buckets")
     assert got[0].shape == want[0].shape == (5 * n, steps, got[0].size(-1))
     _assert_same(got, want)
     assert got[2] is None  # the attention, which REINFORCE does not read, is not kept
@@ -80,31 +85,31 @@ def test_a_padded_row_attending_to_nothing_would_be_nan(monkeypatch):
     pad_part = graphed_pass._pad_part
 
     def all_masked(x, part, rows, src_len):
-        return graphed_pass._padded(x, {part.rows_dim: rows, part.src_dim: src_len}, True) if part.mask \
+        return graphed_pass.padded(x, {part.rows_dim: rows, part.src_dim: src_len}, True) if part.mask \
             else pad_part(x, part, rows, src_len)
 
     monkeypatch.setattr(graphed_pass, "_pad_part", all_masked)
-    features, grads, _ = _pass(model, 1, 5, "buckets", monkeypatch)
+    features, grads, _ = _pass(model, 1, 5, "buckets")
     assert torch.isfinite(features).all()  # the real rows are fine ...
     assert any(not torch.isfinite(g).all() for g in grads if g is not None)  # ... the gradients are not
 
 
-def test_where_it_applies(monkeypatch):
+def test_where_it_applies():
     lstm, transformer = _model("lstm_smallvocab"), _model("transformer")
     caption = _model("lstm_caption_smallvocab")
     cpu = torch.device("cpu")
-    assert graphed_pass.MODE == "off" and not graphed_pass.applies(lstm.decoder, cpu)  # until measured on a GPU
-    monkeypatch.setattr(graphed_pass, "MODE", "cuda-graphs")
-    assert not graphed_pass.applies(lstm.decoder, cpu)  # graphs are CUDA's
-    monkeypatch.setattr(graphed_pass, "MODE", "buckets")
-    assert graphed_pass.applies(lstm.decoder, cpu) and graphed_pass.applies(_model("lstm").decoder, cpu)
-    assert not graphed_pass.applies(transformer.decoder, cpu)  # its pass is not a loop over steps
-    assert not graphed_pass.applies(caption.decoder, cpu)  # one nn.LSTM call over all steps
+    default = EngineSettings()
+    assert default.graphed_pass == "off" and not graphed_pass.applies(lstm.decoder, cpu, default)  # until measured
+    assert not graphed_pass.applies(lstm.decoder, cpu, _settings("cuda-graphs"))  # graphs are CUDA's
+    buckets = _settings("buckets")
+    assert graphed_pass.applies(lstm.decoder, cpu, buckets) and graphed_pass.applies(_model("lstm").decoder, cpu,
+                                                                                      buckets)
+    assert not graphed_pass.applies(transformer.decoder, cpu, buckets)  # its pass is not a loop over steps
+    assert not graphed_pass.applies(caption.decoder, cpu, buckets)  # one nn.LSTM call over all steps
     with torch.no_grad():
-        assert not graphed_pass.applies(lstm.decoder, cpu)  # validation and decoding: the decoder's own
-    monkeypatch.setattr(graphed_pass, "MODE", "graphs")
-    with pytest.raises(ValueError, match="graphed_pass.MODE is 'graphs'; choose one of cuda-graphs, buckets, off"):
-        graphed_pass.applies(lstm.decoder, cpu)
+        assert not graphed_pass.applies(lstm.decoder, cpu, buckets)  # validation and decoding: the decoder's own
+    with pytest.raises(ValueError, match="--rl-graphed-pass must be one of cuda-graphs, buckets, off, got 'graphs'"):
+        _settings("graphs")
 
 
 def test_suspended_blocks_are_back_afterwards():
@@ -132,14 +137,12 @@ def test_reinforce_loss_and_gradients_on_the_bucketed_passes(small, baseline, n,
     and the CE pass bucketed too (inside the step's gathered embedding gradients), the same loss and
     gradients as with the decoder's own passes."""
     model, task, sample = _setup(small)
-    monkeypatch.setattr(capture, "CAPTURE", "buckets")
     results, passes = {}, []
     forward = graphed_pass._Pass.forward
     monkeypatch.setattr(graphed_pass._Pass, "forward", lambda self, *args: passes.append(self.decoder.training)
                         or forward(self, *args))
     for mode in ("off", "buckets"):
-        monkeypatch.setattr(graphed_pass, "MODE", mode)
-        results[mode] = reinforce_step(model, task, sample, baseline, n)
+        results[mode] = reinforce_step(model, task, sample, baseline, n, rl_capture="buckets", rl_graphed_pass=mode)
     assert_same_step(results["buckets"], results["off"])
     assert results["off"][2]["sample_len"] == results["buckets"][2]["sample_len"]
     assert passes == [True, False]  # bucketed: the CE pass (training mode) and the scoring pass (eval)
@@ -155,7 +158,7 @@ WHERE = [("cpu", "buckets"), pytest.param("cuda", "cuda-graphs", marks=cuda)]
 @pytest.mark.parametrize("device,mode", WHERE)
 @pytest.mark.parametrize("name", RECURRENT)
 @pytest.mark.parametrize("train", [False, True])
-def test_replays_equal_the_eager_pass_over_buckets_and_updates(device, mode, name, train, monkeypatch):
+def test_replays_equal_the_eager_pass_over_buckets_and_updates(device, mode, name, train):
     """Replays give the decoder's own features and gradients for batches of three buckets, for another batch
     of a bucket already made, after an in-place update of every parameter (read where they are), and after
     a parameter is replaced (a new address: the bucket is made, on CUDA captured, again)."""
@@ -163,24 +166,24 @@ def test_replays_equal_the_eager_pass_over_buckets_and_updates(device, mode, nam
     graphed_pass.forget(model.decoder)
 
     def check(n, steps, seed=0):
-        _assert_same(_pass(model, n, steps, mode, monkeypatch, seed=seed),
-                     _pass(model, n, steps, "off", monkeypatch, seed=seed))
+        _assert_same(_pass(model, n, steps, mode, seed=seed),
+                     _pass(model, n, steps, "off", seed=seed))
 
     for n, steps in ((1, 4), (3, 9), (5, 30)):
         check(n, steps)
-    entries = dict(graphed_pass._BUCKETS[model.decoder])
+    entries = dict(graphed_pass._BUCKETS.of(model.decoder))
     assert len(entries) == 3 and all(entry.captured == (mode == "cuda-graphs") for entry in entries.values())
     check(3, 9, seed=1)
     with torch.no_grad():
         for param in model.parameters():
             param.add_(torch.randn_like(param) * 0.1)
     check(3, 9)
-    assert dict(graphed_pass._BUCKETS[model.decoder]) == entries  # the same buckets
+    assert dict(graphed_pass._BUCKETS.of(model.decoder)) == entries  # the same buckets
     first = next(model.decoder.parameters())
     first.data = first.data.clone()  # a new address
     check(3, 9)
-    assert any(graphed_pass._BUCKETS[model.decoder][key] is not entries[key] for key in entries
-               if key in graphed_pass._BUCKETS[model.decoder])
+    assert any(graphed_pass._BUCKETS.of(model.decoder)[key] is not entries[key] for key in entries
+               if key in graphed_pass._BUCKETS.of(model.decoder))
 
 
 def _replayed(features) -> bool:
@@ -191,16 +194,15 @@ def _replayed(features) -> bool:
     return node.name() == "_ReplayBackward"
 
 
-def _two_batches(model, mode, monkeypatch, backward_each: bool):
+def _two_batches(model, mode, backward_each: bool):
     """(features of two batches of one bucket, whether each was replayed, every parameter's gradient summed
     over both): a backward after each batch (``backward_each``: fairseq's --update-freq accumulates so), or
     both forwards before one backward."""
-    monkeypatch.setattr(graphed_pass, "MODE", mode)
     model.zero_grad(set_to_none=True)
     outs = []
     for seed in (0, 1):
         encoder_out, tokens = _inputs(model, 2, 6, seed=seed)
-        outs.append(graphed_pass.extract_features(model.decoder, tokens, encoder_out)[0])
+        outs.append(graphed_pass.extract_features(model.decoder, tokens, encoder_out, _settings(mode))[0])
         if backward_each:
             outs[-1].square().sum().backward()
     replayed = [_replayed(out) for out in outs]
@@ -210,53 +212,52 @@ def _two_batches(model, mode, monkeypatch, backward_each: bool):
 
 
 @pytest.mark.parametrize("device,mode", WHERE)
-def test_gradients_accumulate_over_replays_of_one_bucket(device, mode, monkeypatch):
+def test_gradients_accumulate_over_replays_of_one_bucket(device, mode):
     """Two batches of one bucket, backward after each, no zeroing in between (fairseq's --update-freq): the
     sum of both batches' gradients, not the second's twice (the bucket's gradients are copied out); and the
     first batch's features are still its own after the second replay (so is the output)."""
     model = _model("lstm_smallvocab", device)
     graphed_pass.forget(model.decoder)
-    got, replayed, got_grads = _two_batches(model, mode, monkeypatch, backward_each=True)
-    want, _, want_grads = _two_batches(model, "off", monkeypatch, backward_each=True)
-    assert replayed == [True, True] and len(graphed_pass._BUCKETS[model.decoder]) == 1
+    got, replayed, got_grads = _two_batches(model, mode, backward_each=True)
+    want, _, want_grads = _two_batches(model, "off", backward_each=True)
+    assert replayed == [True, True] and len(graphed_pass._BUCKETS.of(model.decoder)) == 1
     assert len(got_grads) == len(want_grads)
     for a, b in zip(got + got_grads, want + want_grads):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
 
 
 @pytest.mark.parametrize("device,mode", WHERE)
-def test_a_bucket_waiting_for_its_backward_runs_eagerly(device, mode, monkeypatch):
+def test_a_bucket_waiting_for_its_backward_runs_eagerly(device, mode):
     """Two forwards of one bucket before either backward: the second must not overwrite the first's saved
     activations, so it runs eagerly; both gradients are right, and the bucket is free again after."""
     model = _model("lstm_smallvocab", device)
     graphed_pass.forget(model.decoder)
-    _, replayed, got = _two_batches(model, mode, monkeypatch, backward_each=False)
-    _, _, want = _two_batches(model, "off", monkeypatch, backward_each=False)
+    _, replayed, got = _two_batches(model, mode, backward_each=False)
+    _, _, want = _two_batches(model, "off", backward_each=False)
     assert replayed == [True, False]
-    (entry,) = graphed_pass._BUCKETS[model.decoder].values()
+    (entry,) = graphed_pass._BUCKETS.of(model.decoder).values()
     assert not entry.busy()  # its backward ran
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
 
 
 @pytest.mark.parametrize("device,mode", WHERE)
-def test_a_bucket_dropped_before_its_backward_still_gives_its_gradients(device, mode, monkeypatch):
+def test_a_bucket_dropped_before_its_backward_still_gives_its_gradients(device, mode):
     """One bucket kept at most: the second batch's bucket drops the first's while the first's backward is
     still to come; that backward still reads the first bucket's own activations (the replay keeps it)."""
     model = _model("lstm_smallvocab", device)
     graphed_pass.forget(model.decoder)
-    monkeypatch.setattr(graphed_pass, "MAX_BUCKETS", 1)
 
     def two(mode):
-        monkeypatch.setattr(graphed_pass, "MODE", mode)
+        settings = _settings(mode, graphed_pass_max_buckets=1)
         model.zero_grad(set_to_none=True)
-        outs = [graphed_pass.extract_features(model.decoder, tokens, encoder_out)[0]
+        outs = [graphed_pass.extract_features(model.decoder, tokens, encoder_out, settings)[0]
                 for encoder_out, tokens in (_inputs(model, 2, 6, seed=0), _inputs(model, 3, 20, seed=1))]
         (outs[0].square().sum() + outs[1].sum()).backward()
         return outs, [p.grad.clone() for p in model.parameters() if p.grad is not None]
 
     got, got_grads = two(mode)
-    assert [_replayed(out) for out in got] == [True, True] and len(graphed_pass._BUCKETS[model.decoder]) == 1
+    assert [_replayed(out) for out in got] == [True, True] and len(graphed_pass._BUCKETS.of(model.decoder)) == 1
     want, want_grads = two("off")
     assert len(got_grads) == len(want_grads)
     for a, b in zip(got + got_grads, want + want_grads):
@@ -264,15 +265,15 @@ def test_a_bucket_dropped_before_its_backward_still_gives_its_gradients(device, 
 
 
 @cuda
-def test_half_precision_replays_equal_the_eager_pass(monkeypatch):
+def test_half_precision_replays_equal_the_eager_pass():
     """fairseq's --fp16 casts the model (no autocast): the bucket is captured in half precision (its key
     says so) and replays the eager half-precision pass."""
     model = _model("lstm_smallvocab", "cuda").half()
     graphed_pass.forget(model.decoder)
 
     def check(seed):
-        got = _pass(model, 3, 9, "cuda-graphs", monkeypatch, seed=seed)
-        want = _pass(model, 3, 9, "off", monkeypatch, seed=seed)
+        got = _pass(model, 3, 9, "cuda-graphs", seed=seed)
+        want = _pass(model, 3, 9, "off", seed=seed)
         torch.testing.assert_close(got[0], want[0], atol=2e-2, rtol=2e-2)
         for a, b in zip(got[1], want[1]):
             assert (a is None) == (b is None)
@@ -282,18 +283,17 @@ def test_half_precision_replays_equal_the_eager_pass(monkeypatch):
 
     check(0)
     check(1)  # a replay
-    (entry,) = graphed_pass._BUCKETS[model.decoder].values()
-    assert entry.captured and torch.half in next(iter(graphed_pass._BUCKETS[model.decoder]))
+    (entry,) = graphed_pass._BUCKETS.of(model.decoder).values()
+    assert entry.captured and torch.half in next(iter(graphed_pass._BUCKETS.of(model.decoder)))
 
 
 @pytest.mark.parametrize("device,mode", WHERE)
-def test_a_second_backward_through_a_replay_is_refused(device, mode, monkeypatch):
+def test_a_second_backward_through_a_replay_is_refused(device, mode):
     """``retain_graph=True`` and a second backward: the bucket may hold a later batch's activations by then,
     so it says so instead of returning gradients of something else."""
     model = _model("lstm_smallvocab", device)
-    monkeypatch.setattr(graphed_pass, "MODE", mode)
     encoder_out, tokens = _inputs(model, 2, 6)
-    loss = graphed_pass.extract_features(model.decoder, tokens, encoder_out)[0].sum()
+    loss = graphed_pass.extract_features(model.decoder, tokens, encoder_out, _settings(mode))[0].sum()
     loss.backward(retain_graph=True)
     with pytest.raises(RuntimeError, match="a second backward through a replayed pass.*--rl-graphed-pass off"):
         loss.backward()
@@ -312,45 +312,46 @@ def test_a_capture_that_fails_names_the_flag_that_runs_without_one(monkeypatch):
     monkeypatch.setattr(graphed_pass._Bucket, "__init__", fail)
     with pytest.raises(RuntimeError, match=r"^preparing a CUDA graph \(warm-up and capture\) failed \(RuntimeError: "
                                            r"operation not permitted .*\); --rl-graphed-pass off") as raised:
-        _pass(model, 2, 6, "cuda-graphs", monkeypatch)
+        _pass(model, 2, 6, "cuda-graphs")
     assert raised.value.__cause__ is error
     with pytest.raises(RuntimeError) as raised:  # the bucketed pass that runs eagerly: its own errors
-        _pass(model, 2, 6, "buckets", monkeypatch)
+        _pass(model, 2, 6, "buckets")
     assert raised.value is error
 
 
-def _on_cuda(small, monkeypatch):
-    """The REINFORCE step's model, task and batch on CUDA, its sampling step captured, no pass captured yet."""
+def _on_cuda(small):
+    """The REINFORCE step's model, task and batch on CUDA, no pass captured yet (``_steps`` captures its
+    sampling step)."""
     from fairseq import utils
 
     model, task, sample = _setup(small)
     model.cuda()
-    monkeypatch.setattr(capture, "CAPTURE", "cuda-graphs")
     graphed_pass.forget(model.decoder)
     return model, task, utils.move_to_cuda(sample)
 
 
-def _steps(model, task, sample, mode, monkeypatch):
-    """Two REINFORCE steps (seeds 6 and 7) with the teacher-forced passes run as ``mode`` says."""
-    monkeypatch.setattr(graphed_pass, "MODE", mode)
-    return [reinforce_step(model, task, sample, "loo", 3, seed=seed) for seed in (6, 7)]
+def _steps(model, task, sample, mode):
+    """Two REINFORCE steps (seeds 6 and 7), the sampling step captured, with the teacher-forced passes run
+    as ``mode`` says."""
+    return [reinforce_step(model, task, sample, "loo", 3, seed=seed, rl_capture="cuda-graphs", rl_graphed_pass=mode)
+            for seed in (6, 7)]
 
 
 @cuda
 @pytest.mark.parametrize("small", [True, False])
-def test_reinforce_step_on_cuda_graphs_equals_the_eager_passes(small, monkeypatch):
+def test_reinforce_step_on_cuda_graphs_equals_the_eager_passes(small):
     """The whole REINFORCE step on CUDA, the sampling step captured: its CE pass (training mode) and its
     scoring pass (eval) replayed as graphs inside the step's gathered embedding gradients give the loss and
     gradients of the decoder's own passes, for two batches in a row (the second replays)."""
-    model, task, sample = _on_cuda(small, monkeypatch)
-    want = _steps(model, task, sample, "off", monkeypatch)
-    for got, expected in zip(_steps(model, task, sample, "cuda-graphs", monkeypatch), want):
+    model, task, sample = _on_cuda(small)
+    want = _steps(model, task, sample, "off")
+    for got, expected in zip(_steps(model, task, sample, "cuda-graphs"), want):
         assert_same_step(got, expected)
-    assert [key[3] for key in graphed_pass._BUCKETS[model.decoder]] == [True, False]  # one bucket each
+    assert [key[3] for key in graphed_pass._BUCKETS.of(model.decoder)] == [True, False]  # one bucket each
 
 
 @cuda
-def test_dropout_in_a_replayed_training_pass_draws_afresh_and_follows_the_seed(monkeypatch):
+def test_dropout_in_a_replayed_training_pass_draws_afresh_and_follows_the_seed():
     """A replay draws new dropout masks (not the capture's again); the same seed gives the same masks, and
     the masks the eager padded pass draws ("buckets": the same kernels in the same order, so the same offsets
     into the generator's stream).  Only the decoder drops: the encoder's outputs are the same every time, so
@@ -364,7 +365,7 @@ def test_dropout_in_a_replayed_training_pass_draws_afresh_and_follows_the_seed(m
     def features(seed=None, mode="cuda-graphs"):
         if seed is not None:
             torch.manual_seed(seed)
-        return _pass(model, 2, 6, mode, monkeypatch, backward=False)[0]
+        return _pass(model, 2, 6, mode, backward=False)[0]
 
     features()  # the capture
     first, again, seeded, reseeded = features(), features(), features(3), features(3)
@@ -375,13 +376,13 @@ def test_dropout_in_a_replayed_training_pass_draws_afresh_and_follows_the_seed(m
 
 
 @cuda
-def test_a_capture_while_another_thread_pins_memory(monkeypatch):
+def test_a_capture_while_another_thread_pins_memory():
     """fairseq-train's DataLoader pins batches in a thread of its own: its pinned allocations during a capture
     (torch empties the pinned cache when one starts) must break neither the capture nor that thread
-    (capture.CAPTURE_ERROR_MODE), for the sampling step and the teacher-forced passes alike."""
+    (buckets.CAPTURE_ERROR_MODE), for the sampling step and the teacher-forced passes alike."""
     import threading
 
-    model, task, sample = _on_cuda(True, monkeypatch)
+    model, task, sample = _on_cuda(True)
     stop, errors, pinned = threading.Event(), [], [0]
 
     def pin():
@@ -392,16 +393,16 @@ def test_a_capture_while_another_thread_pins_memory(monkeypatch):
         except Exception as error:  # noqa: BLE001 (reported by the test)
             errors.append(error)
 
-    want = _steps(model, task, sample, "off", monkeypatch)
+    want = _steps(model, task, sample, "off")
     capture.forget(model.decoder)  # both kinds of graph captured while the thread pins
     thread = threading.Thread(target=pin)
     thread.start()
     try:  # the first step captures both kinds of graph, the second replays them
-        for got, expected in zip(_steps(model, task, sample, "cuda-graphs", monkeypatch), want):
+        for got, expected in zip(_steps(model, task, sample, "cuda-graphs"), want):
             assert_same_step(got, expected)
     finally:
         stop.set()
         thread.join()
     assert not errors and pinned[0] > 0
-    buckets = graphed_pass._BUCKETS[model.decoder].values()
-    assert buckets and all(entry.captured for entry in buckets) and capture._BUCKETS[model.decoder]
+    buckets = graphed_pass._BUCKETS.of(model.decoder).values()
+    assert buckets and all(entry.captured for entry in buckets) and capture._BUCKETS.of(model.decoder)

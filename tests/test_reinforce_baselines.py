@@ -11,8 +11,8 @@ import torch
 from fairseq import utils
 from helpers import B, D, _crit, _setup
 
+from fairseq_smallvocab.engine.sampling import SampleRequest
 from fairseq_smallvocab.reinforce.rewards import gleu
-from fairseq_smallvocab.reinforce.sampler import SampleRequest
 
 
 def test_leave_one_out_baseline_by_hand():

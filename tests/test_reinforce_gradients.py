@@ -16,29 +16,27 @@ import torch.nn.functional as F
 from fairseq import utils
 from helpers import V_TGT, B, K, _crit, _setup, make_dictionary
 
+from fairseq_smallvocab.engine.sampling import SampleRequest
 from fairseq_smallvocab.models.lstm_smallvocab import LSTMSmallVocabConfig, LSTMSmallVocabModel
 from fairseq_smallvocab.reinforce.rewards import gleu
-from fairseq_smallvocab.reinforce.sampler import SampleRequest
 from fairseq_smallvocab.restricted_model import restrict
 
 
 @pytest.mark.parametrize("small", [True, False])
 @pytest.mark.parametrize("baseline,n", [("learned", 1), ("loo", 3)])
 @pytest.mark.parametrize("keep_probs", [True, False])
-def test_policy_gradient_equals_hand_computation(small, baseline, n, keep_probs, monkeypatch):
+def test_policy_gradient_equals_hand_computation(small, baseline, n, keep_probs):
     """d L_r / d b_p (the output bias) = -(1/N) sum_b sum_j sum_t (R_bj - b_bjt) (onehot(y_bjt) - p_bjt),
     over the sampled steps up to and including eos, with p_bjt from a separate
     teacher-forced pass over the sampled sequence of example b alone.  The
     fresh learned baseline is the batch's mean reward at every step (w = 0,
     b = logit(mean)), so every step counts, rewarded or not; the leave-one-out baseline of sample j is the mean
     reward of the other N - 1 samples of the same input.  With the sampler's
-    kept step distributions (the default) and without (the logits made again)."""
-    from fairseq_smallvocab.reinforce import sampler
-
-    if not keep_probs:
-        monkeypatch.setattr(sampler, "STORED_PROBS_MAX_ELEMENTS", 0)
+    kept step distributions (the default) and without (the logits made again: --rl-stored-probs-max-elements 0)."""
+    kept = {} if keep_probs else {"rl_stored_probs_max_elements": 0}
     model, task, sample = _setup(small)
-    crit = _crit(task, rl_lambda=0.0, rl_baseline=baseline, max_sample_len=7, rl_samples=n)
+    crit = _crit(task, rl_lambda=0.0, rl_baseline=baseline, max_sample_len=7, rl_samples=n, **kept)
+    assert (crit.settings.stored_probs_max_elements > 0) == keep_probs
     torch.manual_seed(6)
     loss, size, log = crit(model, sample)
     model.zero_grad()
@@ -95,7 +93,7 @@ def _ranked_choices(monkeypatch, rank_of_row):
     """Replace the sampler's draw by a deterministic one: row r takes the
     ``rank_of_row(r)``-th most likely word of its step (so the same sample can
     be drawn in a batch of N samples per input and alone)."""
-    from fairseq_smallvocab.reinforce import loop
+    from fairseq_smallvocab.engine import loop
 
     def draw(logits, with_entropy=False, with_probs=False, probs_out=None, uniform=None):
         ranks = torch.tensor([rank_of_row(r) for r in range(logits.size(0))])

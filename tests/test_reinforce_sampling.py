@@ -12,8 +12,8 @@ from fairseq.data import Dictionary
 from helpers import V_TGT, B, _crit, _setup
 
 from fairseq_smallvocab.criterions.reinforce_gleu import ReinforceGleuCriterion
+from fairseq_smallvocab.engine.sampling import SampleRequest
 from fairseq_smallvocab.reinforce.rewards import gleu
-from fairseq_smallvocab.reinforce.sampler import SampleRequest
 
 
 @pytest.mark.parametrize("small", [True, False])
@@ -44,7 +44,7 @@ def test_n_samples_stay_inside_their_example_candidates_and_temperature_explores
 
 
 def test_sampling_entropy_equals_the_softmax_entropy():
-    from fairseq_smallvocab.reinforce.loop import sample_categorical
+    from fairseq_smallvocab.engine.loop import sample_categorical
 
     logits = torch.randn(5, 9) * 3
     logits[:, [1, 4]] = float("-inf")  # excluded words (pad, bos)

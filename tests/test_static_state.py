@@ -1,5 +1,5 @@
 """The sampling loop for the GPU (#31), on the CPU: the static decoding state
-(reinforce/static_state.py) against fairseq's own incremental decoding (the
+(engine/transformer_state.py, engine/recurrent_state.py) against fairseq's own incremental decoding (the
 same decoder states, step by step, and the same draws, for every Transformer
 family the tasks restrict, N rows per input, padded sources), and the loop's
 stop test asked every few steps giving the same samples."""
@@ -11,13 +11,16 @@ import torch
 from helpers import candidate_batch, make_dictionary
 from test_any_model import FAMILIES, LSTM, TRANSFORMER, V_SRC, _stock, raise_eos
 
+from fairseq_smallvocab.engine import sampling as sampler
+from fairseq_smallvocab.engine.families import static_state
+from fairseq_smallvocab.engine.recurrent_state import RecurrentStaticState
+from fairseq_smallvocab.engine.settings import EngineSettings
+from fairseq_smallvocab.engine.transformer_state import TransformerStaticState
 from fairseq_smallvocab.models.lstm_caption_smallvocab import (
     CaptionFeatureEncoder,
     LSTMCaptionSmallVocabConfig,
     LSTMCaptionSmallVocabModel,
 )
-from fairseq_smallvocab.reinforce import sampler
-from fairseq_smallvocab.reinforce.static_state import RecurrentStaticState, TransformerStaticState, static_state
 from fairseq_smallvocab.restricted_model import restrict
 
 
@@ -96,7 +99,7 @@ def test_a_step_index_on_the_device_gives_the_same_states_with_static_shapes(nam
                                           ("lstm", dict(decoder_attention="0", **LSTM))])
 def test_an_option_the_static_step_does_not_follow_keeps_fairseqs_state(arch, options, caplog, monkeypatch):
     """... and says why, once per decoder class (the sampler asks every batch)."""
-    from fairseq_smallvocab.reinforce import static_state as module
+    from fairseq_smallvocab.engine import families as module
 
     monkeypatch.setattr(module, "_told", set())
     model = _stock(arch, **options).eval()
@@ -141,10 +144,10 @@ def test_the_sampler_draws_the_same_on_the_static_state_as_on_fairseqs(name, sma
 
     monkeypatch.setattr(sampler, "static_state", spy)
     for static in (True, False):
-        monkeypatch.setattr(sampler, "STATIC_STATE", static)
+        settings = EngineSettings(static_state=static)
         torch.manual_seed(1)
         draws[static] = [sampler.sample(model.decoder, encoder_out, weight, bias, candidates, max_lens,
-                                        greedy=greedy, keep_probs=True) for greedy in (False, True)]
+                                        greedy=greedy, keep_probs=True, settings=settings) for greedy in (False, True)]
     for a, b in zip(draws[True], draws[False]):
         for field in ("tokens", "positions", "mask", "lengths", "is_greedy"):
             assert torch.equal(getattr(a, field), getattr(b, field)) if getattr(b, field) is not None else True
@@ -160,7 +163,7 @@ def test_the_sampler_draws_the_same_on_the_static_state_as_on_fairseqs(name, sma
 
 @pytest.mark.parametrize("name", ["lstm_smallvocab", "transformer"])
 @pytest.mark.parametrize("every", [3, 100])
-def test_asking_whether_rows_are_going_less_often_gives_the_same_samples(name, every, monkeypatch):
+def test_asking_whether_rows_are_going_less_often_gives_the_same_samples(name, every):
     """With the stop test every 3 steps, or never before the length bound, the loop runs masked steps after
     the last row ends: the samples, their kept states (recurrent decoders keep the step graph) and the
     scores are those of a test every step."""
@@ -183,11 +186,11 @@ def test_asking_whether_rows_are_going_less_often_gives_the_same_samples(name, e
             raise_eos(model, mean)
     draws = []
     for check in (1, every):
-        monkeypatch.setattr(sampler, "STOP_CHECK_EVERY", check)
+        settings = EngineSettings(stop_check_every=check)
         torch.manual_seed(1)
         drawn = sampler.sample(model.decoder, encoder_out, weight, bias, None, max_lens,
-                               keep_graph=model.sample_keeps_graph, keep_probs=True)
-        draws.append((drawn, sampler.score(model.decoder, encoder_out, weight, bias, None, drawn)))
+                               keep_graph=model.sample_keeps_graph, keep_probs=True, settings=settings)
+        draws.append((drawn, sampler.score(model.decoder, encoder_out, weight, bias, None, drawn, settings)))
     (a, scored_a), (b, scored_b) = draws
     assert 1 < a.tokens.size(1) < 40 and a.lengths.min() < a.lengths.max()  # rows ended, early and apart
     for field in ("tokens", "positions", "mask", "lengths", "is_greedy"):

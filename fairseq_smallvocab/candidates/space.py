@@ -73,15 +73,6 @@ def candidate_positions(candidates: Tensor, target: Tensor, unk: int) -> Tensor:
     return torch.where(found, order.gather(1, idx), torch.full_like(idx, unk))
 
 
-def batch_union(candidates: Tensor) -> Tuple[Tensor, Tensor]:
-    """The union U of a batch's candidates (sorted ids, |U|) and each
-    candidate's index in U (the shape of ``candidates``): scoring U with one
-    product and picking each row's K gives the per-example logits with less
-    memory traffic than B x K gathered rows."""
-    union, pos = torch.unique(candidates, return_inverse=True)
-    return union, pos
-
-
 def gold_outside_candidates(candidates: Tensor, target: Tensor, tgt_dict) -> Tuple[int, int]:
     """(reference tokens, how many of them are not in their example's
     candidates), judged by the same mapping the model's targets use."""

@@ -15,9 +15,9 @@ forward and its backward (what ``torch.cuda.make_graphed_callables`` records,
 with the gradients handed back as copies, see ``_Replay``), one pair per
 shape bucket:
 
-    rows, steps and source length rounded up (``capture.bucket``: at most
-    50% padding), training or eval mode, the dtype and device, and which of
-    the encoder's outputs take a gradient.
+    rows, steps and source length rounded up (``buckets.bucket``: at most
+    50% padding), training or eval mode, the dtype and device, which of
+    the encoder's outputs take a gradient, and the ``EngineSettings``.
 
 Each batch is copied into the front of its bucket's inputs, the rest padded
 so that padding changes no example's states or gradients:
@@ -36,14 +36,13 @@ overwritten) runs the pass eagerly instead.  Only passes with gradient use
 it (validation and decoding keep the decoder's own pass); under autocast
 (``--amp``) the pass runs eagerly.
 
-``MODE``: "cuda-graphs" (captured on CUDA, the decoder's own pass
-elsewhere), "buckets" (the padded pass and its backward run again at each
-replay, on any device: the captured program and its bookkeeping without the
-graphs, for the CPU oracles), "off" (the
-decoder's own pass everywhere; the default until it is measured on a GPU
-against today's passes, ``benchmark.py --set
-fairseq_smallvocab.reinforce.graphed_pass.MODE='cuda-graphs'``).
-Decoders: the plugin's translation LSTM and fairseq's ``lstm`` with
+The settings' ``graphed_pass``: "cuda-graphs" (captured on CUDA, the
+decoder's own pass elsewhere), "buckets" (the padded pass and its backward
+run again at each replay, on any device: the captured program and its
+bookkeeping without the graphs, for the CPU oracles), "off" (the decoder's
+own pass everywhere; the default until it has passed its tests on a GPU).
+Decoders: those whose family gives the encoder ``parts`` to pad
+(``families``): the plugin's translation LSTM and fairseq's ``lstm`` with
 attention (the captioning LSTM runs one ``nn.LSTM`` call over all steps:
 nothing to gain).
 """
@@ -51,93 +50,53 @@ nothing to gain).
 import logging
 import weakref
 from contextlib import nullcontext
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 import torch
-from fairseq.models.lstm import LSTMDecoder
 from torch import Tensor, nn
 
-from fairseq_smallvocab.models.lstm_smallvocab import SmallVocabDecoder
-from fairseq_smallvocab.output.gathered_grad import suspended
-from fairseq_smallvocab.reinforce.capture import (
+from fairseq_smallvocab.engine.buckets import (
     CAPTURE_ERROR_MODE,
+    BucketStore,
     addresses,
-    autocast_on,
     bucket,
-    bucket_for,
+    capturable,
     failures_name,
+    padded,
+    unmask_first_position,
 )
-from fairseq_smallvocab.reinforce.static_state import unmask_first_position
+from fairseq_smallvocab.engine.families import Part, family_of
+from fairseq_smallvocab.engine.settings import EngineSettings, flag
+from fairseq_smallvocab.output.gathered_grad import suspended
 
 logger = logging.getLogger(__name__)
 
-MODES = ("cuda-graphs", "buckets", "off")
-MODE = "off"
-
-# buckets kept per decoder (least recently used dropped first), and the most bytes their graphs may hold (the
-# bucket in use is always kept): each holds its pass's saved activations and a gradient for every parameter
-MAX_BUCKETS = 32
-MAX_BUCKET_BYTES = 4 * 2 ** 30
 WARMUP_PASSES = 3  # eager passes with backward on a side stream before the capture (as make_graphed_callables)
 
-_BUCKETS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # decoder -> OrderedDict(key -> _Bucket)
+_BUCKETS = BucketStore()
 
 
-class _Part:
-    """One tensor of the encoder's output: its rows dim, its source dim (None: none), whether it is the
-    True-at-padding source mask."""
-
-    def __init__(self, rows_dim: int, src_dim: Optional[int] = None, mask: bool = False):
-        self.rows_dim, self.src_dim, self.mask = rows_dim, src_dim, mask
-
-
-# per decoder family: the encoder output's tensors (in order), how to take them out and how to put them back
-_PAPER = ([_Part(1, 0), _Part(0, 1, mask=True), _Part(1), _Part(1)],
-          lambda out: [out["encoder_out"][0], out["encoder_padding_mask"][0], out["final_hidden"][0],
-                       out["final_cell"][0]],
-          lambda parts: {"encoder_out": [parts[0]], "encoder_padding_mask": [parts[1]], "final_hidden": [parts[2]],
-                         "final_cell": [parts[3]]})
-_FAIRSEQ = ([_Part(1, 0), _Part(1), _Part(1), _Part(1, 0, mask=True)],  # (states, h, c, S x rows mask)
-            lambda out: list(out[:4]),
-            lambda parts: tuple(parts))
+def _parts(decoder):
+    """The decoder family's encoder parts, or None: the decoder's own pass."""
+    family = family_of(decoder)
+    if family is None or family.parts is None or family.why_not(decoder) is not None:
+        return None
+    return family.parts
 
 
-def _family(decoder):
-    """The decoder's (parts, take, build), or None: the decoder's own pass."""
-    if type(decoder) is SmallVocabDecoder:
-        return _PAPER
-    if type(decoder) is LSTMDecoder and decoder.attention is not None and decoder.encoder_output_units > 0:
-        return _FAIRSEQ
-    return None
-
-
-def applies(decoder, device) -> bool:
+def applies(decoder, device, settings: EngineSettings) -> bool:
     """Whether ``extract_features`` runs the bucketed pass (captured on CUDA) for this decoder and device."""
-    if MODE not in MODES:
-        raise ValueError(f"graphed_pass.MODE is {MODE!r}; choose one of {', '.join(MODES)}")
-    if MODE == "off" or not torch.is_grad_enabled() or _family(decoder) is None:
+    if settings.graphed_pass == "off" or not torch.is_grad_enabled() or _parts(decoder) is None:
         return False
-    return MODE == "buckets" or (device.type == "cuda" and not autocast_on(device))
+    return settings.graphed_pass == "buckets" or capturable(device)
 
 
-def _padded(x: Tensor, sizes: Dict[int, int], fill) -> Tensor:
-    """``x`` in the front of a tensor enlarged to ``sizes`` ({dim: size}), the rest ``fill``; differentiable."""
-    shape = list(x.shape)
-    for dim, size in sizes.items():
-        shape[dim] = size
-    if shape == list(x.shape):
-        return x
-    out = x.new_full(shape, fill)
-    out[tuple(slice(0, n) for n in x.shape)] = x
-    return out
-
-
-def _pad_part(x: Tensor, part: _Part, rows: int, src_len: int) -> Tensor:
+def _pad_part(x: Tensor, part: Part, rows: int, src_len: int) -> Tensor:
     sizes = {part.rows_dim: rows} if part.src_dim is None else {part.rows_dim: rows, part.src_dim: src_len}
     if not part.mask:
-        return _padded(x, sizes, 0)
+        return padded(x, sizes, 0)
     real = x.size(part.rows_dim)
-    mask = _padded(x, sizes, True)
+    mask = padded(x, sizes, True)
     # (rows grow there, so the mask is a new tensor, not the batch's)
     return unmask_first_position(mask, real, part.rows_dim, part.src_dim) if real < rows else mask
 
@@ -276,8 +235,7 @@ class _Replay(torch.autograd.Function):
         entry = ctx.entry
         if ctx.pending.done:  # the activations the graph reads may be a later batch's by now
             raise RuntimeError("graphed_pass: a second backward through a replayed pass (retain_graph=True) "
-                               "is not supported; --rl-graphed-pass off (graphed_pass.MODE = 'off') runs the "
-                               "decoder's own pass")
+                               f"is not supported; {flag('graphed_pass')} off runs the decoder's own pass")
         entry.grad_output.copy_(grad_output)
         entry.backward(ctx.params)
         ctx.pending.done = True
@@ -292,39 +250,40 @@ def _fingerprint(decoder) -> Tuple:
 
 def forget(decoder):
     """Drop ``decoder``'s buckets and their graphs."""
-    _BUCKETS.pop(decoder, None)
+    _BUCKETS.drop(decoder)
 
 
-def extract_features(decoder, prev_output_tokens: Tensor, encoder_out):
+def extract_features(decoder, prev_output_tokens: Tensor, encoder_out, settings: EngineSettings):
     """``decoder.extract_features(prev_output_tokens, encoder_out)``: on the bucketed pass where it applies
     (its features, and None for the decoder's second output, the attention, which REINFORCE does not read),
     else the decoder's own."""
-    if not applies(decoder, prev_output_tokens.device) or prev_output_tokens.size(1) == 0:
+    if not applies(decoder, prev_output_tokens.device, settings) or prev_output_tokens.size(1) == 0:
         return decoder.extract_features(prev_output_tokens, encoder_out)
-    parts_of, take, build = _family(decoder)
-    parts = take(encoder_out)
+    family_parts = _parts(decoder)
+    parts_of, build = family_parts.parts, family_parts.build
+    parts = family_parts.take(encoder_out)
     rows, steps = prev_output_tokens.shape
     src_len = parts[0].size(parts_of[0].src_dim)
     size_rows, size_steps, size_src = bucket(rows), bucket(steps), bucket(src_len)
     pad = decoder.dictionary.pad()
-    inputs = [_padded(prev_output_tokens, {0: size_rows, 1: size_steps}, pad)] + [
+    inputs = [padded(prev_output_tokens, {0: size_rows, 1: size_steps}, pad)] + [
         _pad_part(x, part, size_rows, size_src) for x, part in zip(parts, parts_of)]
     module = _Pass(decoder, build)
     params = [p for p in decoder.parameters() if p.requires_grad]
     if not params and not any(x.requires_grad for x in inputs):  # nothing to differentiate
         return module(*inputs)[:rows, :steps], None
     key = (size_rows, size_steps, size_src, decoder.training, tuple(x.requires_grad for x in inputs),
-           inputs[1].dtype, str(inputs[1].device), MODE)
-    buckets = _BUCKETS.get(decoder)
-    entry = buckets.get(key) if buckets is not None else None
+           inputs[1].dtype, str(inputs[1].device), settings)
+    entry = _BUCKETS.peek(decoder, key)
     if entry is not None and entry.fingerprint != _fingerprint(decoder):
         entry = None  # a parameter or buffer replaced (or frozen, or thawed): captured again
-        del buckets[key]
+        _BUCKETS.drop(decoder, key)
     if entry is not None and entry.busy():  # its saved activations still wait for their backward
         return module(*inputs)[:rows, :steps], None
     # (suspended: the graph's own embedding backward, not the open REINFORCE block's gathering)
-    with suspended(), failures_name("--rl-graphed-pass off (graphed_pass.MODE = 'off') runs the decoder's own "
-                                    "pass") if MODE == "cuda-graphs" else nullcontext():
-        entry = bucket_for(_BUCKETS, decoder, key, lambda: _Bucket(
-            module, inputs, params, key[:3], captured=MODE == "cuda-graphs"), MAX_BUCKETS, MAX_BUCKET_BYTES)
+    captured = settings.graphed_pass == "cuda-graphs"
+    with suspended(), failures_name(f"{flag('graphed_pass')} off runs the decoder's own pass") if captured \
+            else nullcontext():
+        entry = _BUCKETS.get(decoder, key, lambda: _Bucket(module, inputs, params, key[:3], captured=captured),
+                             settings.graphed_pass_max_buckets, settings.graphed_pass_max_mib * 2 ** 20)
     return _Replay.apply(entry, *inputs, *params)[:rows, :steps], None

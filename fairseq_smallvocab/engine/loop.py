@@ -1,4 +1,4 @@
-"""The sampling loop of ``sampler.sample``: what one step of it does to
+"""The sampling loop of ``sampling.sample``: what one step of it does to
 every row (``Loop.step``), the tensors it reads and writes (``Loop``), the
 draw (``sample_categorical``) and what the loop returns (``Samples``).
 
@@ -25,8 +25,8 @@ from torch import Tensor
 
 @dataclass
 class Samples:
-    """Sequences drawn by ``sampler.sample``, one per row: B x T tensors unless said
-    otherwise.  ``sampler.score`` fills ``lprobs`` and replaces ``features``."""
+    """Sequences drawn by ``sampling.sample``, one per row: B x T tensors unless said
+    otherwise.  ``sampling.score`` fills ``lprobs`` and replaces ``features``."""
 
     tokens: Tensor  # target ids, pad after the end
     positions: Tensor  # the chosen index in the row's candidates (the id for the full softmax); eos after the end
@@ -45,9 +45,8 @@ def sample_categorical(logits: Tensor, with_entropy: bool = False, with_probs: b
     """One draw per row from softmax(logits) (B x N -> B x 1), by inverse
     transform sampling: the index where a uniform draw, scaled to the row's
     total weight, falls in the cumulative weights.  The distribution of
-    ``torch.multinomial(softmax(logits), 1)``, drawn faster on the CPU
-    (measurements: docs/RESULTS.md, "The team's bar: a REINFORCE step on
-    Multi30k with every target word (|V| = 18,726), K = 1000"); words with
+    ``torch.multinomial(softmax(logits), 1)``, drawn faster on the CPU;
+    words with
     weight 0 (-inf logits) are never chosen.  ``uniform`` (B, in [0, 1)):
     the draws to use, drawn here when not given.  With ``with_entropy`` also
     the entropy of each row's distribution (B, nats), from the same weights:

@@ -1,4 +1,5 @@
-"""Sampling from any restricted fairseq encoder-decoder, and scoring the samples.
+"""The engine's call (``policy``): sampling from any restricted fairseq
+encoder-decoder, and scoring the samples.
 
 REINFORCE needs, per example b, a sequence y_b ~ p(. | x_b) drawn inside the
 example's candidates c_b (or the whole vocabulary), and the differentiable
@@ -14,6 +15,10 @@ the caller arranges (``restricted_model``).
   examples advance together (no loop over examples); example b stops at its
   eos or after ``max_lens[b]`` tokens.  ``Loop`` holds the loop's tensors and
   its step; on a GPU ``capture`` replays that step as a CUDA graph.
+- ``policy``: what REINFORCE asks of the model (``SampleRequest``): the
+  greedy decode where asked, N samples per example drawn in one batched
+  loop, and their scores; how each part runs is the request's
+  ``EngineSettings``.
 - ``score``: one teacher-forced pass over the samples with gradient, which
   gives log p(y_bt) for every step at once and the decoder states s_bt that a
   learned baseline reads.  Memory grows with T (one pass), not with T^2 as
@@ -27,10 +32,8 @@ the caller arranges (``restricted_model``).
   onehot(y_t) - p_t, formed from the kept p_t (``CandidateLogProbs``).  The
   full softmax's REINFORCE step keeps its B x T x V probabilities this way
   and makes two B x T x V x d products instead of four (scoring's forward and
-  the backward's recomputed logits are gone); above
-  ``STORED_PROBS_MAX_ELEMENTS`` the logits are made again instead
-  (measurements: docs/RESULTS.md, "A REINFORCE step at the flat 99-token
-  limit (#19): profile and first speed-ups").
+  the backward's recomputed logits are gone); above the settings'
+  ``stored_probs_max_elements`` the logits are made again instead.
 - ``keep_graph=True`` (recurrent decoders): the sampling steps keep their
   graph and ``score`` reads the log-probabilities from the kept states, with
   no second pass through the decoder; an RNN step's graph does not grow with
@@ -46,12 +49,15 @@ from typing import Dict, Optional
 import torch
 from torch import Tensor
 
+from fairseq_smallvocab.engine import capture, graphed_pass
+from fairseq_smallvocab.engine.families import static_state
+from fairseq_smallvocab.engine.loop import Loop, Samples, excluded_ids
+from fairseq_smallvocab.engine.settings import EngineSettings
 from fairseq_smallvocab.output.gathered_grad import gathered_embedding_grads
 from fairseq_smallvocab.output.restricted import candidate_log_probs
 from fairseq_smallvocab.output.union_scorer import UnionScorer
-from fairseq_smallvocab.reinforce import capture, graphed_pass
-from fairseq_smallvocab.reinforce.loop import Loop, Samples, excluded_ids
-from fairseq_smallvocab.reinforce.static_state import static_state
+
+DEFAULT = EngineSettings()
 
 
 @dataclass(frozen=True)
@@ -59,24 +65,14 @@ class SampleRequest:
     """What REINFORCE asks of the restricted model's forward besides its
     teacher-forced pass (``restricted_model``): ``num_samples`` sequences per
     example, each at most ``max_lens[b]`` tokens (B), drawn at
-    ``temperature``, and with ``greedy_too`` each example's greedy decode."""
+    ``temperature``, and with ``greedy_too`` each example's greedy decode;
+    ``settings``: how the step runs on the device (the criterion's)."""
 
     max_lens: Tensor
     num_samples: int = 1
     greedy_too: bool = False
     temperature: float = 1.0
-
-
-# the most step distributions ``sample(keep_probs=True)`` stores (B x T x K float32 entries: 1 GiB)
-STORED_PROBS_MAX_ELEMENTS = 2 ** 28
-
-# the loop asks whether any row is still going every this many steps: on a GPU each question is a host sync
-# (the steps run in between write only masked entries, and the result is trimmed to the last live step)
-STOP_CHECK_EVERY = 1
-
-# decoders that have one (``static_state``) sample on a state made once per batch and written in place,
-# instead of fairseq's incremental state; False: fairseq's everywhere (for debugging, and ``--ab``)
-STATIC_STATE = True
+    settings: EngineSettings = DEFAULT
 
 
 class _IncrementalState:
@@ -95,21 +91,21 @@ class _IncrementalState:
         return s[:, -1]
 
 
-def captures(decoder, encoder_out, device) -> bool:
+def captures(decoder, encoder_out, device, settings: EngineSettings = DEFAULT) -> bool:
     """Whether ``sample`` runs the bucketed step of ``capture`` (a CUDA graph on a GPU), which keeps no
     step graph: a recurrent decoder's samples are then scored by a teacher-forced pass."""
-    return STATIC_STATE and capture.applies(decoder, encoder_out, device)
+    return settings.static_state and capture.applies(decoder, encoder_out, device, settings)
 
 
 def sample(decoder, encoder_out, weight: Tensor, bias: Optional[Tensor], candidates: Optional[Tensor],
            max_lens: Tensor, greedy: bool = False, keep_graph: bool = False,
-           temperature: float = 1.0, keep_probs: bool = False) -> Samples:
+           temperature: float = 1.0, keep_probs: bool = False, settings: EngineSettings = DEFAULT) -> Samples:
     """A sequence per example from the decoder (multinomial from
     softmax(logits / temperature), or argmax with ``greedy``), as ``Samples``:
     unless ``greedy`` with ``is_greedy`` and ``entropy``; with ``keep_graph``
     with ``features``, the states that chose each token, with their graph;
-    with ``keep_probs`` (not greedy, and at most ``STORED_PROBS_MAX_ELEMENTS``
-    entries) with ``probs`` and ``chosen_lprobs``, which ``score`` then uses
+    with ``keep_probs`` (not greedy, and at most the settings'
+    ``stored_probs_max_elements`` entries) with ``probs`` and ``chosen_lprobs``, which ``score`` then uses
     instead of making the logits again.  On CUDA, where ``capture`` applies,
     the steps replay a captured graph."""
     bsz = max_lens.size(0)
@@ -118,18 +114,17 @@ def sample(decoder, encoder_out, weight: Tensor, bias: Optional[Tensor], candida
     # padding changes no example's sample)
     uniforms = None if greedy else torch.rand(bsz, steps, device=max_lens.device)
     width = weight.size(0) if candidates is None else candidates.size(1)
-    store_probs = keep_probs and not greedy and bsz * steps * width <= STORED_PROBS_MAX_ELEMENTS
-    if not keep_graph and captures(decoder, encoder_out, max_lens.device):
+    store_probs = keep_probs and not greedy and bsz * steps * width <= settings.stored_probs_max_elements
+    if not keep_graph and captures(decoder, encoder_out, max_lens.device, settings):
         return capture.sample(decoder, encoder_out, weight, bias, candidates, max_lens, steps, uniforms, greedy,
-                              temperature, store_probs, stop_check_every=STOP_CHECK_EVERY,
-                              max_stored=STORED_PROBS_MAX_ELEMENTS)
+                              temperature, store_probs, settings)
     loop = Loop(decoder.dictionary, bsz, steps, width, max_lens.device, greedy, temperature, store_probs,
                 k=0 if candidates is None else candidates.size(1))
     loop.load(max_lens, candidates, uniforms)
-    scorer = UnionScorer(weight, bias, candidates)
+    scorer = UnionScorer(weight, bias, candidates, settings.transposed_min_rows)
     kept = keep_graph and torch.is_grad_enabled()
     static = None
-    if STATIC_STATE:
+    if settings.static_state:
         with torch.set_grad_enabled(kept):  # the encoder's keys and values: in the graph only if the steps are
             static = static_state(decoder, encoder_out, steps, keep_graph=keep_graph)
     state = static if static is not None else _IncrementalState(decoder, encoder_out, loop.tokens, keep_graph)
@@ -141,7 +136,7 @@ def sample(decoder, encoder_out, weight: Tensor, bias: Optional[Tensor], candida
                 s = loop.step(state, scorer, t, keep_graph=keep_graph and static is not None)
             if keep_graph:
                 states.append(s)
-            if (t + 1) % STOP_CHECK_EVERY == 0 and not loop.alive.any():
+            if (t + 1) % settings.stop_check_every == 0 and not loop.alive.any():
                 break
     result = loop.samples(bsz, states if keep_graph else None)
     if keep_graph and result.features is None:
@@ -150,7 +145,7 @@ def sample(decoder, encoder_out, weight: Tensor, bias: Optional[Tensor], candida
 
 
 def score(decoder, encoder_out, weight: Tensor, bias: Optional[Tensor], candidates: Optional[Tensor],
-          samples: Samples) -> Samples:
+          samples: Samples, settings: EngineSettings = DEFAULT) -> Samples:
     """Fills ``samples.lprobs`` (log p(y_t) under the restrictions of
     sampling, 0 after the end), differentiable, and sets ``features`` to the
     decoder states that scored each step, detached: from the states
@@ -163,8 +158,40 @@ def score(decoder, encoder_out, weight: Tensor, bias: Optional[Tensor], candidat
         s = weight.new_zeros(tokens.size(0), 0, weight.size(1))
     else:
         prev = torch.cat([tokens.new_full((tokens.size(0), 1), d.eos()), tokens[:, :-1]], dim=1)
-        s, _ = graphed_pass.extract_features(decoder, prev, encoder_out)
+        s, _ = graphed_pass.extract_features(decoder, prev, encoder_out, settings)
     lprobs = candidate_log_probs(s, weight, bias, candidates, samples.positions, excluded_ids(d),
                                  probs=samples.probs, chosen=samples.chosen_lprobs)
     samples.lprobs, samples.features = lprobs.masked_fill(~mask, 0.0), s.detach()
     return samples
+
+
+def policy(model, net_input: Dict, candidates: Optional[Tensor], request: SampleRequest,
+           keep_graph: bool) -> Dict[str, Samples]:
+    """REINFORCE's policy, the engine's one call: with ``request.greedy_too``
+    the greedy decode (``"greedy"``, B rows, no gradient), and ``"samples"``:
+    N = ``request.num_samples`` samples per example from one encoder pass
+    (repeated N times by the encoder's own ``reorder_encoder_out``, as beam
+    search repeats it for its beams, so all B * N are drawn in one batched
+    loop; example b's in rows b * N ... b * N + N - 1), scored with
+    gradient.  ``keep_graph``: the decoder is recurrent and its sampling
+    steps may keep their graph (unless the step is captured).  The caller
+    puts the model in eval mode."""
+    weight, bias = model.output_weights()
+    max_lens, n, settings = request.max_lens, request.num_samples, request.settings
+    out = {}
+    encoder_out = model.encoder(**net_input)
+    if request.greedy_too:
+        with torch.no_grad():
+            out["greedy"] = sample(model.decoder, encoder_out, weight, bias, candidates, max_lens, greedy=True,
+                                   settings=settings)
+    if n > 1:
+        order = torch.arange(max_lens.size(0), device=max_lens.device).repeat_interleave(n)
+        encoder_out = model.encoder.reorder_encoder_out(encoder_out, order)
+        candidates = None if candidates is None else candidates.index_select(0, order)
+        max_lens = max_lens.index_select(0, order)
+    # a captured sampling step keeps no graph: its samples are scored by a teacher-forced pass
+    keep_graph = keep_graph and not captures(model.decoder, encoder_out, max_lens.device, settings)
+    samples = sample(model.decoder, encoder_out, weight, bias, candidates, max_lens, keep_graph=keep_graph,
+                     temperature=request.temperature, keep_probs=torch.is_grad_enabled(), settings=settings)
+    out["samples"] = score(model.decoder, encoder_out, weight, bias, candidates, samples, settings)
+    return out

@@ -1,5 +1,6 @@
-"""Decoding state allocated once per batch and written in place, for the
-sampling loop (``sampler.sample``).
+"""The fairseq Transformer decoder's family: its decoding state allocated
+once per batch and written in place, for the sampling loop
+(``sampling.sample``).
 
 fairseq's incremental decoding keeps each layer's self-attention keys and
 values in a dict and grows them by ``torch.cat`` every step (a new tensor per
@@ -16,44 +17,30 @@ with the decoder's own modules (its embeddings, layer norms, projections and
 feed-forward layers, called as fairseq calls them: no parameter is copied,
 so training sees what sampling used).  ``steps`` of the decoder's position
 table are made once.  Decoders it cannot follow exactly keep fairseq's
-incremental state (``static_state`` returns None for them).
-
-Recurrent decoders (the plugin's LSTMs, fairseq's ``lstm``) carry h, c and
-the attention's input feed from step to step; ``RecurrentStaticState`` keeps
-them as plain tensors (a step makes new ones: the sampler may keep the step
-graph, which in-place writes would break) and projects the encoder's
-attention keys once, without fairseq's dict of stacked states.
+incremental state (``TransformerFamily.why_not`` says why).
 
 A captured step (``capture.py``) reads and writes fixed addresses: its state
-is made once per shape bucket (``Slots``: rows, source length), each batch
+is made once per shape bucket (``buckets.Slots``: rows, source length), each batch
 is loaded into the front of those tensors (the rest padded: masked source
 positions, padded rows attending to one zero key so that no softmax is over
-nothing), and the recurrent states are written in place.
+nothing), and the keys and values are written in place.
 """
 
-import logging
-import weakref
 from functools import partial
-from typing import Dict, List, Optional
+from typing import List, Optional
 
 import torch
 import torch.nn.functional as F
-from fairseq.models.lstm import LSTMDecoder
 from fairseq.models.transformer.transformer_decoder import TransformerDecoderBase
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 from torch import Tensor
 
-from fairseq_smallvocab.models.lstm_caption_smallvocab import CaptionDecoder
-from fairseq_smallvocab.models.lstm_smallvocab import SmallVocabDecoder
-
-logger = logging.getLogger(__name__)
-_told = set()  # decoder classes whose fallback was explained: once per class and process, not per batch
+from fairseq_smallvocab.engine import families
+from fairseq_smallvocab.engine.buckets import Slots
 
 
 def _unsupported(decoder) -> Optional[str]:
-    """Why ``decoder`` cannot run on the static state (None: it can)."""
-    if not isinstance(decoder, TransformerDecoderBase):
-        return "not a fairseq TransformerDecoder"
+    """Why the Transformer ``decoder`` cannot run on the static state (None: it can)."""
     cls = type(decoder)
     for name in ("extract_features", "extract_features_scriptable"):
         if getattr(cls, name) is not getattr(TransformerDecoderBase, name):
@@ -81,40 +68,6 @@ def _heads(x: Tensor, rows: int, heads: int) -> Tensor:
     return x.view(x.size(0), rows, heads, -1).permute(1, 2, 0, 3)
 
 
-class Slots:
-    """Tensors at fixed addresses for a captured step, sized for a shape
-    bucket: ``put`` copies a batch's tensor into the front of its slot (made
-    at the first put, each dim in ``sizes`` enlarged to the bucket's) and
-    fills the rest with ``fill``.  A state made for one batch has no slots:
-    it keeps the batch's tensors as they are."""
-
-    def __init__(self, rows: int, src_len: int):
-        self.rows, self.src_len = rows, src_len
-        self.slots: Dict[str, Tensor] = {}
-
-    def put(self, name: str, value: Tensor, sizes: Dict[int, int], fill=0) -> Tensor:
-        slot = self.slots.get(name)
-        if slot is None:
-            shape = list(value.shape)
-            for dim, size in sizes.items():
-                shape[dim] = size
-            slot = self.slots[name] = value.new_empty(shape)
-        if any(n > m for n, m in zip(value.shape, slot.shape)):
-            raise ValueError(f"{name}: a batch of shape {tuple(value.shape)} does not fit its bucket "
-                             f"{tuple(slot.shape)}")
-        slot.fill_(fill)
-        slot[tuple(slice(0, n) for n in value.shape)].copy_(value)
-        return slot
-
-
-def unmask_first_position(mask: Tensor, real_rows: int, rows_dim: int, src_dim: int) -> Tensor:
-    """In place, in a True-at-padding source mask padded to a bucket's rows: each row after ``real_rows``
-    attends to its first (zero) source position, so that its attention's softmax is over one key, not over
-    nothing (NaN, which a backward would carry into the weights' gradients)."""
-    mask.narrow(rows_dim, real_rows, mask.size(rows_dim) - real_rows).narrow(src_dim, 0, 1).fill_(False)
-    return mask
-
-
 def _sublayer(layer, norm, x: Tensor, body) -> Tensor:
     """One residual sub-layer of a fairseq decoder layer: x + body(norm(x)) when the layer normalizes
     before (pre-norm), norm(x + body(x)) after (post-norm)."""
@@ -129,25 +82,12 @@ def _feed_forward(layer, x: Tensor) -> Tensor:
     return layer.dropout_module(layer.fc2(layer.activation_dropout_module(layer.activation_fn(layer.fc1(x)))))
 
 
-class _DecoderState:
-    """A state's decoder, held weakly: a bucket keeps its state in a dict weakly keyed by the decoder
-    (``capture.py``), and a strong reference from the bucket would keep the decoder, its buckets and their
-    graphs alive for as long as the process runs."""
-
-    def __init__(self, decoder):
-        self._decoder = weakref.ref(decoder)
-
-    @property
-    def decoder(self):
-        return self._decoder()
-
-
-class TransformerStaticState(_DecoderState):
+class TransformerStaticState(families.DecoderState):
     """The decoding state of one batch of ``rows`` sequences of at most
     ``steps`` tokens for a fairseq ``TransformerDecoder``; ``step(tokens, t)``
     is ``decoder.extract_features(prefix, encoder_out, incremental_state)``
     for the prefix whose last token is ``tokens`` (rows) at position t:
-    rows x d states.  Build it with ``static_state``."""
+    rows x d states."""
 
     def __init__(self, decoder, encoder_out, steps: int, slots: Optional[Slots] = None):
         super().__init__(decoder)
@@ -196,6 +136,9 @@ class TransformerStaticState(_DecoderState):
             self.positions = d.embed_positions(prefix)[0]  # steps x C
             if slots is not None:
                 self.positions = slots.put("positions", self.positions, {})
+
+    def own_tensors(self) -> List[Tensor]:
+        return self.keys + self.values
 
     def _self_attention(self, decoder_layer, layer: int, t, x: Tensor) -> Tensor:
         attn = decoder_layer.self_attn
@@ -246,160 +189,22 @@ class TransformerStaticState(_DecoderState):
         return x
 
 
-class RecurrentStaticState(_DecoderState):
-    """The decoding state of one batch for a recurrent decoder: ``step(tokens,
-    t)`` is ``decoder.extract_features(prefix, encoder_out,
-    incremental_state)`` for the prefix whose last token is ``tokens`` (rows
-    x d states), with the decoder's own modules.  Made for one batch, a step
-    binds new state tensors (the sampler may keep the step graph, which
-    in-place writes would break); in a bucket's ``slots`` it writes them in
-    place (a captured step, no graph kept)."""
+class TransformerFamily(families.DecoderFamily):
+    """fairseq's ``TransformerDecoder`` (and the classes built on it that compute as it does)."""
 
-    def __init__(self, decoder, encoder_out, slots: Optional[Slots] = None):
-        super().__init__(decoder)
-        self.slots = slots
-        if isinstance(decoder, SmallVocabDecoder):  # the paper's decoder: global attention, input feeding
-            self._step = self._paper_step
-        elif isinstance(decoder, CaptionDecoder):  # an LSTM from the image's h_0, no attention
-            self._step = self._caption_step
-        else:  # fairseq's lstm
-            self._step = self._fairseq_step
-        self.load(encoder_out)
+    def accepts(self, decoder) -> bool:
+        return isinstance(decoder, TransformerDecoderBase)
 
-    def _put(self, name: str, value: Tensor, rows_dim: int, src_dim: Optional[int] = None, fill=0) -> Tensor:
-        slots = self.slots
-        if slots is None:
-            return value
-        sizes = {rows_dim: slots.rows} if src_dim is None else {rows_dim: slots.rows, src_dim: slots.src_len}
-        return slots.put(name, value, sizes, fill)
+    def why_not(self, decoder) -> Optional[str]:
+        return _unsupported(decoder)
 
-    def _pad_mask(self, name: str, mask: Tensor, rows_dim: int, src_dim: int) -> Tensor:
-        """A True-at-padding source mask in its slot; a padded row attends to one (zero) key."""
-        rows = mask.size(rows_dim)
-        mask = self._put(name, mask, rows_dim, src_dim, fill=True)
-        return mask if self.slots is None else unmask_first_position(mask, rows, rows_dim, src_dim)
+    def follows(self, decoder, encoder_out, keep_graph: bool = False) -> bool:
+        # a kept step graph would be broken by the in-place buffers
+        return not keep_graph and _unsupported(decoder) is None and isinstance(encoder_out, dict) \
+            and bool(encoder_out.get("encoder_out"))
 
-    def load(self, encoder_out):
-        """The batch's initial states and attention keys, from the decoder's current parameters."""
-        d = self.decoder
-        if isinstance(d, SmallVocabDecoder):
-            enc = encoder_out["encoder_out"][0]  # S x rows x 2d
-            self.hs = list(self._put("h", encoder_out["final_hidden"][0], 1).unbind(0))
-            self.cs = list(self._put("c", encoder_out["final_cell"][0], 1).unbind(0))
-            self.feed = self._put("feed", enc.new_zeros(enc.size(1), d.combine.out_features), 0)
-            # rows x d x S: W_a e_j, once
-            self.keys = self._put("keys", d.attention(enc).permute(1, 2, 0), 0, 2)
-            self.values = self._put("values", enc.transpose(0, 1), 0, 1)
-            self.mask = self._pad_mask("mask", encoder_out["encoder_padding_mask"][0], 0, 1)
-        elif isinstance(d, CaptionDecoder):
-            self.h = self._put("h", encoder_out["final_hidden"][0], 1)
-            self.c = self._put("c", encoder_out["final_cell"][0], 1)
-        else:  # fairseq's lstm: its encoder's tuple (states, h, c, S x rows padding mask)
-            enc, hiddens, cells, mask = encoder_out[:4]
-            hs = [hiddens[i] for i in range(d.num_layers)]
-            cs = [cells[i] for i in range(d.num_layers)]
-            if d.encoder_hidden_proj is not None:
-                hs = [d.encoder_hidden_proj(y) for y in hs]
-                cs = [d.encoder_cell_proj(y) for y in cs]
-            if self.slots is not None:
-                hs = list(self._put("h", torch.stack(hs), 1).unbind(0))
-                cs = list(self._put("c", torch.stack(cs), 1).unbind(0))
-            self.hs, self.cs = hs, cs
-            self.enc = self._put("enc", enc, 1, 0)
-            self.mask = self._pad_mask("mask", mask, 1, 0)
-            self.feed = self._put("feed", enc.new_zeros(enc.size(1), d.hidden_size), 0)
-
-    def _set(self, name: str, value: Tensor, index: Optional[int] = None):
-        """The state's next value: bound (one batch's state) or written in place (a bucket's)."""
-        if self.slots is not None:
-            (getattr(self, name) if index is None else getattr(self, name)[index]).copy_(value)
-        elif index is None:
-            setattr(self, name, value)
-        else:
-            getattr(self, name)[index] = value
-
-    def step(self, tokens: Tensor, t) -> Tensor:
-        return self._step(tokens)
-
-    def _paper_step(self, tokens: Tensor) -> Tensor:
-        d = self.decoder
-        inp = torch.cat([d.dropout(d.embed_tokens(tokens)), self.feed], dim=1)
-        for i, cell in enumerate(d.cells):
-            h, c = cell(inp, (self.hs[i], self.cs[i]))
-            self._set("hs", h, i)
-            self._set("cs", c, i)
-            inp = d.dropout(h) if i + 1 < len(d.cells) else h
-        scores = torch.bmm(h.unsqueeze(1), self.keys).squeeze(1).masked_fill(self.mask, float("-inf"))
-        a = F.softmax(scores.float(), dim=-1).type_as(scores)
-        ctx = torch.bmm(a.unsqueeze(1), self.values).squeeze(1)
-        feed = d.dropout(torch.tanh(d.combine(d.dropout(torch.cat([h, ctx], dim=1)))))
-        self._set("feed", feed)
-        return feed
-
-    def _caption_step(self, tokens: Tensor) -> Tensor:
-        d = self.decoder
-        out, (h, c) = d.lstm(d.dropout(d.embed_tokens(tokens)).unsqueeze(0), (self.h, self.c))
-        self._set("h", h)
-        self._set("c", c)
-        return d.dropout(out[0])
-
-    def _fairseq_step(self, tokens: Tensor) -> Tensor:
-        d = self.decoder
-        inp = torch.cat((d.dropout_in_module(d.embed_tokens(tokens)), self.feed), dim=1)
-        for i, rnn in enumerate(d.layers):
-            hidden, cell = rnn(inp, (self.hs[i], self.cs[i]))
-            inp = d.dropout_out_module(hidden)
-            if d.residuals:
-                inp = inp + self.hs[i]
-            self._set("hs", hidden, i)
-            self._set("cs", cell, i)
-        out = d.attention(hidden, self.enc, self.mask)[0]  # (an lstm without attention keeps fairseq's state)
-        feed = d.dropout_out_module(out)
-        self._set("feed", feed)
-        x = feed
-        if hasattr(d, "additional_fc") and d.adaptive_softmax is None:
-            x = d.dropout_out_module(d.additional_fc(x))
-        return x
+    def static_state(self, decoder, encoder_out, steps: int, slots: Optional[Slots] = None):
+        return TransformerStaticState(decoder, encoder_out, steps, slots)
 
 
-def _recurrent_supported(decoder) -> bool:
-    """The decoder classes ``RecurrentStaticState`` follows, exactly (a subclass may compute otherwise)."""
-    if type(decoder) in (SmallVocabDecoder, CaptionDecoder):
-        return True
-    return type(decoder) is LSTMDecoder and decoder.attention is not None and decoder.encoder_output_units > 0
-
-
-def _why_not(decoder) -> Optional[str]:
-    if isinstance(decoder, (LSTMDecoder, SmallVocabDecoder, CaptionDecoder)):
-        return "a recurrent decoder subclass, or fairseq's lstm without attention"
-    return _unsupported(decoder)
-
-
-def has_static_state(decoder, encoder_out, keep_graph: bool = False) -> bool:
-    """Whether ``decoder`` samples on a static state (``static_state``)."""
-    if _recurrent_supported(decoder):
-        return True
-    return not keep_graph and _unsupported(decoder) is None and isinstance(encoder_out, dict) \
-        and bool(encoder_out.get("encoder_out"))
-
-
-def static_state(decoder, encoder_out, steps: int, keep_graph: bool = False, slots: Optional[Slots] = None):
-    """The static state for ``decoder``, or None where it keeps fairseq's
-    incremental state (another decoder, or an option the static step does
-    not follow).  ``keep_graph``: the sampler keeps the steps' graph, which
-    the Transformer's in-place buffers would break (recurrent decoders only
-    keep it).  ``slots``: a captured step's state, at the bucket's sizes
-    (``load`` then takes each next batch)."""
-    if not has_static_state(decoder, encoder_out, keep_graph):
-        # a user whose sampling is slower than the benchmarks' should learn why from the log, not the profiler;
-        # the class is asked once (this runs every batch, and the reason walks the layers)
-        if not keep_graph and type(decoder) not in _told:
-            _told.add(type(decoder))
-            reason = _why_not(decoder)
-            if reason is not None:
-                logger.info(f"{type(decoder).__name__} samples on fairseq's incremental state, not the static "
-                            f"state ({reason})")
-        return None
-    if _recurrent_supported(decoder):
-        return RecurrentStaticState(decoder, encoder_out, slots)
-    return TransformerStaticState(decoder, encoder_out, steps, slots)
+families.register(TransformerFamily())

@@ -27,6 +27,8 @@ import torch.nn as nn
 from fairseq.models import FairseqEncoder, FairseqEncoderDecoderModel, register_model
 from torch import Tensor
 
+from fairseq_smallvocab.engine import families
+from fairseq_smallvocab.engine.recurrent_state import RecurrentStaticState
 from fairseq_smallvocab.models.checks import check_model_config
 from fairseq_smallvocab.models.lstm_smallvocab import INIT_SCALE, TiedOutputDecoder, _init_lstm
 from fairseq_smallvocab.models.recorded import TaskRecords
@@ -94,6 +96,40 @@ class CaptionDecoder(TiedOutputDecoder):
         if incremental_state is not None:
             self.set_incremental_state(incremental_state, "state", {"h": h, "c": c})
         return self.dropout(out.transpose(0, 1)), None
+
+
+class CaptionState(RecurrentStaticState):
+    """REINFORCE's decoding state for the captioning LSTM (``engine.recurrent_state``): h and c only."""
+
+    def load(self, encoder_out):
+        self.h = self._put("h", encoder_out["final_hidden"][0], 1)
+        self.c = self._put("c", encoder_out["final_cell"][0], 1)
+
+    def step(self, tokens: Tensor, t) -> Tensor:
+        d = self.decoder
+        out, (h, c) = d.lstm(d.dropout(d.embed_tokens(tokens)).unsqueeze(0), (self.h, self.c))
+        self._set("h", h)
+        self._set("c", c)
+        return d.dropout(out[0])
+
+
+class CaptionFamily(families.DecoderFamily):
+    """The captioning LSTM for the engine: recurrent, a static state; no graphed pass (its teacher-forced
+    pass is one ``nn.LSTM`` call over all steps: nothing to gain)."""
+
+    recurrent = True
+
+    def accepts(self, decoder) -> bool:
+        return isinstance(decoder, CaptionDecoder)
+
+    def why_not(self, decoder) -> Optional[str]:
+        return None if type(decoder) is CaptionDecoder else f"{type(decoder).__name__} subclasses the captioner's"
+
+    def static_state(self, decoder, encoder_out, steps: int, slots=None):
+        return CaptionState(decoder, encoder_out, slots)
+
+
+families.register(CaptionFamily())
 
 
 @register_model("lstm_caption_smallvocab", dataclass=LSTMCaptionSmallVocabConfig)

@@ -20,7 +20,7 @@ LSTM forget-gate biases 1, the attention matrix 0.
 """
 
 from dataclasses import dataclass, field
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import torch
 import torch.nn as nn
@@ -35,6 +35,9 @@ from fairseq.models import (
 )
 from torch import Tensor
 
+from fairseq_smallvocab.engine import families
+from fairseq_smallvocab.engine.families import EncoderParts, Part
+from fairseq_smallvocab.engine.recurrent_state import RecurrentStaticState
 from fairseq_smallvocab.models.checks import check_model_config
 from fairseq_smallvocab.models.recorded import TaskRecords
 
@@ -107,7 +110,6 @@ class TiedOutputDecoder(FairseqIncrementalDecoder):
     dimension of each tensor they cache under "state" in ``STATE_BATCH_DIMS``."""
 
     STATE_BATCH_DIMS: Dict[str, int] = {}
-    recurrent = True  # REINFORCE's sampler keeps the step graph instead of a second pass (see sampler.py)
 
     def __init__(self, dictionary, embed_dim, dropout, max_positions):
         super().__init__(dictionary)
@@ -153,6 +155,25 @@ class SmallVocabDecoder(TiedOutputDecoder):
         nn.init.uniform_(self.combine.weight, -INIT_SCALE, INIT_SCALE)
         nn.init.zeros_(self.combine.bias)
 
+    def attention_step(self, x: Tensor, hs: List[Tensor], cs: List[Tensor], feed: Tensor, keys: Tensor,
+                       values: Tensor, mask: Tensor):
+        """One step: the embedded token ``x`` (B x d) and the last input feed through the LSTM layers (h, c
+        of each in ``hs``, ``cs``), global attention over the source (``keys``: B x d x T_src, W_a e_j;
+        ``values``: B x T_src x 2d; ``mask``: True at padding), and the new feed s_t.  Returns the layers'
+        new (hs, cs), s_t (B x d) and the attention (B x T_src).  The model's passes and REINFORCE's static
+        state (``PaperLSTMState``) both run it."""
+        inp = torch.cat([x, feed], dim=1)
+        hs, cs = list(hs), list(cs)
+        for i, cell in enumerate(self.cells):
+            hs[i], cs[i] = cell(inp, (hs[i], cs[i]))
+            inp = self.dropout(hs[i]) if i + 1 < len(self.cells) else hs[i]
+        h = hs[-1]
+        scores = torch.bmm(h.unsqueeze(1), keys).squeeze(1).masked_fill(mask, float("-inf"))
+        a = F.softmax(scores.float(), dim=-1).type_as(scores)  # B x T_src
+        ctx = torch.bmm(a.unsqueeze(1), values).squeeze(1)  # B x 2d
+        feed = self.dropout(torch.tanh(self.combine(self.dropout(torch.cat([h, ctx], dim=1)))))
+        return hs, cs, feed, a
+
     def extract_features(self, prev_output_tokens, encoder_out, incremental_state=None):
         """s_t for every step: B x T x d (and the attention, B x T x T_src)."""
         enc = encoder_out["encoder_out"][0]  # T_src x B x 2d
@@ -173,21 +194,59 @@ class SmallVocabDecoder(TiedOutputDecoder):
         x = self.dropout(self.embed_tokens(prev_output_tokens))  # B x T x d
         outs, attns = [], []
         for t in range(steps):
-            inp = torch.cat([x[:, t], feed], dim=1)
-            for i, cell in enumerate(self.cells):
-                hs[i], cs[i] = cell(inp, (hs[i], cs[i]))
-                inp = self.dropout(hs[i]) if i + 1 < len(self.cells) else hs[i]
-            h = hs[-1]
-            scores = torch.bmm(h.unsqueeze(1), keys).squeeze(1).masked_fill(mask, float("-inf"))
-            a = F.softmax(scores.float(), dim=-1).type_as(scores)  # B x T_src
-            ctx = torch.bmm(a.unsqueeze(1), values).squeeze(1)  # B x 2d
-            feed = self.dropout(torch.tanh(self.combine(self.dropout(torch.cat([h, ctx], dim=1)))))
+            hs, cs, feed, a = self.attention_step(x[:, t], hs, cs, feed, keys, values, mask)
             outs.append(feed)
             attns.append(a)
         if incremental_state is not None:
             self.set_incremental_state(incremental_state, "state",
                                        {"h": torch.stack(hs), "c": torch.stack(cs), "feed": feed, "keys": keys})
         return torch.stack(outs, dim=1), torch.stack(attns, dim=1)
+
+
+class PaperLSTMState(RecurrentStaticState):
+    """REINFORCE's decoding state for the paper's decoder (``engine.recurrent_state``): the attention's keys
+    projected once, each step ``SmallVocabDecoder.attention_step``."""
+
+    def load(self, encoder_out):
+        d = self.decoder
+        enc = encoder_out["encoder_out"][0]  # S x rows x 2d
+        self.hs = list(self._put("h", encoder_out["final_hidden"][0], 1).unbind(0))
+        self.cs = list(self._put("c", encoder_out["final_cell"][0], 1).unbind(0))
+        self.feed = self._put("feed", enc.new_zeros(enc.size(1), d.combine.out_features), 0)
+        self.keys = self._put("keys", d.attention(enc).permute(1, 2, 0), 0, 2)  # rows x d x S: W_a e_j, once
+        self.values = self._put("values", enc.transpose(0, 1), 0, 1)
+        self.mask = self._pad_mask("mask", encoder_out["encoder_padding_mask"][0], 0, 1)
+
+    def step(self, tokens: Tensor, t) -> Tensor:
+        d = self.decoder
+        hs, cs, feed, _ = d.attention_step(d.dropout(d.embed_tokens(tokens)), self.hs, self.cs, self.feed,
+                                           self.keys, self.values, self.mask)
+        self._set_layers(hs, cs)
+        self._set("feed", feed)
+        return feed
+
+
+class PaperLSTMFamily(families.DecoderFamily):
+    """The paper's attentional decoder for the engine: recurrent, its static state and its graphed pass."""
+
+    recurrent = True
+    parts = EncoderParts([Part(1, 0), Part(0, 1, mask=True), Part(1), Part(1)],
+                         lambda out: [out["encoder_out"][0], out["encoder_padding_mask"][0], out["final_hidden"][0],
+                                      out["final_cell"][0]],
+                         lambda parts: {"encoder_out": [parts[0]], "encoder_padding_mask": [parts[1]],
+                                        "final_hidden": [parts[2]], "final_cell": [parts[3]]})
+
+    def accepts(self, decoder) -> bool:
+        return isinstance(decoder, SmallVocabDecoder)
+
+    def why_not(self, decoder) -> Optional[str]:
+        return None if type(decoder) is SmallVocabDecoder else f"{type(decoder).__name__} subclasses the paper's"
+
+    def static_state(self, decoder, encoder_out, steps: int, slots=None):
+        return PaperLSTMState(decoder, encoder_out, slots)
+
+
+families.register(PaperLSTMFamily())
 
 
 @register_model("lstm_smallvocab", dataclass=LSTMSmallVocabConfig)

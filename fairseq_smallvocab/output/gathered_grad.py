@@ -6,8 +6,7 @@ REINFORCE through a recurrent decoder keeps the graph of every sampling step
 the token drawn at t - 1.  With ``nn.Embedding``'s own backward each of the
 T lookups makes a dense |V| x d gradient (zeros, then its B rows added) and
 autograd adds the T of them up: 2 x T passes over a |V| x d tensor per step
-(measured: docs/RESULTS.md, "A REINFORCE step at the flat 99-token limit
-(#19)").
+(measured on the CPU; docs/results.md, "CPU speed vs the paper's code").
 
 ``gathered_embedding_grads(module)`` makes, inside the block, every plain
 ``nn.Embedding`` (the class itself, not a subclass) of the module look up
@@ -31,8 +30,7 @@ embedding's whole REINFORCE step (the encoder's and the decoder's lookups of
 the CE pass and of the policy, the CE pass's output layer, the scoring's)
 then makes one |V| x d gradient instead of one per use.  Why: a Transformer
 with shared embeddings made six (32K x 512 floats, 64 MB each), and a fresh
-tensor that size is zeroed through page faults (measured: docs/RESULTS.md,
-"One weight gradient per embedding for the whole REINFORCE step").  A block opened inside another block over
+tensor that size is zeroed through page faults (measured on the CPU).  A block opened inside another block over
 a module that contains it reuses the outer one.
 """
 

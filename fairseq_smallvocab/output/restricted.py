@@ -1,16 +1,11 @@
 """The restricted output layer: a decoder's own linear output layer, scoring
-only each example's K candidate words.
-
-A fairseq decoder ends with logits = W s_t + b over the whole target
-vocabulary V (W: |V| x d, found by ``output.weights``).  With the candidates
-c_b of example b (K ids, see ``candidates.space``), the restricted layer
-computes
+only each example's K candidate words (c_b: K ids, ``candidates.space``):
 
     logits[b, t, k] = W[c_b[k]] . s[b, t] + b[c_b[k]]        (B x T x K)
 
-with the decoder's own parameters: nothing is added to the model, so its
-state-dict keys stay the stock ones, and ``candidates=None`` gives the full
-softmax by the same code (one model, one code path).
+with the decoder's own parameters (W, b: ``output.weights``): nothing is
+added to the model, and ``candidates=None`` gives the full softmax by the
+same code (one model, one code path).
 
 Two autograd functions make it without the B x K x d gathered rows or the
 B x T x K logits ever existing whole: ``CandidateLogits`` (the teacher-forced
@@ -18,17 +13,15 @@ logits) and ``CandidateLogProbs`` (the log-probabilities of chosen words, what
 REINFORCE scores).  Both run their products in the wider of the states' and
 the weights' dtypes and hand each gradient back in its input's dtype
 (``_in_product_dtype``, ``_input_grads``), and both can add W's gradient into
-an open ``gathered_embedding_grads`` block (``_routed``).  Step-wise scoring
-for decoding: ``output.union_scorer``.
+an open ``gathered_embedding_grads`` block (``_routed``).
 """
 
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from fairseq_smallvocab.candidates.space import batch_union
 from fairseq_smallvocab.output.gathered_grad import accumulator, active_route, lookup_rows
 
 
@@ -37,8 +30,8 @@ class Scratch:
     last, shorter chunk takes a prefix).  Why: a chunk's gathered rows and
     row gradients are 16 MB each (16 x 1000 x 256 floats), and a fresh tensor
     of that size comes from the OS with its pages faulted in again, which made
-    a product into it several times slower than into a reused one
-    (measured: docs/RESULTS.md, "Second pass (2026-11-23)")."""
+    a product into it several times slower than into a reused one (measured
+    on the CPU)."""
 
     def __init__(self):
         self.buffers = {}
@@ -58,7 +51,7 @@ def gather_rows(table: Tensor, ids: Tensor, scratch: Optional[Scratch] = None, n
     ``index_select`` on the flattened ids (into a reused buffer with
     ``scratch``): the same values, but on the CPU advanced indexing with a
     2-D index (aten::index) copied a chunk's rows several times slower, and
-    it runs 25 times per REINFORCE step (measured: docs/RESULTS.md, "Second pass (2026-11-23)")."""
+    it runs 25 times per REINFORCE step (measured on the CPU)."""
     shape = (*ids.shape, *table.shape[1:])
     if scratch is None:
         return table.index_select(0, ids.reshape(-1)).view(shape)
@@ -202,8 +195,8 @@ class CandidateLogProbs(torch.autograd.Function):
     composed from ``restricted_logits``, masking, ``log_softmax`` and
     ``gather``, the full softmax's step made and passed over four B x T x V
     tensors (logits, log-softmax, and their gradients, plus copies for the
-    in-place masking), which took most of its time (measured: docs/RESULTS.md,
-    "A REINFORCE step at the flat 99-token limit (#19)").  Here a chunk's logits are made, used and freed; the backward
+    in-place masking), which took most of its time (measured on the CPU;
+    docs/results.md, "CPU speed vs the paper's code").  Here a chunk's logits are made, used and freed; the backward
     makes them again (one more product, in place of reading 950 MB tensors)
     and forms the gradient of the chosen log-probabilities directly,
     dL/dz = g (onehot(y) - softmax(z)).  Same values and gradients as the
@@ -326,24 +319,29 @@ def candidate_log_probs(features: Tensor, weight: Tensor, bias: Optional[Tensor]
                                    anchor, buffer)
 
 
-# the batch union is scored with one product when it has at most this many words per candidate row: where
-# the union's product and the per-example rows cost the same (scripts/bench_output_layer.py; docs/RESULTS.md,
-# "The teacher-forced restricted output layer: per-example rows vs the batch union")
+def batch_union(candidates: Tensor) -> Tuple[Tensor, Tensor]:
+    """The union U of a batch's candidates (sorted ids, |U|) and each candidate's index in U (the shape of
+    ``candidates``): scoring U with one product and picking each row's K is the per-example logits."""
+    return torch.unique(candidates, return_inverse=True)
+
+
+# the batch union is scored with one product when it has at most this many words per candidate row, by default:
+# where the union's product and the per-example rows cost the same (scripts/bench_output_layer.py)
 UNION_MAX_RATIO = 2.0
 
 
-def restricted_logits(features: Tensor, weight: Tensor, bias: Optional[Tensor],
-                      candidates: Optional[Tensor]) -> Tensor:
+def restricted_logits(features: Tensor, weight: Tensor, bias: Optional[Tensor], candidates: Optional[Tensor],
+                      union_max_ratio: float = UNION_MAX_RATIO) -> Tensor:
     """B x T x K logits over each example's candidates (B x K ids), or B x T x V
     with ``candidates=None``.  Two ways to the same values, the faster for the
     batch: when the batch's candidates overlap so much that their union U has
-    at most ``UNION_MAX_RATIO`` x K words (a predictor's lists share their
+    at most ``union_max_ratio`` x K words (a predictor's lists share their
     frequent words), one product with U's rows and each row's K picked out of
     it; otherwise each example's own rows (``CandidateLogits``)."""
     if candidates is None:
         return F.linear(features, weight, bias)
     union, pos = batch_union(candidates)
-    if len(union) <= UNION_MAX_RATIO * candidates.size(1):
+    if len(union) <= union_max_ratio * candidates.size(1):
         scores = F.linear(features, lookup_rows(weight, union), None if bias is None else gather_rows(bias, union))
         return scores.gather(-1, pos.unsqueeze(1).expand(-1, features.size(1), -1))
     weight, anchor, buffer = _routed(features, weight)

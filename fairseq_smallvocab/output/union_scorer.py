@@ -9,10 +9,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from fairseq_smallvocab.candidates.space import batch_union
-from fairseq_smallvocab.output.restricted import gather_rows
+from fairseq_smallvocab.output.restricted import batch_union, gather_rows
 
-# the fewest decoding rows for which ``UnionScorer`` makes the union's scores transposed on the CPU (see there)
+# the fewest decoding rows for which ``UnionScorer`` makes the union's scores transposed on the CPU, by default
+# (see there; REINFORCE's comes from its ``EngineSettings``)
 TRANSPOSED_MIN_ROWS = 32
 
 
@@ -25,7 +25,9 @@ class UnionScorer:
     example and follows the generator's reorderings (``reorder``).  Without
     candidates it scores the whole vocabulary.  No gradient."""
 
-    def __init__(self, weight: Tensor, bias: Optional[Tensor], candidates: Optional[Tensor]):
+    def __init__(self, weight: Tensor, bias: Optional[Tensor], candidates: Optional[Tensor],
+                 transposed_min_rows: int = TRANSPOSED_MIN_ROWS):
+        self.transposed_min_rows = transposed_min_rows
         weight = weight.detach()
         bias = None if bias is None else bias.detach()
         if candidates is None:
@@ -45,11 +47,11 @@ class UnionScorer:
     def __call__(self, features: Tensor) -> Tensor:
         """rows x d (or rows x T x d) states -> rows x K (or rows x T x K) logits."""
         features = features.to(self.weight.dtype)
-        if (self.pos is not None and features.dim() == 2 and features.size(0) >= TRANSPOSED_MIN_ROWS
+        if (self.pos is not None and features.dim() == 2 and features.size(0) >= self.transposed_min_rows
                 and features.device.type == "cpu"):
             # the union's scores made as W_U s^T (|U| x rows) and read through a transposed view: on the
             # CPU (MKL) this orientation is faster than F.linear's rows x |U| from some tens of rows on and
-            # slower for a few rows, hence the floor (docs/RESULTS.md, "Fifth pass (2026-11-23, evening)");
+            # slower for a few rows, hence the floor (measured with benchmark.py --ab transposed_min_rows=...);
             # not measured on CUDA, which keeps F.linear
             bias = self.bias
             scores = (torch.mm(self.weight, features.t()) if bias is None

@@ -1,10 +1,13 @@
-"""REINFORCE inside the candidates (the paper's section 2.2): drawing samples
-from the restricted policy and scoring them (``sampler``; one step of its
-loop, ``loop``, runs on a decoding state made once per batch,
-``static_state``, and on a GPU is captured and replayed per token,
-``capture``; a recurrent decoder's teacher-forced passes are replayed with
-their backward, ``graphed_pass``), the sentence
-rewards (``rewards``: GLEU, BLEU, chrF, constant) and the baselines
-(``baselines``: learned, leave-one-out, self-critical, none).  The loss that
-puts them together is the ``reinforce_gleu`` criterion
-(``criterions/reinforce_gleu.py``)."""
+"""REINFORCE inside the candidates (the paper's section 2.2), the algorithm
+apart from the device engine (``engine/``), read in the order a step runs:
+
+- ``config``: the ``reinforce_gleu`` criterion's options and their checks;
+- ``samples``: each sample's length limit, and the memory check before any
+  is drawn (the engine draws and scores them: ``engine.sampling.policy``);
+- ``rewards``: sentence rewards (GLEU, BLEU, chrF, constant);
+- ``baselines``: learned, leave-one-out, self-critical, none;
+- ``objective``: the loss, as pure functions (the CE term, the advantage,
+  the policy gradient, their mix).
+
+The criterion that runs them per batch, sample -> reward -> baseline ->
+loss -> log, is ``criterions/reinforce_gleu.py``."""

@@ -1,92 +1,88 @@
-"""``--ab MODULE.NAME=A,B``: two values of one of the plugin's module-level
-settings compared inside one worker process, batch by batch; ``--set
-MODULE.NAME=VALUE``: one value for a whole run.
+"""``--ab NAME=A,B``: two values of one of the engine's settings
+(``fairseq_smallvocab.engine.settings.EngineSettings``: capture, compile,
+graphed_pass, static_state, stop_check_every, ...) compared inside one
+worker process, batch by batch; ``--set NAME=VALUE``: one value for a whole
+run.
 
-``parse_ab`` reads and checks the option, ``ab_steps`` runs every batch under
-both values (used by both workers), ``ab_summary`` gives the medians and the
-median ratio A / B (also used by the runner to pool a configuration's rounds).
-``parse_set`` and ``apply_settings`` read and apply ``--set`` in a worker.
+``parse_ab`` and ``parse_set`` read and check the options, ``settings_for``
+gives a worker's settings (the defaults with every ``--set``), ``ab_steps``
+runs every batch under both values (used by both workers), ``ab_summary``
+gives the medians and the median ratio A / B (also used by the runner to pool
+a configuration's rounds).  Parsing ``--ab`` / ``--set`` imports the plugin
+(its settings), and with it torch: a command line without them loads
+without torch.
 """
 
-import ast
-import importlib
 import statistics
 import time
 from typing import Optional
 
+AB_USAGE = "give a setting's name and two values, e.g. transposed_min_rows=1000000000,32 or capture=off,cuda-graphs"
+SET_USAGE = "give a setting's name and its value, e.g. capture=off"
 
-def _setting(option: str, spec: str, usage: str):
-    """``module.NAME=VALUES`` -> (module, NAME, VALUES): a module-level setting of the plugin, checked."""
-    target, sep, values = spec.partition("=")
-    module_name, _, name = target.rpartition(".")
-    if not sep or not name or module_name.split(".")[0] != "fairseq_smallvocab":
+
+def _parse(option: str, spec: str, usage: str):
+    """``NAME=VALUES`` -> (NAME, [values as text]), the name checked against the engine's settings."""
+    from fairseq_smallvocab.engine.settings import NAMES
+
+    name, sep, values = spec.partition("=")
+    name = name.strip()
+    if not sep or not name:
         raise ValueError(f"{option} {spec}: {usage}")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as error:
-        raise ValueError(f"{option} {spec}: no module {module_name} ({error}); {usage}") from None
-    if not hasattr(module, name):
-        raise ValueError(f"{option} {spec}: {module_name} has no setting {name}; {usage}")
-    return module, name, values
+    if name not in NAMES:
+        raise ValueError(f"{option} {spec}: no setting {name!r}; the settings are {', '.join(NAMES)}")
+    return name, values
 
 
-def _literals(option: str, spec: str, module, name: str, parts, usage: str) -> tuple:
-    """Each of ``parts`` as a Python literal of the setting's type."""
+def _values(option: str, spec: str, name: str, parts) -> tuple:
+    from fairseq_smallvocab.engine.settings import EngineSettings, parse
+
     try:
-        parsed = tuple(ast.literal_eval(part.strip()) for part in parts)
-    except (ValueError, SyntaxError):
-        raise ValueError(f"{option} {spec}: the values must be Python literals; {usage}") from None
-    current = getattr(module, name)
-    allowed = (int, float) if isinstance(current, float) else (type(current),)
-    for value in parsed:
-        if type(value) not in allowed:
-            raise ValueError(f"{option} {spec}: {value!r} is not of {name}'s type ({type(current).__name__}: "
-                             f"{current!r} now)")
-    return parsed
+        values = tuple(parse(name, part) for part in parts)
+        for value in values:  # the setting's own checks (e.g. >= 1), here rather than in the worker
+            EngineSettings().changed(**{name: value})
+        return values
+    except ValueError as error:
+        raise ValueError(f"{option} {spec}: {error}") from None
 
 
 def parse_ab(spec: str):
-    """``--ab module.NAME=A,B`` -> (module, NAME, (A, B)): a module-level
-    setting of the plugin and two values for it (Python literals of its type)."""
-    usage = ("give a module-level setting of the plugin and two values, e.g. "
-             "fairseq_smallvocab.output.union_scorer.TRANSPOSED_MIN_ROWS=1000000000,32")
-    module, name, values = _setting("--ab", spec, usage)
+    """``--ab NAME=A,B`` -> (NAME, (A, B)): one of the engine's settings and two values for it."""
+    name, values = _parse("--ab", spec, AB_USAGE)
     parts = values.split(",")
     if len(parts) != 2:
-        raise ValueError(f"--ab {spec}: two values are compared, not {len(parts)}; {usage}")
-    return module, name, _literals("--ab", spec, module, name, parts, usage)
+        raise ValueError(f"--ab {spec}: two values are compared, not {len(parts)}; {AB_USAGE}")
+    return name, _values("--ab", spec, name, parts)
 
 
 def parse_set(spec: str):
-    """``--set module.NAME=VALUE`` -> (module, NAME, VALUE): one module-level setting of the plugin and the
-    value a whole run uses (a Python literal of its type; commas belong to the value)."""
-    usage = ("give a module-level setting of the plugin and its value, e.g. "
-             "\"fairseq_smallvocab.reinforce.capture.CAPTURE='off'\"")
-    module, name, value = _setting("--set", spec, usage)
-    (parsed,) = _literals("--set", spec, module, name, [value], usage)
-    return module, name, parsed
+    """``--set NAME=VALUE`` -> (NAME, VALUE): one of the engine's settings and the value a whole run uses."""
+    name, value = _parse("--set", spec, SET_USAGE)
+    (parsed,) = _values("--set", spec, name, [value])
+    return name, parsed
 
 
-def apply_settings(specs) -> None:
-    """Set each ``--set`` setting in this (worker) process, before anything is built."""
-    for spec in specs or ():
-        module, name, value = parse_set(spec)
-        setattr(module, name, value)
+def settings_for(specs):
+    """The engine's settings with every ``--set`` of ``specs`` (the defaults without any)."""
+    from fairseq_smallvocab.engine.settings import EngineSettings
+
+    return EngineSettings().changed(**dict(parse_set(spec) for spec in specs or ()))
 
 
-def ab_steps(cfg: dict, step, samples, sample_lens, seed, snapshot, restore, sync=lambda: None) -> dict:
+def ab_steps(cfg: dict, step, samples, sample_lens, seed, snapshot, restore, use, base,
+             sync=lambda: None) -> dict:
     """Every batch runs once under each of the two values of ``cfg["ab"]``
+    (``use(settings)`` makes the worker's step run with ``base`` so changed)
     (A B, then B A for the next batch, and so on), both from the same random
     seed and the same weights and optimizer states (``restore(snapshot())``
     between the two: an update changes what the policy samples, and so the
     step's work), in this one process: the machine's drift, which moves whole
     processes by more than the change measured, then hits both values alike
-    (measurements: docs/RESULTS.md, "Fifth pass (2026-11-23, evening): the
-    union's product turned around; `benchmark.py --ab`").  The first
+    (a change of a few per cent is measured this way).  The first
     --warmup batches are untimed.  Returns each value's step times and sample
     lengths and the median of the batches' ratios A / B."""
-    module, name, values = parse_ab(cfg["ab"])
-    original = getattr(module, name)
+    name, values = parse_ab(cfg["ab"])
+    arms = [base.changed(**{name: value}) for value in values]
     times, lens = ([], []), ([], [])
     try:
         for i, sample in enumerate(samples):
@@ -94,7 +90,7 @@ def ab_steps(cfg: dict, step, samples, sample_lens, seed, snapshot, restore, syn
             for j, arm in enumerate((0, 1) if i % 2 == 0 else (1, 0)):
                 if j:
                     restore(state)
-                setattr(module, name, values[arm])
+                use(arms[arm])
                 seed(i)
                 sync()  # the restore's copies (CUDA) are not the step's time
                 start = time.perf_counter()
@@ -104,10 +100,11 @@ def ab_steps(cfg: dict, step, samples, sample_lens, seed, snapshot, restore, syn
                     if sample_lens:  # training steps note their samples' length
                         lens[arm].append(sample_lens[-1])
     finally:
-        setattr(module, name, original)
+        use(base)
     del sample_lens[:]
     sample_lens.extend(lens[0] + lens[1])
-    return {"ab": cfg["ab"], "ab_values": list(values), "ab_rounds": [list(t) for t in times],
+    return {"ab": cfg["ab"], "ab_values": [value.strip() for value in cfg["ab"].partition("=")[2].split(",")],
+            "ab_rounds": [list(t) for t in times],
             "ab_sample_len": [round(statistics.mean(x) / cfg.get("rl_samples", 1), 1) if x else 0 for x in lens],
             **ab_summary(times)}
 

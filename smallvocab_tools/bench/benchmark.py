@@ -55,8 +55,9 @@ Small and full run interleaved, each in a fresh process: with ``--rounds R``
 the pair runs R times (small, full, small, full, ...) and each configuration
 reports the median over its rounds, and the speedup is the median of the
 rounds' pairwise ratios, so that the machine's drift between the two sides
-of a pair cancels.  ``--ab MODULE.NAME=A,B`` compares two values of one of
-the plugin's module-level settings instead, inside each configuration's
+of a pair cancels.  ``--ab NAME=A,B`` compares two values of one of the
+engine's settings instead (``fairseq_smallvocab/engine/settings.py``: capture,
+compile, graphed_pass, static_state, ...), inside each configuration's
 process: every batch runs under both values (A B, then B A), from the same
 seed, and the record gives each value's median step and the median of the
 batches' ratios A / B (the way to measure a change of a few per cent here,
@@ -93,7 +94,7 @@ JSON records.
     python scripts/benchmark.py --modes reinforce --data data-bin/all/multi30k.en-de \
         --candidates-dir checkpoints/vp-multi30k.en-de.all/candidates --k 1000 --no-full \
         --sample-limit flat --max-sample-len 99 --steps 8 --warmup 1 \
-        --ab fairseq_smallvocab.output.union_scorer.TRANSPOSED_MIN_ROWS=1000000000,32
+        --ab transposed_min_rows=1000000000,32
     python scripts/benchmark.py --modes reinforce --data data-bin/all/multi30k.en-de \
         --candidates-dir checkpoints/vp-multi30k.en-de.all/candidates --k 1000 \
         --sample-limit flat --max-sample-len 99 --steps 5 --warmup 1 --floor
@@ -109,7 +110,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from smallvocab_tools.bench.ab import apply_settings, parse_ab, parse_set
+from smallvocab_tools.bench.ab import parse_ab, parse_set
 from smallvocab_tools.bench.decode_worker import decode_worker
 from smallvocab_tools.bench.report import markdown
 from smallvocab_tools.bench.runner import run_interleaved
@@ -280,18 +281,16 @@ def parse_args(argv=None, runnable=False):
                         help="training steps: also time each step's matrix products alone, replayed with nothing "
                              "between them (smallvocab_tools/bench/floor.py): how far the step is from its "
                              "arithmetic; records have their own table (peak memory then includes the copies)")
-    parser.add_argument("--ab", metavar="MODULE.NAME=A,B",
-                        help="compare two values of one of the plugin's module-level settings in one process: each "
+    parser.add_argument("--ab", metavar="NAME=A,B",
+                        help="compare two values of one of the engine's settings (capture, compile, graphed_pass, "
+                             "static_state, stop_check_every, stored_probs_max_elements, transposed_min_rows, "
+                             "union_max_ratio, ...: fairseq_smallvocab/engine/settings.py) in one process: each "
                              "training step or decoded batch runs under both, in alternating order, from the same "
-                             "seed (e.g. fairseq_smallvocab.output.union_scorer.TRANSPOSED_MIN_ROWS="
-                             "1000000000,32); reports each value's median and the median ratio A / B. The setting "
-                             "must be read where it is used: one copied at import or when a model is built (`from "
-                             "... import NAME`) does not change, and both sides then measure the same code")
-    parser.add_argument("--set", action="append", default=[], metavar="MODULE.NAME=VALUE",
-                        help="run every configuration with this value of one of the plugin's module-level settings "
-                             "(a Python literal; repeatable), e.g. \"fairseq_smallvocab.reinforce.capture.CAPTURE="
-                             "'off'\" for --phases with the sampling step not captured. As with --ab, the setting "
-                             "must be read where it is used")
+                             "seed (e.g. transposed_min_rows=1000000000,32 or capture=off,cuda-graphs); reports each "
+                             "value's median and the median ratio A / B")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help="run every configuration with this value of one of the engine's settings (repeatable), "
+                             "e.g. capture=off for --phases with the sampling step not captured")
     parser.add_argument("--largest-batch", action="store_true",
                         help="with --device cuda: for each softmax, first find the largest batch (sentences, each "
                              "with --rl-samples samples) whose training step fits the GPU's memory, doubling from "
@@ -393,11 +392,11 @@ def parse_args(argv=None, runnable=False):
             parse_set(spec)
         except ValueError as error:
             parser.error(str(error))
-    names = [spec.partition("=")[0] for spec in args.set]
+    names = [spec.partition("=")[0].strip() for spec in args.set]
     for name in set(names):
         if names.count(name) > 1:
             parser.error(f"--set gives {name} {names.count(name)} values: give each setting once")
-    if args.ab and any(spec.partition("=")[0] == args.ab.partition("=")[0] for spec in args.set):
+    if args.ab and args.ab.partition("=")[0].strip() in names:
         parser.error(f"--ab {args.ab} compares the setting that --set fixes: leave one out")
     if args.data and "decode" in args.modes:
         parser.error("--data measures training steps: use --modes ce reinforce")
@@ -425,7 +424,6 @@ def parse_args(argv=None, runnable=False):
 def worker(cfg: dict) -> dict:
     """Measure one configuration in this process (``--worker``, which the runner starts); returns its record
     (with the ``--set`` settings it ran under)."""
-    apply_settings(cfg.get("set"))
     record = decode_worker(cfg) if cfg["mode"] == "decode" else train_worker(cfg)
     if cfg.get("set"):
         record["set"] = cfg["set"]

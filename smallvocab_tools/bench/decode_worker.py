@@ -4,7 +4,7 @@
 import statistics
 import time
 
-from smallvocab_tools.bench.ab import ab_steps, ab_summary
+from smallvocab_tools.bench.ab import ab_steps, ab_summary, settings_for
 from smallvocab_tools.bench.workload import build_model, synthetic_task
 
 
@@ -22,6 +22,12 @@ def decode_worker(cfg: dict) -> dict:
     device = torch.device(cfg["device"])
     model = build_model(cfg, task).eval().to(device)
     cfg["d"] = cfg["d"] or model.output_weights()[0].size(1)
+    base = settings_for(cfg.get("set"))
+
+    def use(settings):  # the generator scores each step as the model's settings say
+        model.engine_settings = settings
+
+    use(base)
     predictor = VocabPredictor.build_model(VocabPredictorConfig(), task).eval() if cfg["K"] else None
     if predictor is not None:
         with torch.no_grad():  # a predictor that ranks words in some order (its output layer starts at zero)
@@ -57,7 +63,7 @@ def decode_worker(cfg: dict) -> dict:
         with torch.no_grad():
             ab = ab_steps(dict(cfg, warmup=cfg["warmup"] * len(starts)), decode_batch,
                           starts * (cfg["warmup"] + 1), [], torch.manual_seed, lambda: None, lambda state: None,
-                          sync=sync)
+                          use, base, sync=sync)
         ab.update(ab_summary(ab["ab_rounds"], bsz))
         return {**{key: cfg[key] for key in ("device", "mode", "softmax", "vocab_size", "K", "d", "max_len",
                                              "warmup", "threads", "beam", "src_len")}, "arch": cfg.get("arch"),

@@ -80,7 +80,7 @@ class PhaseTimer:
 def instrument(model, criterion, sync=lambda: None) -> PhaseTimer:
     """A timer wrapped around the model's and the criterion's phases (the
     plugin's sampler module functions included)."""
-    from fairseq_smallvocab.reinforce import sampler
+    from fairseq_smallvocab.engine import sampling as sampler
 
     timer = PhaseTimer(sync)
     sample = sampler.sample

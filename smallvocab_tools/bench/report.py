@@ -83,7 +83,7 @@ def markdown(records) -> str:
         head = ("| mode | V | softmax | K | setting | A | B | sample len A / B | time A | time B | unit | A / B |")
         lines = [head, "|" + "---|" * (head.count("|") - 1)]
         for r in compared:
-            setting = r["ab"].partition("=")[0].rpartition(".")[2]
+            setting = r["ab"].partition("=")[0]
             decode = r["mode"] == "decode"
             mode = f"decode, batch {r['batch']}, beam {r['beam']}" if decode else mode_label(r)
             times = r["ab_ms_per_sentence"] if decode else r["ab_sec_per_step"]

@@ -15,7 +15,7 @@ import math
 import statistics
 import time
 
-from smallvocab_tools.bench.ab import ab_steps
+from smallvocab_tools.bench.ab import ab_steps, settings_for
 from smallvocab_tools.bench.largest_batch import fits_on_cuda, largest_fitting, release
 from smallvocab_tools.bench.phases import DECIMALS, instrument
 from smallvocab_tools.bench.workload import build_model, make_batch, real_setup, synthetic_task, to_device
@@ -68,6 +68,14 @@ def train_worker(cfg: dict) -> dict:
         samples = [_synthetic_batch(cfg, cfg["batch"], device)] * count
         epoch_sentences = cfg["epoch_sentences"]
     cfg["d"] = cfg["d"] or model.output_weights()[0].size(1)  # a fairseq arch's (or --model-args') own d
+    engine_settings = settings_for(cfg.get("set"))  # (not ``base``: the memory baseline below)
+
+    def use(settings):  # how the step runs: REINFORCE's from its criterion, a CE pass's from the model
+        model.engine_settings = settings
+        if isinstance(criterion, ReinforceGleuCriterion):
+            criterion.settings = settings
+
+    use(engine_settings)
     model.train()
     sample_lens = []
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0, momentum=0.75, weight_decay=1e-6)
@@ -117,10 +125,12 @@ def train_worker(cfg: dict) -> dict:
         torch.cuda.reset_peak_memory_stats(device)
     ab = floor = None
     if cfg.get("ab"):  # (never with --phases or --floor)
-        ab = ab_steps(cfg, step, samples, sample_lens, torch.manual_seed, snapshot, restore, sync=sync)
+        ab = ab_steps(cfg, step, samples, sample_lens, torch.manual_seed, snapshot, restore, use, engine_settings,
+                      sync=sync)
         sec_per_step = statistics.median(ab["ab_rounds"][0] + ab["ab_rounds"][1])
     elif cfg.get("floor"):  # (never with --phases)
-        floor = floor_steps(cfg, step, samples, sample_lens, torch.manual_seed, snapshot, restore, sync=sync)
+        floor = floor_steps(cfg, step, samples, sample_lens, torch.manual_seed, snapshot, restore, sync=sync,
+                            eager=lambda: _eager_program(use, engine_settings))
         sec_per_step = floor.pop("sec_per_step")
     else:
         for sample in samples[: cfg["warmup"]]:
@@ -177,7 +187,7 @@ def _synthetic_batch(cfg: dict, sentences: int, device):
 
 def _largest_batch(cfg: dict, model, step, optimizer, device) -> dict:
     """The largest batch (sentences) whose training step fits the GPU (``largest_batch.py``)."""
-    from fairseq_smallvocab.reinforce import capture, graphed_pass
+    from fairseq_smallvocab.engine import capture, graphed_pass
 
     def reset():
         optimizer.zero_grad(set_to_none=True)
@@ -193,7 +203,8 @@ def _largest_batch(cfg: dict, model, step, optimizer, device) -> dict:
     return {"largest_batch": largest, "largest_batch_trials": trials}
 
 
-def floor_steps(cfg: dict, step, samples, sample_lens, seed, snapshot, restore, sync=lambda: None) -> dict:
+def floor_steps(cfg: dict, step, samples, sample_lens, seed, snapshot, restore, sync=lambda: None,
+                eager=contextlib.nullcontext) -> dict:
     """``--floor``: each timed batch's step, timed, then the same step again
     from the same seed, weights and optimizer states under a
     ``ProductRecorder`` (untimed; it makes the same samples), whose matrix
@@ -204,7 +215,7 @@ def floor_steps(cfg: dict, step, samples, sample_lens, seed, snapshot, restore, 
     batch's product FLOPs, product calls and other ATen calls, and the last
     batch's largest products (``products_top``).  On CUDA the recorded step
     runs its program eagerly (``_eager_program``) and the products replay as
-    one captured graph."""
+    one captured graph (``eager()``: the block the recorded step runs in)."""
     # imported here, not at the top: floor.py imports torch, and the command line, which imports this module,
     # runs without torch
     from smallvocab_tools.bench.floor import ProductRecorder
@@ -226,7 +237,7 @@ def floor_steps(cfg: dict, step, samples, sample_lens, seed, snapshot, restore, 
         restore(state)
         seed(i)
         recorder = ProductRecorder()
-        with _eager_program() if cuda else contextlib.nullcontext(), recorder:
+        with eager() if cuda else contextlib.nullcontext(), recorder:
             step(sample)
         if sample_lens:  # the same samples again: one entry per timed step
             sample_lens.pop()
@@ -245,20 +256,19 @@ def floor_steps(cfg: dict, step, samples, sample_lens, seed, snapshot, restore, 
                              for name, shapes, count, g in top]}
 
 
-def _eager_program():
+@contextlib.contextmanager
+def _eager_program(use, base):
     """While a CUDA step is recorded: a replayed graph makes no ATen calls for the recorder to see, so the
     captured sampling step and teacher-forced passes ('cuda-graphs') run as 'buckets' (the same padded program,
-    eagerly) and a compiled step as the plain one (the criterion's flags, restored after the block)."""
-    from types import SimpleNamespace
-
-    from fairseq_smallvocab.criterions.reinforce_gleu import run_settings
-    from fairseq_smallvocab.reinforce import capture, graphed_pass
-
+    eagerly) and a compiled step as the plain one; ``base`` again after the block."""
     def eager(mode):
         return "buckets" if mode == "cuda-graphs" else mode
 
-    return run_settings(SimpleNamespace(rl_capture=eager(capture.CAPTURE), rl_compile="off",
-                                        rl_graphed_pass=eager(graphed_pass.MODE)))
+    use(base.changed(capture=eager(base.capture), compile="off", graphed_pass=eager(base.graphed_pass)))
+    try:
+        yield
+    finally:
+        use(base)
 
 
 def floor_summary(steps, products) -> dict:

@@ -1,0 +1,143 @@
+"""Decoder families: what the engine must know of a decoder, asked of one
+small adapter per family instead of type switches.
+
+A ``DecoderFamily`` says, for the decoders it ``accepts``:
+
+- ``recurrent``: its states come one step after another and a step's graph
+  does not grow with t, so the sampler keeps the sampling steps' graph for
+  the backward (no second pass over the samples);
+- ``why_not(decoder)``: why the static state cannot follow this decoder
+  exactly (a subclass may compute otherwise), None where it can;
+- ``static_state(decoder, encoder_out, steps, slots)``: the decoding state
+  made once per batch (``transformer_state``, ``recurrent_state``);
+- ``source_length(encoder_out)``: the source length a capture's bucket
+  rounds up;
+- ``parts``: the encoder output's tensors that a graphed teacher-forced pass
+  takes and pads (``EncoderParts``; None: the decoder's own pass).
+
+Families are registered (``register``), as fairseq registers models: the
+engine registers fairseq's Transformer and LSTM decoders, the plugin's
+models register theirs (``models/``), and a user's decoder family can be
+added the same way.  ``family_of`` gives the first family that accepts a
+decoder, or None (sampled on fairseq's incremental state, passes eager).
+"""
+
+import logging
+import weakref
+from typing import Callable, List, Optional
+
+from torch import Tensor
+
+logger = logging.getLogger(__name__)
+_told = set()  # decoder classes whose fallback was explained: once per class and process, not per batch
+
+
+class Part:
+    """One tensor of an encoder's output as a graphed pass pads it: its rows dim, its source dim (None:
+    none), whether it is the True-at-padding source mask."""
+
+    def __init__(self, rows_dim: int, src_dim: Optional[int] = None, mask: bool = False):
+        self.rows_dim, self.src_dim, self.mask = rows_dim, src_dim, mask
+
+
+class EncoderParts:
+    """An encoder output's tensors, in order (``parts``), how to take them out of it (``take``) and how to
+    build an encoder output from them again (``build``)."""
+
+    def __init__(self, parts: List[Part], take: Callable, build: Callable):
+        self.parts, self.take, self.build = parts, take, build
+
+
+class DecoderState:
+    """A static state's decoder, held weakly: a bucket keeps its state in a store weakly keyed by the decoder
+    (``buckets.BucketStore``), and a strong reference from the bucket would keep the decoder, its buckets and
+    their graphs alive for as long as the process runs."""
+
+    def __init__(self, decoder):
+        self._decoder = weakref.ref(decoder)
+
+    @property
+    def decoder(self):
+        return self._decoder()
+
+    def own_tensors(self) -> List[Tensor]:
+        """The tensors the state made besides its slots (a bucket's memory counts them)."""
+        return []
+
+
+class DecoderFamily:
+    """The adapter of one decoder family (see the module); subclasses give ``accepts`` and
+    ``static_state``."""
+
+    recurrent = False
+    parts: Optional[EncoderParts] = None
+
+    def accepts(self, decoder) -> bool:
+        raise NotImplementedError
+
+    def why_not(self, decoder) -> Optional[str]:
+        return None
+
+    def static_state(self, decoder, encoder_out, steps: int, slots=None):
+        raise NotImplementedError
+
+    def source_length(self, encoder_out) -> int:
+        """The encoder output's source length (fairseq's dict: ``encoder_out``'s first dim, 0 for none)."""
+        enc = encoder_out.get("encoder_out") or []
+        return enc[0].size(0) if enc and isinstance(enc[0], Tensor) and enc[0].dim() == 3 else 0
+
+    def follows(self, decoder, encoder_out, keep_graph: bool = False) -> bool:
+        """Whether this decoder samples on the family's static state (``keep_graph``: the sampler keeps the
+        steps' graph)."""
+        return self.why_not(decoder) is None
+
+
+_FAMILIES: List[DecoderFamily] = []
+
+
+def register(family: DecoderFamily) -> DecoderFamily:
+    """Add ``family`` (first registered, first asked; registering a family of the same class again replaces
+    it, so a module imported twice registers once)."""
+    for i, known in enumerate(_FAMILIES):
+        if type(known) is type(family):
+            _FAMILIES[i] = family
+            return family
+    _FAMILIES.append(family)
+    return family
+
+
+def family_of(decoder) -> Optional[DecoderFamily]:
+    """The registered family that accepts ``decoder``, or None."""
+    return next((family for family in _FAMILIES if family.accepts(decoder)), None)
+
+
+def is_recurrent(decoder) -> bool:
+    """Whether ``decoder``'s sampling keeps the step graph (its family is recurrent)."""
+    family = family_of(decoder)
+    return family is not None and family.recurrent
+
+
+def has_static_state(decoder, encoder_out, keep_graph: bool = False) -> bool:
+    """Whether ``decoder`` samples on its family's static state."""
+    family = family_of(decoder)
+    return family is not None and family.follows(decoder, encoder_out, keep_graph)
+
+
+def static_state(decoder, encoder_out, steps: int, keep_graph: bool = False, slots=None):
+    """The static state for ``decoder``, or None where it keeps fairseq's
+    incremental state (no family accepts it, or its family cannot follow it
+    exactly).  ``keep_graph``: the sampler keeps the steps' graph.
+    ``slots``: a captured step's state, at the bucket's sizes (``load`` then
+    takes each next batch)."""
+    family = family_of(decoder)
+    if family is None or not family.follows(decoder, encoder_out, keep_graph):
+        # a user whose sampling is slower than the benchmarks' should learn why from the log, not the profiler;
+        # the class is asked once (this runs every batch, and the reason walks the layers)
+        if not keep_graph and type(decoder) not in _told:
+            _told.add(type(decoder))
+            reason = "no registered decoder family accepts it" if family is None else family.why_not(decoder)
+            if reason is not None:
+                logger.info(f"{type(decoder).__name__} samples on fairseq's incremental state, not the static "
+                            f"state ({reason})")
+        return None
+    return family.static_state(decoder, encoder_out, steps, slots)

@@ -1,0 +1,150 @@
+"""How a REINFORCE step runs on the device: one frozen ``EngineSettings``.
+
+The criterion builds it from its config (``--rl-capture``, ``--rl-compile``,
+``--rl-graphed-pass``, ...: ``EngineSettings.from_config``), logs it once when
+training starts and hands it down with the sample request; every bucket of
+the captured step and of the graphed pass keeps it in its key.  Nothing in
+the engine reads a module global for these choices, so two criteria (or the
+two arms of ``benchmark.py --ab``) run side by side without touching each
+other.  None of the settings changes a loss: the tests compare each against
+the eager loop.
+
+Fields (each criterion flag is ``--rl-`` + the field's name, dashed):
+
+- ``capture``: the sampling step: "cuda-graphs" (captured per shape bucket and
+  replayed per token on CUDA, eager elsewhere), "buckets" (the same bucketed
+  step run eagerly, any device), "off" (the eager loop).
+- ``compile``: ``torch.compile`` of the bucketed step: "off", "fuse"
+  (inductor's kernels, captured as ``capture`` says), "reduce-overhead"
+  (inductor's own graphs).
+- ``graphed_pass``: a recurrent decoder's teacher-forced passes with
+  gradient: "cuda-graphs" (replayed with their backward on CUDA), "buckets"
+  (the same, eagerly), "off" (the decoder's own pass).
+- ``static_state``: sample on a state made once per batch and written in
+  place (False: fairseq's incremental state everywhere).
+- ``stop_check_every``: the loop asks whether any row is still going every
+  this many steps (on a GPU each question is a host sync).
+- ``stored_probs_max_elements``: the most step distributions the sampling
+  loop keeps for the gradient (B x T x K float32 entries); above it the
+  logits are made again.
+- ``transposed_min_rows``: the fewest decoding rows for which the union's
+  scores are made transposed on the CPU (``output.union_scorer``).
+- ``union_max_ratio``: the teacher-forced output layer scores the batch's
+  candidate union with one product when it has at most this many words per
+  candidate row (``output.restricted``).
+- ``capture_max_buckets`` / ``capture_max_mib``, ``graphed_pass_max_buckets``
+  / ``graphed_pass_max_mib``: how many buckets each kind of capture keeps per
+  decoder, and the most memory they may hold (least recently used dropped
+  first; the bucket in use is always kept).
+"""
+
+import math
+from dataclasses import dataclass, fields, replace
+
+from fairseq_smallvocab.output.restricted import UNION_MAX_RATIO
+from fairseq_smallvocab.output.union_scorer import TRANSPOSED_MIN_ROWS
+
+CAPTURE_MODES = ("cuda-graphs", "buckets", "off")
+COMPILE_MODES = ("off", "fuse", "reduce-overhead")
+GRAPHED_PASS_MODES = ("cuda-graphs", "buckets", "off")
+_CHOICES = {"capture": CAPTURE_MODES, "compile": COMPILE_MODES, "graphed_pass": GRAPHED_PASS_MODES}
+_AT_LEAST_ONE = ("stop_check_every", "capture_max_buckets", "capture_max_mib", "graphed_pass_max_buckets",
+                 "graphed_pass_max_mib")
+_ON_OFF = {"on": True, "true": True, "off": False, "false": False}
+
+
+def flag(name: str) -> str:
+    """The criterion's flag for a setting: ``--rl-`` and the name, dashed."""
+    return "--rl-" + name.replace("_", "-")
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """How a step runs on the device (see the module); hashable, so it is part of bucket keys."""
+
+    capture: str = "cuda-graphs"
+    compile: str = "off"
+    graphed_pass: str = "off"
+    static_state: bool = True
+    stop_check_every: int = 1
+    stored_probs_max_elements: int = 2 ** 28
+    transposed_min_rows: int = TRANSPOSED_MIN_ROWS
+    union_max_ratio: float = UNION_MAX_RATIO
+    capture_max_buckets: int = 16
+    capture_max_mib: int = 2048
+    graphed_pass_max_buckets: int = 32
+    graphed_pass_max_mib: int = 4096
+
+    def __post_init__(self):
+        for name, choices in _CHOICES.items():
+            if getattr(self, name) not in choices:
+                raise ValueError(f"{flag(name)} must be one of {', '.join(choices)}, got {getattr(self, name)!r}")
+        for name in _AT_LEAST_ONE:
+            if getattr(self, name) < 1:
+                raise ValueError(f"{flag(name)} must be >= 1, got {getattr(self, name)}")
+        if self.stored_probs_max_elements < 0 or self.transposed_min_rows < 0:
+            raise ValueError(f"{flag('stored_probs_max_elements')} and {flag('transposed_min_rows')} must be "
+                             f">= 0, got {self.stored_probs_max_elements} and {self.transposed_min_rows}")
+        if not 0 < self.union_max_ratio < math.inf:
+            raise ValueError(f"{flag('union_max_ratio')} must be a finite number > 0, got {self.union_max_ratio}")
+
+    @classmethod
+    def from_config(cls, cfg) -> "EngineSettings":
+        """From a criterion config's ``rl_<name>`` fields (one that is missing or None keeps the default)."""
+        given = {}
+        for name in NAMES:
+            value = getattr(cfg, "rl_" + name, None)
+            if value is not None:
+                try:
+                    given[name] = _convert(name, str(value))
+                except ValueError as what:
+                    raise ValueError(f"{flag(name)} must be {what}, got {str(value)!r}") from None
+        return cls(**given)
+
+    def changed(self, **values) -> "EngineSettings":
+        """A copy with ``values`` (names of fields) changed."""
+        return replace(self, **values)
+
+    def describe(self) -> str:
+        """The settings as one line for the log: ``name=value`` each, those off their default marked."""
+        default = EngineSettings()
+        return ", ".join(f"{f.name}={_show(getattr(self, f.name))}"
+                         + ("" if getattr(self, f.name) == getattr(default, f.name) else " (set)")
+                         for f in fields(self))
+
+
+def _show(value) -> str:
+    return ("on" if value else "off") if isinstance(value, bool) else str(value)
+
+
+NAMES = tuple(f.name for f in fields(EngineSettings))
+
+
+def _convert(name: str, text: str):
+    """``text`` as a value of setting ``name``, by its type; a ValueError says what the setting takes."""
+    kind = type(getattr(EngineSettings(), name))
+    try:
+        if kind is bool:
+            return _ON_OFF[text.lower()]
+        if kind is int:
+            return int(text)
+        if kind is float:
+            return float(text)
+    except (KeyError, ValueError):
+        raise ValueError("on or off" if kind is bool else f"an {kind.__name__}" if kind is int
+                         else f"a {kind.__name__}") from None
+    if name in _CHOICES and text not in _CHOICES[name]:
+        raise ValueError(f"one of {', '.join(_CHOICES[name])}")
+    return text
+
+
+def parse(name: str, text: str):
+    """``text`` as a value of setting ``name`` (its type: on/off for a flag, a number, a mode's name); a
+    ValueError names the setting and what it takes."""
+    if name not in NAMES:
+        raise ValueError(f"no setting {name!r}; the settings are {', '.join(NAMES)}")
+    text = text.strip()
+    try:
+        return _convert(name, text)
+    except ValueError as what:
+        raise ValueError(f"{name}={text}: {name} takes {what}") from None

@@ -1,0 +1,120 @@
+"""The ``reinforce_gleu`` criterion's options (``ReinforceGleuConfig``,
+each with its type, default and help, in the groups of the algorithm: the
+loss, sampling, the reward, the baseline, and how a step runs on the device)
+and their checks (``check_config``: a bad one stops fairseq-train at
+start-up, naming its flag)."""
+
+import math
+from dataclasses import dataclass, field
+from typing import Optional
+
+from fairseq.dataclass import ChoiceEnum, FairseqDataclass
+
+from fairseq_smallvocab.engine.settings import CAPTURE_MODES, COMPILE_MODES, GRAPHED_PASS_MODES, EngineSettings
+from fairseq_smallvocab.reinforce.baselines import BASELINES as BASELINE_CLASSES
+from fairseq_smallvocab.reinforce.rewards import REWARDS
+
+BASELINES = ChoiceEnum(list(BASELINE_CLASSES))
+REWARD_NAMES = ChoiceEnum(list(REWARDS))
+CAPTURE_CHOICES = ChoiceEnum(list(CAPTURE_MODES))
+COMPILE_CHOICES = ChoiceEnum(list(COMPILE_MODES))
+GRAPHED_PASS_CHOICES = ChoiceEnum(list(GRAPHED_PASS_MODES))
+ON_OFF = ChoiceEnum(["on", "off"])
+MAX_BASELINE_LR = 1.0  # the learned baseline's Adam: see check_config
+
+
+@dataclass
+class ReinforceGleuConfig(FairseqDataclass):
+    rl_lambda: float = field(default=0.005, metadata={"help": "lambda: weight of the CE term, 1 - lambda: RL's"})
+    label_smoothing: float = field(
+        default=0.0, metadata={"help": "eps: label smoothing of the CE term, as label_smoothed_cross_entropy's "
+                                       "(over the candidates under a small vocabulary); 0: the paper's plain CE"})
+    rl_baseline: BASELINES = field(default="learned",
+                                   metadata={"help": "reward baseline (loo: needs --rl-samples >= 2)"})
+    rl_samples: int = field(default=1, metadata={"help": "samples per input, each rewarded against the reference"})
+    reward: REWARD_NAMES = field(default="gleu", metadata={"help": "sentence reward (constant: the control)"})
+    sample_temperature: float = field(
+        default=1.0, metadata={"help": "draw samples from softmax(logits / T); the gradient weighs the model's "
+                                       "own log-probabilities"})
+    baseline_lr: float = field(default=1e-3, metadata={"help": "Adam learning rate of the learned baseline, in "
+                                                               "(0, 1]; it starts at the first batch's mean reward"})
+    max_sample_len: int = field(default=100, metadata={"help": "longest sampled sequence (tokens, eos included)"})
+    sample_len_ratio: float = field(
+        default=0.0, metadata={"help": "if > 0, also limit each sample to ceil(ratio * source length) + 5 tokens"})
+    gleu_max_order: int = field(default=4, metadata={"help": "GLEU's longest n-gram"})
+    reward_post_process: Optional[str] = field(
+        default=None, metadata={"help": "score the reward on words after this post-processing of subword tokens "
+                                        "(e.g. sentencepiece, subword_nmt: as fairseq-generate's --post-process)"})
+    # how the step runs on the device: ``engine.settings.EngineSettings`` (None: its default)
+    rl_capture: Optional[CAPTURE_CHOICES] = field(
+        default=None, metadata={"help": "the sampling step: cuda-graphs (captured per shape bucket and replayed per "
+                                        "token on CUDA, eager elsewhere; the default), buckets (the same step run "
+                                        "eagerly, any device), off (the eager loop)"})
+    rl_compile: Optional[COMPILE_CHOICES] = field(
+        default=None, metadata={"help": "torch.compile the bucketed sampling step: off (the default), fuse "
+                                        "(inductor's kernels, captured as --rl-capture says), reduce-overhead "
+                                        "(inductor's own graphs)"})
+    rl_graphed_pass: Optional[GRAPHED_PASS_CHOICES] = field(
+        default=None, metadata={"help": "a recurrent decoder's teacher-forced passes with gradient: cuda-graphs "
+                                        "(replayed with their backward on CUDA), buckets (the same, eagerly), off "
+                                        "(the decoder's own pass; the default)"})
+    rl_static_state: Optional[ON_OFF] = field(
+        default=None, metadata={"help": "sample on a decoding state made once per batch (on, the default) or on "
+                                        "fairseq's incremental state (off)"})
+    rl_stop_check_every: Optional[int] = field(
+        default=None, metadata={"help": "the sampling loop asks whether any sample is still going every this "
+                                        "many steps (a host sync on a GPU; default 1)"})
+    rl_stored_probs_max_elements: Optional[int] = field(
+        default=None, metadata={"help": "the most step probabilities (rows x steps x K) the sampling loop keeps "
+                                        "for the gradient; above it the logits are made again (default 2^28)"})
+    rl_transposed_min_rows: Optional[int] = field(
+        default=None, metadata={"help": "the fewest sampling rows for which the candidate union's scores are "
+                                        "made transposed on the CPU (default 32)"})
+    rl_union_max_ratio: Optional[float] = field(
+        default=None, metadata={"help": "the teacher-forced output layer scores the batch's candidate union with "
+                                        "one product when it has at most this many words per candidate row "
+                                        "(default 2.0)"})
+    rl_capture_max_buckets: Optional[int] = field(
+        default=None, metadata={"help": "captured sampling steps kept per decoder (default 16)"})
+    rl_capture_max_mib: Optional[int] = field(
+        default=None, metadata={"help": "the most memory (MiB) the captured sampling steps may hold (default 2048)"})
+    rl_graphed_pass_max_buckets: Optional[int] = field(
+        default=None, metadata={"help": "graphed teacher-forced passes kept per decoder (default 32)"})
+    rl_graphed_pass_max_mib: Optional[int] = field(
+        default=None, metadata={"help": "the most memory (MiB) the graphed passes may hold (default 4096)"})
+
+
+def check_config(cfg: ReinforceGleuConfig) -> EngineSettings:
+    """Every setting of the criterion, checked in one place before anything
+    is built: a bad one stops fairseq-train at start-up, naming its flag
+    (the reward's name and its post-processing, which is checked against the
+    dictionary, are checked where the reward is built: ``build_reward``).
+    Returns the settings of how a step runs on the device."""
+    if cfg.rl_samples < 1:
+        raise ValueError(f"--rl-samples must be >= 1 (samples per input), got {cfg.rl_samples}")
+    if not 0 < cfg.sample_temperature < math.inf:
+        raise ValueError(f"--sample-temperature must be a finite number > 0, got {cfg.sample_temperature}: for "
+                         "greedy sequences use --rl-baseline self-critical, whose baseline is the greedy decode")
+    if not 0.0 <= cfg.rl_lambda <= 1.0:
+        raise ValueError(f"--rl-lambda must be in [0, 1], got {cfg.rl_lambda}")
+    if not 0.0 <= cfg.label_smoothing < 1.0:
+        raise ValueError(f"--label-smoothing must be in [0, 1) (the CE term's), got {cfg.label_smoothing}")
+    if cfg.max_sample_len < 1:
+        raise ValueError(f"--max-sample-len must be >= 1, got {cfg.max_sample_len}")
+    if not 0 <= cfg.sample_len_ratio < math.inf:  # (nan fails too: it would be ignored, as 0 is)
+        raise ValueError(f"--sample-len-ratio must be a finite number >= 0 (0: no limit from the source's "
+                         f"length), got {cfg.sample_len_ratio}")
+    if not 0 < cfg.baseline_lr <= MAX_BASELINE_LR:
+        raise ValueError(f"--baseline-lr must be in (0, {MAX_BASELINE_LR:g}], got {cfg.baseline_lr:g}: Adam moves "
+                         "each of the learned baseline's weights by about the learning rate every step, so a larger "
+                         "one saturates its sigmoid (it then reads 0 or 1 whatever the reward) or overflows it")
+    if cfg.gleu_max_order < 1:
+        raise ValueError(f"--gleu-max-order must be >= 1, got {cfg.gleu_max_order}")
+    if str(cfg.rl_baseline) not in BASELINE_CLASSES:
+        raise ValueError(f"unknown baseline '{cfg.rl_baseline}': --rl-baseline must be one of "
+                         f"{', '.join(BASELINE_CLASSES)}")
+    needed = BASELINE_CLASSES[str(cfg.rl_baseline)].min_samples
+    if cfg.rl_samples < needed:
+        raise ValueError(f"--rl-baseline {cfg.rl_baseline} needs --rl-samples >= {needed} (the other samples of "
+                         f"the same input make the baseline), got {cfg.rl_samples}")
+    return EngineSettings.from_config(cfg)  # (which checks the engine's settings, naming their flags)
