@@ -4,8 +4,7 @@ command (a fairseq console script, a project script, or ``python -m``).
 
 Why: the slow tier runs about 120 commands, and each fresh interpreter
 imports torch and fairseq again, a large share of the suite's CPU time
-(measurements: docs/RESULTS.md, "The slow tests' commands: what a fresh
-interpreter costs (CPU)").  A forked child starts from the imported modules
+(measured on the CPU).  A forked child starts from the imported modules
 and still is a process of its own: its own argv, cwd, environment,
 stdin/stdout/stderr (files), exit status, registries and global state, gone
 when it exits.

@@ -1,10 +1,11 @@
 """scripts/rare_words.py (output tokens per frequency decile), scripts/plot_benchmark.py (plots of
-benchmark.py's records) and scripts/rl_logs.py (summaries of fairseq-train logs)."""
+benchmark.py's records), scripts/recall_curve.py and scripts/rl_logs.py (summaries of fairseq-train logs): the
+commands, and their modules in smallvocab_tools.analysis in-process."""
 
 import json
 
 import pytest
-from helpers import REPO, load_script, run
+from helpers import REPO, run
 
 
 def _dict_file(path, n=20):
@@ -107,7 +108,8 @@ def _recall_curve(monkeypatch, vocab=300, computed=None):
     |V|-word target dictionary whose recall@K is K / |V| (percent); ``computed`` collects the Ks measured."""
     from types import SimpleNamespace
 
-    mod = load_script("recall_curve")
+    from smallvocab_tools.analysis import recall_curve as mod
+
     task = SimpleNamespace(target_dictionary=[None] * vocab, cfg=SimpleNamespace(data="data-bin"))
 
     def recall_at(model, task, split, ks, batch_size=256, scores=None):
@@ -204,7 +206,7 @@ def test_rl_logs_recipe_gains_per_seed_and_their_mean():
     """scripts/rl_logs.py recipe's comparisons: REINFORCE against its CE checkpoint and against the better of
     the controls present (per score), small against full, per seed and the mean over the seeds that have both
     sides, with how many scores reach the bar as shown (+0.695 rounds to +0.70, which meets +0.7)."""
-    rl_logs = load_script("rl_logs")
+    from smallvocab_tools.analysis.recipe_tables import gains_table
 
     def run_(stage, k, seed, dev, test):  # dev greedy and test greedy only: no beam-5 decodes
         return {"stage": stage, "k": k, "seed": seed, "bleu": {"valid": dev, "test": test}}
@@ -214,7 +216,7 @@ def test_rl_logs_recipe_gains_per_seed_and_their_mean():
             run_("ce", 0, 1, 30.0, 29.0), run_("rl", 0, 1, 31.01, 29.5),
             run_("ce", 5, 2, 31.0, 30.0), run_("rl", 5, 2, 31.3, 31.0),  # seed 2: no controls, no full REINFORCE
             run_("ce", 0, 2, 31.0, 30.0)]
-    lines = rl_logs.gains_table(runs).splitlines()
+    lines = gains_table(runs).splitlines()
     assert lines[0] == "| comparison | bar | seed | dev greedy | test greedy | scores at the bar |"
     assert lines[2:] == [
         "| small: REINFORCE - its CE checkpoint | +0.7 | 1 | +0.70 | +1.00 | 2 of 2 |",
@@ -230,7 +232,8 @@ def test_rl_logs_recipe_joins_the_records_of_runs_made_elsewhere(tmp_path, capsy
     seed) join one table, with the mean over the seeds and their gains (minutes averaged only over one kind of
     device); a run in two sources, a file that holds no run records and a folder without its references are
     refused, naming the problem."""
-    rl_logs = load_script("rl_logs")
+    from smallvocab_tools.analysis import rl_logs
+
 
     def record(stage, k, seed, dev, device):
         return {"stage": stage, "k": k, "seed": seed, "bleu": {"valid": dev}, "best_dev": dev, "best_update": 50,
@@ -261,8 +264,8 @@ def test_rl_logs_recipe_plot_tells_the_seeds_apart(tmp_path, monkeypatch):
     """recipe --png: one line per REINFORCE or control run from its CE checkpoint's best, its style the run, its
     colour the softmax, its marker the seed; once there are several seeds, the legend names each seed by its
     marker and each run by its style and colour alone."""
-    rl_logs = load_script("rl_logs")
     from smallvocab_tools.analysis import plotting
+    from smallvocab_tools.analysis.recipe_tables import recipe_plot
 
     drawn = {}
     monkeypatch.setattr(plotting, "finish", lambda plt, fig, ax, path, *args: drawn.setdefault("ax", ax) and path)
@@ -273,7 +276,7 @@ def test_rl_logs_recipe_plot_tells_the_seeds_apart(tmp_path, monkeypatch):
 
     runs = [record(stage, k, seed, 30.0 + seed) for seed in (1, 2) for k in (5, 0) for stage in ("ce", "rl")]
     runs.append(record("ctl-ce", 5, 2, 20.0))
-    rl_logs.recipe_plot(runs, tmp_path / "p.png")
+    recipe_plot(runs, tmp_path / "p.png")
     lines = {line.get_label(): line for line in drawn["ax"].get_lines() if not line.get_label().startswith("_")}
     assert set(lines) == {"small: REINFORCE", "full: REINFORCE", "small: control: CE continued", "seed 1", "seed 2"}
     curves = [(tuple(line.get_xdata()), tuple(line.get_ydata()), line.get_marker(), line.get_linestyle(),
@@ -287,39 +290,40 @@ def test_rl_logs_recipe_plot_tells_the_seeds_apart(tmp_path, monkeypatch):
             ("small: REINFORCE", "full: REINFORCE", "small: control: CE continued")] == [
         ("-", "C0", "None"), ("-", "C1", "None"), ("--", "C0", "None")]
     drawn.clear()
-    rl_logs.recipe_plot([r for r in runs if r["seed"] == 1], tmp_path / "p.png")
+    recipe_plot([r for r in runs if r["seed"] == 1], tmp_path / "p.png")
     assert {line.get_label() for line in drawn["ax"].get_lines()} == {"small: REINFORCE", "full: REINFORCE"}
     assert {line.get_marker() for line in drawn["ax"].get_lines()} == {"."}
     drawn.clear()  # more seeds than markers: they repeat, and every seed is still named
-    rl_logs.recipe_plot([record("rl", 5, seed, 30.0) for seed in range(1, 9)], tmp_path / "p.png")
+    recipe_plot([record("rl", 5, seed, 30.0) for seed in range(1, 9)], tmp_path / "p.png")
     named = {line.get_label(): line.get_marker() for line in drawn["ax"].get_lines()}
     assert named["seed 8"] == named["seed 1"] == "." and named["seed 7"] == "*"
 
 
-@pytest.mark.parametrize("seeds", [(1, 2), (1, 2, 3)])
-def test_the_seeds_tables_in_results_are_what_the_kept_records_give(seeds, tmp_path, capsys):
-    """docs/RESULTS.md's tables of the Transformer recipe's seeds (two; then three, with seed 3, which has no
-    controls), and their comparisons, are what rl_logs.py recipe makes of the records kept in docs/runs32 (the
-    commands RESULTS shows), line for line."""
-    rl_logs = load_script("rl_logs")
+def test_the_seeds_table_in_results_is_what_the_kept_records_give(tmp_path, capsys):
+    """docs/results.md's table of the Transformer recipe's three seeds (seed 3 has no controls), and its
+    comparisons, are what rl_logs.py recipe makes of the records kept in docs/runs32 (the command results.md
+    shows), line for line."""
+    from smallvocab_tools.analysis import rl_logs
+
     runs = REPO / "docs" / "runs32"
-    args = ["recipe"] + [a for s in seeds for a in ("--runs", str(runs / f"seed{s}.json"))]
+    args = ["recipe"] + [a for s in (1, 2, 3) for a in ("--runs", str(runs / f"seed{s}.json"))]
     rl_logs.main(args + ["--png", str(tmp_path / "dev_bleu.png")])
     out = capsys.readouterr().out
     table = out[:out.index("\nwrote ")].strip()
-    assert table.count("| mean |") == 13 and table in (REPO / "docs" / "RESULTS.md").read_text()
+    assert table.count("| mean |") == 13 and table in (REPO / "docs" / "results.md").read_text()
     # seed 3's rows: CE and REINFORCE for each softmax, and the three comparisons that need no control
-    assert table.count("| 3 |") == (7 if 3 in seeds else 0)
+    assert table.count("| 3 |") == 7
     assert (tmp_path / "dev_bleu.png").stat().st_size > 0
 
 
 def test_rl_logs_reads_where_a_run_trained(tmp_path):
     """parse's "device": the GPU fairseq's trainer names, else "cpu" where the config says --cpu, else None."""
-    rl_logs = load_script("rl_logs")
+    from smallvocab_tools.analysis.train_logs import parse
+
     config = "2026-11-25 01:08:52 | INFO | fairseq_cli.train | {'common': {'cpu': %s, 'seed': 2}}"
     gpu = ("2026-11-25 01:08:53 | INFO | fairseq.utils | rank   0: capabilities =  9.0  ; total memory = 79.189 GB ; "
            "name = NVIDIA H100 80GB HBM3                   ")
     for lines, device in (([config % "True"], "cpu"), ([config % "False", gpu], "NVIDIA H100 80GB HBM3"),
                           ([config % "False"], None)):
         (tmp_path / "train.log").write_text("\n".join(lines) + "\n")
-        assert rl_logs.parse(tmp_path / "train.log")["device"] == device
+        assert parse(tmp_path / "train.log")["device"] == device

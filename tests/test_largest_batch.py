@@ -1,7 +1,7 @@
 """``benchmark.py --largest-batch``: the search for the largest batch that
 fits (against a known limit, from above and below, to its precision), the
 report's table, and the refusal without a GPU.  (The search on a GPU runs
-where one is: docs/RESULTS.md.)"""
+where one is: docs/results.md, "GPU speed and memory (H100)".)"""
 
 import pytest
 

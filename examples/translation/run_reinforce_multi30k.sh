@@ -12,8 +12,7 @@
 # fairseq's defaults, no schedule), LR, SEED, DEVICE (cpu or cuda), EXTRA
 # (more fairseq-train flags; for a budget use --max-update or EPOCHS, not
 # --stop-time-hours: fairseq counts the CE checkpoint's training time, restored
-# by --finetune-from-model, towards it: measured in docs/RESULTS.md, "REINFORCE
-# that pays off"),
+# by --finetune-from-model, towards it),
 # SRC and TGT (the languages), ARCH_ARGS (the CE run's model flags; default the paper's LSTM; for the
 # model of run_transformer_multi30k.sh:
 # ARCH_ARGS="$(cat examples/translation/transformer_multi30k.args)").

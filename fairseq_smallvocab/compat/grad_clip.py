@@ -7,8 +7,7 @@ NVIDIA's apex is not installed, even when the model and its gradients are on
 the CPU (``--cpu``).  It then scales the CPU gradients by a CUDA scalar,
 which torch refuses: ``RuntimeError: scalar tensor is expected to be on cpu
 but is on cuda:0``.  So ``fairseq-train --cpu --clip-norm 1.0`` fails on any
-machine where torch sees a GPU (found by the project's test suite on an H100;
-docs/RESULTS.md, "GPU").
+machine where torch sees a GPU (found by the project's test suite on an H100).
 
 Loading the plugin on a machine where torch sees a GPU (and only there: elsewhere
 fairseq's function is right and stays) replaces that function with one that
