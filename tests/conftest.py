@@ -1,7 +1,16 @@
-"""Shared fixtures (helpers.py holds the rest); the ``slow`` tier."""
+"""Shared fixtures (helpers.py holds the rest); the ``slow`` tier; one thread per pytest-xdist worker."""
+
+import os
 
 import pytest
 from helpers import CAP, RUNNING, TINY, TRAIN, VP_TRAIN, run
+
+# Several xdist workers (make test: one per core): each worker, and every command it starts, computes with one
+# thread. torch's default is one per core, so two workers would run four threads on two cores, whose OpenMP
+# threads spin waiting on each other. (Before torch is imported: the test modules import it after this file.)
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+    for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_name, "1")
 
 
 def pytest_runtest_setup(item):
