@@ -198,3 +198,35 @@ def test_asking_whether_rows_are_going_less_often_gives_the_same_samples(name, e
     torch.testing.assert_close(a.entropy, b.entropy)
     torch.testing.assert_close(scored_a.lprobs, scored_b.lprobs)
     torch.testing.assert_close(scored_a.features, scored_b.features)  # the states that chose each token
+
+
+def test_a_family_registered_for_a_subclass_gives_it_a_static_state(monkeypatch, caplog):
+    """Extension by registration: a subclass of the paper's decoder is not followed by the paper's family
+    (it may compute otherwise, and says so once); a family registered for it (the nearest class wins) gives
+    it a static state, whose steps are the decoder's own incremental steps."""
+    from fairseq_smallvocab.engine import families
+    from fairseq_smallvocab.models.lstm_smallvocab import PaperLSTMFamily, PaperLSTMState, SmallVocabDecoder
+
+    class MyDecoder(SmallVocabDecoder):
+        pass
+
+    monkeypatch.setattr(families, "_FAMILIES", list(families._FAMILIES))
+    monkeypatch.setattr(families, "_told", set())
+    model = STATIC["lstm_smallvocab"]().eval()
+    model.decoder.__class__ = MyDecoder
+    encoder_out, tokens = _inputs(model, 1, 4)
+    with caplog.at_level("INFO", logger=families.__name__):
+        assert static_state(model.decoder, encoder_out, 4) is None
+    assert "MyDecoder subclasses SmallVocabDecoder" in caplog.text
+
+    class MyFamily(PaperLSTMFamily):
+        decoder_class = MyDecoder
+
+    families.register(MyFamily())
+    assert type(families.family_of(model.decoder)) is MyFamily and families.is_recurrent(model.decoder)
+    state = static_state(model.decoder, encoder_out, 4)
+    assert isinstance(state, PaperLSTMState)
+    with torch.no_grad():
+        want, _ = model.decoder.extract_features(tokens, encoder_out)
+        got = torch.stack([state.step(tokens[:, t], t) for t in range(tokens.size(1))], 1)
+    torch.testing.assert_close(got, want)

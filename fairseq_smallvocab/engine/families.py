@@ -18,8 +18,10 @@ A ``DecoderFamily`` says, for the decoders it ``accepts``:
 Families are registered (``register``), as fairseq registers models: the
 engine registers fairseq's Transformer and LSTM decoders, the plugin's
 models register theirs (``models/``), and a user's decoder family can be
-added the same way.  ``family_of`` gives the first family that accepts a
-decoder, or None (sampled on fairseq's incremental state, passes eager).
+added the same way (a subclass of a decoder that computes otherwise: a
+family with its own ``decoder_class`` and ``state_class``).  ``family_of``
+gives the family of a decoder's nearest class, or None (sampled on
+fairseq's incremental state, passes eager).
 """
 
 import logging
@@ -66,20 +68,25 @@ class DecoderState:
 
 
 class DecoderFamily:
-    """The adapter of one decoder family (see the module); subclasses give ``accepts`` and
-    ``static_state``."""
+    """The adapter of one decoder family (see the module).  By default the family is ``decoder_class``
+    (accepted with its subclasses, followed exactly only for the class itself) and its static state
+    ``state_class(decoder, encoder_out, slots)``; a family may override each answer."""
 
     recurrent = False
     parts: Optional[EncoderParts] = None
+    decoder_class: Optional[type] = None
+    state_class: Optional[type] = None
 
     def accepts(self, decoder) -> bool:
-        raise NotImplementedError
+        return isinstance(decoder, self.decoder_class)
 
     def why_not(self, decoder) -> Optional[str]:
+        if type(decoder) is not self.decoder_class:
+            return f"{type(decoder).__name__} subclasses {self.decoder_class.__name__}"
         return None
 
     def static_state(self, decoder, encoder_out, steps: int, slots=None):
-        raise NotImplementedError
+        return self.state_class(decoder, encoder_out, slots)
 
     def source_length(self, encoder_out) -> int:
         """The encoder output's source length (fairseq's dict: ``encoder_out``'s first dim, 0 for none)."""
@@ -96,8 +103,8 @@ _FAMILIES: List[DecoderFamily] = []
 
 
 def register(family: DecoderFamily) -> DecoderFamily:
-    """Add ``family`` (first registered, first asked; registering a family of the same class again replaces
-    it, so a module imported twice registers once)."""
+    """Add ``family`` (registering a family of the same class again replaces it, so a module imported twice
+    registers once)."""
     for i, known in enumerate(_FAMILIES):
         if type(known) is type(family):
             _FAMILIES[i] = family
@@ -107,8 +114,15 @@ def register(family: DecoderFamily) -> DecoderFamily:
 
 
 def family_of(decoder) -> Optional[DecoderFamily]:
-    """The registered family that accepts ``decoder``, or None."""
-    return next((family for family in _FAMILIES if family.accepts(decoder)), None)
+    """The registered family that accepts ``decoder`` (of several, the one of the nearest class in its
+    method resolution order, as ``functools.singledispatch`` picks: a family registered for a subclass wins
+    over its base class's), or None."""
+    mro = type(decoder).__mro__
+
+    def distance(family):
+        return mro.index(family.decoder_class) if family.decoder_class in mro else len(mro)
+
+    return min((family for family in _FAMILIES if family.accepts(decoder)), key=distance, default=None)
 
 
 def is_recurrent(decoder) -> bool:

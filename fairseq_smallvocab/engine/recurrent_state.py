@@ -113,21 +113,15 @@ class FairseqLSTMFamily(families.DecoderFamily):
     parts = EncoderParts([Part(1, 0), Part(1), Part(1), Part(1, 0, mask=True)],  # (states, h, c, S x rows mask)
                          lambda out: list(out[:4]), lambda parts: tuple(parts))
 
-    def accepts(self, decoder) -> bool:
-        return isinstance(decoder, LSTMDecoder)
+    decoder_class, state_class = LSTMDecoder, FairseqLSTMState
 
     def why_not(self, decoder) -> Optional[str]:
-        if type(decoder) is not LSTMDecoder:
-            return f"{type(decoder).__name__} subclasses fairseq's LSTMDecoder"
         if decoder.attention is None or decoder.encoder_output_units == 0:
             return "fairseq's lstm without attention"
-        return None
+        return super().why_not(decoder)
 
     def source_length(self, encoder_out) -> int:
         return encoder_out[0].size(0)  # S x rows x C first
-
-    def static_state(self, decoder, encoder_out, steps: int, slots: Optional[Slots] = None):
-        return FairseqLSTMState(decoder, encoder_out, slots)
 
 
 families.register(FairseqLSTMFamily())

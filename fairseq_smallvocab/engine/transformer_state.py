@@ -192,8 +192,7 @@ class TransformerStaticState(families.DecoderState):
 class TransformerFamily(families.DecoderFamily):
     """fairseq's ``TransformerDecoder`` (and the classes built on it that compute as it does)."""
 
-    def accepts(self, decoder) -> bool:
-        return isinstance(decoder, TransformerDecoderBase)
+    decoder_class, state_class = TransformerDecoderBase, None  # (its state takes the steps: below)
 
     def why_not(self, decoder) -> Optional[str]:
         return _unsupported(decoder)

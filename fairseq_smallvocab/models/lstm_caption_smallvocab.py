@@ -119,14 +119,7 @@ class CaptionFamily(families.DecoderFamily):
 
     recurrent = True
 
-    def accepts(self, decoder) -> bool:
-        return isinstance(decoder, CaptionDecoder)
-
-    def why_not(self, decoder) -> Optional[str]:
-        return None if type(decoder) is CaptionDecoder else f"{type(decoder).__name__} subclasses the captioner's"
-
-    def static_state(self, decoder, encoder_out, steps: int, slots=None):
-        return CaptionState(decoder, encoder_out, slots)
+    decoder_class, state_class = CaptionDecoder, CaptionState
 
 
 families.register(CaptionFamily())

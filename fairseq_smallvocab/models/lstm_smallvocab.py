@@ -20,7 +20,7 @@ LSTM forget-gate biases 1, the attention matrix 0.
 """
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 import torch
 import torch.nn as nn
@@ -236,14 +236,7 @@ class PaperLSTMFamily(families.DecoderFamily):
                          lambda parts: {"encoder_out": [parts[0]], "encoder_padding_mask": [parts[1]],
                                         "final_hidden": [parts[2]], "final_cell": [parts[3]]})
 
-    def accepts(self, decoder) -> bool:
-        return isinstance(decoder, SmallVocabDecoder)
-
-    def why_not(self, decoder) -> Optional[str]:
-        return None if type(decoder) is SmallVocabDecoder else f"{type(decoder).__name__} subclasses the paper's"
-
-    def static_state(self, decoder, encoder_out, steps: int, slots=None):
-        return PaperLSTMState(decoder, encoder_out, slots)
+    decoder_class, state_class = SmallVocabDecoder, PaperLSTMState
 
 
 families.register(PaperLSTMFamily())
