@@ -50,7 +50,7 @@ def _output_weights(model):
     return find_output_weights(model.decoder, type(model).__name__).get(model.decoder)
 
 
-def _rows(model) -> int:
+def _transposed_min_rows(model) -> int:
     """The fewest decoding rows for which the union's scores are made transposed (the model's settings)."""
     settings = getattr(model, "engine_settings", None)
     return TRANSPOSED_MIN_ROWS if settings is None else settings.transposed_min_rows
@@ -69,8 +69,8 @@ class CandidateEnsembleModel(EnsembleModel):
     def forward_encoder(self, net_input: Dict[str, Tensor]):
         candidates = net_input.get("candidates")
         self._candidates = candidates
-        self._scorers = [] if candidates is None else [UnionScorer(*_output_weights(m), candidates, _rows(m))
-                                                       for m in self.models]
+        self._scorers = [] if candidates is None else [
+            UnionScorer(*_output_weights(m), candidates, _transposed_min_rows(m)) for m in self.models]
         return super().forward_encoder({k: v for k, v in net_input.items() if k != "candidates"})
 
     @torch.jit.unused

@@ -59,8 +59,9 @@ class CandidateModel:
 
     _output_weights: OutputWeights
     sample_keeps_graph: bool
-    # how passes without a REINFORCE request run (CE training, validation, decoding): the output layer's
-    # union_max_ratio, the generator's transposed_min_rows (REINFORCE's come with its request)
+    # how passes without a REINFORCE request run (CE training, validation, decoding) unless the caller gives
+    # its own: the output layer's union_max_ratio, a recurrent decoder's graphed_pass, the generator's
+    # transposed_min_rows (REINFORCE's come with its request)
     engine_settings: EngineSettings
 
     def output_weights(self):

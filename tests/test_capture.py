@@ -196,6 +196,20 @@ def test_buckets_beyond_the_limits_are_dropped_least_recent_first(monkeypatch):
     assert [key[1] for key in capture._BUCKETS.of(model.decoder)] == [8]
 
 
+def test_settings_that_do_not_change_the_captured_step_share_its_bucket():
+    """The bucket's key holds the settings that change what is captured (capture, compile,
+    transposed_min_rows), not those read outside the step (stop_check_every, union_max_ratio, the caps)."""
+    model = _model("transformer")
+    encoder_out, _ = _inputs(model, 1, 1)
+    capture._BUCKETS.drop(model.decoder)
+    base = EngineSettings()
+    for settings in (base, base.changed(stop_check_every=4, union_max_ratio=1.0, capture_max_mib=100)):
+        _draw(model, encoder_out, None, torch.full((5,), 3), "buckets", settings=settings)
+    assert len(capture._BUCKETS.of(model.decoder)) == 1
+    _draw(model, encoder_out, None, torch.full((5,), 3), "buckets", settings=base.changed(transposed_min_rows=1))
+    assert len(capture._BUCKETS.of(model.decoder)) == 2
+
+
 def test_buckets_that_must_go_are_dropped_before_a_new_one_is_made():
     """buckets.BucketStore (the sampling step's and the graphed passes' buckets): the buckets the limits drop
     whatever the new one weighs are gone when it is made (their memory free for its capture); the rest go
@@ -267,7 +281,7 @@ def test_a_compiled_bucket_step_draws_what_the_eager_loop_draws(name):
     (entry,) = capture._BUCKETS.of(model.decoder).values()
     assert entry._step != entry._eager_step  # compiled
     _draw(model, encoder_out, candidates, max_lens, "buckets", settings=fuse.changed(compile="off"))
-    assert [key[-1].compile for key in capture._BUCKETS.of(model.decoder)] == ["fuse", "off"]
+    assert [key[-2] for key in capture._BUCKETS.of(model.decoder)] == ["fuse", "off"]
 
 
 @pytest.mark.parametrize("small", [True, False])

@@ -158,7 +158,9 @@ class ReinforceGleuCriterion(FairseqCriterion):
     def ce_only(self, model, sample):
         """lambda = 1 (the CE control): the CE term alone, normalized as the
         mixed loss is (by sentences), with nothing sampled."""
-        loss = self.ce_term(model, sample, model(**sample["net_input"], engine_settings=self.settings))
+        # a model the plugin's tasks restricted takes the settings (a stock one runs its own passes)
+        given = {"engine_settings": self.settings} if getattr(model, "engine_settings", None) is not None else {}
+        loss = self.ce_term(model, sample, model(**sample["net_input"], **given))
         finite = objective.is_finite(loss)
         if not finite:
             loss = objective.skipped_loss(model)

@@ -4,7 +4,7 @@ On a GPU the sampling loop of a REINFORCE step waits on kernel launches and
 Python, not on arithmetic: a step of the base Transformer launches a few
 hundred small kernels for rows x d states.  Captured, the step is one
 ``graph.replay()``: the decoder step on the static state
-(``static_state.py``), the scores over the batch's candidate union U or the
+(``transformer_state.py``, ``recurrent_state.py``), the scores over the batch's candidate union U or the
 whole vocabulary (``UnionScorer``), the draw with its entropy and greedy flag,
 the kept probabilities and the loop's bookkeeping (``loop.Loop.step``),
 with t a 0-d device tensor that the step itself advances.  The self-critical
@@ -193,7 +193,7 @@ def forget(decoder):
 def sample(decoder, encoder_out, weight: Tensor, bias: Optional[Tensor], candidates: Optional[Tensor],
            max_lens: Tensor, steps: int, uniforms: Optional[Tensor], greedy: bool, temperature: float,
            store_probs: bool, settings: EngineSettings) -> Samples:
-    """``sampler.sample`` on the batch's shape bucket: each step replays the bucket's captured graph
+    """``sampling.sample`` on the batch's shape bucket: each step replays the bucket's captured graph
     ("cuda-graphs"), or runs its step eagerly ("buckets"), for at most ``steps`` steps (the longest of
     ``max_lens``); the loop asks whether any row is still going every ``settings.stop_check_every`` steps.
     The samples are copies (the next batch reuses the bucket).  ``settings.stored_probs_max_elements``: the
@@ -209,9 +209,9 @@ def sample(decoder, encoder_out, weight: Tensor, bias: Optional[Tensor], candida
     # the bucket's steps stay within the decoder's positions (a learned position table ends there)
     bucket_steps = max(steps, min(bucket(steps), int(decoder.max_positions())))
     if rows * bucket_steps * width > settings.stored_probs_max_elements:
-        store_probs = False  # ``sampler.score`` makes the logits again instead: the same gradient
+        store_probs = False  # ``sampling.score`` makes the logits again instead: the same gradient
     key = (rows, bucket_steps, src_len, union_size, width, greedy, temperature, store_probs,
-           weight.dtype, str(weight.device), settings)
+           weight.dtype, str(weight.device), settings.capture, settings.compile, settings.transposed_min_rows)
     entry = _BUCKETS.get(decoder, key, lambda: _Bucket(
         decoder, encoder_out, union, rows, bucket_steps, src_len, union_size, width, k, greedy, temperature,
         store_probs, settings.compile), settings.capture_max_buckets, settings.capture_max_mib * 2 ** 20)

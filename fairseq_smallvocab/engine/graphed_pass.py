@@ -17,7 +17,7 @@ shape bucket:
 
     rows, steps and source length rounded up (``buckets.bucket``: at most
     50% padding), training or eval mode, the dtype and device, which of
-    the encoder's outputs take a gradient, and the ``EngineSettings``.
+    the encoder's outputs take a gradient, and the settings' ``graphed_pass``.
 
 Each batch is copied into the front of its bucket's inputs, the rest padded
 so that padding changes no example's states or gradients:
@@ -273,7 +273,7 @@ def extract_features(decoder, prev_output_tokens: Tensor, encoder_out, settings:
     if not params and not any(x.requires_grad for x in inputs):  # nothing to differentiate
         return module(*inputs)[:rows, :steps], None
     key = (size_rows, size_steps, size_src, decoder.training, tuple(x.requires_grad for x in inputs),
-           inputs[1].dtype, str(inputs[1].device), settings)
+           inputs[1].dtype, str(inputs[1].device), settings.graphed_pass)
     entry = _BUCKETS.peek(decoder, key)
     if entry is not None and entry.fingerprint != _fingerprint(decoder):
         entry = None  # a parameter or buffer replaced (or frozen, or thawed): captured again

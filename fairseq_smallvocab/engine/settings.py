@@ -3,10 +3,14 @@
 The criterion builds it from its config (``--rl-capture``, ``--rl-compile``,
 ``--rl-graphed-pass``, ...: ``EngineSettings.from_config``), logs it once when
 training starts and hands it down with the sample request; every bucket of
-the captured step and of the graphed pass keeps it in its key.  Nothing in
-the engine reads a module global for these choices, so two criteria (or the
-two arms of ``benchmark.py --ab``) run side by side without touching each
-other.  None of the settings changes a loss: the tests compare each against
+the captured step and of the graphed pass keeps in its key the settings that
+change what it captures (capture, compile and transposed_min_rows; the
+graphed pass's mode).  Nothing in the engine reads a module global for these
+choices, so two criteria (or the two arms of ``benchmark.py --ab``) switch
+settings without writing any; their captures share each decoder's store and
+its caps.  Passes without a sample request (CE training with another
+criterion, validation, decoding) read the restricted model's own
+``engine_settings``.  None of the settings changes a loss: the tests compare each against
 the eager loop.
 
 Fields (each criterion flag is ``--rl-`` + the field's name, dashed):

@@ -2,7 +2,7 @@
 one dense tensor.
 
 REINFORCE through a recurrent decoder keeps the graph of every sampling step
-(``sampler.sample(keep_graph=True)``), and step t looks up the embedding of
+(``engine.sampling.sample(keep_graph=True)``), and step t looks up the embedding of
 the token drawn at t - 1.  With ``nn.Embedding``'s own backward each of the
 T lookups makes a dense |V| x d gradient (zeros, then its B rows added) and
 autograd adds the T of them up: 2 x T passes over a |V| x d tensor per step

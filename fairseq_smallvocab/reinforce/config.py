@@ -69,11 +69,11 @@ class ReinforceGleuConfig(FairseqDataclass):
                                         "for the gradient; above it the logits are made again (default 2^28)"})
     rl_transposed_min_rows: Optional[int] = field(
         default=None, metadata={"help": "the fewest sampling rows for which the candidate union's scores are "
-                                        "made transposed on the CPU (default 32)"})
+                                        "made transposed on the CPU (default 32; the criterion's passes)"})
     rl_union_max_ratio: Optional[float] = field(
         default=None, metadata={"help": "the teacher-forced output layer scores the batch's candidate union with "
                                         "one product when it has at most this many words per candidate row "
-                                        "(default 2.0)"})
+                                        "(default 2.0; the criterion's passes)"})
     rl_capture_max_buckets: Optional[int] = field(
         default=None, metadata={"help": "captured sampling steps kept per decoder (default 16)"})
     rl_capture_max_mib: Optional[int] = field(

@@ -5,9 +5,9 @@ The phases of a REINFORCE step, in the order they run:
 - ``encoder``: the encoder's forward passes (the CE pass's and the policy's);
 - ``ce_pass``: the rest of the teacher-forced forward for the CE term (the
   decoder over the gold target and its restricted output layer);
-- ``sampling``: ``sampler.sample`` (the step-by-step loop: decoder step,
+- ``sampling``: ``sampling.sample`` (the step-by-step loop: decoder step,
   output layer over the candidates, the draw);
-- ``scoring``: ``sampler.score`` (the sampled tokens' log-probabilities from
+- ``scoring``: ``sampling.score`` (the sampled tokens' log-probabilities from
   the kept states, or from a second pass);
 - ``rewards``: the criterion's rewards (GLEU by default);
 - ``loss``: the rest of the criterion (the CE loss, the baseline's values
@@ -79,22 +79,22 @@ class PhaseTimer:
 
 def instrument(model, criterion, sync=lambda: None) -> PhaseTimer:
     """A timer wrapped around the model's and the criterion's phases (the
-    plugin's sampler module functions included)."""
-    from fairseq_smallvocab.engine import sampling as sampler
+    plugin's sampling module functions included)."""
+    from fairseq_smallvocab.engine import sampling
 
     timer = PhaseTimer(sync)
-    sample = sampler.sample
+    sample = sampling.sample
 
     def counted(*args, **kwargs):
         samples = sample(*args, **kwargs)
         timer.loop_steps += samples.tokens.size(1)
         return samples
 
-    sampler.sample = counted
+    sampling.sample = counted
     timer.wrap(model, "forward", "ce_pass")  # the model's forward less the phases timed inside it
     timer.wrap(model.encoder, "forward", "encoder")
-    timer.wrap(sampler, "sample", "sampling")
-    timer.wrap(sampler, "score", "scoring")
+    timer.wrap(sampling, "sample", "sampling")
+    timer.wrap(sampling, "score", "scoring")
     if hasattr(criterion, "rewards"):
         timer.wrap(criterion, "rewards", "rewards")
     return timer
