@@ -184,9 +184,8 @@ class ReinforceGleuCriterion(FairseqCriterion):
                         f"{self.cfg.max_sample_len}")
             self._capped_to_positions = True
         candidates = net_input.get("candidates")
-        check_memory(sample, nsentences * self.cfg.rl_samples, limits,
-                     candidates.size(1) if candidates is not None else len(self.task.target_dictionary),
-                     self.cfg.rl_samples)
+        vocab = candidates.size(1) if candidates is not None else len(self.task.target_dictionary)
+        check_memory(sample, limits, vocab, self.cfg.rl_samples)
         return SampleRequest(limits, num_samples=self.cfg.rl_samples, greedy_too=self.baseline.needs_greedy,
                              temperature=self.cfg.sample_temperature, settings=self.settings)
 

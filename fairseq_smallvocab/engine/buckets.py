@@ -111,12 +111,18 @@ def failures_name(hint: str):
                            f"{hint}") from err
 
 
+def _enlarged(shape, sizes: Dict[int, int]) -> list:
+    """``shape`` with each dim in ``sizes`` ({dim: size}) set to its size."""
+    shape = list(shape)
+    for dim, size in sizes.items():
+        shape[dim] = size
+    return shape
+
+
 def padded(x: Tensor, sizes: Dict[int, int], fill) -> Tensor:
     """``x`` in the front of a new tensor enlarged to ``sizes`` ({dim: size}), the rest ``fill``;
     differentiable (``x`` itself when nothing grows)."""
-    shape = list(x.shape)
-    for dim, size in sizes.items():
-        shape[dim] = size
+    shape = _enlarged(x.shape, sizes)
     if shape == list(x.shape):
         return x
     out = x.new_full(shape, fill)
@@ -146,10 +152,7 @@ class Slots:
     def put(self, name: str, value: Tensor, sizes: Dict[int, int], fill=0) -> Tensor:
         slot = self.slots.get(name)
         if slot is None:
-            shape = list(value.shape)
-            for dim, size in sizes.items():
-                shape[dim] = size
-            slot = self.slots[name] = value.new_empty(shape)
+            slot = self.slots[name] = value.new_empty(_enlarged(value.shape, sizes))
         if any(n > m for n, m in zip(value.shape, slot.shape)):
             raise ValueError(f"{name}: a batch of shape {tuple(value.shape)} does not fit its bucket "
                              f"{tuple(slot.shape)}")

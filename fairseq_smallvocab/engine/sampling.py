@@ -9,7 +9,8 @@ the caller arranges (``restricted_model``).
 
 - ``sample``: step by step through the decoder's incremental state (for
   fairseq's Transformers and LSTMs and the plugin's, a state made once per
-  batch, ``static_state``), without gradient; each step scores the rows of the batch's candidate union with one
+  batch by the decoder's family, ``families.static_state``), without
+  gradient; each step scores the rows of the batch's candidate union with one
   product (``UnionScorer``) and draws from the softmax over the row's K words
   (pad and bos excluded), with uniforms drawn for every step at once.  All
   examples advance together (no loop over examples); example b stops at its

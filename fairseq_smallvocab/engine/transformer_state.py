@@ -199,8 +199,8 @@ class TransformerFamily(families.DecoderFamily):
 
     def follows(self, decoder, encoder_out, keep_graph: bool = False) -> bool:
         # a kept step graph would be broken by the in-place buffers
-        return not keep_graph and _unsupported(decoder) is None and isinstance(encoder_out, dict) \
-            and bool(encoder_out.get("encoder_out"))
+        return not keep_graph and isinstance(encoder_out, dict) and bool(encoder_out.get("encoder_out")) \
+            and super().follows(decoder, encoder_out)
 
     def static_state(self, decoder, encoder_out, steps: int, slots: Optional[Slots] = None):
         return TransformerStaticState(decoder, encoder_out, steps, slots)

@@ -53,11 +53,12 @@ def available_memory(device):
             return None
 
 
-def check_memory(sample, rows: int, limits: Tensor, vocab: int, rl_samples: int):
+def check_memory(sample, limits: Tensor, vocab: int, rl_samples: int):
     """Refuse a batch whose samples would not fit in memory, before
     drawing them: the scoring pass alone makes a rows x T x |candidates|
     float32 tensor and its gradient (T taken as the batch's longest
     reference, a typical sample length; samples may grow to the limit)."""
+    rows = sample["target"].size(0) * rl_samples  # the sampled sequences
     free = available_memory(limits.device)
     if free is None:
         return
