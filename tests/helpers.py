@@ -240,6 +240,7 @@ def reinforce_step(model, task, sample, baseline, n, seed=6, **flags):
     import torch
 
     params = [p for p in model.parameters() if p.requires_grad]
+    flags.setdefault("rl_untested_cuda_modes", "on")  # the tests of a device mode run it on a GPU (see settings)
     crit = _crit(task, rl_lambda=0.3, rl_baseline=baseline, max_sample_len=7, rl_samples=n, **flags)
     model.zero_grad()
     torch.manual_seed(seed)

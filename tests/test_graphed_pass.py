@@ -34,7 +34,11 @@ def _model(name, device="cpu", train=False):
             module.p = 0.0
         if isinstance(module, torch.nn.RNNBase):
             module.dropout = 0.0
-    return model.train(train)
+    model.train(train)
+    for module in model.modules():  # as the step's eval_mode keeps them: cuDNN has no eval-mode RNN backward
+        if isinstance(module, torch.nn.RNNBase):
+            module.train()
+    return model
 
 
 def _settings(mode, **values) -> EngineSettings:

@@ -104,7 +104,8 @@ def test_the_settings_come_from_the_criterions_flags():
                                         union_max_ratio=1.5)] == 1  # hashable: a bucket's key
     with pytest.raises(dataclasses.FrozenInstanceError):
         settings.capture = "buckets"
-    assert "capture=off (set)" in settings.describe() and "compile=off," in settings.describe()
+    assert "static_state=off (set)" in settings.describe() and "compile=off," in settings.describe()
+    assert "capture=buckets (set)" in settings.changed(capture="buckets").describe()
     assert set(NAMES) == {name[3:] for name in vars(ReinforceGleuConfig()) if name.startswith("rl_")} - {
         "lambda", "baseline", "samples"}  # every setting has its flag
 

@@ -169,8 +169,9 @@ TRANSFORMER_MT = [*MT[:4], "--arch", "transformer", "--encoder-layers", "1", "--
 @pytest.mark.parametrize("arch", ["lstm_smallvocab", "transformer"])
 @pytest.mark.parametrize("small", [True, False])
 def test_fairseq_train_on_a_gpu_replays_what_the_eager_loop_computes(tiny_bin, predictor, tmp_path, arch, small):
-    """fairseq-train on one GPU, the way a user runs it: the sampling step captured per bucket (the default
-    there; for the LSTM its teacher-forced passes too, --rl-graphed-pass cuda-graphs), while fairseq's
+    """fairseq-train on one GPU, the way a user runs it: the sampling step captured per bucket
+    (--rl-capture cuda-graphs with --rl-untested-cuda-modes on until this passes; for the LSTM its
+    teacher-forced passes too, --rl-graphed-pass cuda-graphs), while fairseq's
     DataLoader pins the next batches in a thread of its own, over two epochs of batches and validations.
     At learning rate 0 (the same weights and draws at every update) and without dropout (the graphed pass
     draws its masks in an order of its own) each update logs the loss and reward of the eager loop
@@ -181,7 +182,8 @@ def test_fairseq_train_on_a_gpu_replays_what_the_eager_loop_computes(tiny_bin, p
             "--seed", "3", "--no-save", "--dropout", "0",
             *(["--small-vocab-size", "100", "--vocab-predictor", predictor, "--candidates-dir", tmp_path / "cands"]
               if small else ["--small-vocab-size", "0"])]
-    graphed = ["--rl-graphed-pass", "cuda-graphs"] if arch == "lstm_smallvocab" else []
+    graphed = ["--rl-untested-cuda-modes", "on"] + (["--rl-graphed-pass", "cuda-graphs"] if arch == "lstm_smallvocab"
+                                                     else [])
     logs = {mode: run([*args, "--rl-capture", mode, *(graphed if mode == "cuda-graphs" else [])])
             for mode in ("cuda-graphs", "off")}
 

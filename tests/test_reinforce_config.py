@@ -104,3 +104,36 @@ def test_a_cuda_only_mode_asked_for_on_the_cpu_is_said_to_run_as_off(caplog):
     assert messages[0].startswith("--rl-capture cuda-graphs: CUDA graphs cannot be captured on cpu, not a CUDA "
                                   "device, so the sampling step runs as --rl-capture off")
     assert messages[1].startswith("--rl-graphed-pass cuda-graphs: CUDA graphs cannot be captured on cpu")
+
+
+def test_a_device_mode_not_yet_tested_on_a_gpu_is_refused_there_naming_its_flag():
+    """--rl-capture cuda-graphs, --rl-compile fuse / reduce-overhead and --rl-graphed-pass cuda-graphs have
+    not passed their tests on a GPU: off by default, refused on a CUDA device (by the criterion at its first
+    batch and by the engine's call), each named; --rl-untested-cuda-modes on runs them; the CPU refuses
+    nothing (there they run as their CPU tests say)."""
+    from fairseq_smallvocab.engine.settings import UNTESTED_ON_CUDA, EngineSettings
+
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    default = EngineSettings()
+    assert all(getattr(default, name) != value for name, value in UNTESTED_ON_CUDA)
+    default.check_device(cuda)
+    for (name, value), seen in UNTESTED_ON_CUDA.items():
+        flag = "--rl-" + name.replace("_", "-")
+        asked = default.changed(**{name: value})
+        with pytest.raises(ValueError, match=f"^{flag} {value} \\(.*: not yet passed its tests on a GPU, so it is not "
+                                             "run on cuda; leave it at its default, or pass "
+                                             "--rl-untested-cuda-modes on"):
+            asked.check_device(cuda)
+        assert seen in asked.untested_on(cuda)[0]
+        asked.check_device(cpu)
+        asked.changed(untested_cuda_modes=True).check_device(cuda)
+    both = default.changed(capture="cuda-graphs", graphed_pass="cuda-graphs")
+    assert [m.split(" (")[0] for m in both.untested_on(cuda)] == ["--rl-capture cuda-graphs",
+                                                                   "--rl-graphed-pass cuda-graphs"]
+    # the criterion: at its first batch, from its flags
+    _, task, _ = _setup()
+    crit = _crit(task, rl_baseline="none", rl_compile="fuse")
+    with pytest.raises(ValueError, match="^--rl-compile fuse"):
+        crit.say_what_runs(cuda)
+    _crit(task, rl_baseline="none", rl_compile="fuse", rl_untested_cuda_modes="on").settings.check_device(cuda)
+    assert _crit(task, rl_baseline="none").settings.capture == "off"

@@ -221,12 +221,13 @@ class ReinforceGleuCriterion(FairseqCriterion):
                 "finite_tokens": sample["ntokens"] if finite else 0.0, **kept}
 
     def say_what_runs(self, device):
-        """Once: a CUDA-only mode asked for (--rl-capture / --rl-graphed-pass
-        cuda-graphs) where it cannot run (no CUDA device, or under autocast)
-        runs as off; the log says so rather than leave the user believing
-        the step is captured."""
+        """At the first batch: a device mode that has not passed its tests on a GPU, asked for on a CUDA
+        device, is refused (``EngineSettings.check_device``, naming its flag); a CUDA-only mode asked for
+        (--rl-capture / --rl-graphed-pass cuda-graphs) where it cannot run (no CUDA device, or under autocast)
+        runs as off, and the log says so rather than leave the user believing the step is captured."""
         if self._said_what_runs:
             return
+        self.settings.check_device(device)
         self._said_what_runs = True
         if device.type == "cuda" and not autocast_on(device):
             return

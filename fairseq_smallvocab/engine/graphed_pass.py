@@ -29,7 +29,9 @@ so that padding changes no example's states or gradients:
                                 over nothing would be NaN, and NaN times a
                                 zero gradient is still NaN in the weights'
 
-The graphs read the parameters at their addresses (an optimizer's in-place
+The pass runs on aliases of the decoder's parameters (the same storage, fresh
+leaves, ``_aliases``), its warm-up and captures on one side stream.  The
+graphs read the parameters at their addresses (an optimizer's in-place
 update is seen; a parameter replaced is captured again).  A bucket whose
 last forward still waits for its backward (its saved activations would be
 overwritten) runs the pass eagerly instead.  Only passes with gradient use
@@ -111,6 +113,19 @@ class _Pass(nn.Module):
     def forward(self, prev: Tensor, *parts: Tensor) -> Tensor:
         return self.decoder.extract_features(prev, self.build(list(parts)))[0]
 
+    def on_aliases(self, aliases: List[Tensor], *inputs: Tensor) -> Tensor:
+        """``forward`` with the decoder's parameters that take a gradient replaced by ``aliases`` (``_aliases``)."""
+        names = ["decoder." + name for name, p in self.decoder.named_parameters() if p.requires_grad]
+        return torch.func.functional_call(self, dict(zip(names, aliases)), inputs)
+
+
+def _aliases(params: List[Tensor]) -> List[Tensor]:
+    """The parameters as fresh leaves on the same storage: a graph reads the parameters' values (an optimizer's
+    update is seen) and the aliases' gradients are the parameters'; a captured backward then reaches no gradient
+    accumulator that an eager pass of the same step made on the default stream (the CUDA capture fails there:
+    "operation would make the legacy stream depend on a capturing blocking stream")."""
+    return [p.detach().requires_grad_() for p in params]
+
 
 class _Pending:
     """A forward replayed whose backward has not run (dropped with the graph that would run it)."""
@@ -131,6 +146,7 @@ class _Bucket:
         self.forward_graph = self.backward_graph = None
         # static inputs: copies (the first batch's tensors and their graph are not kept alive)
         self.inputs = [x.detach().clone().requires_grad_(x.requires_grad) for x in inputs]
+        self.aliases = _aliases(params)
         self.bytes = sum(x.numel() * x.element_size() for x in self.inputs)
         if not captured:
             # held weakly: the buckets are weakly keyed by the decoder
@@ -144,21 +160,22 @@ class _Bucket:
             torch.cuda.synchronize()
             torch.cuda.empty_cache()
             before = torch.cuda.memory_reserved()
-            wanted = [x for x in self.inputs if x.requires_grad] + params
+            wanted = [x for x in self.inputs if x.requires_grad] + self.aliases
+            # one side stream for the warm-up and both captures
             stream = torch.cuda.Stream()
             stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(stream):
                 for _ in range(WARMUP_PASSES):  # lazy initializations (cuBLAS workspaces, ...) outside capture
-                    out = module(*self.inputs)
+                    out = module.on_aliases(self.aliases, *self.inputs)
                     torch.autograd.grad(out, wanted, torch.ones_like(out), allow_unused=True)
                 del out  # (not to be counted in the bucket's bytes)
             torch.cuda.current_stream().wait_stream(stream)
             torch.cuda.synchronize()
             self.forward_graph, self.backward_graph = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self.forward_graph, capture_error_mode=CAPTURE_ERROR_MODE):
-                output = module(*self.inputs)
+            with torch.cuda.graph(self.forward_graph, stream=stream, capture_error_mode=CAPTURE_ERROR_MODE):
+                output = module.on_aliases(self.aliases, *self.inputs)
             self.grad_output = torch.empty_like(output)
-            with torch.cuda.graph(self.backward_graph, pool=self.forward_graph.pool(),
+            with torch.cuda.graph(self.backward_graph, pool=self.forward_graph.pool(), stream=stream,
                                   capture_error_mode=CAPTURE_ERROR_MODE):
                 grads = torch.autograd.grad(output, wanted, self.grad_output, allow_unused=True)
             self.output = output.detach()  # its autograd graph (spent by the capture) is not kept
@@ -182,18 +199,18 @@ class _Bucket:
             self.forward_graph.replay()
             return
         with torch.enable_grad(), suspended():  # as captured: no gathering of the open REINFORCE block
-            self._out = _Pass(self._decoder(), self._build)(*self.inputs)
+            self._out = _Pass(self._decoder(), self._build).on_aliases(self.aliases, *self.inputs)
         # written over the last batch's, as a replayed graph writes its static output
         self.output = _overwrite(self.output, self._out.detach())
         if self.grad_output is None:
             self.grad_output = torch.empty_like(self.output)
 
-    def backward(self, params: List[Tensor]):
+    def backward(self):
         """``grads`` for ``grad_output``, from the activations of the last ``forward``."""
         if self.captured:
             self.backward_graph.replay()
             return
-        wanted = [x for x in self.inputs if x.requires_grad] + list(params)
+        wanted = [x for x in self.inputs if x.requires_grad] + self.aliases
         grads = self._per_input(torch.autograd.grad(self._out, wanted, self.grad_output, allow_unused=True))
         old = self.grads or [None] * len(grads)
         self.grads = [_overwrite(buffer, g) for buffer, g in zip(old, grads)]
@@ -225,7 +242,7 @@ class _Replay(torch.autograd.Function):
             if static.data_ptr() != x.data_ptr():
                 static.copy_(x)
         entry.forward()
-        ctx.entry, ctx.pending, ctx.params = entry, _Pending(), tensors[len(entry.inputs):]
+        ctx.entry, ctx.pending = entry, _Pending()
         entry.pending = weakref.ref(ctx.pending)
         return entry.output.clone()
 
@@ -237,7 +254,7 @@ class _Replay(torch.autograd.Function):
             raise RuntimeError("graphed_pass: a second backward through a replayed pass (retain_graph=True) "
                                f"is not supported; {flag('graphed_pass')} off runs the decoder's own pass")
         entry.grad_output.copy_(grad_output)
-        entry.backward(ctx.params)
+        entry.backward()
         ctx.pending.done = True
         return (None, *(None if g is None else g.clone() for g in entry.grads))
 

@@ -176,9 +176,11 @@ def policy(model, net_input: Dict, candidates: Optional[Tensor], request: Sample
     loop; example b's in rows b * N ... b * N + N - 1), scored with
     gradient.  ``keep_graph``: the decoder is recurrent and its sampling
     steps may keep their graph (unless the step is captured).  The caller
-    puts the model in eval mode."""
+    puts the model in eval mode.  A device mode not yet tested on a GPU is refused on one
+    (``EngineSettings.check_device``)."""
     weight, bias = model.output_weights()
     max_lens, n, settings = request.max_lens, request.num_samples, request.settings
+    settings.check_device(max_lens.device)
     out = {}
     encoder_out = model.encoder(**net_input)
     if request.greedy_too:

@@ -48,8 +48,9 @@ class ReinforceGleuConfig(FairseqDataclass):
     # how the step runs on the device: ``engine.settings.EngineSettings`` (None: its default)
     rl_capture: Optional[CAPTURE_CHOICES] = field(
         default=None, metadata={"help": "the sampling step: cuda-graphs (captured per shape bucket and replayed per "
-                                        "token on CUDA, eager elsewhere; the default), buckets (the same step run "
-                                        "eagerly, any device), off (the eager loop)"})
+                                        "token on CUDA, eager elsewhere; not yet passed its GPU tests: see "
+                                        "--rl-untested-cuda-modes), buckets (the same step run eagerly, any "
+                                        "device), off (the eager loop; the default)"})
     rl_compile: Optional[COMPILE_CHOICES] = field(
         default=None, metadata={"help": "torch.compile the bucketed sampling step: off (the default), fuse "
                                         "(inductor's kernels, captured as --rl-capture says), reduce-overhead "
@@ -82,6 +83,11 @@ class ReinforceGleuConfig(FairseqDataclass):
         default=None, metadata={"help": "graphed teacher-forced passes kept per decoder (default 32)"})
     rl_graphed_pass_max_mib: Optional[int] = field(
         default=None, metadata={"help": "the most memory (MiB) the graphed passes may hold (default 4096)"})
+    rl_untested_cuda_modes: Optional[ON_OFF] = field(
+        default=None, metadata={"help": "on: run on a GPU a device mode that has not yet passed its tests there "
+                                        "(--rl-capture cuda-graphs, --rl-compile fuse or reduce-overhead, "
+                                        "--rl-graphed-pass cuda-graphs), its results unchecked; off (the default) "
+                                        "refuses them at the first batch on a CUDA device"})
 
 
 def check_config(cfg: ReinforceGleuConfig) -> EngineSettings:
