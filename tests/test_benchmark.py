@@ -446,3 +446,34 @@ def test_floor_records_pool_their_rounds(monkeypatch):
     assert record["products_flops"] == 20 and record["product_calls"] == 20 and type(record["product_calls"]) is int
     assert "| 1.000 | 3.50 |" in markdown([record])
     assert "| 0.000 |" in markdown([dict(record, products_sec=0.0)])
+
+
+@pytest.mark.slow
+def test_benchmark_measures_the_chunked_full_softmax_beside_small_and_full(tmp_path):
+    """--full-chunked: REINFORCE configurations gain the chunked full softmax (CE ones do not), interleaved
+    with small and full over the rounds; its speedup and memory are against the plain full softmax, and
+    small's against both; the table gives both comparisons."""
+    import statistics
+
+    bench = _benchmark_module()
+    cfgs = list(bench.configurations(bench.parse_args(["--quick", "--full-chunked"])))
+    assert [(c["mode"], c["softmax"], c["K"]) for c in cfgs] == [
+        ("ce", "small", 1000), ("ce", "full", 0), ("reinforce", "small", 1000), ("reinforce", "full", 0),
+        ("reinforce", "chunked", 0)]
+    run([REPO / "scripts" / "benchmark.py", "--modes", "reinforce", "--vocab-sizes", "300", "--k", "60",
+         "--batch", "4", "--max-len", "6", "--embed-dim", "8", "--steps", "1", "--warmup", "0", "--threads", "1",
+         "--rounds", "2", "--full-chunked", "--json", tmp_path / "r.json", "--markdown", tmp_path / "r.md"])
+    small, full, chunked = json.loads((tmp_path / "r.json").read_text())
+    assert [r["softmax"] for r in (small, full, chunked)] == ["small", "full", "chunked"]
+    assert chunked["K"] == 0 and 0 < chunked["sample_len"] <= 6
+
+    def ratio(ref, r):
+        return round(statistics.median(a / b for a, b in zip(ref["sec_per_step_rounds"], r["sec_per_step_rounds"])),
+                     3)
+
+    assert small["speedup"] == ratio(full, small) and small["speedup_vs_chunked"] == ratio(chunked, small)
+    assert chunked["speedup"] == ratio(full, chunked) and "speedup_vs_chunked" not in chunked
+    table = (tmp_path / "r.md").read_text()
+    assert "| speedup | memory ratio | speedup vs chunked | memory vs chunked |" in table
+    row = next(line for line in table.splitlines() if "| small |" in line).split("|")
+    assert row[-5].strip() == f"{small['speedup']:.2f}x" and row[-3].strip() == f"{small['speedup_vs_chunked']:.2f}x"

@@ -81,6 +81,7 @@ from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq_smallvocab.engine.buckets import autocast_on
 from fairseq_smallvocab.engine.sampling import SampleRequest
 from fairseq_smallvocab.engine.settings import flag
+from fairseq_smallvocab.output.chunked_ce import full_cross_entropy
 from fairseq_smallvocab.reinforce import objective
 from fairseq_smallvocab.reinforce.baselines import build_baseline
 from fairseq_smallvocab.reinforce.config import ReinforceGleuConfig, check_config
@@ -118,7 +119,9 @@ class ReinforceGleuCriterion(FairseqCriterion):
         n = self.cfg.rl_samples
         # sample: inside the model's forward (restricted_model: draw, then score with gradient), so that
         # fairseq's distributed wrappers see one forward for the CE term and the policy alike
-        net_output = model(**sample["net_input"], policy=self.sample_request(model, sample))
+        from_features = self.chunked_ce(model, sample)
+        net_output = model(**sample["net_input"], policy=self.sample_request(model, sample),
+                           **({"features_only": True} if from_features else {}))
         samples = net_output[1]["samples"]  # B * N rows, the N samples of example b in rows b * N ... b * N + N - 1
         self.check_temperature(samples)
         mask = samples.mask
@@ -138,7 +141,7 @@ class ReinforceGleuCriterion(FairseqCriterion):
             # baseline
             base = self.baseline.values(samples.features, mask, reward, greedy_reward, n) * mask
         # loss
-        ce = self.ce_term(model, sample, net_output)
+        ce = self.ce_term(model, sample, net_output, from_features)
         rl = objective.policy_gradient(objective.advantage(reward, base, mask), samples.lprobs, mask, n)
         loss = objective.mixed(ce, rl, self.cfg.rl_lambda)
         finite = objective.is_finite(reward, loss)
@@ -160,7 +163,10 @@ class ReinforceGleuCriterion(FairseqCriterion):
         mixed loss is (by sentences), with nothing sampled."""
         # a model the plugin's tasks restricted takes the settings (a stock one runs its own passes)
         given = {"engine_settings": self.settings} if getattr(model, "engine_settings", None) is not None else {}
-        loss = self.ce_term(model, sample, model(**sample["net_input"], **given))
+        from_features = self.chunked_ce(model, sample)
+        if from_features:
+            given["features_only"] = True
+        loss = self.ce_term(model, sample, model(**sample["net_input"], **given), from_features)
         finite = objective.is_finite(loss)
         if not finite:
             loss = objective.skipped_loss(model)
@@ -185,7 +191,8 @@ class ReinforceGleuCriterion(FairseqCriterion):
             self._capped_to_positions = True
         candidates = net_input.get("candidates")
         vocab = candidates.size(1) if candidates is not None else len(self.task.target_dictionary)
-        check_memory(sample, limits, vocab, self.cfg.rl_samples)
+        if not (candidates is None and self.settings.full_softmax == "chunked"):  # (which holds no rows x T x |V|)
+            check_memory(sample, limits, vocab, self.cfg.rl_samples)
         return SampleRequest(limits, num_samples=self.cfg.rl_samples, greedy_too=self.baseline.needs_greedy,
                              temperature=self.cfg.sample_temperature, settings=self.settings)
 
@@ -203,8 +210,19 @@ class ReinforceGleuCriterion(FairseqCriterion):
         ref_lens = (target.ne(d.pad()) & target.ne(d.eos())).sum(1)
         return self.reward(tokens, lengths, target, ref_lens)
 
-    def ce_term(self, model, sample, net_output):
-        """L_c over the model's teacher-forced output (``objective.cross_entropy``)."""
+    def chunked_ce(self, model, sample) -> bool:
+        """Whether the CE term is made from the decoder's states chunk by chunk (``output.chunked_ce``): the
+        settings' full_softmax "chunked", a batch without candidates, a model the plugin restricted."""
+        return (self.settings.full_softmax == "chunked" and sample["net_input"].get("candidates") is None
+                and getattr(model, "engine_settings", None) is not None)
+
+    def ce_term(self, model, sample, net_output, from_features: bool = False):
+        """L_c over the model's teacher-forced output (``objective.cross_entropy``), or ``from_features``,
+        the decoder's states, by the chunked full softmax (the same loss)."""
+        if from_features:
+            weight, bias = model.output_weights()
+            return full_cross_entropy(net_output[0], weight, bias, sample["target"], self.cfg.label_smoothing,
+                                      self.padding_idx)
         lprobs = model.get_normalized_probs(net_output, log_probs=True)
         return objective.cross_entropy(lprobs, model.get_targets(sample, net_output), self.cfg.label_smoothing,
                                        self.padding_idx)

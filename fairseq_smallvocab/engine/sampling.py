@@ -34,7 +34,8 @@ the caller arranges (``restricted_model``).
   full softmax's REINFORCE step keeps its B x T x V probabilities this way
   and makes two B x T x V x d products instead of four (scoring's forward and
   the backward's recomputed logits are gone); above the settings'
-  ``stored_probs_max_elements`` the logits are made again instead.
+  ``stored_probs_max_elements``, or with the settings' ``full_softmax``
+  "chunked", the logits are made again instead.
 - ``keep_graph=True`` (recurrent decoders): the sampling steps keep their
   graph and ``score`` reads the log-probabilities from the kept states, with
   no second pass through the decoder; an RNN step's graph does not grow with
@@ -115,7 +116,9 @@ def sample(decoder, encoder_out, weight: Tensor, bias: Optional[Tensor], candida
     # padding changes no example's sample)
     uniforms = None if greedy else torch.rand(bsz, steps, device=max_lens.device)
     width = weight.size(0) if candidates is None else candidates.size(1)
-    store_probs = keep_probs and not greedy and bsz * steps * width <= settings.stored_probs_max_elements
+    # (the chunked full softmax keeps no B x T x |V| probabilities: its scoring makes them chunk by chunk)
+    store_probs = keep_probs and not greedy and bsz * steps * width <= settings.stored_probs_max_elements \
+        and not (candidates is None and settings.full_softmax == "chunked")
     if not keep_graph and captures(decoder, encoder_out, max_lens.device, settings):
         return capture.sample(decoder, encoder_out, weight, bias, candidates, max_lens, steps, uniforms, greedy,
                               temperature, store_probs, settings)

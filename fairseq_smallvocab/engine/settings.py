@@ -24,6 +24,12 @@ Fields (each criterion flag is ``--rl-`` + the field's name, dashed):
 - ``graphed_pass``: a recurrent decoder's teacher-forced passes with
   gradient: "cuda-graphs" (replayed with their backward on CUDA), "buckets"
   (the same, eagerly), "off" (the decoder's own pass).
+- ``full_softmax``: how the full softmax (no candidates) makes REINFORCE's
+  log-probabilities: "plain" (the gold targets' B x T x |V| logits and
+  log-softmax, the sampling loop's step probabilities kept for the
+  scoring), "chunked" (``output.chunked_ce``: no (tokens x |V|) tensor, the
+  logits of a chunk of examples made again in the backward; the best
+  full-vocabulary practice, to compare the small softmax against).
 - ``static_state``: sample on a state made once per batch and written in
   place (False: fairseq's incremental state everywhere).
 - ``stop_check_every``: the loop asks whether any row is still going every
@@ -55,7 +61,9 @@ from fairseq_smallvocab.output.union_scorer import TRANSPOSED_MIN_ROWS
 CAPTURE_MODES = ("cuda-graphs", "buckets", "off")
 COMPILE_MODES = ("off", "fuse", "reduce-overhead")
 GRAPHED_PASS_MODES = ("cuda-graphs", "buckets", "off")
-_CHOICES = {"capture": CAPTURE_MODES, "compile": COMPILE_MODES, "graphed_pass": GRAPHED_PASS_MODES}
+FULL_SOFTMAX_MODES = ("plain", "chunked")
+_CHOICES = {"capture": CAPTURE_MODES, "compile": COMPILE_MODES, "graphed_pass": GRAPHED_PASS_MODES,
+            "full_softmax": FULL_SOFTMAX_MODES}
 _AT_LEAST_ONE = ("stop_check_every", "capture_max_buckets", "capture_max_mib", "graphed_pass_max_buckets",
                  "graphed_pass_max_mib")
 _ON_OFF = {"on": True, "true": True, "off": False, "false": False}
@@ -86,6 +94,7 @@ class EngineSettings:
     capture: str = "off"
     compile: str = "off"
     graphed_pass: str = "off"
+    full_softmax: str = "plain"
     static_state: bool = True
     stop_check_every: int = 1
     stored_probs_max_elements: int = 2 ** 28

@@ -10,7 +10,13 @@ from typing import Optional
 
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 
-from fairseq_smallvocab.engine.settings import CAPTURE_MODES, COMPILE_MODES, GRAPHED_PASS_MODES, EngineSettings
+from fairseq_smallvocab.engine.settings import (
+    CAPTURE_MODES,
+    COMPILE_MODES,
+    FULL_SOFTMAX_MODES,
+    GRAPHED_PASS_MODES,
+    EngineSettings,
+)
 from fairseq_smallvocab.reinforce.baselines import BASELINES as BASELINE_CLASSES
 from fairseq_smallvocab.reinforce.rewards import REWARDS
 
@@ -19,6 +25,7 @@ REWARD_NAMES = ChoiceEnum(list(REWARDS))
 CAPTURE_CHOICES = ChoiceEnum(list(CAPTURE_MODES))
 COMPILE_CHOICES = ChoiceEnum(list(COMPILE_MODES))
 GRAPHED_PASS_CHOICES = ChoiceEnum(list(GRAPHED_PASS_MODES))
+FULL_SOFTMAX_CHOICES = ChoiceEnum(list(FULL_SOFTMAX_MODES))
 ON_OFF = ChoiceEnum(["on", "off"])
 MAX_BASELINE_LR = 1.0  # the learned baseline's Adam: see check_config
 
@@ -59,6 +66,11 @@ class ReinforceGleuConfig(FairseqDataclass):
         default=None, metadata={"help": "a recurrent decoder's teacher-forced passes with gradient: cuda-graphs "
                                         "(replayed with their backward on CUDA), buckets (the same, eagerly), off "
                                         "(the decoder's own pass; the default)"})
+    rl_full_softmax: Optional[FULL_SOFTMAX_CHOICES] = field(
+        default=None, metadata={"help": "without candidates (the full softmax): plain (the default: the targets' "
+                                        "tokens x |V| logits and log-softmax, the sampled steps' probabilities "
+                                        "kept) or chunked (no tokens x |V| tensor: chunks of rows made again in "
+                                        "the backward, as fused linear cross-entropy does); the same loss"})
     rl_static_state: Optional[ON_OFF] = field(
         default=None, metadata={"help": "sample on a decoding state made once per batch (on, the default) or on "
                                         "fairseq's incremental state (off)"})

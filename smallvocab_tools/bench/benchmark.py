@@ -181,7 +181,8 @@ def configurations(args):
     for vocab_size in ([data_vocab_size(args)] if args.data else args.vocab_sizes):
         for mode in args.modes:
             ks = small_ks(args, vocab_size, sweep=mode != "decode")  # decoding: no K sweep
-            runs = [("small", k) for k in ks] + ([("full", 0)] if not args.no_full else [])
+            runs = [("small", k) for k in ks] + ([("full", 0)] if not args.no_full else []) \
+                + ([("chunked", 0)] if args.full_chunked and mode == "reinforce" else [])
             shapes = ([(b, beam) for b in args.decode_batches for beam in args.beams] if mode == "decode"
                       else [(args.batch, None)])
             for (batch, beam), n in [(shape, n) for shape in shapes
@@ -252,6 +253,9 @@ def parse_args(argv=None, runnable=False):
                         help="exponent of the Zipf law of the synthetic target words (0: uniform words and random "
                              "candidates)")
     parser.add_argument("--no-full", action="store_true", help="skip the full-softmax runs")
+    parser.add_argument("--full-chunked", action="store_true",
+                        help="REINFORCE: also the chunked full softmax (--rl-full-softmax chunked: no tokens x |V| "
+                             "tensor), the best full-vocabulary practice; small and full are compared with it too")
     parser.add_argument("--arch", default="lstm_smallvocab",
                         help="lstm_smallvocab (default), or a fairseq translation arch, e.g. transformer (the base "
                              "Transformer with shared embeddings), transformer_wmt_en_de")

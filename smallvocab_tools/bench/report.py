@@ -12,6 +12,16 @@ def mode_label(record) -> str:
     return f"{record['mode']} x{n}" if n > 1 else record["mode"]
 
 
+def _against(r, ref, key: str, softmaxes) -> list:
+    """(speedup, memory ratio) cells of record ``r`` against ``ref`` (the full or chunked softmax's record of
+    its setting) where ``r``'s softmax is one of ``softmaxes``; empty cells otherwise."""
+    if ref is None or r["softmax"] not in softmaxes:
+        return ["", ""]
+    speedup = f"{r.get(key) or ref['sec_per_step'] / r['sec_per_step']:.2f}x"
+    memory = f"{ref['peak_mem_mb'] / r['peak_mem_mb']:.2f}x less" if r["peak_mem_mb"] > 0 else ""
+    return [speedup, memory]
+
+
 def markdown(records) -> str:
     """Training steps, then decoding, each small beside its full softmax."""
     out = []
@@ -19,21 +29,23 @@ def markdown(records) -> str:
     floors = [r for r in records if "products_sec" in r]  # --floor: their own table (each batch ran twice)
     train = [r for r in records if r["mode"] != "decode" and "ab" not in r and "products_sec" not in r]
     if train:
+        with_chunked = any(r["softmax"] == "chunked" for r in train)
         head = ("| device | arch | mode | V | softmax | K | d | batch | len | s/step | tokens/s | s/epoch | peak MB | "
-                "peak RSS MB | speedup | memory ratio |")
+                "peak RSS MB | speedup | memory ratio |"
+                + (" speedup vs chunked | memory vs chunked |" if with_chunked else ""))
         lines = [head, "|" + "---|" * (head.count("|") - 1)]
-        full = {(r["device"], r.get("arch"), mode_label(r), r["vocab_size"]): r for r in train
-                if r["softmax"] == "full"}
+        refs = {softmax: {(r["device"], r.get("arch"), mode_label(r), r["vocab_size"]): r for r in train
+                          if r["softmax"] == softmax} for softmax in ("full", "chunked")}
         for r in train:
-            ref = full.get((r["device"], r.get("arch"), mode_label(r), r["vocab_size"]))
-            small = ref is not None and r["softmax"] == "small"
-            speedup = f"{r.get('speedup') or ref['sec_per_step'] / r['sec_per_step']:.2f}x" if small else ""
-            memory = f"{ref['peak_mem_mb'] / r['peak_mem_mb']:.2f}x less" if small and r["peak_mem_mb"] > 0 else ""
+            key = (r["device"], r.get("arch"), mode_label(r), r["vocab_size"])
+            cells = _against(r, refs["full"].get(key), "speedup", ("small", "chunked"))
+            if with_chunked:
+                cells += _against(r, refs["chunked"].get(key), "speedup_vs_chunked", ("small",))
             arch = r.get("arch") or "lstm_smallvocab"
             lines.append(f"| {r['device']} | {arch} | {mode_label(r)} | {r['vocab_size']:,} | {r['softmax']} | "
                          f"{r['K'] or '-'} | {r['d']} | {r['batch']} | {r['max_len']} | {r['sec_per_step']:.3f} | "
                          f"{r['tokens_per_sec']:,.0f} | {r['sec_per_epoch']:,.0f} | {r['peak_mem_mb']:,.0f} | "
-                         f"{r.get('peak_rss_mb', 0):,.0f} | {speedup} | {memory} |")
+                         f"{r.get('peak_rss_mb', 0):,.0f} | " + " | ".join(cells) + " |")
         out.append("\n".join(lines))
     largest = [r for r in train if "largest_batch" in r]
     if largest:

@@ -24,7 +24,8 @@ def run_interleaved(cfgs, rounds: int, log=lambda message: None):
     """Each group of configurations (small and full of one setting) run
     ``rounds`` times in turn (A B A B ...); returns one record per
     configuration: medians over its rounds, and for a small one, the median
-    of the rounds' ratios full / small (``speedup``)."""
+    of the rounds' ratios full / small (``speedup``; a chunked full softmax's too, and small's against it,
+    ``speedup_vs_chunked``)."""
     groups = {}
     for cfg in cfgs:
         groups.setdefault(pair_key(cfg), []).append(cfg)
@@ -47,6 +48,7 @@ def run_interleaved(cfgs, rounds: int, log=lambda message: None):
                 runs[i].append(record)
         time_key = "ms_per_sentence" if group[0]["mode"] == "decode" else "sec_per_step"
         full = next((i for i, cfg in enumerate(group) if cfg["softmax"] == "full"), None)
+        chunked = next((i for i, cfg in enumerate(group) if cfg["softmax"] == "chunked"), None)
         for i, cfg in enumerate(group):
             record = dict(runs[i][0], rounds=rounds, **{f"{time_key}_rounds": [x[time_key] for x in runs[i]]})
             for key in (time_key, "tokens_per_sec", "sec_per_epoch", "peak_mem_mb", "peak_rss_mb"):
@@ -67,9 +69,11 @@ def run_interleaved(cfgs, rounds: int, log=lambda message: None):
             if "phases" in record:  # each phase's median over the rounds
                 record["phases"] = {name: round(statistics.median(x["phases"][name] for x in runs[i]), DECIMALS)
                                     for name in record["phases"]}
-            if full is not None and cfg["softmax"] == "small":
-                ratios = [f[time_key] / s[time_key] for f, s in zip(runs[full], runs[i])]
-                record["speedup"] = round(statistics.median(ratios), 3)
+            for ref, key, softmaxes in ((full, "speedup", ("small", "chunked")), (chunked, "speedup_vs_chunked",
+                                                                                  ("small",))):
+                if ref is not None and cfg["softmax"] in softmaxes:
+                    ratios = [f[time_key] / s[time_key] for f, s in zip(runs[ref], runs[i])]
+                    record[key] = round(statistics.median(ratios), 3)
             records.append(record)
     return records
 

@@ -69,6 +69,8 @@ def train_worker(cfg: dict) -> dict:
         epoch_sentences = cfg["epoch_sentences"]
     cfg["d"] = cfg["d"] or model.output_weights()[0].size(1)  # a fairseq arch's (or --model-args') own d
     engine_settings = settings_for(cfg.get("set"))  # (not ``base``: the memory baseline below)
+    if cfg["softmax"] == "chunked":  # the full softmax made chunk by chunk (no candidates: K = 0)
+        engine_settings = engine_settings.changed(full_softmax="chunked")
 
     def use(settings):  # how the step runs: REINFORCE's from its criterion, a CE pass's from the model
         model.engine_settings = settings
