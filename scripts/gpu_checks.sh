@@ -9,7 +9,7 @@
 #   there (with .whl/ copied beside the tree), the parts in order of value, in two calls of under 10 minutes each
 #   (the limits below add up to 540 s each; installing the wheels took about 10 s on a CPU machine)
 #     bash scripts/gpu_checks.sh run tests capture graphed lstm
-#     bash scripts/gpu_checks.sh run floor compile overhead phases
+#     bash scripts/gpu_checks.sh run transformer floor compile overhead phases
 #
 # Parts (each a command; see part_command below):
 #   tests     the CUDA tests of the graphed passes, fairseq-train with the captured step and the oracles around
@@ -17,7 +17,10 @@
 #   capture   tests/test_capture.py alone, each test's time listed (it did not finish in 90 s on an H200 with
 #             12 workers: a hang or slowness, to be told apart)
 #   graphed   the paper's LSTM (24K, B = 128, length 50): teacher-forced passes eager vs replayed as CUDA graphs
-#   lstm      the paper's REINFORCE table (24K and 70K), small vs full, with the graphed passes on
+#   lstm      the paper's REINFORCE table (24K and 70K), small vs full vs the chunked full softmax, the
+#             sampling step captured (the graphed passes: the graphed and phases parts)
+#   transformer  the base Transformer's REINFORCE table (32K and 128K, B = 128 x 4 samples, loo), small vs full
+#             vs the chunked full softmax, the sampling step captured
 #   floor     the base Transformer's REINFORCE step (32K and 128K, small and full) against its matrix products
 #             replayed alone as one CUDA graph: how far the step is from its arithmetic
 #   compile   the base Transformer's captured step (32K, B = 32 x 4 samples): alone vs fused by torch.compile
@@ -35,9 +38,9 @@ WHEELS=(fairseq-fixed==0.12.3.1 hydra-core==1.3.2 omegaconf==2.3.0 bitarray==3.1
 SDIST_WHEELS=(antlr4-python3-runtime==4.9.3)  # on PyPI as an sdist only; pure Python, so a wheel made here serves
 GPU_PYTHON=3.12  # the GPU machine's python3 (the one that holds its torch)
 PLATFORMS=(manylinux_2_28_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux1_x86_64)
-PARTS=(tests capture graphed lstm floor compile overhead phases)
-declare -A LIMIT=([tests]=150 [capture]=120 [graphed]=80 [lstm]=180 [floor]=150 [compile]=150 [overhead]=150
-                  [phases]=90)
+PARTS=(tests capture graphed lstm transformer floor compile overhead phases)
+declare -A LIMIT=([tests]=150 [capture]=120 [graphed]=80 [lstm]=180 [transformer]=150 [floor]=120 [compile]=90
+                  [overhead]=90 [phases]=80)
 
 LSTM_24K=(--device cuda --modes reinforce --vocab-sizes 24000 --k 1000 --k-sweep --batch 128 --max-len 50)
 TRANSFORMER_32K=(--device cuda --arch transformer --vocab-sizes 32000 --k 1000 --k-sweep --modes reinforce
@@ -59,8 +62,10 @@ part_command() {  # the argv of one part, one word per line
         graphed) printf '%s\n' python3 scripts/benchmark.py "${LSTM_24K[@]}" "${CAPTURED[@]}" "${UNTESTED[@]}" \
             --ab "$GRAPHED=off,cuda-graphs" ;;
         lstm) printf '%s\n' python3 scripts/benchmark.py --device cuda --modes reinforce --vocab-sizes 24000 70000 \
-            --k 1000 --k-sweep --batch 128 --max-len 50 --rounds 2 "${CAPTURED[@]}" "${UNTESTED[@]}" \
-            --set "$GRAPHED=cuda-graphs" ;;
+            --k 1000 --k-sweep --batch 128 --max-len 50 --rounds 2 --full-chunked "${CAPTURED[@]}" "${UNTESTED[@]}" ;;
+        transformer) printf '%s\n' python3 scripts/benchmark.py --device cuda --arch transformer --vocab-sizes 32000 \
+            128000 --k 1000 --k-sweep --modes reinforce --rl-samples 4 --rl-baseline loo --batch 128 --max-len 32 \
+            --full-chunked "${CAPTURED[@]}" "${UNTESTED[@]}" ;;
         floor) printf '%s\n' python3 scripts/benchmark.py --device cuda --arch transformer --vocab-sizes 32000 \
             128000 --k 1000 --k-sweep --modes reinforce --rl-samples 4 --rl-baseline loo --batch 32 --max-len 30 \
             --floor --steps 3 --warmup 1 ;;
