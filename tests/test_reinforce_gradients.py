@@ -249,7 +249,7 @@ def test_empty_samples_get_zero_reward_without_crashing():
 def test_nonfinite_batches_are_skipped_and_counted(monkeypatch):
     model, task, sample = _setup()
     crit = _crit(task, rl_baseline="learned")
-    monkeypatch.setattr(crit, "rewards", lambda *a: torch.full((B,), float("nan")))
+    monkeypatch.setattr(crit, "rewards", lambda *a: (torch.full((B,), float("nan")), None))
     loss, _, log = crit(model, sample)
     assert log["nonfinite"] == 1 and loss.item() == 0.0
     model.zero_grad()

@@ -92,7 +92,7 @@ def test_nonfinite_batches_do_not_pull_the_logged_averages(monkeypatch):
     model.train()
     torch.manual_seed(3)
     _, _, good = crit(model, sample)
-    monkeypatch.setattr(crit, "rewards", lambda *a: torch.full((B,), float("nan")))
+    monkeypatch.setattr(crit, "rewards", lambda *a: (torch.full((B,), float("nan")), None))
     _, _, bad = crit(model, sample)
     assert bad.keys() == good.keys()  # fairseq sums logging outputs key by key (across workers too)
 
@@ -122,7 +122,7 @@ def test_gleu_on_detokenized_words_for_subword_data():
     task = SimpleNamespace(target_dictionary=d)
     hyp = torch.tensor([[ids["\u2581the"], ids["\u2581cat"], ids["\u2581sat"]]])
     ref = torch.tensor([[ids["\u2581th"], ids["e"], ids["\u2581cat"], ids["\u2581sat"], d.eos()]])
-    plain = _crit(task, rl_baseline="none").rewards(hyp, torch.tensor([3]), ref)
-    words = _crit(task, rl_baseline="none", reward_post_process="sentencepiece").rewards(
-        hyp, torch.tensor([3]), ref)
+    drawn, batch = SimpleNamespace(tokens=hyp, lengths=torch.tensor([3])), {"target": ref, "net_input": {}}
+    plain, _ = _crit(task, rl_baseline="none").rewards(batch, drawn, None, 1)
+    words, _ = _crit(task, rl_baseline="none", reward_post_process="sentencepiece").rewards(batch, drawn, None, 1)
     assert words.tolist() == [1.0] and plain.item() == pytest.approx(gleu([1, 2, 3], [4, 5, 2, 3]))

@@ -75,6 +75,7 @@ import logging
 import math
 
 import torch
+import torch.nn.functional as F
 from fairseq import metrics
 from fairseq.criterions import FairseqCriterion, register_criterion
 
@@ -127,13 +128,9 @@ class ReinforceGleuCriterion(FairseqCriterion):
         mask = samples.mask
         logs = {}
         with torch.no_grad():
-            # reward
-            gold = sample["target"].repeat_interleave(n, 0) if n > 1 else sample["target"]
-            reward = self.rewards(samples.tokens, samples.lengths, gold)
-            greedy_reward = None
-            if self.baseline.needs_greedy:
-                greedy = net_output[1]["greedy"]
-                greedy_reward = self.rewards(greedy.tokens, greedy.lengths, sample["target"])
+            # reward (of the samples and, for the self-critical baseline, of the greedy decodes: one call)
+            reward, greedy_reward = self.rewards(sample, samples, net_output[1].get("greedy"), n)
+            if greedy_reward is not None:
                 logs["greedy_reward"] = greedy_reward.sum().item()
                 greedy_reward = greedy_reward.repeat_interleave(n, 0)
             if n > 1:
@@ -204,11 +201,32 @@ class ReinforceGleuCriterion(FairseqCriterion):
                              "overflow (not finite), so every sample would be one word repeated: use a larger "
                              "temperature (e.g. >= 0.05)")
 
-    def rewards(self, tokens, lengths, target):
-        """The reward of each sample against its gold target (eos and pad left out)."""
+    def rewards(self, sample, samples, greedy, n: int):
+        """The reward of each of the B * N samples and, with ``greedy`` (B decodes), of each greedy decode,
+        against its gold target (eos and pad left out), in one call of the reward: (B * N, B or None)."""
         d = self.task.target_dictionary
+        parts = [(samples, n)] + ([(greedy, 1)] if greedy is not None else [])
+        width = max(part.tokens.size(1) for part, _ in parts)
+        tokens = torch.cat([F.pad(part.tokens, (0, width - part.tokens.size(1)), value=d.pad()) for part, _ in parts])
+        lengths = torch.cat([part.lengths for part, _ in parts])
+        target = torch.cat([sample["target"].repeat_interleave(k, 0) for _, k in parts])
         ref_lens = (target.ne(d.pad()) & target.ne(d.eos())).sum(1)
-        return self.reward(tokens, lengths, target, ref_lens)
+        given = {}
+        if self.reward.wants_sources:
+            sources = self.source_texts(sample)
+            given["sources"] = None if sources is None else [text for _, k in parts for text in sources
+                                                               for _ in range(k)]
+        values = self.reward(tokens, lengths, target, ref_lens, **given)
+        rows = samples.tokens.size(0)
+        return values[:rows], (values[rows:] if greedy is not None else None)
+
+    def source_texts(self, sample):
+        """Each example's source sentence as text (the reward's post-processing; pad and eos left out), or None
+        where the task has none (captioning)."""
+        src, src_dict = sample["net_input"].get("src_tokens"), getattr(self.task, "source_dictionary", None)
+        if src is None or src_dict is None or src.dtype not in (torch.long, torch.int):
+            return None
+        return [src_dict.string(row[row.ne(src_dict.pad())], self.cfg.reward_post_process) for row in src.cpu()]
 
     def chunked_ce(self, model, sample) -> bool:
         """Whether the CE term is made from the decoder's states chunk by chunk (``output.chunked_ce``): the

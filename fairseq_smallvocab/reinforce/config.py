@@ -21,7 +21,6 @@ from fairseq_smallvocab.reinforce.baselines import BASELINES as BASELINE_CLASSES
 from fairseq_smallvocab.reinforce.rewards import REWARDS
 
 BASELINES = ChoiceEnum(list(BASELINE_CLASSES))
-REWARD_NAMES = ChoiceEnum(list(REWARDS))
 CAPTURE_CHOICES = ChoiceEnum(list(CAPTURE_MODES))
 COMPILE_CHOICES = ChoiceEnum(list(COMPILE_MODES))
 GRAPHED_PASS_CHOICES = ChoiceEnum(list(GRAPHED_PASS_MODES))
@@ -39,7 +38,11 @@ class ReinforceGleuConfig(FairseqDataclass):
     rl_baseline: BASELINES = field(default="learned",
                                    metadata={"help": "reward baseline (loo: needs --rl-samples >= 2)"})
     rl_samples: int = field(default=1, metadata={"help": "samples per input, each rewarded against the reference"})
-    reward: REWARD_NAMES = field(default="gleu", metadata={"help": "sentence reward (constant: the control)"})
+    reward: str = field(default="gleu", metadata={
+        "help": f"sentence reward: {', '.join(REWARDS)} (constant: the control), or python:MODULE.FUNCTION, a "
+                "function of your own called once per batch as FUNCTION(hypotheses, references, sources, "
+                "target_lang) with detokenized strings, returning one float per hypothesis "
+                "(fairseq_smallvocab/reinforce/user_reward.py)"})
     sample_temperature: float = field(
         default=1.0, metadata={"help": "draw samples from softmax(logits / T); the gradient weighs the model's "
                                        "own log-probabilities"})

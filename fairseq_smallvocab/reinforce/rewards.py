@@ -185,7 +185,11 @@ def gleu(hyp: Sequence, ref: Sequence, max_order: int = 4) -> float:
 class SentenceReward:
     """``reward(tokens, lengths, target, ref_lens)``: B floats in [0, 1] for
     B x T sampled ids (the first ``lengths[b]`` of row b count) against B x L
-    gold ids (the first ``ref_lens[b]``), on the samples' device."""
+    gold ids (the first ``ref_lens[b]``), on the samples' device.  A reward
+    that ``wants_sources`` also takes each row's source sentence
+    (``user_reward.UserReward``)."""
+
+    wants_sources = False
 
     def __init__(self, dictionary, post_process: Optional[str] = None):
         self.dictionary, self.post_process = dictionary, post_process
@@ -236,7 +240,12 @@ class ConstantReward(SentenceReward):
 
 
 def build_reward(name: str, dictionary, post_process: Optional[str] = None, max_order: int = 4) -> SentenceReward:
+    """The reward ``--reward`` names: one of ``REWARDS``, or ``python:MODULE.FUNCTION`` (``user_reward``)."""
     check_post_process(post_process, dictionary)
+    if name.startswith("python:"):
+        from fairseq_smallvocab.reinforce.user_reward import UserReward  # (which imports this module)
+
+        return UserReward(name, dictionary, post_process)
     if name == "gleu":
         return NgramReward(dictionary, post_process, max_order, gleu_batch)
     if name == "bleu":  # BLEU's own four orders
@@ -245,7 +254,8 @@ def build_reward(name: str, dictionary, post_process: Optional[str] = None, max_
         return ChrfReward(dictionary, post_process)
     if name == "constant":
         return ConstantReward(dictionary, post_process)
-    raise ValueError(f"unknown reward '{name}': --reward must be one of {', '.join(REWARDS)}")
+    raise ValueError(f"unknown reward '{name}': --reward must be one of {', '.join(REWARDS)}, or "
+                     "python:MODULE.FUNCTION for a reward of your own")
 
 
 def _pack(seqs):
