@@ -477,3 +477,30 @@ def test_benchmark_measures_the_chunked_full_softmax_beside_small_and_full(tmp_p
     assert "| speedup | memory ratio | speedup vs chunked | memory vs chunked |" in table
     row = next(line for line in table.splitlines() if "| small |" in line).split("|")
     assert row[-5].strip() == f"{small['speedup']:.2f}x" and row[-3].strip() == f"{small['speedup_vs_chunked']:.2f}x"
+
+
+def test_benchmark_shapes_of_multilingual_checkpoints(capsys):
+    """--shape: the M2M-100 418M and NLLB-200 600M Transformers (d 1024, FFN 4096, 16 heads, 12 + 12 layers,
+    pre-norm, shared embeddings) at their own |V| unless --vocab-sizes says otherwise, --layers cutting their
+    depth; refused with another model's options."""
+    from smallvocab_tools.bench.workload import build_model, synthetic_task
+
+    bench = _benchmark_module()
+    cfgs = list(bench.configurations(bench.parse_args(["--shape", "nllb200_600m", "--modes", "reinforce", "--k",
+                                                       "1000", "2000", "--full-chunked"])))
+    assert [(c["arch"], c["shape"], c["vocab_size"], c["softmax"], c["K"]) for c in cfgs] == [
+        ("transformer", "nllb200_600m", 256206, "small", 1000), ("transformer", "nllb200_600m", 256206, "small", 2000),
+        ("transformer", "nllb200_600m", 256206, "full", 0), ("transformer", "nllb200_600m", 256206, "chunked", 0)]
+    args = bench.parse_args(["--shape", "m2m100_418m", "--vocab-sizes", "300", "--k", "40", "--layers", "2"])
+    cfg = next(bench.configurations(args))
+    assert cfg["vocab_size"] == 300 and cfg["layers"] == 2
+    model = build_model(cfg, synthetic_task(cfg))
+    decoder = model.decoder
+    assert model.encoder.embed_tokens.weight is decoder.embed_tokens.weight  # shared embeddings
+    assert len(model.encoder.layers) == len(decoder.layers) == 2 and decoder.embed_dim == 1024
+    layer = decoder.layers[0]
+    assert layer.fc1.out_features == 4096 and layer.self_attn.num_heads == 16 and layer.normalize_before
+    for argv in (["--shape", "m2m100_418m", "--embed-dim", "512"], ["--shape", "m2m100_418m", "--arch", "lstm"]):
+        with pytest.raises(SystemExit):
+            bench.parse_args(argv)
+        assert "--shape m2m100_418m is a Transformer of its own d" in capsys.readouterr().err

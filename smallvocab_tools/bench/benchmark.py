@@ -115,6 +115,7 @@ from smallvocab_tools.bench.decode_worker import decode_worker
 from smallvocab_tools.bench.report import markdown
 from smallvocab_tools.bench.runner import run_interleaved
 from smallvocab_tools.bench.train_worker import train_worker
+from smallvocab_tools.bench.workload import SHAPES
 from smallvocab_tools.data.prep import int_at_least
 
 MODES = ("ce", "reinforce", "decode")
@@ -206,6 +207,8 @@ def configurations(args):
                         cfg["floor"] = True
                     if args.largest_batch and mode != "decode":
                         cfg["largest_batch"] = True
+                    if args.shape:
+                        cfg["shape"] = args.shape
                     if args.model_args is not None:
                         cfg.update(model_args=args.model_args, arch=model_arch(args.model_args))
                     if args.data:
@@ -259,6 +262,10 @@ def parse_args(argv=None, runnable=False):
     parser.add_argument("--arch", default="lstm_smallvocab",
                         help="lstm_smallvocab (default), or a fairseq translation arch, e.g. transformer (the base "
                              "Transformer with shared embeddings), transformer_wmt_en_de")
+    parser.add_argument("--shape", choices=sorted(SHAPES), default=None,
+                        help="the Transformer of a multilingual checkpoint (d 1024, FFN 4096, 16 heads, 12 + 12 "
+                             "layers, pre-norm, shared embeddings): m2m100_418m (|V| = 128,112), nllb200_600m "
+                             "(256,206); random weights; --layers cuts its depth, --vocab-sizes its |V|")
     parser.add_argument("--embed-dim", type=POSITIVE, default=None,
                         help="d (default: 256 for lstm_smallvocab, the arch's own otherwise)")
     parser.add_argument("--layers", type=POSITIVE, default=None,
@@ -342,6 +349,13 @@ def parse_args(argv=None, runnable=False):
     if args.quick:
         parser.set_defaults(modes=["ce", "reinforce"], vocab_sizes=[24000], k=[1000], k_sweep=[], steps=2, warmup=1)
         args = parser.parse_args(argv)
+    if args.shape:
+        if args.arch not in ("lstm_smallvocab", "transformer") or args.embed_dim or args.data or args.model_args:
+            parser.error(f"--shape {args.shape} is a Transformer of its own d on synthetic batches: leave out "
+                         "--arch, --embed-dim, --data and --model-args")
+        args.arch = "transformer"
+        if args.vocab_sizes is parser.get_default("vocab_sizes"):  # not given: the checkpoint's own |V|
+            args.vocab_sizes = [SHAPES[args.shape]["vocab"]]
     if args.embed_dim is None and args.arch == "lstm_smallvocab" and args.model_args is None:
         args.embed_dim = 256
     if args.rl_baseline == "loo" and min(args.rl_samples) < 2:

@@ -41,7 +41,7 @@ def markdown(records) -> str:
             cells = _against(r, refs["full"].get(key), "speedup", ("small", "chunked"))
             if with_chunked:
                 cells += _against(r, refs["chunked"].get(key), "speedup_vs_chunked", ("small",))
-            arch = r.get("arch") or "lstm_smallvocab"
+            arch = r.get("shape") or r.get("arch") or "lstm_smallvocab"
             lines.append(f"| {r['device']} | {arch} | {mode_label(r)} | {r['vocab_size']:,} | {r['softmax']} | "
                          f"{r['K'] or '-'} | {r['d']} | {r['batch']} | {r['max_len']} | {r['sec_per_step']:.3f} | "
                          f"{r['tokens_per_sec']:,.0f} | {r['sec_per_epoch']:,.0f} | {r['peak_mem_mb']:,.0f} | "
@@ -115,7 +115,7 @@ def markdown(records) -> str:
             ref = full.get((r["device"], r.get("arch"), r["vocab_size"], r["batch"], r["beam"]))
             speedup = (f"{r.get('speedup') or ref['ms_per_sentence'] / r['ms_per_sentence']:.2f}x"
                        if ref is not None and r["softmax"] == "small" else "")
-            arch = r.get("arch") or "lstm_smallvocab"
+            arch = r.get("shape") or r.get("arch") or "lstm_smallvocab"
             lines.append(f"| {r['device']} | {arch} | {r['vocab_size']:,} | {r['softmax']} | {r['K'] or '-'} | "
                          f"{r['batch']} | {r['beam']} | {r['max_len']} | {r['ms_per_sentence']:.2f} | "
                          f"{r['tokens_per_sec']:,.0f} | {speedup} |")

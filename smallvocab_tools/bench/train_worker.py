@@ -155,6 +155,7 @@ def train_worker(cfg: dict) -> dict:
     tokens = sum(int(sample["ntokens"]) for sample in timed)
     record = {**{key: cfg[key] for key in ("device", "mode", "softmax", "vocab_size", "K", "d", "batch", "max_len",
                                            "steps", "warmup", "threads", "zipf")}, "arch": cfg.get("arch"),
+              **({"shape": cfg["shape"], "layers": cfg.get("layers")} if cfg.get("shape") else {}),
               "sec_per_step": round(sec_per_step, 4),
               "tokens_per_sec": round(tokens / (sec_per_step * cfg["steps"]), 1),
               "sec_per_epoch": round(batches * sec_per_step, 1), "epoch_sentences": epoch_sentences,

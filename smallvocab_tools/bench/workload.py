@@ -86,11 +86,29 @@ def synthetic_task(cfg: dict):
     return _Task
 
 
+# the multilingual checkpoints users fine-tune today, as fairseq Transformers (pre-norm, shared embeddings):
+# d, FFN, heads and layers of M2M-100 418M and NLLB-200 600M (distilled), with their shared vocabularies
+SHAPES = {
+    "m2m100_418m": {"vocab": 128112, "dim": 1024, "ffn": 4096, "heads": 16, "layers": 12},
+    "nllb200_600m": {"vocab": 256206, "dim": 1024, "ffn": 4096, "heads": 16, "layers": 12},
+}
+
+
+def _shape_args(args, shape: dict, layers):
+    """``args`` set to a model shape of ``SHAPES`` (``layers``: fewer layers on each side, where given)."""
+    args.encoder_embed_dim = args.decoder_embed_dim = shape["dim"]
+    args.encoder_ffn_embed_dim = args.decoder_ffn_embed_dim = shape["ffn"]
+    args.encoder_attention_heads = args.decoder_attention_heads = shape["heads"]
+    args.encoder_layers = args.decoder_layers = layers or shape["layers"]
+    args.encoder_normalize_before = args.decoder_normalize_before = True
+
+
 def build_model(cfg: dict, task):
     """The measured model, restricted as translation_smallvocab restricts it:
     ``lstm_smallvocab`` (d = --embed-dim), or a fairseq arch built as
     fairseq-train builds it (``transformer``: shared embeddings; d and the
-    layers from --embed-dim and --layers when given)."""
+    layers from --embed-dim and --layers when given; with --shape, a shape of
+    ``SHAPES``, its layers cut to --layers where given)."""
     from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 
     from fairseq_smallvocab.models.lstm_smallvocab import LSTMSmallVocabConfig, LSTMSmallVocabModel
@@ -101,10 +119,12 @@ def build_model(cfg: dict, task):
         model = LSTMSmallVocabModel.build_model(LSTMSmallVocabConfig(embed_dim=cfg["d"], dropout=0.2), task)
     else:
         args = argparse.Namespace(share_all_embeddings=True, dropout=0.1, criterion="cross_entropy")
-        if cfg.get("d"):
+        if cfg.get("shape"):
+            _shape_args(args, SHAPES[cfg["shape"]], cfg.get("layers"))
+        elif cfg.get("d"):
             args.encoder_embed_dim = args.decoder_embed_dim = cfg["d"]
             args.encoder_ffn_embed_dim = args.decoder_ffn_embed_dim = 4 * cfg["d"]
-        if cfg.get("layers"):
+        if cfg.get("layers") and not cfg.get("shape"):
             args.encoder_layers = args.decoder_layers = cfg["layers"]
         ARCH_CONFIG_REGISTRY[arch](args)
         model = ARCH_MODEL_REGISTRY[arch].build_model(args, task)
