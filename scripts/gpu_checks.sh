@@ -6,10 +6,11 @@
 #   here, once (needs PyPI; writes .whl/, which git ignores): the packages the GPU machine lacks, as wheels for its
 #   Python 3.12, at the versions make setup installs (fairseq-fixed has a cp312 wheel: nothing is built there)
 #     bash scripts/gpu_checks.sh wheels
-#   there (with .whl/ copied beside the tree), the parts in order of value, in two calls of under 10 minutes each
-#   (the limits below add up to 540 s each; installing the wheels took about 10 s on a CPU machine)
-#     bash scripts/gpu_checks.sh run tests capture graphed lstm
-#     bash scripts/gpu_checks.sh run transformer floor compile overhead phases
+#   there (with .whl/ copied beside the tree), the parts in order of value, in calls of under 10 minutes each
+#   (the limits below add up to 580 s a call; installing the wheels took about 10 s on a CPU machine; a session's
+#   15 minutes of device time, the start included, hold the first call and part of the second)
+#     bash scripts/gpu_checks.sh run tests capture graphed lstm transformer
+#     bash scripts/gpu_checks.sh run shapes largest floor compile overhead phases
 #
 # Parts (each a command; see part_command below):
 #   tests     the CUDA tests of the graphed passes, fairseq-train with the captured step and the oracles around
@@ -21,6 +22,9 @@
 #             sampling step captured (the graphed passes: the graphed and phases parts)
 #   transformer  the base Transformer's REINFORCE table (32K and 128K, B = 128 x 4 samples, loo), small vs full
 #             vs the chunked full softmax, the sampling step captured
+#   shapes    the NLLB-200 600M Transformer (|V| = 256,206, 12 + 12 layers, B = 16 x 4 samples, length 64, loo):
+#             small (K = 1000, 2000) vs full vs the chunked full softmax (#49's targets)
+#   largest   the same: the largest REINFORCE batch whose step fits, small (K = 1000) vs full vs chunked
 #   floor     the base Transformer's REINFORCE step (32K and 128K, small and full) against its matrix products
 #             replayed alone as one CUDA graph: how far the step is from its arithmetic
 #   compile   the base Transformer's captured step (32K, B = 32 x 4 samples): alone vs fused by torch.compile
@@ -38,9 +42,11 @@ WHEELS=(fairseq-fixed==0.12.3.1 hydra-core==1.3.2 omegaconf==2.3.0 bitarray==3.1
 SDIST_WHEELS=(antlr4-python3-runtime==4.9.3)  # on PyPI as an sdist only; pure Python, so a wheel made here serves
 GPU_PYTHON=3.12  # the GPU machine's python3 (the one that holds its torch)
 PLATFORMS=(manylinux_2_28_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux1_x86_64)
-PARTS=(tests capture graphed lstm transformer floor compile overhead phases)
-declare -A LIMIT=([tests]=150 [capture]=120 [graphed]=80 [lstm]=180 [transformer]=150 [floor]=120 [compile]=90
-                  [overhead]=90 [phases]=80)
+PARTS=(tests capture graphed lstm transformer shapes largest floor compile overhead phases)
+declare -A LIMIT=([tests]=150 [capture]=100 [graphed]=60 [lstm]=150 [transformer]=120 [shapes]=150 [largest]=150
+                  [floor]=100 [compile]=60 [overhead]=60 [phases]=60)
+NLLB=(--device cuda --shape nllb200_600m --modes reinforce --rl-samples 4 --rl-baseline loo --max-len 64
+      --full-chunked)
 
 LSTM_24K=(--device cuda --modes reinforce --vocab-sizes 24000 --k 1000 --k-sweep --batch 128 --max-len 50)
 TRANSFORMER_32K=(--device cuda --arch transformer --vocab-sizes 32000 --k 1000 --k-sweep --modes reinforce
@@ -66,6 +72,9 @@ part_command() {  # the argv of one part, one word per line
         transformer) printf '%s\n' python3 scripts/benchmark.py --device cuda --arch transformer --vocab-sizes 32000 \
             128000 --k 1000 --k-sweep --modes reinforce --rl-samples 4 --rl-baseline loo --batch 128 --max-len 32 \
             --full-chunked "${CAPTURED[@]}" "${UNTESTED[@]}" ;;
+        shapes) printf '%s\n' python3 scripts/benchmark.py "${NLLB[@]}" --batch 16 --k 1000 2000 ;;
+        largest) printf '%s\n' python3 scripts/benchmark.py "${NLLB[@]}" --k 1000 --largest-batch --steps 2 \
+            --warmup 1 ;;
         floor) printf '%s\n' python3 scripts/benchmark.py --device cuda --arch transformer --vocab-sizes 32000 \
             128000 --k 1000 --k-sweep --modes reinforce --rl-samples 4 --rl-baseline loo --batch 32 --max-len 30 \
             --floor --steps 3 --warmup 1 ;;
