@@ -38,7 +38,7 @@ from fairseq.models import FairseqEncoderDecoderModel
 from torch import Tensor
 
 from fairseq_smallvocab.candidates.space import candidate_positions
-from fairseq_smallvocab.engine import graphed_pass, sampling
+from fairseq_smallvocab.engine import graphed_pass, merged_pass, sampling
 from fairseq_smallvocab.engine.families import is_recurrent
 from fairseq_smallvocab.engine.sampling import SampleRequest, Samples
 from fairseq_smallvocab.engine.settings import EngineSettings
@@ -92,6 +92,12 @@ class CandidateModel:
         # how the passes run: the REINFORCE request's settings, else the caller's, else the model's own
         settings = policy.settings if policy is not None else engine_settings or self.engine_settings
         with gathered_embedding_grads(self) if gathered else nullcontext():
+            if policy is not None and not features_only and merged_pass.applies(self, settings):
+                # one encoder and one decoder pass for the CE term and the samples' scores (engine/merged_pass.py)
+                out, extra, drawn = merged_pass.run(self, net_input, prev_output_tokens, candidates, policy,
+                                                    keep_graph=self.sample_keeps_graph)
+                extra["candidates"] = [] if candidates is None else [candidates]
+                return out, {**extra, **drawn}
             encoder_out = self.encoder(**net_input)
             # with gradient, a recurrent decoder's pass may replay CUDA graphs (engine/graphed_pass.py)
             features, extra = graphed_pass.extract_features(self.decoder, prev_output_tokens, encoder_out, settings)

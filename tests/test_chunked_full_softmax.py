@@ -46,9 +46,10 @@ def test_the_chunked_ce_is_fairseqs_ce_in_value_and_gradients(eps, bias, dtype, 
         torch.testing.assert_close(a, w, atol=1e-5, rtol=1e-4)
 
 
-def _family_setup(name, seed=0, copies=1):
-    """(model, task, sample) of one model family, the full softmax (no candidates), eos likely enough that
-    samples end at different steps; ``copies`` times 5 examples."""
+def _family_setup(name, seed=0, copies=1, small=False):
+    """(model, task, sample) of one model family, the full softmax (no candidates; with ``small``, K
+    candidates per example), eos likely enough that samples end at different steps; ``copies`` times 5
+    examples."""
     torch.manual_seed(seed)
     model = restrict(FAMILIES[name](), name)
     with torch.no_grad():
@@ -59,12 +60,14 @@ def _family_setup(name, seed=0, copies=1):
                 param.mul_(4.0)
     src_dict, tgt_dict = model.encoder.dictionary, model.decoder.dictionary
     lengths = torch.tensor([7, 6, 5, 4, 2]).repeat_interleave(copies)  # sorted, as fairseq's lstm encoder needs
-    src, prev, tgt, _ = translation_batch(lengths, T_SRC, T_TGT, K, V_SRC, tgt_dict)
+    src, prev, tgt, cands = translation_batch(lengths, T_SRC, T_TGT, K, V_SRC, tgt_dict)
     net = {"src_tokens": src, "src_lengths": lengths, "prev_output_tokens": prev}
     model.eval()
     mean = model(**net, features_only=True)[0].mean((0, 1)).detach()
     for _ in range(3):
         raise_eos(model, mean)
+    if small:
+        net["candidates"] = cands
     task = type("Task", (), {"source_dictionary": src_dict, "target_dictionary": tgt_dict})()
     sample = {"id": torch.arange(len(lengths)), "net_input": net, "target": tgt, "nsentences": len(lengths),
               "ntokens": int(tgt.ne(tgt_dict.pad()).sum())}

@@ -182,10 +182,29 @@ def policy(model, net_input: Dict, candidates: Optional[Tensor], request: Sample
     puts the model in eval mode.  A device mode not yet tested on a GPU is refused on one
     (``EngineSettings.check_device``)."""
     weight, bias = model.output_weights()
+    drawn = draw(model, model.encoder(**net_input), candidates, request, keep_graph)
+    drawn.out["samples"] = score(model.decoder, drawn.encoder_out, weight, bias, drawn.candidates, drawn.samples,
+                                 request.settings)
+    return drawn.out
+
+
+@dataclass
+class Drawn:
+    """What ``draw`` gives: ``out`` (``"greedy"`` where asked), the unscored ``samples``, and the encoder
+    output and candidates repeated to their rows (what ``score`` reads)."""
+
+    out: Dict[str, Samples]
+    samples: Samples
+    encoder_out: object
+    candidates: Optional[Tensor]
+
+
+def draw(model, encoder_out, candidates: Optional[Tensor], request: SampleRequest, keep_graph: bool) -> Drawn:
+    """``policy`` from the encoder's output (eval mode's) up to the samples drawn, unscored."""
+    weight, bias = model.output_weights()
     max_lens, n, settings = request.max_lens, request.num_samples, request.settings
     settings.check_device(max_lens.device)
     out = {}
-    encoder_out = model.encoder(**net_input)
     if request.greedy_too:
         with torch.no_grad():
             out["greedy"] = sample(model.decoder, encoder_out, weight, bias, candidates, max_lens, greedy=True,
@@ -199,5 +218,4 @@ def policy(model, net_input: Dict, candidates: Optional[Tensor], request: Sample
     keep_graph = keep_graph and not captures(model.decoder, encoder_out, max_lens.device, settings)
     samples = sample(model.decoder, encoder_out, weight, bias, candidates, max_lens, keep_graph=keep_graph,
                      temperature=request.temperature, keep_probs=torch.is_grad_enabled(), settings=settings)
-    out["samples"] = score(model.decoder, encoder_out, weight, bias, candidates, samples, settings)
-    return out
+    return Drawn(out, samples, encoder_out, candidates)

@@ -30,6 +30,10 @@ Fields (each criterion flag is ``--rl-`` + the field's name, dashed):
   scoring), "chunked" (``output.chunked_ce``: no (tokens x |V|) tensor, the
   logits of a chunk of examples made again in the backward; the best
   full-vocabulary practice, to compare the small softmax against).
+- ``merged_pass``: the CE term's teacher-forced pass and the samples' scoring
+  pass (and the encoder's two passes) run as one over the rows of both, the
+  dropout drawn for the gold rows only (``merged_pass``); off by default until
+  measured on a GPU, where it saves launches and sequential steps.
 - ``static_state``: sample on a state made once per batch and written in
   place (False: fairseq's incremental state everywhere).
 - ``stop_check_every``: the loop asks whether any row is still going every
@@ -95,6 +99,7 @@ class EngineSettings:
     compile: str = "off"
     graphed_pass: str = "off"
     full_softmax: str = "plain"
+    merged_pass: bool = False
     static_state: bool = True
     stop_check_every: int = 1
     stored_probs_max_elements: int = 2 ** 28

@@ -74,6 +74,11 @@ class ReinforceGleuConfig(FairseqDataclass):
                                         "tokens x |V| logits and log-softmax, the sampled steps' probabilities "
                                         "kept) or chunked (no tokens x |V| tensor: chunks of rows made again in "
                                         "the backward, as fused linear cross-entropy does); the same loss"})
+    rl_merged_pass: Optional[ON_OFF] = field(
+        default=None, metadata={"help": "on: the CE term's and the samples' teacher-forced passes (and the "
+                                        "encoder's two) run as one over the rows of both, dropout on the gold rows "
+                                        "only (the same loss; fewer launches and sequential steps); off (the "
+                                        "default) runs them apart"})
     rl_static_state: Optional[ON_OFF] = field(
         default=None, metadata={"help": "sample on a decoding state made once per batch (on, the default) or on "
                                         "fairseq's incremental state (off)"})
