@@ -26,7 +26,9 @@ forward also samples N sequences per example for REINFORCE and scores them,
 with the whole model in eval mode (every dropout and LayerDrop off; each
 module's flag restored afterwards): one forward, so that REINFORCE works
 through fairseq's distributed wrappers.  How it samples is the engine's
-(``engine.sampling.policy``), as the request's settings say.
+(``engine.sampling.policy``), as the request's settings say; with their
+``merged_pass`` the CE term's pass and the samples' scoring pass (and the
+encoder's two) run as one (``engine.merged_pass``).
 """
 
 import inspect

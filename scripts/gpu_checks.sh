@@ -10,7 +10,7 @@
 #   (the limits below add up to 580 s a call; installing the wheels took about 10 s on a CPU machine; a session's
 #   15 minutes of device time, the start included, hold the first call and part of the second)
 #     bash scripts/gpu_checks.sh run tests capture graphed lstm transformer
-#     bash scripts/gpu_checks.sh run shapes largest floor compile overhead phases
+#     bash scripts/gpu_checks.sh run merged_lstm merged_transformer shapes largest floor compile
 #
 # Parts (each a command; see part_command below):
 #   tests     the CUDA tests of the graphed passes, fairseq-train with the captured step and the oracles around
@@ -25,6 +25,9 @@
 #   shapes    the NLLB-200 600M Transformer (|V| = 256,206, 12 + 12 layers, B = 16 x 4 samples, length 64, loo):
 #             small (K = 1000, 2000) vs full vs the chunked full softmax (#49's targets)
 #   largest   the same: the largest REINFORCE batch whose step fits, small (K = 1000) vs full vs chunked
+#   merged_lstm  one teacher-forced pass for the CE term and the samples' scores, off vs on: the paper's LSTM
+#             (24K, its sampling step captured, so that its samples are scored by a pass)
+#   merged_transformer  the same for the base Transformer (32K, B = 32 x 4 samples)
 #   floor     the base Transformer's REINFORCE step (32K and 128K, small and full) against its matrix products
 #             replayed alone as one CUDA graph: how far the step is from its arithmetic
 #   compile   the base Transformer's captured step (32K, B = 32 x 4 samples): alone vs fused by torch.compile
@@ -42,9 +45,11 @@ WHEELS=(fairseq-fixed==0.12.3.1 hydra-core==1.3.2 omegaconf==2.3.0 bitarray==3.1
 SDIST_WHEELS=(antlr4-python3-runtime==4.9.3)  # on PyPI as an sdist only; pure Python, so a wheel made here serves
 GPU_PYTHON=3.12  # the GPU machine's python3 (the one that holds its torch)
 PLATFORMS=(manylinux_2_28_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux1_x86_64)
-PARTS=(tests capture graphed lstm transformer shapes largest floor compile overhead phases)
-declare -A LIMIT=([tests]=150 [capture]=100 [graphed]=60 [lstm]=150 [transformer]=120 [shapes]=150 [largest]=150
-                  [floor]=100 [compile]=60 [overhead]=60 [phases]=60)
+PARTS=(tests capture graphed lstm transformer merged_lstm merged_transformer shapes largest floor compile overhead
+       phases)
+declare -A LIMIT=([tests]=150 [capture]=100 [graphed]=60 [lstm]=150 [transformer]=120 [merged_lstm]=70
+                  [merged_transformer]=70 [shapes]=120 [largest]=120 [floor]=100 [compile]=60 [overhead]=60
+                  [phases]=60)
 NLLB=(--device cuda --shape nllb200_600m --modes reinforce --rl-samples 4 --rl-baseline loo --max-len 64
       --full-chunked)
 
@@ -72,6 +77,9 @@ part_command() {  # the argv of one part, one word per line
         transformer) printf '%s\n' python3 scripts/benchmark.py --device cuda --arch transformer --vocab-sizes 32000 \
             128000 --k 1000 --k-sweep --modes reinforce --rl-samples 4 --rl-baseline loo --batch 128 --max-len 32 \
             --full-chunked "${CAPTURED[@]}" "${UNTESTED[@]}" ;;
+        merged_lstm) printf '%s\n' python3 scripts/benchmark.py "${LSTM_24K[@]}" "${CAPTURED[@]}" "${UNTESTED[@]}" \
+            --ab merged_pass=off,on ;;
+        merged_transformer) printf '%s\n' python3 scripts/benchmark.py "${TRANSFORMER_32K[@]}" --ab merged_pass=off,on ;;
         shapes) printf '%s\n' python3 scripts/benchmark.py "${NLLB[@]}" --batch 16 --k 1000 2000 ;;
         largest) printf '%s\n' python3 scripts/benchmark.py "${NLLB[@]}" --k 1000 --largest-batch --steps 2 \
             --warmup 1 ;;
