@@ -10,7 +10,8 @@
 #   (the limits below add up to 580 s a call; installing the wheels took about 10 s on a CPU machine; a session's
 #   15 minutes of device time, the start included, hold the first call and part of the second)
 #     bash scripts/gpu_checks.sh run tests capture graphed lstm transformer
-#     bash scripts/gpu_checks.sh run merged_lstm merged_transformer shapes largest floor compile
+#     bash scripts/gpu_checks.sh run merged_lstm merged_transformer shapes largest floor_lstm floor
+#     bash scripts/gpu_checks.sh run compile overhead phases
 #
 # Parts (each a command; see part_command below):
 #   tests     the CUDA tests of the graphed passes, fairseq-train with the captured step and the oracles around
@@ -30,6 +31,8 @@
 #   merged_transformer  the same for the base Transformer (32K, B = 32 x 4 samples)
 #   floor     the base Transformer's REINFORCE step (32K and 128K, small and full) against its matrix products
 #             replayed alone as one CUDA graph: how far the step is from its arithmetic
+#   floor_lstm  the paper's LSTM (24K and 70K, B = 128, length 50) against its products and cuDNN's RNN kernels
+#             replayed alone as one CUDA graph (#48's item 3; not yet run on a GPU)
 #   compile   the base Transformer's captured step (32K, B = 32 x 4 samples): alone vs fused by torch.compile
 #   overhead  the same: the hand capture vs torch.compile(mode="reduce-overhead") making its own graphs
 #   phases    the LSTM's phase breakdown with the graphed passes on (where the rest of the step goes)
@@ -45,11 +48,11 @@ WHEELS=(fairseq-fixed==0.12.3.1 hydra-core==1.3.2 omegaconf==2.3.0 bitarray==3.1
 SDIST_WHEELS=(antlr4-python3-runtime==4.9.3)  # on PyPI as an sdist only; pure Python, so a wheel made here serves
 GPU_PYTHON=3.12  # the GPU machine's python3 (the one that holds its torch)
 PLATFORMS=(manylinux_2_28_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux1_x86_64)
-PARTS=(tests capture graphed lstm transformer merged_lstm merged_transformer shapes largest floor compile overhead
-       phases)
+PARTS=(tests capture graphed lstm transformer merged_lstm merged_transformer shapes largest floor_lstm floor compile
+       overhead phases)
 declare -A LIMIT=([tests]=150 [capture]=100 [graphed]=60 [lstm]=150 [transformer]=120 [merged_lstm]=70
-                  [merged_transformer]=70 [shapes]=120 [largest]=120 [floor]=100 [compile]=60 [overhead]=60
-                  [phases]=60)
+                  [merged_transformer]=70 [shapes]=120 [largest]=120 [floor_lstm]=90 [floor]=90 [compile]=60
+                  [overhead]=60 [phases]=60)
 NLLB=(--device cuda --shape nllb200_600m --modes reinforce --rl-samples 4 --rl-baseline loo --max-len 64
       --full-chunked)
 
@@ -83,6 +86,8 @@ part_command() {  # the argv of one part, one word per line
         shapes) printf '%s\n' python3 scripts/benchmark.py "${NLLB[@]}" --batch 16 --k 1000 2000 ;;
         largest) printf '%s\n' python3 scripts/benchmark.py "${NLLB[@]}" --k 1000 --largest-batch --steps 2 \
             --warmup 1 ;;
+        floor_lstm) printf '%s\n' python3 scripts/benchmark.py --device cuda --modes reinforce --vocab-sizes 24000 \
+            70000 --k 1000 --k-sweep --batch 128 --max-len 50 --floor --steps 3 --warmup 1 "${UNTESTED[@]}" ;;
         floor) printf '%s\n' python3 scripts/benchmark.py --device cuda --arch transformer --vocab-sizes 32000 \
             128000 --k 1000 --k-sweep --modes reinforce --rl-samples 4 --rl-baseline loo --batch 32 --max-len 30 \
             --floor --steps 3 --warmup 1 ;;

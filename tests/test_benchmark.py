@@ -403,13 +403,17 @@ def test_benchmark_floor_records_and_table(tmp_path):
     bad = run([REPO / "scripts" / "benchmark.py", "--phases", "--floor"], check=False)
     assert bad.returncode == 2 and "--floor times whole steps and their products" in bad.stderr
     bad = run([REPO / "scripts" / "benchmark.py", "--floor", "--device", "cuda"], check=False)
-    assert bad.returncode == 2 and "--floor on CUDA counts no cuDNN RNN kernels" in bad.stderr
+    assert bad.returncode == 2 and "--floor on CUDA for an LSTM (its cuDNN RNN kernels" in bad.stderr
 
 
-def test_floor_on_cuda_takes_an_arch_without_an_lstm():
-    """cuDNN's RNN kernels are not products the recorder counts: on CUDA --floor refuses the LSTMs and --data (the
-    paper's LSTM unless --model-args), and takes a fairseq arch without one."""
+def test_floor_on_cuda_takes_an_lstm_only_as_untested():
+    """cuDNN's RNN kernels are recorded and replayed, but have not run on a GPU: on CUDA --floor takes the LSTMs
+    and --data (the paper's LSTM unless --model-args) only with --set untested_cuda_modes=on, and takes a
+    fairseq arch without one; their FLOPs: every layer's and direction's products over all steps."""
+    import torch
+
     from smallvocab_tools.bench import benchmark as bench
+    from smallvocab_tools.bench.floor import aten, is_product, product_flops
 
     transformer = ["--floor", "--device", "cuda", "--arch", "transformer", "--modes", "reinforce"]
     assert bench.parse_args(transformer).floor
@@ -418,7 +422,15 @@ def test_floor_on_cuda_takes_an_arch_without_an_lstm():
                  ["--floor", "--device", "cuda", "--arch", "lstm", "--modes", "ce"]):
         with pytest.raises(SystemExit), contextlib.redirect_stderr(io.StringIO()) as err:
             bench.parse_args(argv)
-        assert "--floor on CUDA counts no cuDNN RNN kernels" in err.getvalue()
+        assert "--floor on CUDA for an LSTM (its cuDNN RNN kernels recorded and replayed" in err.getvalue()
+        assert bench.parse_args(argv + ["--set", "untested_cuda_modes=on"]).floor
+    # a 2-layer bidirectional LSTM (input 8, hidden 5) over 7 steps of 3 rows, as cuDNN is called
+    weights = [torch.zeros(20, 8), torch.zeros(20, 5), torch.zeros(20), torch.zeros(20)] * 2 + \
+        [torch.zeros(20, 10), torch.zeros(20, 5), torch.zeros(20), torch.zeros(20)] * 2
+    x = torch.zeros(7, 3, 8)
+    forward = 2 * 21 * 2 * (4 * 5 * (8 + 5) + 4 * 5 * (10 + 5))
+    assert is_product(aten._cudnn_rnn) and product_flops(aten._cudnn_rnn, [x, weights]) == forward
+    assert product_flops(aten._cudnn_rnn_backward, [x.view(21, 8), weights]) == 2 * forward  # packed rows
 
 
 def test_floor_records_pool_their_rounds(monkeypatch):

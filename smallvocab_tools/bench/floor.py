@@ -29,9 +29,11 @@ where it has them (2mnk for a product of m x k by k x n), else:
 - the CPU's fused attention: torch's formulas for the other attention
   kernels (``sdpa_flop_count`` and ``sdpa_backward_flop_count``).
 
-On CUDA (``--device cuda``, a fairseq arch without an LSTM: cuDNN's fused RNN
-kernels are not counted, so ``benchmark.py`` refuses a recurrent arch there)
-the recorded calls are replayed as one captured CUDA graph: issued from a
+On CUDA (``--device cuda``) cuDNN's RNN kernels (``_cudnn_rnn`` and its
+backward, an ``nn.LSTM``'s whole pass) count as products, with the formulas
+above for every layer and direction; they have not run on a GPU yet, so
+``benchmark.py`` asks an LSTM there for ``--set untested_cuda_modes=on``.
+The recorded calls are replayed as one captured CUDA graph: issued from a
 Python loop, each product of a decoding step would wait on its own launch,
 which at a decoding step's sizes can take longer than the product, and the
 replay would time the launches, not the arithmetic.  Its attention kernels
@@ -59,6 +61,16 @@ def _rnn_flops(forward: bool):
     return count
 
 
+def _cudnn_rnn_flops(forward: bool):
+    def count(args) -> int:
+        x, weights = args[0], args[1]  # input (T, B, I), or packed (sum of the steps' rows, I); the layers' weights
+        steps_rows = x.shape[0] * x.shape[1] if x.dim() == 3 else x.shape[0]
+        # every layer and direction: its input and recurrent products over all steps (biases aside)
+        flops = 2 * steps_rows * sum(w.numel() for w in weights if w.dim() == 2)
+        return flops if forward else 2 * flops
+    return count
+
+
 def _attention_flops(forward: bool):
     def count(args) -> int:
         if forward:  # query, key, value, ...
@@ -80,6 +92,7 @@ FLOPS = {
     aten.mv: _mm_like(0), aten.addmv: _mm_like(1), aten.addbmm: _mm_like(1), aten.dot: _mm_like(0),
     aten.vdot: _mm_like(0),
     aten.mkldnn_rnn_layer: _rnn_flops(True), aten.mkldnn_rnn_layer_backward: _rnn_flops(False),
+    aten._cudnn_rnn: _cudnn_rnn_flops(True), aten._cudnn_rnn_backward: _cudnn_rnn_flops(False),
     aten._scaled_dot_product_flash_attention_for_cpu: _attention_flops(True),
     aten._scaled_dot_product_flash_attention_for_cpu_backward: _attention_flops(False),
 }
