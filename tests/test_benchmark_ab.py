@@ -66,7 +66,8 @@ SETTING = "transposed_min_rows"
 @pytest.mark.parametrize("spec, problem", [
     ("transposed_min_rows", "give a setting's name and two values"),
     ("=1,2", "give a setting's name and two values"),
-    ("nope=1,2", "no setting 'nope'; the settings are capture, compile, graphed_pass, full_softmax, static_state"),
+    ("nope=1,2", "no setting 'nope'; the settings are capture, compile, graphed_pass, full_softmax, merged_pass, "
+                 "static_state"),
     ("fairseq_smallvocab.output.union_scorer.TRANSPOSED_MIN_ROWS=1,2",  # the module-level form of before
      "no setting 'fairseq_smallvocab.output.union_scorer.TRANSPOSED_MIN_ROWS'"),
     (SETTING + "=1", "two values are compared, not 1"),

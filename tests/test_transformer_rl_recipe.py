@@ -120,7 +120,7 @@ def test_the_transformer_rl_recipe_runs_end_to_end_on_tiny_data(tiny_bin, predic
     assert "'validate_interval_updates': 2" in rl_log and "'rl_lambda': 1.0" in (
         out / "ctl-ce-k60-s1" / "train.log").read_text()
     constant = (out / "ctl-constant-k0-s1" / "train.log").read_text()
-    assert "'reward': constant" in constant and "'rl_baseline': none" in constant  # loo would cancel its reward
+    assert "'reward': 'constant'" in constant and "'rl_baseline': none" in constant  # loo would cancel its reward
     assert "rl_loss 0 |" not in constant and "rl_loss 0 |" not in rl_log
     assert (out / "dev_bleu.png").stat().st_size > 1000
     logs = {name: (out / name / "train.log").read_text() for name in names}

@@ -86,8 +86,8 @@ from fairseq_smallvocab.output.chunked_ce import full_cross_entropy
 from fairseq_smallvocab.reinforce import objective
 from fairseq_smallvocab.reinforce.baselines import build_baseline
 from fairseq_smallvocab.reinforce.config import ReinforceGleuConfig, check_config
-from fairseq_smallvocab.reinforce.rewards import build_reward
 from fairseq_smallvocab.reinforce.samples import check_memory, sample_limits
+from fairseq_smallvocab.reinforce.user_reward import build as build_reward
 
 logger = logging.getLogger(__name__)
 

@@ -240,12 +240,8 @@ class ConstantReward(SentenceReward):
 
 
 def build_reward(name: str, dictionary, post_process: Optional[str] = None, max_order: int = 4) -> SentenceReward:
-    """The reward ``--reward`` names: one of ``REWARDS``, or ``python:MODULE.FUNCTION`` (``user_reward``)."""
+    """The reward ``--reward`` names of ``REWARDS`` (``user_reward.build`` also takes ``python:MODULE.FUNCTION``)."""
     check_post_process(post_process, dictionary)
-    if name.startswith("python:"):
-        from fairseq_smallvocab.reinforce.user_reward import UserReward  # (which imports this module)
-
-        return UserReward(name, dictionary, post_process)
     if name == "gleu":
         return NgramReward(dictionary, post_process, max_order, gleu_batch)
     if name == "bleu":  # BLEU's own four orders

@@ -34,15 +34,20 @@ from typing import List, Optional
 import torch
 from torch import Tensor
 
-from fairseq_smallvocab.reinforce.rewards import SentenceReward
+from fairseq_smallvocab.reinforce.rewards import SentenceReward, build_reward, check_post_process
 
 logger = logging.getLogger(__name__)
 
 PREFIX = "python:"
 
 
-def is_user_reward(name: str) -> bool:
-    return name.startswith(PREFIX)
+def build(name: str, dictionary, post_process: Optional[str] = None, max_order: int = 4) -> SentenceReward:
+    """The reward ``--reward`` names: ``python:MODULE.FUNCTION`` (``UserReward``), or one of the built-in ones
+    (``rewards.build_reward``)."""
+    if not name.startswith(PREFIX):
+        return build_reward(name, dictionary, post_process, max_order)
+    check_post_process(post_process, dictionary)
+    return UserReward(name, dictionary, post_process)
 
 
 def load_function(spec: str):
