@@ -94,10 +94,10 @@ class CandidateModel:
         # how the passes run: the REINFORCE request's settings, else the caller's, else the model's own
         settings = policy.settings if policy is not None else engine_settings or self.engine_settings
         with gathered_embedding_grads(self) if gathered else nullcontext():
-            if policy is not None and not features_only and merged_pass.applies(self, settings):
+            if policy is not None and merged_pass.applies(self, settings):
                 # one encoder and one decoder pass for the CE term and the samples' scores (engine/merged_pass.py)
                 out, extra, drawn = merged_pass.run(self, net_input, prev_output_tokens, candidates, policy,
-                                                    keep_graph=self.sample_keeps_graph)
+                                                    keep_graph=self.sample_keeps_graph, features_only=features_only)
                 extra["candidates"] = [] if candidates is None else [candidates]
                 return out, {**extra, **drawn}
             encoder_out = self.encoder(**net_input)

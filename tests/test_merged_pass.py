@@ -52,6 +52,21 @@ def test_without_dropout_the_merged_pass_gives_the_two_passes_step(name, baselin
     assert len(runs) == (2 if name in RECURRENT else 1)
 
 
+@pytest.mark.parametrize("name", ["transformer", "lstm"])
+def test_the_merged_pass_serves_the_chunked_full_softmax_too(name, monkeypatch):
+    """--rl-full-softmax chunked asks the forward for the decoder's states (features_only): the merged pass
+    gives them, the same step as the two plain passes."""
+    model, task, sample = _family_setup(name)
+    _no_dropout(model)
+    runs = []
+    monkeypatch.setattr(merged_pass, "run", _counted(merged_pass.run, runs))
+    capture = {"rl_capture": "buckets"} if name in RECURRENT else {}
+    two = reinforce_step(model, task, sample, "loo", 2, rl_merged_pass="off", **capture)
+    merged = reinforce_step(model, task, sample, "loo", 2, rl_merged_pass="on", rl_full_softmax="chunked", **capture)
+    assert_same_step(merged, two)
+    assert len(runs) == 1
+
+
 def _counted(function, calls):
     def counted(*args, **kwargs):
         calls.append(1)

@@ -153,10 +153,10 @@ def _padded(tokens: Tensor, steps: int, pad: int) -> Tensor:
 
 
 def run(model, net_input: dict, prev_output_tokens: Tensor, candidates: Optional[Tensor], request: SampleRequest,
-        keep_graph: bool):
+        keep_graph: bool, features_only: bool = False):
     """The restricted model's forward with a REINFORCE request, in one encoder and one decoder pass (see the
-    module): (the gold rows' logits, the decoder's extra output, the policy's ``greedy`` and scored
-    ``samples``)."""
+    module): (the gold rows' logits, or with ``features_only`` their decoder states, the decoder's extra
+    output, the policy's ``greedy`` and scored ``samples``)."""
     settings, bsz = request.settings, prev_output_tokens.size(0)
     device = prev_output_tokens.device
     src = net_input.get("src_tokens")
@@ -190,10 +190,10 @@ def run(model, net_input: dict, prev_output_tokens: Tensor, candidates: Optional
     with RowDropout(dropped) if scored else nullcontext():  # (gold rows alone: every row's dropout applies)
         features, _ = model.decoder.extract_features(prev, reorder(encoder_out, _grown(torch.cat(rows_of), dec_rows)))
     weight, bias = model.output_weights()
-    logits = restricted_logits(features[:bsz, : prev_output_tokens.size(1)], weight, bias, candidates,
-                               settings.union_max_ratio)
+    gold = features[:bsz, : prev_output_tokens.size(1)]
+    out = gold if features_only else restricted_logits(gold, weight, bias, candidates, settings.union_max_ratio)
     if scored:
         samples.features = features[bsz: real, : samples.tokens.size(1)]
     drawn.out["samples"] = sampling.score(model.decoder, drawn.encoder_out, weight, bias, drawn.candidates, samples,
                                           settings)
-    return logits, {"attn": [None]}, drawn.out
+    return out, {"attn": [None]}, drawn.out

@@ -37,8 +37,9 @@ def full_cross_entropy(features: Tensor, weight: Tensor, bias: Optional[Tensor],
     made chunk by chunk of examples (see the module)."""
     lprobs = candidate_log_probs(features, weight, bias, None, target, excluded=())  # B x T float32
     keep = target.ne(pad)
+    nll = -lprobs.masked_fill(~keep, 0.0).sum()
     if label_smoothing <= 0:
-        return -lprobs.masked_fill(~keep, 0.0).sum()
+        return nll
     vocab = weight.size(0)
     gold = (features * weight[target]).sum(-1).float()  # z_t[y_t]
     total = torch.matmul(features, weight.sum(0)).float()  # sum_v z_t[v]
@@ -47,7 +48,6 @@ def full_cross_entropy(features: Tensor, weight: Tensor, bias: Optional[Tensor],
         total = total + bias.sum().float()
     sum_lprobs = total - vocab * (gold - lprobs)
     # fairseq's label_smoothed_nll_loss, whose two per-token terms are -log p(y) and -sum_v log p_v
-    nll = -lprobs.masked_fill(~keep, 0.0).sum()
     smooth = -sum_lprobs.masked_fill(~keep, 0.0).sum()
     eps_i = label_smoothing / (vocab - 1)
     return (1.0 - label_smoothing - eps_i) * nll + eps_i * smooth
