@@ -67,9 +67,9 @@ class KeepLastBatchDataset(BaseWrapperDataset):
         from fairseq.data.data_utils_fast import batch_by_size_vec
 
         indices = np.asarray(indices, dtype=np.int64)
-        if hasattr(self.dataset, "num_tokens_vec"):
+        try:
             num_tokens = self.dataset.num_tokens_vec(indices)
-        else:
+        except (AttributeError, NotImplementedError):  # fairseq's ConcatDataset has only num_tokens
             num_tokens = np.array([self.dataset.num_tokens(i) for i in indices])
         return batch_by_size_vec(indices, np.asarray(num_tokens, dtype=np.int64),
                                  int(max_tokens) if max_tokens else -1,

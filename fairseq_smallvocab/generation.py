@@ -115,6 +115,37 @@ def _last_attention(extra) -> Optional[Tensor]:
     return None if attn is None else attn[:, -1, :]
 
 
+MIN_TEMPERATURE = 1e-3  # decoding's --temperature: logits x 1000 stay far inside float32
+
+
+def check_decoding_args(args):
+    """Refuse decoding flags that cannot work (fairseq would fail later, or decode nothing)."""
+    if getattr(args, "max_len_a", 0) <= 0 and getattr(args, "max_len_b", 200) < 1:
+        raise ValueError(f"--max-len-a {getattr(args, 'max_len_a', 0)} with --max-len-b "
+                         f"{getattr(args, 'max_len_b', 200)} leaves no room for a single output token: pass "
+                         "--max-len-b N (the longest output, e.g. 200), or --max-len-a R for R x the source "
+                         "length + --max-len-b")
+    beam, temperature = getattr(args, "beam", 5), getattr(args, "temperature", 1.0)
+    if beam < 1:
+        raise ValueError(f"--beam must be >= 1 (hypotheses kept per input; 1: greedy), got {beam}")
+    if not MIN_TEMPERATURE <= temperature < math.inf:
+        raise ValueError(f"--temperature must be a finite number >= {MIN_TEMPERATURE:g}, got {temperature:g}: "
+                         "the logits are divided by it, and below that they can overflow (every score nan); "
+                         "for the most likely words decode with --beam 1 and without --sampling")
+
+
+def refuse_outside_candidates(args):
+    """Refuse the flags that decode outside the candidates (fairseq would build another generator)."""
+    # these two would make fairseq build another class than ours; the generator refuses the rest
+    unsupported = [flag for flag, used in [
+        ("--score-reference", getattr(args, "score_reference", False)),
+        ("--print-alignment", getattr(args, "print_alignment", False)),
+    ] if used]
+    if unsupported:
+        raise ValueError(f"{', '.join(unsupported)} not supported inside a small vocabulary; "
+                         "use --small-vocab-size 0 (full softmax)")
+
+
 def _unsupported(what: str) -> ValueError:
     return ValueError(f"decoding inside a small vocabulary does not support {what}; decode with the full softmax "
                       "(--small-vocab-size 0)")

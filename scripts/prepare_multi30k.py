@@ -9,10 +9,14 @@ dataset's public repository.  For each language pair it writes
 OUT_DIR/multi30k.SRC-TGT (word level; words seen at least twice by default,
 the paper's setting) or OUT_DIR/multi30k.SRC-TGT.spmN (--subword
 sentencepiece), through scripts/prepare_data.py's pipeline: checked,
-written atomically, with stats.json.
+written atomically, with stats.json.  With --multilingual the pairs go into
+one folder, OUT_DIR/multi30k.PAIR.PAIR..., binarized with one shared
+dictionary (words), for fairseq's translation_multi_simple_epoch and the
+plugin's translation_multi_smallvocab.
 
     python scripts/prepare_multi30k.py --out-dir data-bin --pairs en-de en-fr
     python scripts/prepare_multi30k.py --download --out-dir data-bin
+    python scripts/prepare_multi30k.py --out-dir data-bin --pairs en-de en-fr --multilingual [--tagged]
 """
 
 import argparse
@@ -24,6 +28,7 @@ import urllib.request
 from pathlib import Path
 
 from smallvocab_tools.data import prep
+from smallvocab_tools.data.multilingual_prep import prepare_multilingual, prepare_target_tagged
 from smallvocab_tools.data.output_dir import check_dest_apart_from_inputs
 from smallvocab_tools.data.stats import format_stats
 
@@ -68,8 +73,18 @@ def main(argv=None):
     parser.add_argument("--out-dir", type=Path, default=REPO / "data-bin")
     parser.add_argument("--pairs", nargs="+", type=parse_pair, default=[("en", "de")],
                         help="language pairs, e.g. en-de en-fr (default: en-de)")
+    parser.add_argument("--multilingual", action="store_true",
+                        help="every pair into one folder with one shared dictionary (words only)")
+    parser.add_argument("--tagged", action="store_true",
+                        help="with --multilingual: also FOLDER.tagged, the data of one vocabulary predictor for "
+                             "every pair told the target language (each source behind its target language's "
+                             "token; val per pair: valid, valid1, ...)")
     prep.add_prepare_args(parser)
     args = parser.parse_args(argv)
+    if args.multilingual and args.subword != "none":
+        parser.error("--multilingual binarizes words: leave out --subword")
+    if args.tagged and not args.multilingual:
+        parser.error("--tagged goes with --multilingual")
 
     def log(message):
         print(message, file=sys.stderr)
@@ -85,6 +100,19 @@ def main(argv=None):
             source = args.source or DEFAULT_SOURCE
             if not source.is_dir():
                 raise prep.DataError(f"no Multi30k folder at {source}; pass --source DIR or --download")
+        if args.multilingual:
+            dest = args.out_dir / ("multi30k." + ".".join(f"{s}-{t}" for s, t in args.pairs))
+            if not args.download:
+                check_dest_apart_from_inputs(dest, [source], "--out-dir")
+            stats = prepare_multilingual(source, dest, args.pairs, SPLITS, args.min_count or 2, args.workers,
+                                         args.force, log=log)
+            print(f"binarized {', '.join(stats['lang_pairs'])} into {dest} "
+                  f"(one dictionary of {stats['shared_dictionary_words']} words)")
+            if args.tagged:
+                tagged = dest.with_name(dest.name + ".tagged")
+                prepare_target_tagged(dest, tagged, args.pairs, workers=args.workers, force=args.force, log=log)
+                print(f"binarized the target-tagged sources into {tagged}")
+            return
         for src, tgt in args.pairs:
             name = f"multi30k.{src}-{tgt}"
             if args.subword == "sentencepiece":

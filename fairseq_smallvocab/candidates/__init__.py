@@ -7,4 +7,6 @@
   cache, ``--candidates-dir`` exports, the predictor a checkpoint records)
   and the checks that they belong to this very split;
 - ``dataset``: ``CandidateDataset``, which adds each batch's rows to its
-  ``net_input``."""
+  ``net_input``;
+- ``multilingual``: the rows of multilingual batches, predicted step by step
+  by each row's pair's predictor, with the row's target language token."""

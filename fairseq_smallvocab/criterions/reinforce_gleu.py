@@ -86,6 +86,7 @@ from fairseq_smallvocab.output.chunked_ce import full_cross_entropy
 from fairseq_smallvocab.reinforce import objective
 from fairseq_smallvocab.reinforce.baselines import build_baseline
 from fairseq_smallvocab.reinforce.config import ReinforceGleuConfig, check_config
+from fairseq_smallvocab.reinforce.rewards import without_ids
 from fairseq_smallvocab.reinforce.samples import check_memory, sample_limits
 from fairseq_smallvocab.reinforce.user_reward import build as build_reward
 
@@ -210,12 +211,19 @@ class ReinforceGleuCriterion(FairseqCriterion):
         tokens = torch.cat([F.pad(part.tokens, (0, width - part.tokens.size(1)), value=d.pad()) for part, _ in parts])
         lengths = torch.cat([part.lengths for part, _ in parts])
         target = torch.cat([sample["target"].repeat_interleave(k, 0) for _, k in parts])
+        not_words = getattr(self.task, "symbols_to_strip", None)  # a multilingual task's language tokens
+        if not_words is not None:
+            tokens, lengths = without_ids(tokens, not_words(), d.pad(), lengths)
+            target, _ = without_ids(target, not_words(), d.pad())
         ref_lens = (target.ne(d.pad()) & target.ne(d.eos())).sum(1)
         given = {}
         if self.reward.wants_sources:
             sources = self.source_texts(sample)
             given["sources"] = None if sources is None else [text for _, k in parts for text in sources
                                                                for _ in range(k)]
+            langs = getattr(self.task, "target_languages", None)
+            if langs is not None:
+                given["target_lang"] = [lang for _, k in parts for lang in langs(sample) for _ in range(k)]
         values = self.reward(tokens, lengths, target, ref_lens, **given)
         rows = samples.tokens.size(0)
         return values[:rows], (values[rows:] if greedy is not None else None)

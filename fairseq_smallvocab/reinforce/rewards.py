@@ -182,6 +182,19 @@ def gleu(hyp: Sequence, ref: Sequence, max_order: int = 4) -> float:
     return float(gleu_batch(tensors[0], lens[0], tensors[1], lens[1], max_order)[0])
 
 
+def without_ids(tokens: Tensor, ids, pad: int, lengths: Optional[Tensor] = None):
+    """Rows with every token in ``ids`` taken out (a multilingual model's
+    language tokens: not words of the sentence), the rest moved left in
+    order and padded with ``pad``; with ``lengths`` (the first
+    ``lengths[b]`` tokens of row b count), the new lengths."""
+    drop = torch.isin(tokens, torch.as_tensor(sorted(ids), dtype=tokens.dtype, device=tokens.device))
+    if lengths is not None:
+        counted = torch.arange(tokens.size(1), device=tokens.device) < lengths.view(-1, 1)
+        lengths = lengths - (drop & counted).sum(1).to(lengths.dtype)
+    order = torch.argsort(drop.int(), dim=1, stable=True)
+    return tokens.gather(1, order).masked_fill(drop.gather(1, order), pad), lengths
+
+
 class SentenceReward:
     """``reward(tokens, lengths, target, ref_lens)``: B floats in [0, 1] for
     B x T sampled ids (the first ``lengths[b]`` of row b count) against B x L

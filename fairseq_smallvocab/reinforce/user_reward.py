@@ -14,8 +14,10 @@ sequence), ``references`` (the gold target of each hypothesis's example, or
 None where the function declares it needs none: an attribute
 ``needs_references = False``, for reference-free rewards such as a quality
 estimator), ``sources`` (each hypothesis's source sentence, or None where
-the task has no source text, as captioning) and ``target_lang`` (the target
-language of a multilingual batch; None for bilingual data).  It returns one
+the task has no source text, as captioning) and ``target_lang`` (in a
+multilingual batch, ``translation_multi_smallvocab``'s, the target language
+of each hypothesis, a list; None for bilingual data).  The language tokens
+of a multilingual model are not in the strings.  It returns one
 float per hypothesis, as a list (or any sequence of numbers) or a 1-d tensor
 on any device; a function may batch its work on a GPU.  A function that
 raises, returns the wrong number of values or a value that is not a finite
@@ -93,7 +95,7 @@ class UserReward(SentenceReward):
         self.said_scale = False  # whether the log has said that the rewards leave [0, 1]
 
     def __call__(self, tokens: Tensor, lengths: Tensor, target: Tensor, ref_lens: Tensor,
-                 sources: Optional[List[str]] = None, target_lang: Optional[str] = None) -> Tensor:
+                 sources: Optional[List[str]] = None, target_lang: Optional[List[str]] = None) -> Tensor:
         hypotheses = self.words(tokens, lengths)
         references = self.words(target, ref_lens) if self.needs_references else None
         try:

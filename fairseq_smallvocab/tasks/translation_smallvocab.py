@@ -27,13 +27,11 @@ softmax.
 """
 
 import logging
-import math
 import os
 from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
-from fairseq import metrics
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 from omegaconf import II, DictConfig, open_dict
@@ -41,17 +39,19 @@ from omegaconf import II, DictConfig, open_dict
 from fairseq_smallvocab.binarized import check_langpair
 from fairseq_smallvocab.candidates.dataset import CandidateDataset
 from fairseq_smallvocab.candidates.source import CandidateSource
-from fairseq_smallvocab.candidates.space import default_small_vocab_size, gold_outside_candidates
+from fairseq_smallvocab.candidates.space import default_small_vocab_size
 from fairseq_smallvocab.compat.precision import check_training_precision
 from fairseq_smallvocab.data import KeepLastBatchDataset, data_folder, split_folder
-from fairseq_smallvocab.generation import SmallVocabSequenceGenerator
+from fairseq_smallvocab.generation import (
+    SmallVocabSequenceGenerator,
+    check_decoding_args,
+    refuse_outside_candidates,
+)
 from fairseq_smallvocab.models.vocab_predictor import dictionary_fingerprint
 from fairseq_smallvocab.restricted_model import restrict
+from fairseq_smallvocab.tasks.task_state import SmallVocabTaskState
 
 logger = logging.getLogger(__name__)
-
-
-MIN_TEMPERATURE = 1e-3  # decoding's --temperature: logits x 1000 stay far inside float32
 
 
 @dataclass
@@ -100,7 +100,7 @@ def split_batch(sample, splits: int, pad: int):
 
 
 @register_task("translation_smallvocab", dataclass=TranslationSmallVocabConfig)
-class TranslationSmallVocabTask(TranslationTask):
+class TranslationSmallVocabTask(SmallVocabTaskState, TranslationTask):
     cfg: TranslationSmallVocabConfig
 
     def __init__(self, cfg, src_dict, tgt_dict):
@@ -121,8 +121,7 @@ class TranslationSmallVocabTask(TranslationTask):
         # where the candidates come from; the predictor reads source sentences here (one trained on image
         # features is refused)
         self.candidates = CandidateSource(cfg, k, tgt_dict, predictor_overrides={"source_features": None})
-        self._checkpoint_parts = {}  # name -> module whose state_dict travels with checkpoints
-        self._finite_count = [0, 0]  # training batches skipped as non-finite, finite ones (check_before_save)
+        self.init_state()
 
     @property
     def small_vocab(self) -> bool:
@@ -197,29 +196,11 @@ class TranslationSmallVocabTask(TranslationTask):
                         prefix_allowed_tokens_fn=None):
         """fairseq's generator, decoding inside each example's candidates
         (used by fairseq-generate, fairseq-interactive and --eval-bleu)."""
-        if getattr(args, "max_len_a", 0) <= 0 and getattr(args, "max_len_b", 200) < 1:
-            raise ValueError(f"--max-len-a {getattr(args, 'max_len_a', 0)} with --max-len-b "
-                             f"{getattr(args, 'max_len_b', 200)} leaves no room for a single output token: pass "
-                             "--max-len-b N (the longest output, e.g. 200), or --max-len-a R for R x the source "
-                             "length + --max-len-b")
-        beam, temperature = getattr(args, "beam", 5), getattr(args, "temperature", 1.0)
-        if beam < 1:
-            raise ValueError(f"--beam must be >= 1 (hypotheses kept per input; 1: greedy), got {beam}")
-        if not MIN_TEMPERATURE <= temperature < math.inf:
-            raise ValueError(f"--temperature must be a finite number >= {MIN_TEMPERATURE:g}, got {temperature:g}: "
-                             "the logits are divided by it, and below that they can overflow (every score nan); "
-                             "for the most likely words decode with --beam 1 and without --sampling")
+        check_decoding_args(args)
         if not self.small_vocab or seq_gen_cls is not None:
             return super().build_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs,
                                            prefix_allowed_tokens_fn)
-        # these two would make fairseq build another class than ours; the generator refuses the rest
-        unsupported = [flag for flag, used in [
-            ("--score-reference", getattr(args, "score_reference", False)),
-            ("--print-alignment", getattr(args, "print_alignment", False)),
-        ] if used]
-        if unsupported:
-            raise ValueError(f"{', '.join(unsupported)} not supported inside a small vocabulary; "
-                             "use --small-vocab-size 0 (full softmax)")
+        refuse_outside_candidates(args)
         return super().build_generator(models, args, seq_gen_cls=SmallVocabSequenceGenerator,
                                        extra_gen_cls_kwargs=extra_gen_cls_kwargs,
                                        prefix_allowed_tokens_fn=prefix_allowed_tokens_fn)
@@ -267,70 +248,3 @@ class TranslationSmallVocabTask(TranslationTask):
             logs.append(log)
         merged = {key: sum(log[key] for log in logs) for key in logs[0]}
         return total_loss, total_size, merged
-
-    # -- state saved with checkpoints ------------------------------------------------------------
-
-    def add_checkpoint_state(self, name, module):
-        """Save ``module.state_dict()`` in every checkpoint and restore it when
-        training resumes from one (``compat.train_checkpoints``: in
-        ``extra_state[TaskClass]``, on every fairseq 0.12): for state that is
-        neither the model's nor a parameter of the criterion (reinforce_gleu's
-        learned baseline).  Fine-tuning from another checkpoint
-        (--finetune-from-model, --reset-dataloader) starts it afresh, as
-        fairseq does."""
-        self._checkpoint_parts[name] = module
-
-    def checkpoint_state(self):
-        return {name: m.state_dict() for name, m in self._checkpoint_parts.items()}
-
-    def restore_checkpoint_state(self, state):
-        for name, module in self._checkpoint_parts.items():
-            if name in state:
-                module.load_state_dict(state[name])
-                logger.info(f"restored {name} from the checkpoint")
-            else:
-                logger.info(f"the checkpoint holds no {name}; starting a fresh one")
-        for name in state:
-            if name not in self._checkpoint_parts:  # e.g. a learned baseline's run resumed with --rl-baseline loo
-                logger.warning(f"the checkpoint holds {name}, which this run does not use (its settings differ "
-                               "from the run that saved it): not restored, and the next checkpoint will not hold it")
-
-    def check_before_save(self):
-        """Refuse to save when every training batch since the last checkpoint
-        was skipped as non-finite (``reinforce_gleu`` counts them): the model
-        learned nothing, its weights may be NaN, and saving would replace good
-        checkpoints (fairseq would even take the placeholder loss -1 of an
-        epoch without a loss as the best score)."""
-        skipped, finite = self._finite_count
-        self._finite_count = [0, 0]
-        if skipped and not finite:
-            raise FloatingPointError(
-                f"every training batch since the last checkpoint ({skipped:g}) was skipped because its reward or "
-                "loss was not finite (the log's 'nonfinite' count), so training stops without saving: the "
-                "checkpoints in --save-dir keep the last good state. Resume from them with a smaller --lr (or "
-                "--clip-norm), and check the data and the model's weights.")
-
-    # -- metrics ---------------------------------------------------------------------------------
-
-    def valid_step(self, sample, model, criterion):
-        loss, sample_size, logging_output = super().valid_step(sample, model, criterion)
-        candidates = sample["net_input"].get("candidates")
-        if candidates is not None:
-            tokens, outside = gold_outside_candidates(candidates, sample["target"], self.tgt_dict)
-            logging_output["cand_tokens"], logging_output["cand_outside"] = tokens, outside
-        return loss, sample_size, logging_output
-
-    def reduce_metrics(self, logging_outputs, criterion):
-        super().reduce_metrics(logging_outputs, criterion)
-        if getattr(criterion, "training", False) and logging_outputs and "nonfinite" in logging_outputs[0]:
-            # the workers' summed logs: every worker counts alike
-            self._finite_count[0] += float(sum(log["nonfinite"] for log in logging_outputs))
-            self._finite_count[1] += float(sum(log.get("finite_sentences", 0) for log in logging_outputs))
-        # float(): in distributed runs fairseq hands over the workers' sums as tensors, which round() refuses
-        tokens = float(sum(log.get("cand_tokens", 0) for log in logging_outputs))
-        if tokens:
-            metrics.log_scalar_sum("_cand_tokens", tokens)
-            metrics.log_scalar_sum("_cand_outside", float(sum(log.get("cand_outside", 0) for log in logging_outputs)))
-            # the share (%) of gold target tokens outside the example's candidates
-            metrics.log_derived("gold_outside_cands", lambda m: round(
-                100.0 * m["_cand_outside"].sum / m["_cand_tokens"].sum, 3))

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# REINFORCE on a multilingual model: Multi30k en -> {de, fr}, one stock fairseq Transformer for both pairs.
+#   1. The data: both pairs binarized with one shared dictionary (scripts/prepare_multi30k.py --multilingual).
+#   2. The stock model: fairseq-train --task translation_multi_simple_epoch (stock fairseq: no plugin),
+#      language tokens as M2M-100 uses them (--encoder-langtok src --decoder-langtok), STOCK_EPOCHS epochs.
+#   3. A vocabulary predictor per pair (the plugin's, on the same data): recall@K on each pair's val.
+#   4. CE fine-tuning of the stock model with the plugin's task, small softmax (K) and full (0), FT_EPOCHS.
+#   5. From the small CE checkpoint, for each seed in SEEDS: REINFORCE (RL_UPDATES updates, SAMPLES samples,
+#      leave-one-out, GLEU, LAMBDA) and its control, CE continued (lambda 1) with the same optimizer and budget.
+#   6. Every run decoded on test2016 for each pair (beam BEAM, inside its candidates; the stock and full ones
+#      with the full softmax); BLEU per pair, and sacrebleu's paired bootstrap of every run against the CE
+#      checkpoint: OUT/table.md.
+# A step whose result exists is skipped (a stopped training resumes from its checkpoint_last.pt), so the
+# recipe continues where it stopped. Run from the project root with the project's environment active:
+#   source .venv/bin/activate && bash examples/translation/run_multilingual_multi30k.sh
+# Settings: DATA, OUT, K, SEEDS, STOCK_EPOCHS, VP_EPOCHS, FT_EPOCHS, RL_UPDATES, LR (REINFORCE's and the
+# control's), LAMBDA, SAMPLES, BEAM, THREADS, ARCH_ARGS (the model's flags; default:
+# transformer_multi30k_multilingual.args), MAX_TOKENS.
+set -euo pipefail
+DATA=${DATA:-data-bin/multi30k.en-de.en-fr}
+OUT=${OUT:-checkpoints/ml-multi30k}
+K=${K:-1000}
+SEEDS=${SEEDS:-1 2}
+STOCK_EPOCHS=${STOCK_EPOCHS:-10}
+VP_EPOCHS=${VP_EPOCHS:-10}
+FT_EPOCHS=${FT_EPOCHS:-1}
+RL_UPDATES=${RL_UPDATES:-200}
+LR=${LR:-3e-5}
+LAMBDA=${LAMBDA:-0.005}
+SAMPLES=${SAMPLES:-4}
+BEAM=${BEAM:-5}
+THREADS=${THREADS:-2}
+MAX_TOKENS=${MAX_TOKENS:-4096}
+HERE=$(dirname "$0")
+ARCH_ARGS=${ARCH_ARGS:-$(cat "$HERE/transformer_multi30k_multilingual.args")}
+export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS
+PAIRS="en-de en-fr"
+LANGS=(--lang-pairs en-de,en-fr --encoder-langtok src --decoder-langtok)
+OURS=(--user-dir fairseq_smallvocab --task translation_multi_smallvocab "${LANGS[@]}")
+COMMON=(--cpu --num-workers 0 --no-progress-bar --log-format simple --log-interval 50 --no-epoch-checkpoints)
+CE_ARGS=(--criterion label_smoothed_cross_entropy --label-smoothing 0.1 --optimizer adam --adam-betas "(0.9, 0.98)"
+         --clip-norm 1.0 --max-tokens "$MAX_TOKENS")
+mkdir -p "$OUT"
+
+[ -d "$DATA" ] || python scripts/prepare_multi30k.py --pairs $PAIRS --multilingual --out-dir "$(dirname "$DATA")"
+
+finished() { [ -f "$1/finished" ]; }  # finished SAVE: the run trained to its end
+train() {  # train SAVE ARGS...: fairseq-train into SAVE (resumed from its checkpoint_last.pt), then marked finished
+  local save=$1
+  shift
+  finished "$save" && return
+  mkdir -p "$save"
+  fairseq-train "$DATA" "$@" "${COMMON[@]}" --save-dir "$save" >> "$save/train.log" 2>&1 \
+    || { echo "training $save failed: see $save/train.log" >&2; tail -5 "$save/train.log" >&2; exit 1; }
+  touch "$save/finished"
+}
+
+# 2. the stock multilingual model (stock fairseq's task)
+# shellcheck disable=SC2086
+train "$OUT/stock" --task translation_multi_simple_epoch "${LANGS[@]}" $ARCH_ARGS "${CE_ARGS[@]}" --lr 0.001 \
+  --lr-scheduler inverse_sqrt --warmup-updates 400 --max-epoch "$STOCK_EPOCHS" --seed 1
+
+# 3. one predictor per pair, the paper's settings
+SPEC=
+for pair in $PAIRS; do
+  src=${pair%-*} tgt=${pair#*-}
+  train "$OUT/vp-$pair" --user-dir fairseq_smallvocab --task vocab_prediction -s "$src" -t "$tgt" \
+    --arch vocab_predictor --criterion vocab_prediction_bce --recall-at "100,500,$K" --label-smoothing 0.1 \
+    --optimizer adagrad --lr 0.08 --weight-decay 1e-6 --clip-norm 1.0 --batch-size 128 \
+    --lr-scheduler reduce_lr_on_plateau --lr-shrink 0.5 --max-epoch "$VP_EPOCHS" \
+    --best-checkpoint-metric "recall@$K" --maximize-best-checkpoint-metric --seed 1
+  SPEC=${SPEC:+$SPEC,}$pair:$OUT/vp-$pair/checkpoint_best.pt
+  echo "predictor $pair, best val recall@$K: $(grep -o "best_recall@$K [0-9.]*" "$OUT/vp-$pair/train.log" | tail -1)"
+done
+
+# 4. CE fine-tuning of the stock model, small softmax and full, the same model and code
+for k in "$K" 0; do
+  # shellcheck disable=SC2086
+  train "$OUT/ce-k$k" "${OURS[@]}" --vocab-predictor "$SPEC" --small-vocab-size "$k" $ARCH_ARGS "${CE_ARGS[@]}" \
+    --lr 1e-4 --finetune-from-model "$OUT/stock/checkpoint_best.pt" --max-epoch "$FT_EPOCHS" --seed 1
+done
+
+# 5. REINFORCE and its control (CE continued), from the small CE checkpoint, each seed
+for seed in $SEEDS; do
+  for run in rl ctl-ce; do
+    lambda=$LAMBDA
+    [ "$run" = ctl-ce ] && lambda=1
+    # shellcheck disable=SC2086
+    train "$OUT/$run-s$seed" "${OURS[@]}" --vocab-predictor "$SPEC" --small-vocab-size "$K" $ARCH_ARGS \
+      --criterion reinforce_gleu --rl-samples "$SAMPLES" --rl-baseline loo --rl-lambda "$lambda" \
+      --optimizer adam --lr "$LR" --max-tokens "$MAX_TOKENS" \
+      --finetune-from-model "$OUT/ce-k$K/checkpoint_last.pt" --max-update "$RL_UPDATES" --seed "$seed"
+  done
+done
+
+# 6. decoding and the table
+lines() {  # lines H|T FIELD < fairseq-generate's output: that field of its H- or T- lines, in the test set's order
+  awk -F'\t' -v tag="$1-" -v field="$2" 'index($1, tag) == 1 { print substr($1, 3) "\t" $field }' | sort -n -k1,1 \
+    | cut -f2-
+}
+decode() {  # decode SAVE K TASK...: test2016 of each pair, hypotheses and references in the test set's order
+  local save=$1 k=$2 pair tgt
+  shift 2
+  for pair in $PAIRS; do
+    tgt=${pair#*-}
+    [ -f "$save/hyp-test.$tgt.txt" ] && continue
+    fairseq-generate "$DATA" "$@" -s "${pair%-*}" -t "$tgt" --path "$save/checkpoint_last.pt" \
+      --gen-subset test --beam "$BEAM" --batch-size 64 --required-batch-size-multiple 1 --max-len-a 1.5 \
+      --max-len-b 10 --cpu ${k:+--small-vocab-size $k} > "$save/generate-test.$tgt.txt" 2> "$save/generate.log"
+    lines H 3 < "$save/generate-test.$tgt.txt" > "$save/hyp-test.$tgt.txt.tmp"
+    lines T 2 < "$save/generate-test.$tgt.txt" > "$save/ref-test.$tgt.txt"
+    mv "$save/hyp-test.$tgt.txt.tmp" "$save/hyp-test.$tgt.txt"
+  done
+}
+decode "$OUT/stock" "" --user-dir fairseq_smallvocab --task translation_multi_simple_epoch "${LANGS[@]}"
+decode "$OUT/ce-k0" 0 "${OURS[@]}"
+RUNS=(--run "stock=$OUT/stock" --run "ce-full=$OUT/ce-k0")
+for save in "$OUT/ce-k$K" "$OUT"/rl-s* "$OUT"/ctl-ce-s*; do
+  [ -d "$save" ] || continue
+  decode "$save" "$K" "${OURS[@]}"
+  RUNS+=(--run "$(basename "$save")=$save")
+done
+python scripts/paired_bleu.py "${RUNS[@]}" --baseline "ce-k$K" --langs de fr --out "$OUT/table.md"

@@ -1,0 +1,166 @@
+"""Candidates of multilingual batches: one vocabulary predictor per
+language pair (or per target language), rows predicted batch by batch.
+
+A multilingual batch mixes language pairs, so each row's candidates come
+from the predictor of its own pair.  ``--vocab-predictor`` names them:
+
+    en-de:CKPT_DE,en-fr:CKPT_FR     keyed by pair
+    de:CKPT_DE,fr:CKPT_FR           keyed by target language (any source)
+    CKPT                            one predictor for every pair
+
+A row's pair is what the model is told: the target language is the
+decoder's language token (the first target token under fairseq's
+``--decoder-langtok``, the language decoded by fairseq-generate and
+fairseq-interactive: ``--target-lang``), the source language the encoder's
+token (``--encoder-langtok src``), else the only one there is.
+
+Each predictor is a plugin ``vocab_predictor`` trained with its own data
+folder's dictionaries: its target dictionary must be the model's shared one
+(without the language tokens, which the multilingual task appends: checked,
+same words in the same order), and it reads the source words by symbol.
+Two kinds: one trained on a single pair of the multilingual folder
+(``fairseq-train DATA --task vocab_prediction -s en -t de``; language tokens
+are not its words and are left out), or one for every pair told the target
+language, trained on ``prepare_target_tagged``'s data (each source behind its
+target language's token): for it the row's target language token is added
+to the source words.
+
+A row is fairseq's special symbols at their ids (positions 0..3, as in
+``candidates.space``), then, under ``--decoder-langtok``, the row's target
+language token (the first token the model emits: never missing, and not
+counted in K), then the K - 4 predicted words; training rows hold every gold
+word first (the paper's top K + gold indicator).  Rows are predicted on the
+batch's device each step: a bag of embeddings and one |V| x d product per
+batch, without lists kept on disk."""
+
+import re
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+from torch import Tensor
+
+from fairseq_smallvocab.predictor.inference import load_predictor
+from fairseq_smallvocab.predictor.scoring import TooManyForcedWords, select_candidates
+
+Pair = Tuple[Optional[str], str]  # (source language or None: any), target language
+KEY = re.compile(r"^(?:([A-Za-z][\w]*)-)?([A-Za-z][\w]*)$")
+
+
+def parse_predictors(spec: Optional[str]) -> Dict[Pair, str]:
+    """``--vocab-predictor``'s value as {(src or None, tgt or "*"): path}."""
+    if not spec:
+        return {}
+    items = [item.strip() for item in str(spec).split(",") if item.strip()]
+    keyed = [item.split(":", 1) for item in items if ":" in item and KEY.match(item.split(":", 1)[0])]
+    if len(keyed) != len(items):
+        if len(items) == 1 and not keyed:
+            return {(None, "*"): items[0]}
+        raise ValueError(f"--vocab-predictor {spec!r}: give one checkpoint for every pair (PATH), or one per pair "
+                         "or target language: en-de:PATH,en-fr:PATH or de:PATH,fr:PATH")
+    found: Dict[Pair, str] = {}
+    for key, path in keyed:
+        m = KEY.match(key)
+        pair = (m.group(1), m.group(2))
+        if pair in found:
+            raise ValueError(f"--vocab-predictor names {key} twice")
+        found[pair] = path
+    return found
+
+
+class PairPredictors:
+    """The predictors of ``spec`` for a model's shared dictionary ``tgt_dict``
+    (language tokens appended); ``tag_of(lang)`` is a language's token
+    (``__de__``), ``langtok_ids`` the model's language token ids."""
+
+    def __init__(self, spec: Dict[Pair, str], k: int, tgt_dict, tag_of: Callable[[str], str], langtok_ids):
+        self.spec, self.k, self.dict, self.tag_of = spec, k, tgt_dict, tag_of
+        self.langtok_ids = set(langtok_ids)
+        self.nspecial = tgt_dict.nspecial
+        self._loaded: Dict[str, tuple] = {}  # path -> (model, its source dictionary)
+        self._maps: Dict[str, Tensor] = {}  # path -> the model's source ids in the predictor's dictionary
+
+    def path_for(self, pair: Pair) -> str:
+        src, tgt = pair
+        for key in ((src, tgt), (None, tgt), (None, "*")):
+            if key in self.spec:
+                return self.spec[key]
+        named = ", ".join(f"{s + '-' if s else ''}{t}" for s, t in self.spec)
+        raise ValueError(f"--vocab-predictor has no predictor for {src or '?'}-{tgt} (it names {named}): add "
+                         f"{src + '-' if src else ''}{tgt}:PATH, a predictor trained on that pair")
+
+    def predictor(self, pair: Pair, device) -> Tuple[torch.nn.Module, Tensor, Optional[int]]:
+        """(the pair's predictor on ``device``, the map of the model's source ids to its own, its id of the
+        pair's target language token when it reads one, else None)."""
+        path = self.path_for(pair)
+        if path not in self._loaded:
+            model, task = load_predictor(path)  # with the dictionaries it was trained with
+            self.check_dictionary(path, task.target_dictionary)
+            self._loaded[path] = (model, task.source_dictionary)
+        model, src_dict = self._loaded[path]
+        if path not in self._maps:
+            self._maps[path] = self.source_map(path, src_dict)
+        tag = src_dict.indices.get(self.tag_of(pair[1])) if pair[1] != "*" else None
+        return model.to(device), self._maps[path].to(device), tag
+
+    def check_dictionary(self, path, predictor_dict):
+        """The predictor's target dictionary must be the model's shared one
+        without what the multilingual task appends (language tokens)."""
+        ours, theirs = self.dict.symbols, predictor_dict.symbols
+        if len(theirs) > len(ours) or ours[: len(theirs)] != theirs:
+            raise ValueError(
+                f"the predictor {path} was trained with another target dictionary ({len(theirs)} entries) than "
+                f"the model's shared dictionary ({len(ours)} entries with the language tokens): train it on this "
+                "data (fairseq-train DATA --task vocab_prediction -s SRC -t TGT ...)")
+
+    def source_map(self, path, src_dict) -> Tensor:
+        """The predictor's id of each of the model's source ids, by symbol (its pad where it has none: the
+        language tokens of a predictor trained on one pair).  Its words must be the shared dictionary's."""
+        langs = {self.dict[i] for i in self.langtok_ids}
+        words = [symbol for symbol in src_dict.symbols if symbol not in langs]
+        if self.dict.symbols[: len(words)] != words:
+            raise ValueError(f"the predictor {path} reads another source dictionary ({len(src_dict)} entries) "
+                             "than the model's shared one: train it on this data (fairseq-train DATA --task "
+                             "vocab_prediction ...)")
+        return torch.tensor([src_dict.indices.get(symbol, src_dict.pad()) for symbol in self.dict.symbols])
+
+    @torch.no_grad()
+    def rows(self, src_tokens: Tensor, pairs: Sequence[Pair], langtoks: Optional[Tensor],
+             gold: Optional[Tensor] = None) -> Tensor:
+        """(B, [nspecial] + [1 langtok] + K - nspecial) int64 candidate rows on
+        ``src_tokens``' device; ``langtoks`` (B,) the rows' language tokens,
+        or None (no slot); ``gold`` (B, T) target ids forced in (training)."""
+        b, device = src_tokens.size(0), src_tokens.device
+        words = self.k - self.nspecial
+        out = torch.empty(b, words, dtype=torch.long, device=device)
+        groups: Dict[Pair, List[int]] = {}
+        for i, pair in enumerate(pairs):
+            groups.setdefault(pair, []).append(i)
+        for pair, idx in groups.items():
+            model, source_map, tag = self.predictor(pair, device)
+            index = torch.tensor(idx, device=device)
+            src = source_map[src_tokens.index_select(0, index)]  # language tokens it does not know: pad
+            if tag is not None:  # a predictor told the target language: its token beside the words
+                src = torch.cat([src, src.new_full((len(idx), 1), tag)], 1)
+            scores = model.predict(src_tokens=src)
+            forced = None
+            if gold is not None:
+                tgt = gold.index_select(0, index)
+                tgt = tgt.masked_fill(tgt.ge(scores.size(1)) | tgt.lt(self.nspecial), self.dict.pad())
+                forced = torch.zeros_like(scores).scatter_(1, tgt, 1.0)
+                forced[:, self.dict.pad()] = 0.0
+            out[index] = self._words(scores, forced, words, idx)
+        specials = torch.arange(self.nspecial, device=device).expand(b, self.nspecial)
+        parts = [specials] + ([langtoks.view(b, 1).to(device)] if langtoks is not None else []) + [out]
+        return torch.cat(parts, 1)
+
+    def _words(self, scores: Tensor, forced: Optional[Tensor], words: int, idx: List[int]) -> Tensor:
+        """The first ``words`` non-special ids of each row's ranking (forced words first)."""
+        scores = scores.clone()
+        scores[:, : self.nspecial] = -1.0  # specials have their own positions; never a word
+        try:
+            top = select_candidates(scores, words, gold=forced)
+        except TooManyForcedWords as err:
+            raise ValueError(f"example {idx[err.row]} of the batch has {err.forced} distinct gold words, more than "
+                             f"the K - {self.nspecial} = {words} words of a row: use a larger --small-vocab-size"
+                             ) from None
+        return top

@@ -1,0 +1,89 @@
+"""What the plugin's translation tasks share (``translation_smallvocab``,
+``captioning_smallvocab`` and ``translation_multi_smallvocab``): state saved
+with checkpoints beside the model (reinforce_gleu's learned baseline), the
+refusal to save after a run of non-finite batches, and the share of gold
+target words outside the candidates in validation (``gold_outside_cands``)."""
+
+import logging
+
+from fairseq import metrics
+
+from fairseq_smallvocab.candidates.space import gold_outside_candidates
+
+logger = logging.getLogger(__name__)
+
+
+class SmallVocabTaskState:
+    """Mixin of a fairseq task (before it in the bases); ``__init__`` of the
+    task calls ``init_state()``."""
+
+    def init_state(self):
+        self._checkpoint_parts = {}  # name -> module whose state_dict travels with checkpoints
+        self._finite_count = [0, 0]  # training batches skipped as non-finite, finite ones (check_before_save)
+
+    # -- state saved with checkpoints ------------------------------------------------------------
+
+    def add_checkpoint_state(self, name, module):
+        """Save ``module.state_dict()`` in every checkpoint and restore it when
+        training resumes from one (``compat.train_checkpoints``: in
+        ``extra_state[TaskClass]``, on every fairseq 0.12): for state that is
+        neither the model's nor a parameter of the criterion (reinforce_gleu's
+        learned baseline).  Fine-tuning from another checkpoint
+        (--finetune-from-model, --reset-dataloader) starts it afresh, as
+        fairseq does."""
+        self._checkpoint_parts[name] = module
+
+    def checkpoint_state(self):
+        return {name: m.state_dict() for name, m in self._checkpoint_parts.items()}
+
+    def restore_checkpoint_state(self, state):
+        for name, module in self._checkpoint_parts.items():
+            if name in state:
+                module.load_state_dict(state[name])
+                logger.info(f"restored {name} from the checkpoint")
+            else:
+                logger.info(f"the checkpoint holds no {name}; starting a fresh one")
+        for name in state:
+            if name not in self._checkpoint_parts:  # e.g. a learned baseline's run resumed with --rl-baseline loo
+                logger.warning(f"the checkpoint holds {name}, which this run does not use (its settings differ "
+                               "from the run that saved it): not restored, and the next checkpoint will not hold it")
+
+    def check_before_save(self):
+        """Refuse to save when every training batch since the last checkpoint
+        was skipped as non-finite (``reinforce_gleu`` counts them): the model
+        learned nothing, its weights may be NaN, and saving would replace good
+        checkpoints (fairseq would even take the placeholder loss -1 of an
+        epoch without a loss as the best score)."""
+        skipped, finite = self._finite_count
+        self._finite_count = [0, 0]
+        if skipped and not finite:
+            raise FloatingPointError(
+                f"every training batch since the last checkpoint ({skipped:g}) was skipped because its reward or "
+                "loss was not finite (the log's 'nonfinite' count), so training stops without saving: the "
+                "checkpoints in --save-dir keep the last good state. Resume from them with a smaller --lr (or "
+                "--clip-norm), and check the data and the model's weights.")
+
+    # -- metrics ---------------------------------------------------------------------------------
+
+    def valid_step(self, sample, model, criterion):
+        loss, sample_size, logging_output = super().valid_step(sample, model, criterion)
+        candidates = sample["net_input"].get("candidates")
+        if candidates is not None:
+            tokens, outside = gold_outside_candidates(candidates, sample["target"], self.target_dictionary)
+            logging_output["cand_tokens"], logging_output["cand_outside"] = tokens, outside
+        return loss, sample_size, logging_output
+
+    def reduce_metrics(self, logging_outputs, criterion):
+        super().reduce_metrics(logging_outputs, criterion)
+        if getattr(criterion, "training", False) and logging_outputs and "nonfinite" in logging_outputs[0]:
+            # the workers' summed logs: every worker counts alike
+            self._finite_count[0] += float(sum(log["nonfinite"] for log in logging_outputs))
+            self._finite_count[1] += float(sum(log.get("finite_sentences", 0) for log in logging_outputs))
+        # float(): in distributed runs fairseq hands over the workers' sums as tensors, which round() refuses
+        tokens = float(sum(log.get("cand_tokens", 0) for log in logging_outputs))
+        if tokens:
+            metrics.log_scalar_sum("_cand_tokens", tokens)
+            metrics.log_scalar_sum("_cand_outside", float(sum(log.get("cand_outside", 0) for log in logging_outputs)))
+            # the share (%) of gold target tokens outside the example's candidates
+            metrics.log_derived("gold_outside_cands", lambda m: round(
+                100.0 * m["_cand_outside"].sum / m["_cand_tokens"].sum, 3))

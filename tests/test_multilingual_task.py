@@ -1,0 +1,301 @@
+"""translation_multi_smallvocab (fairseq's translation_multi_simple_epoch with candidates): each row's
+candidates from its own pair's predictor, fairseq's specials and the row's target language token in every
+row (not counted in K), every gold word in training rows; the row's pair as the model is told it; the
+predictors' dictionaries checked against the shared one; rewards without language tokens, with each
+hypothesis's target language. End to end (slow): a stock multilingual checkpoint trained by stock fairseq
+fine-tunes with CE and REINFORCE and decodes with fairseq-generate and fairseq-interactive; inside rows that
+hold every word it decodes as stock fairseq does; stock fairseq decodes what it wrote."""
+
+import re
+import sys
+import textwrap
+
+import pytest
+import torch
+from fairseq.data import Dictionary
+from helpers import run
+from multilingual_helpers import MODEL_ARGS, OURS, PAIRS, STOCK, ml_task, write_three_way
+from vocab_predictor_helpers import TRAIN_ARGS, untrained_model, vp_task
+
+from fairseq_smallvocab.candidates.multilingual import parse_predictors
+from fairseq_smallvocab.predictor.scoring import select_candidates
+from fairseq_smallvocab.reinforce.rewards import without_ids
+
+K = 60
+
+
+@pytest.fixture(scope="module")
+def ml_bin(tmp_path_factory):
+    from smallvocab_tools.data.multilingual_prep import prepare_multilingual
+
+    folder = tmp_path_factory.mktemp("ml")
+    raw = write_three_way(folder / "raw")
+    splits = {"train": "train", "valid": "valid", "test": "test"}
+    prepare_multilingual(raw, folder / "bin", PAIRS, splits, min_count=1, log=lambda m: None)
+    return folder / "bin"
+
+
+def _random_predictor(ptask, seed):
+    """An untrained predictor whose output layer is drawn too (fairseq starts it at 0: every word alike)."""
+    torch.manual_seed(seed)
+    model = untrained_model(ptask).eval()
+    torch.nn.init.normal_(model.output.weight)
+    torch.nn.init.normal_(model.output.bias)
+    return model
+
+
+def _task_with_predictors(ml_bin, seed_fr=1):
+    """The task (K = 60) with an untrained predictor per pair (each its own seed), loaded in place."""
+    task = ml_task(ml_bin, "--vocab-predictor", "en-de:de.pt,en-fr:fr.pt", "--small-vocab-size", str(K))
+    models = {}
+    for tgt, seed in (("de", 0), ("fr", seed_fr)):
+        ptask = vp_task(ml_bin, source_lang="en", target_lang=tgt)
+        models[tgt] = _random_predictor(ptask, seed)
+        task.predictors()._loaded[f"{tgt}.pt"] = (models[tgt], ptask.source_dictionary)
+    return task, models
+
+
+def _batch(task, split, n=12):
+    task.load_dataset(split)
+    ds = task.datasets[split]
+    return ds.collater([ds[i] for i in torch.randperm(len(ds), generator=torch.Generator().manual_seed(0))[:n]])
+
+
+def test_prepare_multilingual_writes_one_shared_dictionary(ml_bin):
+    texts = {lang: (ml_bin / f"dict.{lang}.txt").read_text() for lang in ("en", "de", "fr")}
+    assert texts["en"] == texts["de"] == texts["fr"]
+    words = {line.split()[0] for line in texts["en"].splitlines()}
+    for pair, lang in (("en-de", "en"), ("en-de", "de"), ("en-fr", "fr")):  # every language's words
+        assert set((ml_bin / "raw" / pair / f"train.{lang}").read_text().split()) <= words
+    for pair in ("en-de", "en-fr"):
+        assert (ml_bin / f"train.{pair}.{pair[-2:]}.bin").is_file()
+
+
+def test_parse_predictors():
+    assert parse_predictors("vp/checkpoint_best.pt") == {(None, "*"): "vp/checkpoint_best.pt"}
+    assert parse_predictors("en-de:a.pt, fr:b.pt") == {("en", "de"): "a.pt", (None, "fr"): "b.pt"}
+    assert parse_predictors(None) == {}
+    with pytest.raises(ValueError, match="one per pair"):
+        parse_predictors("en-de:a.pt,b.pt")
+    with pytest.raises(ValueError, match="twice"):
+        parse_predictors("de:a.pt,de:b.pt")
+
+
+@pytest.mark.parametrize("split, gold", [("train", True), ("valid", False)])
+def test_each_row_holds_the_specials_its_language_token_and_its_own_pairs_words(ml_bin, split, gold):
+    task, models = _task_with_predictors(ml_bin)
+    sample = _batch(task, split)
+    task.attach(sample, gold=gold)
+    rows, target = sample["net_input"]["candidates"], sample["target"]
+    d = task.target_dictionary
+    assert rows.shape == (target.size(0), K + 1)  # the language token is not counted in K
+    assert rows[:, :4].eq(torch.arange(4)).all()
+    assert rows[:, 4].equal(target[:, 0])  # the row's own language token, the first token it must emit
+    langs = {d.index("__de__"): "de", d.index("__fr__"): "fr"}
+    assert set(langs) == set(target[:, 0].tolist())  # the batch mixes the pairs
+    words = rows[:, 5:]
+    assert (words >= 4).all() and (words < len(models["de"].prior)).all()  # words only: no specials, no langtoks
+    for i, row in enumerate(rows):
+        assert len(set(row.tolist())) == K + 1
+        model = models[langs[int(target[i, 0])]]
+        src = sample["net_input"]["src_tokens"][i:i + 1]
+        src = src.masked_fill(src >= len(model.embed.weight), d.pad())
+        scores = model.predict(src_tokens=src)
+        scores[:, :4] = -1
+        if gold:
+            assert set(target[i].tolist()) <= set(row.tolist())  # every gold word, its language token too
+            forced = torch.zeros_like(scores)
+            ids = target[i][(target[i] >= 4) & (target[i] < scores.size(1))]
+            forced[0, ids] = 1
+            want = select_candidates(scores, K - 4, gold=forced)[0]
+        else:
+            want = select_candidates(scores, K - 4)[0]
+        assert words[i].tolist() == want.tolist()  # its own pair's predictor's ranking
+
+
+def test_a_pair_without_a_predictor_is_named(ml_bin):
+    task = ml_task(ml_bin, "--vocab-predictor", "en-de:de.pt", "--small-vocab-size", str(K))
+    task.predictors()._loaded["de.pt"] = _task_with_predictors(ml_bin)[0].predictors()._loaded["de.pt"]
+    sample = _batch(task, "train")
+    with pytest.raises(ValueError, match="no predictor for en-fr"):
+        task.attach(sample, gold=True)
+
+
+def test_the_rows_pair_is_what_the_model_is_told(ml_bin):
+    task, _ = _task_with_predictors(ml_bin)
+    sample = _batch(task, "valid")
+    pairs, langtoks = task.row_pairs(sample)
+    d = task.target_dictionary
+    assert [f"__{tgt}__" for _, tgt in pairs] == [d[t] for t in sample["target"][:, 0].tolist()]
+    assert {src for src, _ in pairs} == {"en"}  # from the encoder's language token
+    assert task.target_languages(sample) == [tgt for _, tgt in pairs]
+    assert task.symbols_to_strip() == {d.index(f"__{lang}__") for lang in ("en", "de", "fr")}
+    broken = dict(sample, target=sample["target"].clone())
+    broken["target"][0, 0] = 10
+    with pytest.raises(ValueError, match="not a language token"):
+        task.row_pairs(broken)
+    decoding = ml_task(ml_bin, "--vocab-predictor", "en-fr:fr.pt", target_lang="fr")
+    no_target = {"net_input": sample["net_input"]}  # fairseq-interactive: the language decoded
+    assert {tgt for _, tgt in decoding.row_pairs(no_target)[0]} == {"fr"}
+
+
+def test_a_predictor_with_another_dictionary_is_refused(ml_bin, tiny_bin):
+    task, _ = _task_with_predictors(ml_bin)
+    other = vp_task(tiny_bin)
+    with pytest.raises(ValueError, match="another target dictionary"):
+        task.predictors().check_dictionary("vp.pt", other.target_dictionary)
+    with pytest.raises(ValueError, match="another source dictionary"):
+        task.predictors().source_map("vp.pt", other.source_dictionary)
+    ours = vp_task(ml_bin, source_lang="en", target_lang="de")
+    task.predictors().check_dictionary("vp.pt", ours.target_dictionary)  # the shared one: accepted
+    assert task.predictors().source_map("vp.pt", ours.source_dictionary)[:len(ours.source_dictionary)].equal(
+        torch.arange(len(ours.source_dictionary)))
+
+
+def test_one_predictor_told_the_target_language_serves_every_pair(ml_bin, tmp_path):
+    """A predictor trained on prepare_target_tagged's data (sources behind their target language's token)
+    reads each row's words and its target language's token, mapped to its own ids."""
+    from smallvocab_tools.data.multilingual_prep import prepare_target_tagged
+
+    tagged = prepare_target_tagged(ml_bin, tmp_path / "tagged", PAIRS, log=lambda m: None)
+    assert tagged["subsets"] == {"valid": "en-de", "valid1": "en-fr"}
+    task = ml_task(ml_bin, "--vocab-predictor", "all.pt", "--small-vocab-size", str(K))
+    ptask = vp_task(tmp_path / "tagged", source_lang="src", target_lang="tgt")
+    model = _random_predictor(ptask, 0)
+    src_dict = ptask.source_dictionary
+    task.predictors()._loaded["all.pt"] = (model, src_dict)
+    sample = _batch(task, "valid")
+    task.attach(sample, gold=False)
+    rows, d = sample["net_input"]["candidates"], task.target_dictionary
+    for i in range(rows.size(0)):
+        words = [src_dict.index(d[t]) for t in sample["net_input"]["src_tokens"][i].tolist()
+                 if d[t] in src_dict.indices]
+        tag = src_dict.index(d[int(sample["target"][i, 0])])  # __de__ or __fr__
+        assert d[int(sample["target"][i, 0])] in ("__de__", "__fr__") and tag != src_dict.unk()
+        scores = model.predict(src_tokens=torch.tensor([words + [tag]]))
+        scores[:, :4] = -1
+        assert rows[i, 5:].tolist() == select_candidates(scores, K - 4)[0].tolist()
+
+
+def test_refused_settings(ml_bin):
+    with pytest.raises(ValueError, match="lang-tok-replacing-bos-eos"):
+        ml_task(ml_bin, "--vocab-predictor", "x.pt", "--lang-tok-replacing-bos-eos")
+    with pytest.raises(ValueError, match="leaves no room"):
+        ml_task(ml_bin, "--vocab-predictor", "x.pt", "--small-vocab-size", "3")
+    task = ml_task(ml_bin, "--small-vocab-size", "50")
+    with pytest.raises(ValueError, match="needs --vocab-predictor"):
+        task.build_model(task.args)
+    assert ml_task(ml_bin, "--small-vocab-size", "0").k == 0  # the full softmax, the same model
+
+
+def test_language_tokens_are_taken_out_of_rewards():
+    tokens = torch.tensor([[9, 5, 6, 2, 1], [5, 9, 9, 7, 2]])
+    out, lengths = without_ids(tokens, {9}, pad=1, lengths=torch.tensor([3, 4]))
+    assert out.tolist() == [[5, 6, 2, 1, 1], [5, 7, 2, 1, 1]]
+    assert lengths.tolist() == [2, 2]
+    out, none = without_ids(tokens, {9, 7}, pad=1)
+    assert out.tolist() == [[5, 6, 2, 1, 1], [5, 2, 1, 1, 1]] and none is None
+
+
+# -- end to end: stock fairseq's checkpoint, fine-tuned, tuned and decoded -----------------------------------
+
+RECORDING_REWARD = """
+    import json
+
+    def score(hypotheses, references, sources, target_lang):
+        with open("calls.jsonl", "a") as f:
+            f.write(json.dumps([hypotheses, references, target_lang]) + "\\n")
+        return [len(set(h.split()) & set(r.split())) / max(1, len(r.split())) for h, r in zip(hypotheses, references)]
+"""
+
+
+@pytest.fixture(scope="module")
+def trained(ml_bin, tmp_path_factory):
+    """A stock multilingual checkpoint (stock fairseq, 6 epochs), a predictor per pair, and this task's CE
+    fine-tuning of the stock checkpoint (small softmax)."""
+    out = tmp_path_factory.mktemp("ml-runs")
+    run(["fairseq-train", ml_bin, *STOCK, *MODEL_ARGS, "--criterion", "label_smoothed_cross_entropy",
+         "--label-smoothing", "0.1", "--max-epoch", "6", "--save-dir", out / "stock"])
+    spec = []
+    for tgt in ("de", "fr"):
+        run(["fairseq-train", ml_bin, *TRAIN_ARGS, "-s", "en", "-t", tgt, "--max-epoch", "3",
+             "--save-dir", out / f"vp-{tgt}"])
+        spec.append(f"en-{tgt}:{out / f'vp-{tgt}' / 'checkpoint_last.pt'}")
+    spec = ",".join(spec)
+    result = run(["fairseq-train", ml_bin, *OURS, *MODEL_ARGS, "--vocab-predictor", spec, "--small-vocab-size",
+                  str(K), "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+                  "--finetune-from-model", out / "stock" / "checkpoint_last.pt", "--max-epoch", "2",
+                  "--save-dir", out / "ce"])
+    assert "gold_outside_cands" in result.stderr + result.stdout  # validation inside predicted candidates
+    return out, spec
+
+
+def _hypotheses(output):
+    return {int(m.group(1)): m.group(2) for m in re.finditer(r"^H-(\d+)\t\S+\t(.*)$", output, re.M)}
+
+
+@pytest.mark.slow
+def test_reinforce_tunes_a_multilingual_model_with_a_reward_of_its_own(trained, ml_bin, tmp_path, monkeypatch):
+    out, spec = trained
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "recording_reward.py").write_text(textwrap.dedent(RECORDING_REWARD))
+    run(["fairseq-train", ml_bin, *OURS, *MODEL_ARGS, "--vocab-predictor", spec, "--small-vocab-size", str(K),
+         "--criterion", "reinforce_gleu", "--rl-samples", "2", "--rl-baseline", "loo",
+         "--reward", "python:recording_reward.score", "--finetune-from-model", out / "ce" / "checkpoint_last.pt",
+         "--max-update", "3", "--save-dir", tmp_path / "rl"], cwd=tmp_path,
+        env={"PYTHONPATH": str(tmp_path)})
+    import json
+
+    calls = [json.loads(line) for line in (tmp_path / "calls.jsonl").read_text().splitlines()]
+    assert len(calls) >= 3
+    for hypotheses, references, langs in calls:
+        assert len(hypotheses) == len(references) == len(langs) and set(langs) <= {"de", "fr"}
+        assert not any("__" in text for text in hypotheses + references)  # no language token in the strings
+        for ref, lang in zip(references, langs):  # French words all begin with f, German ones do not
+            assert all(w.startswith("f") for w in ref.split()) == (lang == "fr")
+    assert (tmp_path / "rl" / "checkpoint_last.pt").is_file()
+    sys.modules.pop("recording_reward", None)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tgt", ["de", "fr"])
+def test_it_decodes_inside_candidates_as_stock_fairseq_decodes_with_every_word(trained, ml_bin, tgt):
+    """Rows holding every word of the predictor's dictionary (K = its size): greedy decoding equals stock
+    fairseq's (the other languages' tokens aside, which the model never emits after the first one)."""
+    out, spec = trained
+    ckpt = out / "ce" / "checkpoint_last.pt"
+    decode = ["--gen-subset", "test", "--beam", "1", "--batch-size", "8", "--cpu", "-s", "en", "-t", tgt,
+              "--max-len-b", "40"]
+    # stock fairseq's task and generator (--user-dir only lets torch >= 2.6 read the checkpoint's argparse Namespace)
+    # (--required-batch-size-multiple 1: fairseq 0.12 would drop the last batch of 6, which this task keeps)
+    stock = run(["fairseq-generate", ml_bin, "--user-dir", OURS[1], *STOCK, "--path", ckpt, *decode,
+                 "--required-batch-size-multiple", "1"])
+    every = len(Dictionary.load(str(ml_bin / "dict.de.txt")))  # the predictor's dictionary
+    ours = run(["fairseq-generate", ml_bin, *OURS, "--path", ckpt, *decode, "--small-vocab-size", str(every)])
+    hyps = _hypotheses(ours.stdout)
+    assert len(hyps) == 30 and hyps == _hypotheses(stock.stdout)
+    small = run(["fairseq-generate", ml_bin, *OURS, "--path", ckpt, *decode, "--beam", "4"])  # the recorded ones
+    hyps = _hypotheses(small.stdout)
+    assert len(hyps) == 30 and not any("__" in h for h in hyps.values())
+    line = (ml_bin / "raw" / "en-de" / "test.en").read_text().splitlines()[0]
+    inter = run(["fairseq-interactive", ml_bin, *OURS, "--path", ckpt, "--beam", "2", "--cpu", "-s", "en", "-t",
+                 tgt], stdin=line + "\n")
+    assert len(_hypotheses(inter.stdout)) == 1
+
+
+def test_prepare_multi30k_multilingual_and_tagged_from_a_folder(tmp_path):
+    """scripts/prepare_multi30k.py --multilingual --tagged on a three-way folder (Multi30k's file names)."""
+    from helpers import load_script
+
+    raw = write_three_way(tmp_path / "corpus", size=120)
+    for ours, theirs in (("valid", "val"), ("test", "test2016")):
+        for lang in ("en", "de", "fr"):
+            (raw / f"{ours}.{lang}").rename(raw / f"{theirs}.{lang}")
+    load_script("prepare_multi30k").main(["--source", str(raw), "--out-dir", str(tmp_path / "bin"), "--pairs",
+                                          "en-de", "en-fr", "--multilingual", "--tagged", "--min-count", "1"])
+    folder = tmp_path / "bin" / "multi30k.en-de.en-fr"
+    assert (folder / "dict.en.txt").read_text() == (folder / "dict.fr.txt").read_text()
+    tagged = folder.with_name(folder.name + ".tagged")
+    assert {"__de__", "__fr__"} <= set((tagged / "dict.src.txt").read_text().split())
+    assert (tagged / "valid1.src-tgt.src.bin").is_file() and (tagged / "test1.src-tgt.tgt.bin").is_file()
+    assert (tagged / "raw" / "valid_1.src").read_text().startswith("__fr__ ")
