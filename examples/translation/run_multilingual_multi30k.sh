@@ -45,11 +45,20 @@ mkdir -p "$OUT"
 [ -d "$DATA" ] || python scripts/prepare_multi30k.py --pairs $PAIRS --multilingual --out-dir "$(dirname "$DATA")"
 
 finished() { [ -f "$1/finished" ]; }  # finished SAVE: the run trained to its end
-train() {  # train SAVE ARGS...: fairseq-train into SAVE (resumed from its checkpoint_last.pt), then marked finished
-  local save=$1
+# train SAVE ARGS...: fairseq-train into SAVE (resumed from its checkpoint_last.pt), then marked finished; a run
+# started with other arguments (another K, LR, LAMBDA, ...) is refused rather than resumed or reported as today's
+train() {
+  local save=$1 asked
   shift
+  asked=$(printf '%s\n' "$@")
+  if [ -f "$save/recipe.args" ] && [ "$(cat "$save/recipe.args")" != "$asked" ]; then
+    echo "$save was trained with other arguments (its recipe.args) than asked now: move it away (or set OUT to" \
+      "another folder) to train it again" >&2
+    exit 2
+  fi
   finished "$save" && return
   mkdir -p "$save"
+  printf '%s\n' "$asked" > "$save/recipe.args"
   fairseq-train "$DATA" "$@" "${COMMON[@]}" --save-dir "$save" >> "$save/train.log" 2>&1 \
     || { echo "training $save failed: see $save/train.log" >&2; tail -5 "$save/train.log" >&2; exit 1; }
   touch "$save/finished"
@@ -93,31 +102,31 @@ for seed in $SEEDS; do
   done
 done
 
-# 6. decoding and the table
+# 6. decoding and the table (the stock model's best checkpoint, where fine-tuning started; the others' last)
 lines() {  # lines H|T FIELD < fairseq-generate's output: that field of its H- or T- lines, in the test set's order
   awk -F'\t' -v tag="$1-" -v field="$2" 'index($1, tag) == 1 { print substr($1, 3) "\t" $field }' | sort -n -k1,1 \
     | cut -f2-
 }
-decode() {  # decode SAVE K TASK...: test2016 of each pair, hypotheses and references in the test set's order
-  local save=$1 k=$2 pair tgt
-  shift 2
+decode() {  # decode SAVE CKPT K TASK...: test2016 of each pair, hypotheses and references in the test set's order
+  local save=$1 ckpt=$2 k=$3 pair tgt
+  shift 3
   for pair in $PAIRS; do
     tgt=${pair#*-}
     [ -f "$save/hyp-test.$tgt.txt" ] && continue
-    fairseq-generate "$DATA" "$@" -s "${pair%-*}" -t "$tgt" --path "$save/checkpoint_last.pt" \
+    fairseq-generate "$DATA" "$@" -s "${pair%-*}" -t "$tgt" --path "$save/$ckpt" \
       --gen-subset test --beam "$BEAM" --batch-size 64 --required-batch-size-multiple 1 --max-len-a 1.5 \
-      --max-len-b 10 --cpu ${k:+--small-vocab-size $k} > "$save/generate-test.$tgt.txt" 2> "$save/generate.log"
+      --max-len-b 10 --cpu ${k:+--small-vocab-size $k} > "$save/generate-test.$tgt.txt" 2>> "$save/generate.log"
     lines H 3 < "$save/generate-test.$tgt.txt" > "$save/hyp-test.$tgt.txt.tmp"
     lines T 2 < "$save/generate-test.$tgt.txt" > "$save/ref-test.$tgt.txt"
     mv "$save/hyp-test.$tgt.txt.tmp" "$save/hyp-test.$tgt.txt"
   done
 }
-decode "$OUT/stock" "" --user-dir fairseq_smallvocab --task translation_multi_simple_epoch "${LANGS[@]}"
-decode "$OUT/ce-k0" 0 "${OURS[@]}"
+decode "$OUT/stock" checkpoint_best.pt "" --user-dir fairseq_smallvocab --task translation_multi_simple_epoch "${LANGS[@]}"
+decode "$OUT/ce-k0" checkpoint_last.pt 0 "${OURS[@]}"
 RUNS=(--run "stock=$OUT/stock" --run "ce-full=$OUT/ce-k0")
 for save in "$OUT/ce-k$K" "$OUT"/rl-s* "$OUT"/ctl-ce-s*; do
   [ -d "$save" ] || continue
-  decode "$save" "$K" "${OURS[@]}"
+  decode "$save" checkpoint_last.pt "$K" "${OURS[@]}"
   RUNS+=(--run "$(basename "$save")=$save")
 done
 python scripts/paired_bleu.py "${RUNS[@]}" --baseline "ce-k$K" --langs de fr --out "$OUT/table.md"

@@ -104,13 +104,18 @@ class PairPredictors:
 
     def check_dictionary(self, path, predictor_dict):
         """The predictor's target dictionary must be the model's shared one
-        without what the multilingual task appends (language tokens)."""
+        without what the multilingual task appends (language tokens), and
+        hold more than K words."""
         ours, theirs = self.dict.symbols, predictor_dict.symbols
-        if len(theirs) > len(ours) or ours[: len(theirs)] != theirs:
+        if len(theirs) > len(ours) or ours[: len(theirs)] != theirs \
+                or not set(range(len(theirs), len(ours))) <= self.langtok_ids:
             raise ValueError(
                 f"the predictor {path} was trained with another target dictionary ({len(theirs)} entries) than "
                 f"the model's shared dictionary ({len(ours)} entries with the language tokens): train it on this "
                 "data (fairseq-train DATA --task vocab_prediction -s SRC -t TGT ...)")
+        if self.k > len(theirs):
+            raise ValueError(f"--small-vocab-size {self.k} is larger than the predictor {path}'s dictionary "
+                             f"({len(theirs)} entries): use K <= {len(theirs)}, or 0 for the full softmax")
 
     def source_map(self, path, src_dict) -> Tensor:
         """The predictor's id of each of the model's source ids, by symbol (its pad where it has none: the
@@ -121,7 +126,10 @@ class PairPredictors:
             raise ValueError(f"the predictor {path} reads another source dictionary ({len(src_dict)} entries) "
                              "than the model's shared one: train it on this data (fairseq-train DATA --task "
                              "vocab_prediction ...)")
-        return torch.tensor([src_dict.indices.get(symbol, src_dict.pad()) for symbol in self.dict.symbols])
+        ids = [src_dict.indices.get(symbol, src_dict.pad()) for symbol in self.dict.symbols]
+        for i in self.langtok_ids:  # the source's own language token is not a word (nor the target's tag)
+            ids[i] = src_dict.pad()
+        return torch.tensor(ids)
 
     @torch.no_grad()
     def rows(self, src_tokens: Tensor, pairs: Sequence[Pair], langtoks: Optional[Tensor],
@@ -142,12 +150,15 @@ class PairPredictors:
             if tag is not None:  # a predictor told the target language: its token beside the words
                 src = torch.cat([src, src.new_full((len(idx), 1), tag)], 1)
             scores = model.predict(src_tokens=src)
+            never = [i for i in self.langtok_ids if i < scores.size(1)]  # language tokens are no words
+            if never:
+                scores[:, never] = -1.0
             forced = None
             if gold is not None:
                 tgt = gold.index_select(0, index)
                 tgt = tgt.masked_fill(tgt.ge(scores.size(1)) | tgt.lt(self.nspecial), self.dict.pad())
                 forced = torch.zeros_like(scores).scatter_(1, tgt, 1.0)
-                forced[:, self.dict.pad()] = 0.0
+                forced[:, [self.dict.pad()] + never] = 0.0
             out[index] = self._words(scores, forced, words, idx)
         specials = torch.arange(self.nspecial, device=device).expand(b, self.nspecial)
         parts = [specials] + ([langtoks.view(b, 1).to(device)] if langtoks is not None else []) + [out]

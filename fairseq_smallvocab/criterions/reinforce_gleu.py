@@ -73,12 +73,14 @@ checkpoint is saved from such a stretch (``check_before_save``).
 
 import logging
 import math
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
 from fairseq import metrics
 from fairseq.criterions import FairseqCriterion, register_criterion
 
+from fairseq_smallvocab.candidates.space import candidate_positions
 from fairseq_smallvocab.engine.buckets import autocast_on
 from fairseq_smallvocab.engine.sampling import SampleRequest
 from fairseq_smallvocab.engine.settings import flag
@@ -122,8 +124,8 @@ class ReinforceGleuCriterion(FairseqCriterion):
         # sample: inside the model's forward (restricted_model: draw, then score with gradient), so that
         # fairseq's distributed wrappers see one forward for the CE term and the policy alike
         from_features = self.chunked_ce(model, sample)
-        net_output = model(**sample["net_input"], policy=self.sample_request(model, sample),
-                           **({"features_only": True} if from_features else {}))
+        request = self.sample_request(model, sample)
+        net_output = model(**sample["net_input"], policy=request, **({"features_only": True} if from_features else {}))
         samples = net_output[1]["samples"]  # B * N rows, the N samples of example b in rows b * N ... b * N + N - 1
         self.check_temperature(samples)
         mask = samples.mask
@@ -140,7 +142,11 @@ class ReinforceGleuCriterion(FairseqCriterion):
             base = self.baseline.values(samples.features, mask, reward, greedy_reward, n) * mask
         # loss
         ce = self.ce_term(model, sample, net_output, from_features)
-        rl = objective.policy_gradient(objective.advantage(reward, base, mask), samples.lprobs, mask, n)
+        chosen = mask  # the steps that chose: a forced first token is no action (it leaves the policy gradient)
+        if request.first is not None and mask.size(1):
+            chosen = mask.clone()
+            chosen[:, 0] &= request.first.lt(0).repeat_interleave(n)
+        rl = objective.policy_gradient(objective.advantage(reward, base, mask), samples.lprobs, chosen, n)
         loss = objective.mixed(ce, rl, self.cfg.rl_lambda)
         finite = objective.is_finite(reward, loss)
         if not finite:
@@ -192,7 +198,19 @@ class ReinforceGleuCriterion(FairseqCriterion):
         if not (candidates is None and self.settings.full_softmax == "chunked"):  # (which holds no rows x T x |V|)
             check_memory(sample, limits, vocab, self.cfg.rl_samples)
         return SampleRequest(limits, num_samples=self.cfg.rl_samples, greedy_too=self.baseline.needs_greedy,
-                             temperature=self.cfg.sample_temperature, settings=self.settings)
+                             temperature=self.cfg.sample_temperature, settings=self.settings,
+                             first=self.forced_first(sample))
+
+    def forced_first(self, sample) -> Optional[torch.Tensor]:
+        """Each example's forced first token where the task forces one (a multilingual task's target language
+        token, as its decoding forces it), as the sampling loop takes it: its index in the row's candidates."""
+        first = getattr(self.task, "first_tokens", None)
+        first = first(sample) if first is not None else None
+        candidates = sample["net_input"].get("candidates")
+        if first is None or candidates is None:
+            return first
+        return candidate_positions(candidates, first.view(-1, 1).to(candidates), self.task.target_dictionary.unk()
+                                   ).view(-1)
 
     def check_temperature(self, samples):
         """The model's own distribution finite and the one divided by the temperature not: refused."""
@@ -234,7 +252,10 @@ class ReinforceGleuCriterion(FairseqCriterion):
         src, src_dict = sample["net_input"].get("src_tokens"), getattr(self.task, "source_dictionary", None)
         if src is None or src_dict is None or src.dtype not in (torch.long, torch.int):
             return None
-        return [src_dict.string(row[row.ne(src_dict.pad())], self.cfg.reward_post_process) for row in src.cpu()]
+        strip = getattr(self.task, "symbols_to_strip", None)  # a multilingual task's language tokens
+        strip = strip() if strip is not None else None
+        return [src_dict.string(row[row.ne(src_dict.pad())], self.cfg.reward_post_process,
+                                extra_symbols_to_ignore=strip) for row in src.cpu()]
 
     def chunked_ce(self, model, sample) -> bool:
         """Whether the CE term is made from the decoder's states chunk by chunk (``output.chunked_ce``): the

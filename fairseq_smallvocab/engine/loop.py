@@ -5,6 +5,7 @@ draw (``sample_categorical``) and what the loop returns (``Samples``).
 Step t of row b, with s_bt the decoder state that the step's token feeds:
 
     z_b = scores of s_bt over the row's K candidates (or V words), pad and bos at -inf
+          (and at t = 0, where the row's first token is forced, every other word)
     y_bt = the index where u_bt * sum exp(z_b) falls in the cumulative exp(z_b)
            (u_bt uniform in [0, 1), drawn for the whole batch at once), or argmax z_b
     H_b += entropy of softmax(z_b);  greedy_b &= (y_bt == argmax z_b)   while b is alive
@@ -99,7 +100,7 @@ class Loop:
     Loop per shape bucket and ``load``s each batch)."""
 
     def __init__(self, dictionary, rows: int, steps: int, width: int, device, greedy: bool, temperature: float,
-                 store_probs: bool, k: int = 0):
+                 store_probs: bool, k: int = 0, forced: bool = False):
         self.eos, self.pad = dictionary.eos(), dictionary.pad()
         self.greedy, self.temperature, self.store_probs = greedy, temperature, store_probs
         long = dict(dtype=torch.long, device=device)
@@ -116,10 +117,14 @@ class Loop:
         self.probs = torch.empty(rows, steps, width, dtype=torch.float, device=device) if store_probs else None
         self.chosen = torch.zeros(rows, steps, dtype=torch.float, device=device) if store_probs else None
         self.excluded = torch.tensor(excluded_ids(dictionary), **long)  # on the device once, not a list per step
+        # with ``forced``: the words each row may not draw at t = 0 (all but its forced first token)
+        self.not_first = torch.empty(rows, width, dtype=torch.bool, device=device) if forced else None
 
-    def load(self, max_lens: Tensor, candidates: Optional[Tensor], uniforms: Optional[Tensor]):
+    def load(self, max_lens: Tensor, candidates: Optional[Tensor], uniforms: Optional[Tensor],
+             first: Optional[Tensor] = None):
         """A batch of ``max_lens.size(0)`` rows (at most ``rows``; the rest padded: length 0, never alive),
-        with its candidates and its uniform draws (rows x steps)."""
+        with its candidates, its uniform draws (rows x steps) and, for a loop made ``forced``, each row's
+        first token (its index in the row's candidates; -1: drawn as any other)."""
         bsz = max_lens.size(0)
         self.tokens.fill_(self.pad)
         self.tokens[:, 0] = self.eos  # fairseq's decoders start from eos
@@ -136,6 +141,11 @@ class Loop:
         if self.uniforms is not None:
             self.uniforms.fill_(0.5)
             self.uniforms[:bsz, : uniforms.size(1)] = uniforms
+        if self.not_first is not None:
+            self.not_first.zero_()
+            rows = first.ge(0).nonzero().view(-1)
+            self.not_first[rows] = True
+            self.not_first[rows, first[rows]] = False
 
     def step(self, state, scorer, t, keep_graph: bool = False) -> Tensor:
         """Draw token t of every row (t: a Python int, or a 0-d device tensor); returns the decoder states
@@ -147,6 +157,9 @@ class Loop:
         with torch.no_grad():
             logits = scorer(s).float()
             logits.index_fill_(1, self.excluded, float("-inf"))
+            if self.not_first is not None and (isinstance(t, Tensor) or t == 0):  # the forced first token
+                logits.masked_fill_(self.not_first & t.eq(0) if isinstance(t, Tensor) else self.not_first,
+                                    float("-inf"))
             if self.greedy:
                 choice = logits.argmax(-1)
             else:

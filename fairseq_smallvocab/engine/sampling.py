@@ -68,6 +68,9 @@ class SampleRequest:
     teacher-forced pass (``restricted_model``): ``num_samples`` sequences per
     example, each at most ``max_lens[b]`` tokens (B), drawn at
     ``temperature``, and with ``greedy_too`` each example's greedy decode;
+    ``first``: each example's forced first token (B, its index in the row's
+    candidates, or its id for the full softmax; -1: drawn), as fairseq's
+    multilingual decoding forces the target language token;
     ``settings``: how the step runs on the device (the criterion's)."""
 
     max_lens: Tensor
@@ -75,6 +78,7 @@ class SampleRequest:
     greedy_too: bool = False
     temperature: float = 1.0
     settings: EngineSettings = DEFAULT
+    first: Optional[Tensor] = None
 
 
 class _IncrementalState:
@@ -93,22 +97,26 @@ class _IncrementalState:
         return s[:, -1]
 
 
-def captures(decoder, encoder_out, device, settings: EngineSettings = DEFAULT) -> bool:
+def captures(decoder, encoder_out, device, settings: EngineSettings = DEFAULT, first: Optional[Tensor] = None
+             ) -> bool:
     """Whether ``sample`` runs the bucketed step of ``capture`` (a CUDA graph on a GPU), which keeps no
-    step graph: a recurrent decoder's samples are then scored by a teacher-forced pass."""
-    return settings.static_state and capture.applies(decoder, encoder_out, device, settings)
+    step graph: a recurrent decoder's samples are then scored by a teacher-forced pass.  Not with a forced
+    first token (``first``): that runs the eager loop."""
+    return first is None and settings.static_state and capture.applies(decoder, encoder_out, device, settings)
 
 
 def sample(decoder, encoder_out, weight: Tensor, bias: Optional[Tensor], candidates: Optional[Tensor],
            max_lens: Tensor, greedy: bool = False, keep_graph: bool = False,
-           temperature: float = 1.0, keep_probs: bool = False, settings: EngineSettings = DEFAULT) -> Samples:
+           temperature: float = 1.0, keep_probs: bool = False, settings: EngineSettings = DEFAULT,
+           first: Optional[Tensor] = None) -> Samples:
     """A sequence per example from the decoder (multinomial from
     softmax(logits / temperature), or argmax with ``greedy``), as ``Samples``:
     unless ``greedy`` with ``is_greedy`` and ``entropy``; with ``keep_graph``
     with ``features``, the states that chose each token, with their graph;
     with ``keep_probs`` (not greedy, and at most the settings'
     ``stored_probs_max_elements`` entries) with ``probs`` and ``chosen_lprobs``, which ``score`` then uses
-    instead of making the logits again.  On CUDA, where ``capture`` applies,
+    instead of making the logits again.  ``first`` (B): each row's forced
+    first token (see ``SampleRequest``).  On CUDA, where ``capture`` applies,
     the steps replay a captured graph."""
     bsz = max_lens.size(0)
     steps = int(max_lens.max()) if bsz else 0
@@ -119,12 +127,12 @@ def sample(decoder, encoder_out, weight: Tensor, bias: Optional[Tensor], candida
     # (the chunked full softmax keeps no B x T x |V| probabilities: its scoring makes them chunk by chunk)
     store_probs = keep_probs and not greedy and bsz * steps * width <= settings.stored_probs_max_elements \
         and not (candidates is None and settings.full_softmax == "chunked")
-    if not keep_graph and captures(decoder, encoder_out, max_lens.device, settings):
+    if not keep_graph and captures(decoder, encoder_out, max_lens.device, settings, first):
         return capture.sample(decoder, encoder_out, weight, bias, candidates, max_lens, steps, uniforms, greedy,
                               temperature, store_probs, settings)
     loop = Loop(decoder.dictionary, bsz, steps, width, max_lens.device, greedy, temperature, store_probs,
-                k=0 if candidates is None else candidates.size(1))
-    loop.load(max_lens, candidates, uniforms)
+                k=0 if candidates is None else candidates.size(1), forced=first is not None)
+    loop.load(max_lens, candidates, uniforms, first)
     scorer = UnionScorer(weight, bias, candidates, settings.transposed_min_rows)
     kept = keep_graph and torch.is_grad_enabled()
     static = None
@@ -202,20 +210,22 @@ class Drawn:
 def draw(model, encoder_out, candidates: Optional[Tensor], request: SampleRequest, keep_graph: bool) -> Drawn:
     """``policy`` from the encoder's output (eval mode's) up to the samples drawn, unscored."""
     weight, bias = model.output_weights()
-    max_lens, n, settings = request.max_lens, request.num_samples, request.settings
+    max_lens, n, settings, first = request.max_lens, request.num_samples, request.settings, request.first
     settings.check_device(max_lens.device)
     out = {}
     if request.greedy_too:
         with torch.no_grad():
             out["greedy"] = sample(model.decoder, encoder_out, weight, bias, candidates, max_lens, greedy=True,
-                                   settings=settings)
+                                   settings=settings, first=first)
     if n > 1:
         order = torch.arange(max_lens.size(0), device=max_lens.device).repeat_interleave(n)
         encoder_out = model.encoder.reorder_encoder_out(encoder_out, order)
         candidates = None if candidates is None else candidates.index_select(0, order)
         max_lens = max_lens.index_select(0, order)
+        first = None if first is None else first.index_select(0, order)
     # a captured sampling step keeps no graph: its samples are scored by a teacher-forced pass
-    keep_graph = keep_graph and not captures(model.decoder, encoder_out, max_lens.device, settings)
+    keep_graph = keep_graph and not captures(model.decoder, encoder_out, max_lens.device, settings, first)
     samples = sample(model.decoder, encoder_out, weight, bias, candidates, max_lens, keep_graph=keep_graph,
-                     temperature=request.temperature, keep_probs=torch.is_grad_enabled(), settings=settings)
+                     temperature=request.temperature, keep_probs=torch.is_grad_enabled(), settings=settings,
+                     first=first)
     return Drawn(out, samples, encoder_out, candidates)

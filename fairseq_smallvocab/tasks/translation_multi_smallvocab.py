@@ -11,7 +11,10 @@ predicted for each row's language pair by ``--vocab-predictor``
 ``--decoder-langtok``, the row's target language token in every row (not
 counted in ``--small-vocab-size``).  Training rows hold every gold word;
 validation, fairseq-generate and fairseq-interactive rows are the
-predictions.  The model is restricted as in ``translation_smallvocab``
+predictions.  REINFORCE's samples (and greedy decodes) start with the row's
+target language token, forced as fairseq's decoding forces it (no action: it
+leaves the policy gradient); rewards see no language token, and a reward of
+the user's gets each hypothesis's target language.  The model is restricted as in ``translation_smallvocab``
 (``restricted_model``: the stock state-dict keys), so a stock multilingual
 checkpoint fine-tunes here (``--finetune-from-model``) and a checkpoint
 written here decodes with stock fairseq.  ``--small-vocab-size 0`` trains
@@ -147,8 +150,9 @@ class TranslationMultiSmallVocabTask(SmallVocabTaskState, TranslationMultiSimple
         if tgt_spec:
             if target is None:  # fairseq-interactive: the language decoded
                 tokens = torch.full((b,), self.decoder_langtok(self.args.target_lang), dtype=torch.long)
-            else:
-                tokens = target[:, 0]
+            else:  # the target's first token (fairseq pads targets on the right unless --left-pad-target)
+                tokens = target.gather(1, target.ne(self.target_dictionary.pad()).int().argmax(1, keepdim=True))
+                tokens = tokens.view(-1)
             lang_of = self.langtoks_of(tgt_spec)
             unknown = [int(t) for t in tokens.tolist() if int(t) not in lang_of]
             if unknown:
@@ -173,6 +177,11 @@ class TranslationMultiSmallVocabTask(SmallVocabTaskState, TranslationMultiSimple
         elif len(langs) == 1:
             sources = langs * b
         return list(zip(sources, targets)), tokens
+
+    def first_tokens(self, sample) -> Optional[torch.Tensor]:
+        """Each row's forced first token under --decoder-langtok (its target language token, which fairseq's
+        decoding forces as a prefix; REINFORCE's sampling forces it too), else None."""
+        return self.row_pairs(sample)[1]
 
     def target_languages(self, sample) -> List[str]:
         """Each row's target language (a user reward's ``target_lang``)."""
