@@ -64,9 +64,10 @@ train() {
   touch "$save/finished"
 }
 
-# 2. the stock multilingual model (stock fairseq's task)
+# 2. the stock multilingual model (stock fairseq's task and model; --user-dir only lets torch >= 2.6 read the
+#    argparse Namespace of the checkpoint it resumes from)
 # shellcheck disable=SC2086
-train "$OUT/stock" --task translation_multi_simple_epoch "${LANGS[@]}" $ARCH_ARGS "${CE_ARGS[@]}" --lr 0.001 \
+train "$OUT/stock" --user-dir fairseq_smallvocab --task translation_multi_simple_epoch "${LANGS[@]}" $ARCH_ARGS "${CE_ARGS[@]}" --lr 0.001 \
   --lr-scheduler inverse_sqrt --warmup-updates 400 --max-epoch "$STOCK_EPOCHS" --seed 1
 
 # 3. one predictor per pair, the paper's settings
