@@ -299,3 +299,24 @@ def test_prepare_multi30k_multilingual_and_tagged_from_a_folder(tmp_path):
     assert {"__de__", "__fr__"} <= set((tagged / "dict.src.txt").read_text().split())
     assert (tagged / "valid1.src-tgt.src.bin").is_file() and (tagged / "test1.src-tgt.tgt.bin").is_file()
     assert (tagged / "raw" / "valid_1.src").read_text().startswith("__fr__ ")
+
+
+@pytest.mark.slow
+def test_a_predictor_told_the_language_trains_and_serves_decoding(trained, ml_bin, tmp_path):
+    """The tagged predictor as results.md trains it (valid and valid1: recall per pair), then decoding both
+    pairs with it alone (--vocab-predictor CKPT) loads it with its own dictionaries."""
+    from smallvocab_tools.data.multilingual_prep import prepare_target_tagged
+
+    out, _ = trained
+    prepare_target_tagged(ml_bin, tmp_path / "tagged", PAIRS, log=lambda m: None)
+    result = run(["fairseq-train", tmp_path / "tagged", *TRAIN_ARGS, "-s", "src", "-t", "tgt", "--valid-subset",
+                  "valid,valid1", "--ignore-unused-valid-subsets", "--recall-at", "100,500", "--max-epoch", "2",
+                  "--best-checkpoint-metric", "recall@500", "--maximize-best-checkpoint-metric",
+                  "--save-dir", tmp_path / "vp"])
+    logs = result.stdout + result.stderr
+    assert "valid on 'valid' subset" in logs and "valid on 'valid1' subset" in logs
+    for tgt in ("de", "fr"):
+        gen = run(["fairseq-generate", ml_bin, *OURS, "--path", out / "ce" / "checkpoint_last.pt", "--vocab-predictor",
+                   tmp_path / "vp" / "checkpoint_best.pt", "--gen-subset", "test", "--beam", "2", "--batch-size", "8",
+                   "--cpu", "-s", "en", "-t", tgt, "--max-len-b", "40"])
+        assert len(_hypotheses(gen.stdout)) == 30
