@@ -97,10 +97,10 @@ class PairPredictors:
             self.check_dictionary(path, task.target_dictionary)
             self._loaded[path] = (model, task.source_dictionary)
         model, src_dict = self._loaded[path]
-        if path not in self._maps:
-            self._maps[path] = self.source_map(path, src_dict)
+        if path not in self._maps or self._maps[path].device != torch.device(device):  # made once, kept there
+            self._maps[path] = self.source_map(path, src_dict).to(device)
         tag = src_dict.indices.get(self.tag_of(pair[1])) if pair[1] != "*" else None
-        return model.to(device), self._maps[path].to(device), tag
+        return model.to(device), self._maps[path], tag
 
     def check_dictionary(self, path, predictor_dict):
         """The predictor's target dictionary must be the model's shared one
