@@ -46,6 +46,12 @@ Pair = Tuple[Optional[str], str]  # (source language or None: any), target langu
 KEY = re.compile(r"^(?:([A-Za-z][\w]*)-)?([A-Za-z][\w]*)$")
 
 
+def key_of(pair: Pair) -> str:
+    """How ``--vocab-predictor`` names a pair: ``en-de``, or ``de`` for any source."""
+    src, tgt = pair
+    return f"{src}-{tgt}" if src else tgt
+
+
 def parse_predictors(spec: Optional[str]) -> Dict[Pair, str]:
     """``--vocab-predictor``'s value as {(src or None, tgt or "*"): path}."""
     if not spec:
@@ -84,9 +90,9 @@ class PairPredictors:
         for key in ((src, tgt), (None, tgt), (None, "*")):
             if key in self.spec:
                 return self.spec[key]
-        named = ", ".join(f"{s + '-' if s else ''}{t}" for s, t in self.spec)
+        named = ", ".join(key_of(key) for key in self.spec)
         raise ValueError(f"--vocab-predictor has no predictor for {src or '?'}-{tgt} (it names {named}): add "
-                         f"{src + '-' if src else ''}{tgt}:PATH, a predictor trained on that pair")
+                         f"{key_of(pair)}:PATH, a predictor trained on that pair")
 
     def predictor(self, pair: Pair, device) -> Tuple[torch.nn.Module, Tensor, Optional[int]]:
         """(the pair's predictor on ``device``, the map of the model's source ids to its own, its id of the
@@ -150,24 +156,22 @@ class PairPredictors:
             if tag is not None:  # a predictor told the target language: its token beside the words
                 src = torch.cat([src, src.new_full((len(idx), 1), tag)], 1)
             scores = model.predict(src_tokens=src)
-            never = [i for i in self.langtok_ids if i < scores.size(1)]  # language tokens are no words
-            if never:
-                scores[:, never] = -1.0
+            # specials have their own positions and language tokens are no words: never among a row's words
+            never = list(range(self.nspecial)) + [i for i in self.langtok_ids if i < scores.size(1)]
+            scores[:, never] = -1.0
             forced = None
             if gold is not None:
                 tgt = gold.index_select(0, index)
                 tgt = tgt.masked_fill(tgt.ge(scores.size(1)) | tgt.lt(self.nspecial), self.dict.pad())
                 forced = torch.zeros_like(scores).scatter_(1, tgt, 1.0)
-                forced[:, [self.dict.pad()] + never] = 0.0
+                forced[:, never] = 0.0
             out[index] = self._words(scores, forced, words, idx)
         specials = torch.arange(self.nspecial, device=device).expand(b, self.nspecial)
         parts = [specials] + ([langtoks.view(b, 1).to(device)] if langtoks is not None else []) + [out]
         return torch.cat(parts, 1)
 
     def _words(self, scores: Tensor, forced: Optional[Tensor], words: int, idx: List[int]) -> Tensor:
-        """The first ``words`` non-special ids of each row's ranking (forced words first)."""
-        scores = scores.clone()
-        scores[:, : self.nspecial] = -1.0  # specials have their own positions; never a word
+        """The first ``words`` ids of each row's ranking (forced words first)."""
         try:
             top = select_candidates(scores, words, gold=forced)
         except TooManyForcedWords as err:

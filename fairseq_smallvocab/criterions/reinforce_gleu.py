@@ -231,8 +231,9 @@ class ReinforceGleuCriterion(FairseqCriterion):
         target = torch.cat([sample["target"].repeat_interleave(k, 0) for _, k in parts])
         not_words = getattr(self.task, "symbols_to_strip", None)  # a multilingual task's language tokens
         if not_words is not None:
-            tokens, lengths = without_ids(tokens, not_words(), d.pad(), lengths)
-            target, _ = without_ids(target, not_words(), d.pad())
+            not_words = not_words()
+            tokens, lengths = without_ids(tokens, not_words, d.pad(), lengths)
+            target, _ = without_ids(target, not_words, d.pad())
         ref_lens = (target.ne(d.pad()) & target.ne(d.eos())).sum(1)
         given = {}
         if self.reward.wants_sources:

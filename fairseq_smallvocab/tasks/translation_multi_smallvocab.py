@@ -34,7 +34,7 @@ from fairseq.data.multilingual.multilingual_utils import get_lang_tok
 from fairseq.tasks import FairseqTask, register_task
 from fairseq.tasks.translation_multi_simple_epoch import TranslationMultiSimpleEpochTask
 
-from fairseq_smallvocab.candidates.multilingual import PairPredictors, parse_predictors
+from fairseq_smallvocab.candidates.multilingual import PairPredictors, key_of, parse_predictors
 from fairseq_smallvocab.candidates.space import default_small_vocab_size
 from fairseq_smallvocab.compat.precision import check_training_precision
 from fairseq_smallvocab.data import KeepLastBatchDataset
@@ -84,6 +84,7 @@ class TranslationMultiSmallVocabTask(SmallVocabTaskState, TranslationMultiSimple
         self.k = k
         self.spec = parse_predictors(args.vocab_predictor)
         self._predictors: Optional[PairPredictors] = None
+        self._langtoks: Dict[str, Dict[int, str]] = {}  # spec -> {language token id: language}
 
     @property
     def small_vocab(self) -> bool:
@@ -114,8 +115,8 @@ class TranslationMultiSmallVocabTask(SmallVocabTaskState, TranslationMultiSimple
     def recorded_spec(self) -> Optional[str]:
         if not self.spec:
             return None
-        return ",".join(f"{(s + '-') if s else ''}{t}:{os.path.abspath(p)}" if t != "*" else os.path.abspath(p)
-                        for (s, t), p in self.spec.items())
+        return ",".join(f"{key_of(pair)}:{os.path.abspath(p)}" if pair[1] != "*" else os.path.abspath(p)
+                        for pair, p in self.spec.items())
 
     def predictors(self) -> PairPredictors:
         if self._predictors is None:
@@ -136,10 +137,12 @@ class TranslationMultiSmallVocabTask(SmallVocabTaskState, TranslationMultiSimple
     def langtoks_of(self, spec: str) -> Dict[int, str]:
         """{token id: language} of the languages' tokens under ``spec`` in the
         shared dictionary (a decoding run loads only its pair's dictionaries)."""
-        d = self.target_dictionary
-        ids = {d.index(get_lang_tok(lang, self.args.lang_tok_style, spec)): lang for lang in self.langs}
-        ids.pop(d.unk(), None)
-        return ids
+        if spec not in self._langtoks:  # the same for every batch: made once
+            d = self.target_dictionary
+            ids = {d.index(get_lang_tok(lang, self.args.lang_tok_style, spec)): lang for lang in self.langs}
+            ids.pop(d.unk(), None)
+            self._langtoks[spec] = ids
+        return self._langtoks[spec]
 
     def row_pairs(self, sample) -> Tuple[List[Tuple[Optional[str], str]], Optional[torch.Tensor]]:
         """Each row's (source, target) language, and its target language token
