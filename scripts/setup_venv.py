@@ -39,7 +39,8 @@ FAIRSEQ_RUNTIME_DEPS = [
     "cffi",
     "packaging",
 ]
-PROJECT_DEPS = ["sentencepiece", "matplotlib", "pytest", "pytest-xdist", "ruff"]
+# ctranslate2: the deployment (scripts/export_ctranslate2.py) and its tests; it depends on no torch
+PROJECT_DEPS = ["sentencepiece", "matplotlib", "pytest", "pytest-xdist", "ruff", "ctranslate2>=4,<5"]
 REPO = Path(__file__).resolve().parent.parent
 
 

@@ -1,0 +1,208 @@
+"""Export a plugin checkpoint to CTranslate2 (``scripts/export_ctranslate2.py``).
+
+The plugin keeps fairseq's model classes and state-dict keys, so a checkpoint it trained or tuned is a stock
+fairseq Transformer: CTranslate2's own fairseq converter converts it, given the plugin as its user dir (the
+plugin lets torch's weights-only loader read the argparse Namespace every fairseq checkpoint holds).  This
+module checks what the converter cannot say well (an LSTM, a predictor, dictionaries that are not the model's),
+converts into a new folder beside the output and puts it in place only once it is complete, writes the
+vocabulary map made from the predictor (``vmap``) into the model, and records what it made in
+``OUT/smallvocab_export.json``."""
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+import fairseq_smallvocab
+
+PLUGIN_DIR = os.path.dirname(os.path.abspath(fairseq_smallvocab.__file__))
+QUANTIZATIONS = ("int8", "float16", "float32")
+MULTILINGUAL_TASKS = ("translation_multi_simple_epoch", "translation_multi_smallvocab")
+# CTranslate2's fairseq converter's model names (fairseq's model registry name of the --arch)
+CONVERTIBLE = ("transformer", "transformer_align", "bart", "multilingual_transformer")
+
+
+class ExportError(ValueError):
+    """A checkpoint or folder that cannot be exported, with the reason and the fix."""
+
+
+def _checkpoint_config(path):
+    """(task name, arch, its fairseq model name, model config) of a fairseq checkpoint, read with the plugin's
+    loader (fairseq's, through torch's weights-only unpickler and the plugin's allow-list)."""
+    from fairseq import checkpoint_utils
+    from fairseq.models import ARCH_MODEL_NAME_REGISTRY
+
+    from fairseq_smallvocab.compat.checkpoint_loading import CheckpointLoadError
+
+    if not os.path.isfile(path):
+        raise ExportError(f"checkpoint not found: {path}")
+    try:
+        state = checkpoint_utils.load_checkpoint_to_cpu(str(path))
+    except CheckpointLoadError as err:
+        raise ExportError(str(err)) from None
+    cfg = state.get("cfg")
+    model_cfg = (cfg or {}).get("model") if cfg is not None else None
+    if model_cfg is None and state.get("args") is not None:
+        model_cfg = state["args"]
+    arch = getattr(model_cfg, "arch", None) or getattr(model_cfg, "_name", None)
+    task = getattr(getattr(cfg, "task", None), "_name", None) or getattr(model_cfg, "task", None)
+    return task, arch, ARCH_MODEL_NAME_REGISTRY.get(arch), model_cfg
+
+
+def check_exportable(path) -> dict:
+    """What the checkpoint is (task, arch, whether it is multilingual), or an ``ExportError`` saying why
+    CTranslate2 cannot run it."""
+    task, arch, model_name, _ = _checkpoint_config(path)
+    if arch == "vocab_predictor":
+        raise ExportError(f"{path} is a vocabulary predictor, not a translation model: export the translation "
+                          "checkpoint (--path) and give the predictor to --vmap-from")
+    if model_name is None:
+        raise ExportError(f"{path} does not name a fairseq architecture CTranslate2 knows (arch {arch!r})")
+    if model_name not in CONVERTIBLE:
+        why = ("the paper's LSTM (and fairseq's) is not a CTranslate2 model: CTranslate2 runs Transformers"
+               if "lstm" in model_name else f"CTranslate2's fairseq converter has no '{model_name}' model")
+        raise ExportError(f"cannot export {path} (arch {arch}, model {model_name}): {why}. Decode it with "
+                          "fairseq-generate / fairseq-interactive and the plugin (--user-dir fairseq_smallvocab)")
+    return {"task": task, "arch": arch, "multilingual": task in MULTILINGUAL_TASKS}
+
+
+def _convert(path, data, out_dir, quantization, vmap_file):
+    from ctranslate2.converters import FairseqConverter
+
+    converter = FairseqConverter(str(path), str(data), user_dir=PLUGIN_DIR)
+    try:
+        converter.convert(str(out_dir), vmap=vmap_file, quantization=quantization, force=True)
+    except RuntimeError as err:
+        if "size mismatch" in str(err):
+            raise ExportError(f"the dictionaries of {data} are not the ones {path} was trained with (the "
+                              f"embedding sizes differ): give --data the folder the model was trained on "
+                              f"({str(err).splitlines()[-1].strip()})") from None
+        raise
+    except ValueError as err:  # CTranslate2's check of options it does not support
+        raise ExportError(f"CTranslate2 cannot convert {path}: {err}") from None
+
+
+def export(path, data, out, quantization: str = "float32", vmap=None, force: bool = False,
+           record: Optional[dict] = None) -> Path:
+    """Convert checkpoint ``path`` (its dictionaries in ``data``) into the CTranslate2 folder ``out`` with
+    weights in ``quantization``; ``vmap`` (a ``VocabMap``) goes into the model as its vocabulary map.
+    ``out`` is replaced only with ``force``, and only once the new model is complete.  ``record`` is
+    written with what was made to ``out/smallvocab_export.json``."""
+    try:
+        import ctranslate2  # noqa: F401
+    except ImportError:
+        raise ExportError("ctranslate2 is not installed: pip install ctranslate2 (make setup installs it)") \
+            from None
+    if quantization not in QUANTIZATIONS:
+        raise ExportError(f"--quantization {quantization}: one of {', '.join(QUANTIZATIONS)}")
+    out = Path(out)
+    if out.exists() and not force:
+        raise ExportError(f"{out} exists: give --force to replace it, or another --out")
+    if out.exists() and not (out / "model.bin").is_file():
+        raise ExportError(f"{out} exists and is not a CTranslate2 model folder (no model.bin): it is not "
+                          "replaced, even with --force; give another --out")
+    info = check_exportable(path)
+    if vmap is not None and info["multilingual"]:
+        raise ExportError(f"{path} is multilingual ({info['task']}): a CTranslate2 vocabulary map is keyed by "
+                          "source tokens only and cannot tell the target languages apart; export it without "
+                          "--vmap-from")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}-"))
+    try:
+        vmap_file = None
+        if vmap is not None:
+            vmap_file = work / "vmap.txt"
+            vmap.write(vmap_file)
+        _convert(path, data, work / "model", quantization, vmap_file and str(vmap_file))
+        src, tgt = _languages(path)
+        meta = {"checkpoint": os.path.abspath(path), "data": os.path.abspath(data), "quantization": quantization,
+                "source_lang": src, "target_lang": tgt, **info, **(record or {})}
+        (work / "model" / "smallvocab_export.json").write_text(json.dumps(meta, indent=2) + "\n")
+        old = work / "old"
+        if out.exists():
+            os.replace(out, old)
+        try:
+            os.replace(work / "model", out)
+        except OSError:
+            if old.exists():  # the previous model back in place
+                os.replace(old, out)
+            raise
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return out
+
+
+def _languages(path):
+    """(source, target) language of a bilingual checkpoint's task."""
+    _, _, _, model_cfg = _checkpoint_config(path)
+    return getattr(model_cfg, "source_lang", None), getattr(model_cfg, "target_lang", None)
+
+
+def predictor_vmap(predictor, path, data, per_token, always, bigrams, split, k, batch):
+    """The vocabulary map of ``predictor`` for the model ``path`` (data ``data``), and its size and coverage
+    on ``split`` (``vmap.coverage``)."""
+    from fairseq_smallvocab.candidates.space import default_small_vocab_size
+    from fairseq_smallvocab.predictor.inference import PredictorError, load_predictor
+    from smallvocab_tools.deploy.vmap import build_vmap, coverage, map_size
+
+    try:
+        model, task = load_predictor(predictor, data=data)
+    except PredictorError as err:
+        raise ExportError(f"--vmap-from: {err}") from None
+    langs = _languages(path)
+    mine = (task.cfg.source_lang, task.cfg.target_lang)
+    if None not in langs and langs != mine:
+        raise ExportError(f"--vmap-from {predictor} predicts {mine[1]} words from {mine[0]}; {path} translates "
+                          f"{langs[0]} into {langs[1]}: give the predictor of the model's language pair")
+    vmap = build_vmap(model, task, per_token=per_token, always=always, bigrams=bigrams)
+    k = k or default_small_vocab_size(len(task.target_dictionary))
+    stats = {"predictor": os.path.abspath(predictor), "per_token": per_token, "always": always,
+             "bigrams": bigrams, "size": map_size(vmap)}
+    if split:
+        stats["coverage"] = {"split": split, **coverage(vmap, model, task, split, k, batch)}
+    return vmap, stats
+
+
+def main(argv=None):
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Export a plugin checkpoint (a fairseq Transformer) to "
+                                                 "CTranslate2, with a vocabulary map made from its predictor.")
+    parser.add_argument("--path", required=True, help="the checkpoint to export")
+    parser.add_argument("--data", required=True, help="its data folder (the dictionaries it was trained with)")
+    parser.add_argument("--out", required=True, help="the CTranslate2 model folder to write")
+    parser.add_argument("--quantization", default="float32", choices=QUANTIZATIONS,
+                        help="the weights' type (int8: CPU serving; float16: GPU)")
+    parser.add_argument("--vmap-from", metavar="PREDICTOR",
+                        help="a vocab_predictor checkpoint of the model's data: its vocabulary map goes into the "
+                             "model (translate with use_vmap=True)")
+    parser.add_argument("--vmap-per-token", type=int, default=20,
+                        help="target words per source word (and at most per bigram) in the map")
+    parser.add_argument("--vmap-always", type=int, default=100,
+                        help="the words in the most training targets, always allowed (punctuation always is)")
+    parser.add_argument("--vmap-bigrams", type=int, default=0,
+                        help="this many most frequent source bigrams get a line of the words they add")
+    parser.add_argument("--coverage-split", default="valid",
+                        help="the split the map's coverage is measured on ('' for none)")
+    parser.add_argument("--k", type=int, help="K of the predicted candidates the coverage is measured against "
+                                              "(default: the plugin's default K for the vocabulary)")
+    parser.add_argument("--batch", type=int, default=32, help="sentences per batch of the allowance measured")
+    parser.add_argument("--force", action="store_true", help="replace --out if it is a CTranslate2 model")
+    args = parser.parse_args(argv)
+    try:
+        check_exportable(args.path)  # before the map: a model that cannot be exported stops first
+        vmap, record = None, {}
+        if args.vmap_from:
+            vmap, stats = predictor_vmap(args.vmap_from, args.path, args.data, args.vmap_per_token,
+                                         args.vmap_always, args.vmap_bigrams, args.coverage_split, args.k,
+                                         args.batch)
+            record = {"vmap": stats}
+            print("vocabulary map: " + json.dumps(stats), flush=True)
+        out = export(args.path, args.data, args.out, args.quantization, vmap=vmap, force=args.force,
+                     record=record)
+    except ExportError as err:
+        raise SystemExit(f"error: {err}") from None
+    print(f"CTranslate2 model ({args.quantization}) written to {out}" + (" with its vocabulary map (vmap.txt): "
+          "translate with use_vmap=True" if vmap is not None else ""))
