@@ -12,7 +12,7 @@ import torch
 from helpers import REPO, USER_DIR, make_dictionary, run
 
 from fairseq_smallvocab.models.vocab_predictor import VocabPredictor, VocabPredictorConfig
-from smallvocab_tools.deploy.vmap import VocabMap, build_vmap
+from smallvocab_tools.deploy.vmap import VocabMap, build_vmap, coverage
 
 EXPORT = str(REPO / "scripts" / "export_ctranslate2.py")
 BENCH = str(REPO / "scripts" / "bench_ctranslate2.py")
@@ -238,3 +238,30 @@ def test_what_cannot_be_exported_is_refused(tuned, predictor, tiny_bin, tmp_path
                                     predictor)
     assert not (tmp_path / "c").exists() and not (tmp_path / "d").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no half-written folder left
+
+
+def _vp_task(data):
+    from fairseq_smallvocab.tasks.vocab_prediction import VocabPredictionConfig, VocabPredictionTask
+
+    config = VocabPredictionConfig(data=str(data))
+    config.train_subset, config.dataset_impl = "train", None
+    return VocabPredictionTask.setup_task(config)
+
+
+def test_coverage_of_a_map_that_allows_everything_and_of_one_that_allows_little(tiny_bin):
+    task = _vp_task(tiny_bin)
+    src, tgt = task.source_dictionary, task.target_dictionary
+    model = _predictor(src, tgt)
+    words = len(tgt) - tgt.nspecial
+    everything = coverage(build_vmap(model, task, per_token=words, always=0), model, task, "valid", 40, batch=8)
+    assert everything["candidates_covered"] == everything["reference_in_map"] == 100.0
+    assert everything["allowed_per_sentence"] == everything["allowed_per_batch_8"] == len(tgt)
+    assert everything["sentences"] == 40 and everything["k"] == 40
+
+    little = coverage(build_vmap(model, task, per_token=1, always=0), model, task, "valid", 40, batch=8)
+    assert little["candidates_covered"] < 100 and little["reference_in_map"] < 100
+    assert little["reference_in_candidates"] == everything["reference_in_candidates"]  # the map plays no part
+    punctuation = sum(not any(ch.isalnum() for ch in tgt[i]) for i in range(tgt.nspecial, len(tgt)))
+    longest = max(len(task.dataset("valid").src[i]) for i in range(40)) if "valid" in task.datasets else 0
+    assert little["allowed_per_sentence"] <= tgt.nspecial + punctuation + longest
+    assert little["allowed_per_sentence"] <= little["allowed_per_batch_8"] < len(tgt)

@@ -167,7 +167,7 @@ def coverage(vmap: VocabMap, model, task, split: str, k: int, batch: int = 32) -
         cand_total += len(words)
         ref = [tgt_dict[t] for t in pairs.tgt[i].tolist() if t != tgt_dict.eos()]
         ref_in_map += sum(w in allowed for w in ref)
-        ref_in_cands += sum(w in words for w in ref)
+        ref_in_cands += sum(w in words or w in specials for w in ref)  # unk: in both, as for the map
         ref_total += len(ref)
         sizes.append(len(allowed))
         union |= allowed
