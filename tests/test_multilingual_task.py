@@ -320,3 +320,39 @@ def test_a_predictor_told_the_language_trains_and_serves_decoding(trained, ml_bi
                    tmp_path / "vp" / "checkpoint_best.pt", "--gen-subset", "test", "--beam", "2", "--batch-size", "8",
                    "--cpu", "-s", "en", "-t", tgt, "--max-len-b", "40"])
         assert len(_hypotheses(gen.stdout)) == 30
+
+
+@pytest.mark.slow
+def test_a_multilingual_checkpoint_exports_to_ctranslate2_and_translates_as_fairseq(trained, ml_bin, tmp_path):
+    """scripts/export_ctranslate2.py on the fine-tuned multilingual checkpoint: CTranslate2 given the encoder's
+    language token before the source and the target language token as the target prefix translates as
+    fairseq-generate does with every word (greedy); a vocabulary map is refused (it cannot tell languages apart)."""
+    ctranslate2 = pytest.importorskip("ctranslate2")
+    from helpers import REPO
+
+    from smallvocab_tools.deploy.ctranslate2_bench import split_tokens
+
+    out, spec = trained
+    ckpt = out / "ce" / "checkpoint_last.pt"
+    export = ["python", str(REPO / "scripts" / "export_ctranslate2.py"), "--path", ckpt, "--data", ml_bin]
+    refused = run([*export, "--out", tmp_path / "mapped", "--vmap-from", spec.split(",")[0].split(":", 1)[1]],
+                  check=False)
+    assert refused.returncode != 0 and "cannot tell the target languages apart" in refused.stderr
+    run([*export, "--out", tmp_path / "ct2"])
+    translator = ctranslate2.Translator(str(tmp_path / "ct2"), device="cpu")
+    every = len(Dictionary.load(str(ml_bin / "dict.de.txt")))
+    for tgt in ("de", "fr"):
+        fairseq = run(["fairseq-generate", ml_bin, *OURS, "--path", ckpt, "--gen-subset", "test", "--beam", "1",
+                       "--batch-size", "8", "--cpu", "-s", "en", "-t", tgt, "--max-len-b", "40",
+                       "--small-vocab-size", str(every)])
+        want = _hypotheses(fairseq.stdout)
+        sources, _ = split_tokens(ml_bin, "en", tgt, "test")
+        got = translator.translate_batch([["__en__", *s] for s in sources], target_prefix=[[f"__{tgt}__"]] *
+                                         len(sources), beam_size=1, max_decoding_length=41)
+        hyps = {i: r.hypotheses[0] for i, r in enumerate(got)}
+        assert all(h[0] == f"__{tgt}__" for h in hyps.values()) and len(want) == 30
+        # where either reaches the length limit the two cut differently (fairseq counts the prefix and ends
+        # with eos); everywhere else, the same translation
+        ended = [i for i, h in hyps.items() if max(len(h) - 1, len(want[i].split())) < 38]
+        assert len(ended) >= 5, ended
+        assert {i: " ".join(hyps[i][1:]) for i in ended} == {i: want[i] for i in ended}
