@@ -195,9 +195,14 @@ def test_exported_model_translates_as_fairseq_and_inside_its_map(tuned, predicto
     got = ctranslate2.Translator(str(int8), compute_type="int8").translate_batch(sources[:4], beam_size=2)
     assert all(r.hypotheses[0] for r in got)
 
+    _, refs = split_tokens(tiny_bin, "src", "tgt", "valid")
+    (tmp_path / "refs.txt").write_text("\n".join(refs) + "\n")
     table = run(["python", BENCH, "--model", out, "--split", "valid", "--rounds", "1", "--threads", "1",
-                 "--batches", "8", "--beams", "1", "--compute-types", "float32", "--out", tmp_path / "bench"])
+                 "--batches", "8", "--beams", "1", "--compute-types", "float32", "--out", tmp_path / "bench",
+                 "--compare", f"the references=K = 50={tmp_path / 'refs.txt'}"])
     assert re.search(r"\| CTranslate2 \| float32 \| 1 \| 8 \| predictor \| [\d.]+ \| \d+ \| [\d.]+x \|", table.stdout)
+    assert "| the references=K = 50 | | | | | 100.00 | | |" in table.stdout
+    assert (tmp_path / "bench" / "ct2-float32-beam1-batch8-vmap.txt").is_file()
 
 
 @pytest.mark.slow

@@ -127,16 +127,19 @@ def main(argv=None):
         src, tgt = infer_language_pair(data)
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)
-    ints = lambda s: [int(x) for x in s.split(",")]  # noqa: E731
-    records, refs = run(args.model, data, args.split, src, tgt, args.compute_types.split(","), ints(args.batches),
-                        ints(args.beams), args.rounds, args.threads, args.max_len, args.out)
-    compared = {}
+    _, refs = split_tokens(data, src, tgt, args.split)
+    compared = {}  # checked before the timings: a wrong file stops here, not after them
     for item in args.compare:
-        name, _, path = item.partition("=")
+        name, _, path = item.rpartition("=")
+        if not name or not Path(path).is_file():
+            raise SystemExit(f"error: --compare {item}: NAME=FILE, with FILE a hypothesis file")
         hyps = Path(path).read_text().splitlines()
         if len(hyps) != len(refs):
             raise SystemExit(f"error: --compare {item}: {len(hyps)} lines, the split has {len(refs)} sentences")
         compared[name] = bleu(hyps, refs)
+    ints = lambda s: [int(x) for x in s.split(",")]  # noqa: E731
+    records, refs = run(args.model, data, args.split, src, tgt, args.compute_types.split(","), ints(args.batches),
+                        ints(args.beams), args.rounds, args.threads, args.max_len, args.out)
     text = table(records, compared)
     print(text, end="")
     if args.out:
