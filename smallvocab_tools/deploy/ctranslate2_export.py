@@ -54,7 +54,7 @@ def _checkpoint_config(path):
 def check_exportable(path) -> dict:
     """What the checkpoint is (task, arch, whether it is multilingual), or an ``ExportError`` saying why
     CTranslate2 cannot run it."""
-    task, arch, model_name, _ = _checkpoint_config(path)
+    task, arch, model_name, model_cfg = _checkpoint_config(path)
     if arch == "vocab_predictor":
         raise ExportError(f"{path} is a vocabulary predictor, not a translation model: export the translation "
                           "checkpoint (--path) and give the predictor to --vmap-from")
@@ -65,7 +65,16 @@ def check_exportable(path) -> dict:
                if "lstm" in model_name else f"CTranslate2's fairseq converter has no '{model_name}' model")
         raise ExportError(f"cannot export {path} (arch {arch}, model {model_name}): {why}. Decode it with "
                           "fairseq-generate / fairseq-interactive and the plugin (--user-dir fairseq_smallvocab)")
-    return {"task": task, "arch": arch, "multilingual": task in MULTILINGUAL_TASKS}
+    return {"task": task, "arch": arch, "multilingual": task in MULTILINGUAL_TASKS,
+            "source_lang": getattr(model_cfg, "source_lang", None),
+            "target_lang": getattr(model_cfg, "target_lang", None)}
+
+
+def refuse_map_for_multilingual(path, info):
+    if info["multilingual"]:
+        raise ExportError(f"{path} is multilingual ({info['task']}): a CTranslate2 vocabulary map is keyed by "
+                          "source tokens only and cannot tell the target languages apart; export it without "
+                          "--vmap-from")
 
 
 def _convert(path, data, out_dir, quantization, vmap_file):
@@ -104,10 +113,8 @@ def export(path, data, out, quantization: str = "float32", vmap=None, force: boo
         raise ExportError(f"{out} exists and is not a CTranslate2 model folder (no model.bin): it is not "
                           "replaced, even with --force; give another --out")
     info = check_exportable(path)
-    if vmap is not None and info["multilingual"]:
-        raise ExportError(f"{path} is multilingual ({info['task']}): a CTranslate2 vocabulary map is keyed by "
-                          "source tokens only and cannot tell the target languages apart; export it without "
-                          "--vmap-from")
+    if vmap is not None:
+        refuse_map_for_multilingual(path, info)
     out.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}-"))
     try:
@@ -116,9 +123,8 @@ def export(path, data, out, quantization: str = "float32", vmap=None, force: boo
             vmap_file = work / "vmap.txt"
             vmap.write(vmap_file)
         _convert(path, data, work / "model", quantization, vmap_file and str(vmap_file))
-        src, tgt = _languages(path)
         meta = {"checkpoint": os.path.abspath(path), "data": os.path.abspath(data), "quantization": quantization,
-                "source_lang": src, "target_lang": tgt, **info, **(record or {})}
+                **info, **(record or {})}
         (work / "model" / "smallvocab_export.json").write_text(json.dumps(meta, indent=2) + "\n")
         old = work / "old"
         if out.exists():
@@ -134,15 +140,9 @@ def export(path, data, out, quantization: str = "float32", vmap=None, force: boo
     return out
 
 
-def _languages(path):
-    """(source, target) language of a bilingual checkpoint's task."""
-    _, _, _, model_cfg = _checkpoint_config(path)
-    return getattr(model_cfg, "source_lang", None), getattr(model_cfg, "target_lang", None)
-
-
-def predictor_vmap(predictor, path, data, per_token, always, bigrams, split, k, batch):
-    """The vocabulary map of ``predictor`` for the model ``path`` (data ``data``), and its size and coverage
-    on ``split`` (``vmap.coverage``)."""
+def predictor_vmap(predictor, path, info, data, per_token, always, bigrams, split, k, batch):
+    """The vocabulary map of ``predictor`` for the model ``path`` (``check_exportable``'s ``info``; data
+    ``data``), and its size and coverage on ``split`` (``vmap.coverage``)."""
     from fairseq_smallvocab.candidates.space import default_small_vocab_size
     from fairseq_smallvocab.predictor.inference import PredictorError, load_predictor
     from smallvocab_tools.deploy.vmap import build_vmap, coverage, map_size
@@ -151,7 +151,8 @@ def predictor_vmap(predictor, path, data, per_token, always, bigrams, split, k, 
         model, task = load_predictor(predictor, data=data)
     except PredictorError as err:
         raise ExportError(f"--vmap-from: {err}") from None
-    langs = _languages(path)
+    refuse_map_for_multilingual(path, info)
+    langs = (info["source_lang"], info["target_lang"])
     mine = (task.cfg.source_lang, task.cfg.target_lang)
     if None not in langs and langs != mine:
         raise ExportError(f"--vmap-from {predictor} predicts {mine[1]} words from {mine[0]}; {path} translates "
@@ -192,10 +193,10 @@ def main(argv=None):
     parser.add_argument("--force", action="store_true", help="replace --out if it is a CTranslate2 model")
     args = parser.parse_args(argv)
     try:
-        check_exportable(args.path)  # before the map: a model that cannot be exported stops first
+        info = check_exportable(args.path)  # before the map: a model that cannot be exported stops first
         vmap, record = None, {}
         if args.vmap_from:
-            vmap, stats = predictor_vmap(args.vmap_from, args.path, args.data, args.vmap_per_token,
+            vmap, stats = predictor_vmap(args.vmap_from, args.path, info, args.data, args.vmap_per_token,
                                          args.vmap_always, args.vmap_bigrams, args.coverage_split, args.k,
                                          args.batch)
             record = {"vmap": stats}
