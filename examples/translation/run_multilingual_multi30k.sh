@@ -15,7 +15,7 @@
 #   source .venv/bin/activate && bash examples/translation/run_multilingual_multi30k.sh
 # Settings: DATA, OUT, K, SEEDS, STOCK_EPOCHS, VP_EPOCHS, FT_EPOCHS, RL_UPDATES, LR (REINFORCE's and the
 # control's), LAMBDA, SAMPLES, BEAM, THREADS, ARCH_ARGS (the model's flags; default:
-# transformer_multi30k_multilingual.args), MAX_TOKENS.
+# transformer_multi30k_multilingual.args), MAX_TOKENS, SAVE_EVERY (updates between checkpoints).
 set -euo pipefail
 DATA=${DATA:-data-bin/multi30k.en-de.en-fr}
 OUT=${OUT:-checkpoints/ml-multi30k}
@@ -37,7 +37,11 @@ export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS
 PAIRS="en-de en-fr"
 LANGS=(--lang-pairs en-de,en-fr --encoder-langtok src --decoder-langtok)
 OURS=(--user-dir fairseq_smallvocab --task translation_multi_smallvocab "${LANGS[@]}")
-COMMON=(--cpu --num-workers 0 --no-progress-bar --log-format simple --log-interval 50 --no-epoch-checkpoints)
+# a checkpoint (and a validation) every SAVE_EVERY updates as well as at each epoch's end: a stopped run resumes
+# within its epoch (an epoch of the stock model is half an hour on 2 cores)
+SAVE_EVERY=${SAVE_EVERY:-50}
+COMMON=(--cpu --num-workers 0 --no-progress-bar --log-format simple --log-interval 50 --no-epoch-checkpoints
+        --save-interval-updates "$SAVE_EVERY" --keep-interval-updates 1)
 CE_ARGS=(--criterion label_smoothed_cross_entropy --label-smoothing 0.1 --optimizer adam --adam-betas "(0.9, 0.98)"
          --clip-norm 1.0 --max-tokens "$MAX_TOKENS")
 mkdir -p "$OUT"
