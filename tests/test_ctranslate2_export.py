@@ -188,12 +188,14 @@ def test_exported_model_translates_as_fairseq_and_inside_its_map(tuned, predicto
             differs += " ".join(hyp) != want[i]
     assert differs > 0  # the map restricted some translation: the allowance check above has teeth
 
-    int8 = tmp_path / "ct2-int8"
-    run(["python", EXPORT, "--path", tuned, "--data", tiny_bin, "--out", int8, "--quantization", "int8"])
-    assert (int8 / "model.bin").stat().st_size < (out / "model.bin").stat().st_size
-    assert not (int8 / "vmap.txt").exists()
-    got = ctranslate2.Translator(str(int8), compute_type="int8").translate_batch(sources[:4], beam_size=2)
-    assert all(r.hypotheses[0] for r in got)
+    for quantization, compute in (("int8", "int8"), ("float16", "float32")):  # float16 computes on a GPU
+        folder = tmp_path / f"ct2-{quantization}"
+        run(["python", EXPORT, "--path", tuned, "--data", tiny_bin, "--out", folder, "--quantization", quantization])
+        assert (folder / "model.bin").stat().st_size < 0.7 * (out / "model.bin").stat().st_size  # tiny: norms stay
+        assert not (folder / "vmap.txt").exists()
+        assert json.loads((folder / "smallvocab_export.json").read_text())["quantization"] == quantization
+        got = ctranslate2.Translator(str(folder), compute_type=compute).translate_batch(sources[:4], beam_size=2)
+        assert all(r.hypotheses[0] for r in got)
 
     _, refs = split_tokens(tiny_bin, "src", "tgt", "valid")
     (tmp_path / "refs.txt").write_text("\n".join(refs) + "\n")
