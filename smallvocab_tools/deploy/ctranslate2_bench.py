@@ -50,11 +50,11 @@ def bleu(hyps: Sequence[str], refs: Sequence[str]) -> float:
     return BLEU().corpus_score(list(hyps), [list(refs)]).score
 
 
-def run(model_dir, data, split, src, tgt, compute_types, batches, beams, rounds, threads, max_len, out_dir=None):
-    """The records of every (compute type, beam, batch, map) configuration."""
+def run(model_dir, sources, refs, compute_types, batches, beams, rounds, threads, max_len, out_dir=None):
+    """The records of every (compute type, beam, batch, map) configuration over ``sources`` (token lists),
+    scored against ``refs``."""
     import ctranslate2
 
-    sources, refs = split_tokens(data, src, tgt, split)
     has_map = (Path(model_dir) / "vmap.txt").is_file()
     maps = (False, True) if has_map else (False,)
     records = []
@@ -80,7 +80,7 @@ def run(model_dir, data, split, src, tgt, compute_types, batches, beams, rounds,
                     records.append({"name": name, "compute_type": compute_type, "beam": beam, "batch": batch,
                                     "vmap": use_vmap, "bleu": bleu(text, refs), "seconds": sec,
                                     "tokens_per_s": tokens / sec, "sentences": len(sources)})
-    return records, refs
+    return records
 
 
 def table(records, compared: Dict[str, float]) -> str:
@@ -127,7 +127,7 @@ def main(argv=None):
         src, tgt = infer_language_pair(data)
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)
-    _, refs = split_tokens(data, src, tgt, args.split)
+    sources, refs = split_tokens(data, src, tgt, args.split)
     compared = {}  # checked before the timings: a wrong file stops here, not after them
     for item in args.compare:
         name, _, path = item.rpartition("=")
@@ -138,8 +138,8 @@ def main(argv=None):
             raise SystemExit(f"error: --compare {item}: {len(hyps)} lines, the split has {len(refs)} sentences")
         compared[name] = bleu(hyps, refs)
     ints = lambda s: [int(x) for x in s.split(",")]  # noqa: E731
-    records, refs = run(args.model, data, args.split, src, tgt, args.compute_types.split(","), ints(args.batches),
-                        ints(args.beams), args.rounds, args.threads, args.max_len, args.out)
+    records = run(args.model, sources, refs, args.compute_types.split(","), ints(args.batches), ints(args.beams),
+                  args.rounds, args.threads, args.max_len, args.out)
     text = table(records, compared)
     print(text, end="")
     if args.out:
