@@ -15,23 +15,22 @@ import time
 from pathlib import Path
 from typing import Dict, List, Sequence
 
-from fairseq_smallvocab.data import unwrapped
-
 
 def split_tokens(data, src: str, tgt: str, split: str):
     """(source token lists, reference strings) of a binarized split, in its order."""
     from fairseq.data import Dictionary
-    from fairseq.data.data_utils import load_indexed_dataset
+
+    from fairseq_smallvocab.binarized import load_binarized
 
     folder = Path(data)
-    dicts = [Dictionary.load(str(folder / f"dict.{lang}.txt")) for lang in (src, tgt)]
     sides = []
-    for lang, d in zip((src, tgt), dicts):
+    for lang in (src, tgt):
+        d = Dictionary.load(str(folder / f"dict.{lang}.txt"))
         prefix = folder / f"{split}.{src}-{tgt}.{lang}"
-        ds = load_indexed_dataset(str(prefix), d)
+        ds = load_binarized(str(prefix), d)  # checked first: a truncated file or foreign ids are named
         if ds is None:
             raise FileNotFoundError(f"no binarized {split} data for {lang} in {folder} ({prefix}.bin/.idx)")
-        sides.append([[d[t] for t in unwrapped(ds)[i].tolist() if t != d.eos()] for i in range(len(ds))])
+        sides.append([[d[t] for t in ds[i].tolist() if t != d.eos()] for i in range(len(ds))])
     return sides[0], [" ".join(words) for words in sides[1]]
 
 

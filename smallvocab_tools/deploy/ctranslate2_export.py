@@ -43,9 +43,7 @@ def _checkpoint_config(path):
     except CheckpointLoadError as err:
         raise ExportError(str(err)) from None
     cfg = state.get("cfg")
-    model_cfg = (cfg or {}).get("model") if cfg is not None else None
-    if model_cfg is None and state.get("args") is not None:
-        model_cfg = state["args"]
+    model_cfg = (cfg.get("model") if cfg else None) or state.get("args")
     arch = getattr(model_cfg, "arch", None) or getattr(model_cfg, "_name", None)
     task = getattr(getattr(cfg, "task", None), "_name", None) or getattr(model_cfg, "task", None)
     return task, arch, ARCH_MODEL_NAME_REGISTRY.get(arch), model_cfg
@@ -94,11 +92,12 @@ def _convert(path, data, out_dir, quantization, vmap_file):
 
 
 def export(path, data, out, quantization: str = "float32", vmap=None, force: bool = False,
-           record: Optional[dict] = None) -> Path:
+           record: Optional[dict] = None, info: Optional[dict] = None) -> Path:
     """Convert checkpoint ``path`` (its dictionaries in ``data``) into the CTranslate2 folder ``out`` with
     weights in ``quantization``; ``vmap`` (a ``VocabMap``) goes into the model as its vocabulary map.
     ``out`` is replaced only with ``force``, and only once the new model is complete.  ``record`` is
-    written with what was made to ``out/smallvocab_export.json``."""
+    written with what was made to ``out/smallvocab_export.json``; ``info`` is ``check_exportable(path)``
+    where the caller has it already (the checkpoint is not read again)."""
     try:
         import ctranslate2  # noqa: F401
     except ImportError:
@@ -112,7 +111,7 @@ def export(path, data, out, quantization: str = "float32", vmap=None, force: boo
     if out.exists() and not (out / "model.bin").is_file():
         raise ExportError(f"{out} exists and is not a CTranslate2 model folder (no model.bin): it is not "
                           "replaced, even with --force; give another --out")
-    info = check_exportable(path)
+    info = info or check_exportable(path)
     if vmap is not None:
         refuse_map_for_multilingual(path, info)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -202,7 +201,7 @@ def main(argv=None):
             record = {"vmap": stats}
             print("vocabulary map: " + json.dumps(stats), flush=True)
         out = export(args.path, args.data, args.out, args.quantization, vmap=vmap, force=args.force,
-                     record=record)
+                     record=record, info=info)
     except ExportError as err:
         raise SystemExit(f"error: {err}") from None
     print(f"CTranslate2 model ({args.quantization}) written to {out}" + (" with its vocabulary map (vmap.txt): "
