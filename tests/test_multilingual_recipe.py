@@ -9,7 +9,7 @@ import pytest
 from helpers import REPO, run
 from multilingual_helpers import PAIRS, write_three_way
 
-from smallvocab_tools.analysis.paired_bleu import compare, read
+from smallvocab_tools.analysis.paired_bleu import compare, main, read, versus
 
 TINY = ("--arch transformer --encoder-layers 1 --decoder-layers 1 --encoder-embed-dim 32 --decoder-embed-dim 32 "
         "--encoder-ffn-embed-dim 64 --decoder-ffn-embed-dim 64 --encoder-attention-heads 2 "
@@ -38,6 +38,39 @@ def test_paired_bleu_is_sacrebleus(tmp_path):
     assert read(tmp_path / "base" / "ref-test.de.txt") == refs
 
 
+def test_versus_compares_two_runs_alone(tmp_path, capsys):
+    """--versus RUN=OTHER: RUN's BLEU minus OTHER's and the bootstrap of RUN against OTHER only (the baseline
+    and the other runs play no part), for each language."""
+    import sacrebleu
+
+    refs = ["a man is riding a bike .", "two dogs play in the snow .", "a woman sings .", "a cat sleeps ."]
+    runs = {"ce": ["a man .", "dogs .", "a woman .", "a cat ."],
+            "ctl": ["a man rides a bike .", "two dogs in snow .", "a woman sings .", "a cat is sleeping ."],
+            "rl": ["a man is riding a bike .", "two dogs play in the snow .", "a woman is singing .", "a cat ."]}
+    for name, hyps in runs.items():
+        (tmp_path / name).mkdir()
+        for lang in ("de", "fr"):
+            (tmp_path / name / f"hyp-test.{lang}.txt").write_text("\n".join(hyps) + "\n")
+            (tmp_path / name / f"ref-test.{lang}.txt").write_text("\n".join(refs) + "\n")
+    folders = [(n, tmp_path / n) for n in runs]
+    rows = versus(folders, [("rl", "ctl")], ["de", "fr"], n_samples=100)
+    bleu = {n: sacrebleu.corpus_bleu(h, [refs]).score for n, h in runs.items()}
+    assert [(r["run"], r["other"], r["lang"]) for r in rows] == [("rl", "ctl", "de"), ("rl", "ctl", "fr")]
+    for r in rows:
+        assert r["delta"] == pytest.approx(round(bleu["rl"] - bleu["ctl"], 2))
+        assert 0 <= r["p"] <= 1
+    with pytest.raises(ValueError, match="'nope' is not among the runs"):
+        versus(folders, [("rl", "nope")], ["de"])
+    args = [a for n in runs for a in ("--run", f"{n}={tmp_path / n}")]
+    main(args + ["--baseline", "ce", "--versus", "rl=ctl", "--langs", "de", "--n-samples", "50",
+                 "--out", str(tmp_path / "table.md")])
+    text = (tmp_path / "table.md").read_text()
+    assert f"| rl | ctl | de | {bleu['rl'] - bleu['ctl']:+.2f} |" in text and "| rl | de |" in text
+    with pytest.raises(SystemExit):
+        main(args + ["--baseline", "ce", "--versus", "rl", "--langs", "de"])
+    assert "--versus 'rl': give RUN=OTHER" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_the_multilingual_recipe_end_to_end(tmp_path):
     from smallvocab_tools.data.multilingual_prep import prepare_multilingual
@@ -57,6 +90,8 @@ def test_the_multilingual_recipe_end_to_end(tmp_path):
     for name in runs:
         for lang in ("de", "fr"):
             assert f"| {name} | {lang} |" in table
+    for lang in ("de", "fr"):
+        assert f"| rl-s1 | ctl-ce-s1 | {lang} |" in table  # REINFORCE against its own control
     for folder in ("stock", "ce-k0", "ce-k60", "rl-s1", "ctl-ce-s1"):
         for lang in ("de", "fr"):
             hyps = read(out / folder / f"hyp-test.{lang}.txt")

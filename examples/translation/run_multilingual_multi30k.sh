@@ -9,7 +9,7 @@
 #      leave-one-out, GLEU, LAMBDA) and its control, CE continued (lambda 1) with the same optimizer and budget.
 #   6. Every run decoded on test2016 for each pair (beam BEAM, inside its candidates; the stock and full ones
 #      with the full softmax); BLEU per pair, and sacrebleu's paired bootstrap of every run against the CE
-#      checkpoint: OUT/table.md.
+#      checkpoint, and of each REINFORCE run against its own control: OUT/table.md.
 # A step whose result exists is skipped (a stopped training resumes from its checkpoint_last.pt), so the
 # recipe continues where it stopped. Run from the project root with the project's environment active:
 #   source .venv/bin/activate && bash examples/translation/run_multilingual_multi30k.sh
@@ -21,7 +21,7 @@ DATA=${DATA:-data-bin/multi30k.en-de.en-fr}
 OUT=${OUT:-checkpoints/ml-multi30k}
 K=${K:-1000}
 SEEDS=${SEEDS:-1 2}
-STOCK_EPOCHS=${STOCK_EPOCHS:-10}
+STOCK_EPOCHS=${STOCK_EPOCHS:-5}
 VP_EPOCHS=${VP_EPOCHS:-10}
 FT_EPOCHS=${FT_EPOCHS:-1}
 RL_UPDATES=${RL_UPDATES:-200}
@@ -134,4 +134,8 @@ for save in "$OUT/ce-k$K" "$OUT"/rl-s* "$OUT"/ctl-ce-s*; do
   decode "$save" checkpoint_last.pt "$K" "${OURS[@]}"
   RUNS+=(--run "$(basename "$save")=$save")
 done
-python scripts/paired_bleu.py "${RUNS[@]}" --baseline "ce-k$K" --langs de fr --out "$OUT/table.md"
+VERSUS=()  # each REINFORCE run against its own control alone
+for seed in $SEEDS; do
+  [ -d "$OUT/rl-s$seed" ] && [ -d "$OUT/ctl-ce-s$seed" ] && VERSUS+=(--versus "rl-s$seed=ctl-ce-s$seed")
+done
+python scripts/paired_bleu.py "${RUNS[@]}" --baseline "ce-k$K" "${VERSUS[@]}" --langs de fr --out "$OUT/table.md"

@@ -6,7 +6,9 @@ the test set's order) beside the pair's references ``ref-test.LANG.txt``
 (the same for every run; the first run's are read).  Rows: run x pair;
 columns: BLEU, the difference to the baseline, and the bootstrap's p-value
 (sacrebleu's ``PairedTest``, ``--n-samples`` resamples; p < 0.05: the
-difference is unlikely under the null hypothesis of equal systems)."""
+difference is unlikely under the null hypothesis of equal systems).
+``--versus RUN=OTHER`` adds a second table: RUN against OTHER alone (a
+REINFORCE run against its own control, say), by the same test."""
 
 import argparse
 from pathlib import Path
@@ -18,33 +20,61 @@ def read(path: Path) -> List[str]:
     return lines[:-1] if lines and lines[-1] == "" else lines
 
 
+def _bootstrap(systems: Sequence[Tuple[str, List[str]]], refs: List[str], n_samples: int):
+    """sacrebleu's paired bootstrap of systems[1:] against systems[0]: one BLEU result per system."""
+    from sacrebleu.metrics import BLEU
+    from sacrebleu.significance import PairedTest
+
+    _, results = PairedTest(list(systems), {"BLEU": BLEU()}, [refs], test_type="bs", n_samples=n_samples)()
+    return results["BLEU"]
+
+
+def _hypotheses(folder: Path, lang: str, refs: List[str]) -> List[str]:
+    hyps = read(folder / f"hyp-test.{lang}.txt")
+    if len(hyps) != len(refs):
+        raise ValueError(f"{folder / f'hyp-test.{lang}.txt'}: {len(hyps)} hypotheses for {len(refs)} "
+                         "references: decode the whole test set")
+    return hyps
+
+
+def _named(runs: Sequence[Tuple[str, Path]], name: str) -> Path:
+    for run, folder in runs:
+        if run == name:
+            return folder
+    raise ValueError(f"the run '{name}' is not among the runs ({', '.join(n for n, _ in runs)})")
+
+
 def compare(runs: Sequence[Tuple[str, Path]], baseline: str, langs: Sequence[str], n_samples: int = 1000
             ) -> List[Dict]:
     """One dict per (run, language): bleu, delta (vs the baseline), p (None for the baseline itself); the
     resamples are sacrebleu's (its seed: SACREBLEU_SEED, 12345 by default)."""
-    from sacrebleu.metrics import BLEU
-    from sacrebleu.significance import PairedTest
-
-    names = [name for name, _ in runs]
-    if baseline not in names:
-        raise ValueError(f"the baseline run '{baseline}' is not among the runs ({', '.join(names)})")
+    _named(runs, baseline)
     rows = []
     for lang in langs:
         refs = read(runs[0][1] / f"ref-test.{lang}.txt")
-        systems = []
-        for name, folder in runs:
-            hyps = read(folder / f"hyp-test.{lang}.txt")
-            if len(hyps) != len(refs):
-                raise ValueError(f"{folder / f'hyp-test.{lang}.txt'}: {len(hyps)} hypotheses for {len(refs)} "
-                                 "references: decode the whole test set")
-            systems.append((name, hyps))
-        ordered = [s for s in systems if s[0] == baseline] + [s for s in systems if s[0] != baseline]
-        _, results = PairedTest(ordered, {"BLEU": BLEU()}, [refs], test_type="bs", n_samples=n_samples)()
-        base = results["BLEU"][0].score
-        for (name, _), result in zip(ordered, results["BLEU"]):
+        ordered = [r for r in runs if r[0] == baseline] + [r for r in runs if r[0] != baseline]
+        results = _bootstrap([(name, _hypotheses(folder, lang, refs)) for name, folder in ordered], refs,
+                             n_samples)
+        base = results[0].score
+        for (name, _), result in zip(ordered, results):
             p = getattr(result, "p_value", None)
             rows.append({"run": name, "lang": lang, "bleu": round(result.score, 2),
                          "delta": round(result.score - base, 2), "p": None if name == baseline else p})
+    return rows
+
+
+def versus(runs: Sequence[Tuple[str, Path]], pairs: Sequence[Tuple[str, str]], langs: Sequence[str],
+           n_samples: int = 1000) -> List[Dict]:
+    """One dict per (run, other, language): the run's BLEU minus the other's and the paired bootstrap's p of
+    the run against that other run alone."""
+    rows = []
+    for lang in langs:
+        refs = read(runs[0][1] / f"ref-test.{lang}.txt")
+        for name, other in pairs:
+            systems = [(n, _hypotheses(_named(runs, n), lang, refs)) for n in (other, name)]
+            base, result = _bootstrap(systems, refs, n_samples)
+            rows.append({"run": name, "other": other, "lang": lang,
+                         "delta": round(result.score - base.score, 2), "p": result.p_value})
     return rows
 
 
@@ -56,23 +86,36 @@ def table(rows: List[Dict], baseline: str) -> str:
     return "\n".join(out)
 
 
+def versus_table(rows: List[Dict]) -> str:
+    out = ["| run | against | pair | BLEU difference | paired bootstrap p |", "|---|---|---|---:|---:|"]
+    out += [f"| {r['run']} | {r['other']} | {r['lang']} | {r['delta']:+.2f} | {r['p']:.4f} |" for r in rows]
+    return "\n".join(out)
+
+
+def _split(parser, option: str, item: str) -> Tuple[str, str]:
+    name, sep, value = item.partition("=")
+    if not sep or not name or not value:
+        parser.error(f"{option} {item!r}: give {'NAME=FOLDER' if option == '--run' else 'RUN=OTHER'}")
+    return name, value
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run", action="append", required=True, metavar="NAME=FOLDER",
                         help="a run and its folder (hyp-test.LANG.txt, ref-test.LANG.txt); repeat")
     parser.add_argument("--baseline", required=True, help="the run the others are compared with")
     parser.add_argument("--langs", nargs="+", required=True, help="target languages (hyp-test.LANG.txt)")
+    parser.add_argument("--versus", action="append", default=[], metavar="RUN=OTHER",
+                        help="also compare RUN with OTHER alone (both among the runs); repeat")
     parser.add_argument("--n-samples", type=int, default=1000, help="bootstrap resamples")
     parser.add_argument("--out", type=Path, help="also write the table here (markdown)")
     args = parser.parse_args(argv)
-    runs = []
-    for item in args.run:
-        name, sep, folder = item.partition("=")
-        if not sep or not name:
-            parser.error(f"--run {item!r}: give NAME=FOLDER")
-        runs.append((name, Path(folder)))
+    runs = [(name, Path(folder)) for name, folder in (_split(parser, "--run", i) for i in args.run)]
+    pairs = [_split(parser, "--versus", item) for item in args.versus]
     try:
         text = table(compare(runs, args.baseline, args.langs, args.n_samples), args.baseline)
+        if pairs:
+            text += "\n\n" + versus_table(versus(runs, pairs, args.langs, args.n_samples))
     except (OSError, ValueError) as err:
         parser.exit(2, f"error: {err}\n")
     print(text)
