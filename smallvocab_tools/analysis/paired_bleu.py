@@ -92,10 +92,11 @@ def versus_table(rows: List[Dict]) -> str:
     return "\n".join(out)
 
 
-def _split(parser, option: str, item: str) -> Tuple[str, str]:
+def _split(parser, option: str, item: str, form: str) -> Tuple[str, str]:
+    """``item`` of ``option`` split at its '=' (``form`` says what the two sides are), or the parser's error."""
     name, sep, value = item.partition("=")
     if not sep or not name or not value:
-        parser.error(f"{option} {item!r}: give {'NAME=FOLDER' if option == '--run' else 'RUN=OTHER'}")
+        parser.error(f"{option} {item!r}: give {form}")
     return name, value
 
 
@@ -110,8 +111,8 @@ def main(argv=None):
     parser.add_argument("--n-samples", type=int, default=1000, help="bootstrap resamples")
     parser.add_argument("--out", type=Path, help="also write the table here (markdown)")
     args = parser.parse_args(argv)
-    runs = [(name, Path(folder)) for name, folder in (_split(parser, "--run", i) for i in args.run)]
-    pairs = [_split(parser, "--versus", item) for item in args.versus]
+    runs = [(name, Path(folder)) for name, folder in (_split(parser, "--run", i, "NAME=FOLDER") for i in args.run)]
+    pairs = [_split(parser, "--versus", item, "RUN=OTHER") for item in args.versus]
     try:
         text = table(compare(runs, args.baseline, args.langs, args.n_samples), args.baseline)
         if pairs:
