@@ -2,8 +2,8 @@
 candidates from its own pair's predictor, fairseq's specials and the row's target language token in every
 row (not counted in K), every gold word in training rows; the row's pair as the model is told it; the
 predictors' dictionaries checked against the shared one; rewards without language tokens, with each
-hypothesis's target language. End to end (slow): a stock multilingual checkpoint trained by stock fairseq
-fine-tunes with CE and REINFORCE and decodes with fairseq-generate and fairseq-interactive; inside rows that
+hypothesis's target language; each target language's own mean reward logged. End to end (slow): a stock
+multilingual checkpoint trained by stock fairseq fine-tunes with CE and REINFORCE and decodes with fairseq-generate and fairseq-interactive; inside rows that
 hold every word it decodes as stock fairseq does; stock fairseq decodes what it wrote."""
 
 import re
@@ -195,6 +195,45 @@ def test_language_tokens_are_taken_out_of_rewards():
     assert lengths.tolist() == [2, 2]
     out, none = without_ids(tokens, {9, 7}, pad=1)
     assert out.tolist() == [[5, 6, 2, 1, 1], [5, 2, 1, 1, 1]] and none is None
+
+
+LANG_REWARD = """
+def score(hypotheses, references, sources, target_lang):
+    return [{"de": 0.25, "fr": 0.75}[lang] for lang in target_lang]
+"""
+
+
+def test_each_target_language_logs_its_own_reward(ml_bin, tmp_path, monkeypatch):
+    """reward/de and reward/fr: the mean reward of each language's samples (a reward that pays 0.25 for German
+    and 0.75 for French), over batches of different mixes, the same when fairseq's distributed trainer sums the
+    logs first; the mean reward is their mix."""
+    from test_distributed_logs import _same_values
+
+    from fairseq_smallvocab.criterions.reinforce_gleu import ReinforceGleuConfig, ReinforceGleuCriterion
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "lang_reward.py").write_text(LANG_REWARD)
+    task, _ = _task_with_predictors(ml_bin)
+    model = task.build_model(task.args).eval()
+    crit = ReinforceGleuCriterion(task, ReinforceGleuConfig(rl_samples=3, rl_baseline="loo",
+                                                            reward="python:lang_reward.score"))
+    task.load_dataset("valid")
+    dataset, logs, langs = task.datasets["valid"], [], []
+    for rows in (range(0, 80, 7), range(3, 8)):  # both pairs (40 sentences each), then one
+        sample = dataset.collater([dataset[i] for i in rows])
+        n = len(rows)
+        task.attach(sample, gold=False)
+        langs += task.target_languages(sample)
+        logs.append(crit(model, sample)[2])
+        assert logs[-1]["samples/de"] + logs[-1]["samples/fr"] == 3 * n
+    assert {"de", "fr"} <= set(langs[:12])  # the first batch mixes both pairs
+    values = _same_values(lambda outs: task.reduce_metrics(outs, crit), logs)
+    assert values["reward/de"] == pytest.approx(25.0) and values["reward/fr"] == pytest.approx(75.0)
+    share_fr = langs.count("fr") / len(langs)
+    assert values["reward"] == pytest.approx(25.0 * (1 - share_fr) + 75.0 * share_fr, abs=0.01)
+    german = [dict(log, **{"samples/fr": 0.0, "reward/fr": 0.0}) for log in logs]  # no French sample reduced
+    assert "reward/fr" not in _same_values(lambda outs: task.reduce_metrics(outs, crit), german)
+    sys.modules.pop("lang_reward", None)
 
 
 # -- end to end: stock fairseq's checkpoint, fine-tuned, tuned and decoded -----------------------------------

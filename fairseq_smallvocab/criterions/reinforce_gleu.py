@@ -54,7 +54,8 @@ changes the loss: the tests compare each against the eager loop.
 
 Logged besides the loss: ``reward`` (mean over samples, x 100),
 ``reward_std`` (spread of the N rewards of one input, x 100; N >= 2),
-``baseline``, ``greedy_frac`` (the fraction of samples that equal the greedy
+``baseline``, ``reward/LANG`` (a multilingual task's: each target language's
+own mean reward, ``reinforce/by_language.py``), ``greedy_frac`` (the fraction of samples that equal the greedy
 decode: every token the argmax of its step), ``entropy`` (nats per sampled
 step, of the distribution sampled from) and ``sample_len``.
 
@@ -85,7 +86,7 @@ from fairseq_smallvocab.engine.buckets import autocast_on
 from fairseq_smallvocab.engine.sampling import SampleRequest
 from fairseq_smallvocab.engine.settings import flag
 from fairseq_smallvocab.output.chunked_ce import full_cross_entropy
-from fairseq_smallvocab.reinforce import objective
+from fairseq_smallvocab.reinforce import by_language, objective
 from fairseq_smallvocab.reinforce.baselines import build_baseline
 from fairseq_smallvocab.reinforce.config import ReinforceGleuConfig, check_config
 from fairseq_smallvocab.reinforce.rewards import without_ids
@@ -111,6 +112,7 @@ class ReinforceGleuCriterion(FairseqCriterion):
         logger.info(f"reinforce_gleu: the step runs with {self.settings.describe()}")
         self._capped_to_positions = False  # whether the log has said that the decoder's positions cap samples
         self._said_what_runs = False  # whether the log has said what a CUDA-only mode runs as here
+        self.languages = by_language.target_languages(task)  # a multilingual task's: each logs its reward
 
     def forward(self, model, sample, reduce=True):
         return self.loss(model, sample)
@@ -136,6 +138,8 @@ class ReinforceGleuCriterion(FairseqCriterion):
             if greedy_reward is not None:
                 logs["greedy_reward"] = greedy_reward.sum().item()
                 greedy_reward = greedy_reward.repeat_interleave(n, 0)
+            if self.languages:
+                logs.update(by_language.sums(self.languages, self.task.target_languages(sample), reward, n))
             if n > 1:
                 logs["reward_std"] = reward.double().view(-1, n).std(1).sum().item()
             # baseline
@@ -325,6 +329,7 @@ class ReinforceGleuCriterion(FairseqCriterion):
         if not samples:  # lambda = 1: nothing sampled
             return
         metrics.log_scalar("reward", 100.0 * total("reward") / samples, samples, round=2)
+        by_language.log(logging_outputs[0].keys(), total)
         metrics.log_scalar("baseline", 100.0 * total("baseline") / max(steps, 1), steps, round=2)
         metrics.log_scalar("sample_len", total("sample_len") / samples, samples, round=2)
         if any("greedy_samples" in log for log in logging_outputs):

@@ -6,6 +6,7 @@ apart from the device engine (``engine/``), read in the order a step runs:
   is drawn (the engine draws and scores them: ``engine.sampling.policy``);
 - ``rewards``: sentence rewards (GLEU, BLEU, chrF, constant);
 - ``baselines``: learned, leave-one-out, self-critical, none;
+- ``by_language``: a multilingual task's reward per target language (logged);
 - ``objective``: the loss, as pure functions (the CE term, the advantage,
   the policy gradient, their mix).
 
