@@ -3,8 +3,9 @@ candidates from its own pair's predictor, fairseq's specials and the row's targe
 row (not counted in K), every gold word in training rows; the row's pair as the model is told it; the
 predictors' dictionaries checked against the shared one; rewards without language tokens, with each
 hypothesis's target language; each target language's own mean reward logged. End to end (slow): a stock
-multilingual checkpoint trained by stock fairseq fine-tunes with CE and REINFORCE and decodes with fairseq-generate and fairseq-interactive; inside rows that
-hold every word it decodes as stock fairseq does; stock fairseq decodes what it wrote."""
+multilingual checkpoint trained by stock fairseq fine-tunes with CE and REINFORCE and decodes with
+fairseq-generate and fairseq-interactive; inside rows that hold every word it decodes as stock fairseq does;
+stock fairseq decodes what it wrote."""
 
 import re
 import sys
