@@ -1,8 +1,9 @@
 """What the tests share besides fixtures (conftest.py holds those): the
 repository's paths, ``run`` (a command in a subprocess, for tests marked
-``slow``), the tiny fairseq-train settings of the predictor, builders of
-dictionaries and batches, the captioning tests' settings, and the REINFORCE
-tests' model, batch and criterion (``_setup``, ``_crit``)."""
+``slow``), ``launch_two`` (two workers of one distributed fairseq-train),
+the tiny fairseq-train settings of the predictor, builders of dictionaries
+and batches, the captioning tests' settings, and the REINFORCE tests'
+model, batch and criterion (``_setup``, ``_crit``)."""
 
 import json
 import os
@@ -59,6 +60,36 @@ def run(args, cwd=None, check=True, stdin=None, env=None):
         raise AssertionError(f"{args} exited {result.returncode}\nstdout:\n{result.stdout[-3000:]}"
                              f"\nstderr:\n{result.stderr[-5000:]}")
     return result
+
+
+def free_port() -> int:
+    """A TCP port of this machine that nothing listens on (for a distributed run's rendezvous)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch_two(args):
+    """Two fairseq-train workers (ranks 0 and 1) of one distributed run with ``args`` (the training's own,
+    the backend's included), each a plain subprocess with one thread: their outputs, each asserted to
+    have exited 0. Only tests marked ``slow`` may (as ``run``)."""
+    if not RUNNING["slow"]:
+        raise AssertionError("two fairseq-train workers: a test that runs them must be marked @pytest.mark.slow")
+    port = free_port()
+    exe = str(Path(sys.executable).parent / "fairseq-train")
+    procs = []
+    for rank in (0, 1):
+        ranked = [exe, *map(str, args), "--distributed-init-method", f"tcp://127.0.0.1:{port}",
+                  "--distributed-world-size", "2", "--distributed-rank", str(rank), "--distributed-no-spawn",
+                  "--device-id", str(rank)]
+        procs.append(subprocess.Popen(ranked, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                      env=dict(os.environ, OMP_NUM_THREADS="1")))
+    outs = [p.communicate(timeout=600)[0] for p in procs]
+    for p, out in zip(procs, outs):
+        assert p.returncode == 0, out[-4000:]
+    return outs
 
 
 def _forkable(args):

@@ -14,7 +14,7 @@ import textwrap
 import pytest
 import torch
 from fairseq.data import Dictionary
-from helpers import run
+from helpers import launch_two, run
 from multilingual_helpers import MODEL_ARGS, OURS, PAIRS, STOCK, ml_task, write_three_way
 from vocab_predictor_helpers import TRAIN_ARGS, untrained_model, vp_task
 
@@ -227,7 +227,8 @@ def test_each_target_language_logs_its_own_reward(ml_bin, tmp_path, monkeypatch)
         langs += task.target_languages(sample)
         logs.append(crit(model, sample)[2])
         assert logs[-1]["samples/de"] + logs[-1]["samples/fr"] == 3 * n
-    assert {"de", "fr"} <= set(langs[:12])  # the first batch mixes both pairs
+    assert {"de", "fr"} <= set(langs[:12]) and set(langs[12:]) == {"de"}  # both pairs, then German alone
+    assert logs[0].keys() == logs[1].keys()  # the same keys in every batch: the all-reduce sums key by key
     values = _same_values(lambda outs: task.reduce_metrics(outs, crit), logs)
     assert values["reward/de"] == pytest.approx(25.0) and values["reward/fr"] == pytest.approx(75.0)
     share_fr = langs.count("fr") / len(langs)
@@ -295,6 +296,25 @@ def test_reinforce_tunes_a_multilingual_model_with_a_reward_of_its_own(trained, 
             assert all(w.startswith("f") for w in ref.split()) == (lang == "fr")
     assert (tmp_path / "rl" / "checkpoint_last.pt").is_file()
     sys.modules.pop("recording_reward", None)
+
+
+@pytest.mark.slow
+def test_two_workers_log_each_languages_reward(trained, ml_bin, tmp_path):
+    """fairseq's DDP with 2 CPU processes (gloo) tuning the multilingual model: the workers' logs, each
+    language's reward among them, are summed key by key (no worker waits on a key another lacks), in
+    training and validation; the mean reward lies between the languages' (their mix)."""
+    out, spec = trained
+    outs = launch_two([ml_bin, *OURS, *MODEL_ARGS, "--vocab-predictor", spec, "--small-vocab-size", K,
+                       "--criterion", "reinforce_gleu", "--rl-samples", "2", "--rl-baseline", "loo",
+                       "--finetune-from-model", out / "ce" / "checkpoint_last.pt", "--max-update", "2",
+                       "--save-dir", tmp_path / "rl", "--distributed-backend", "gloo", "--ddp-backend", "legacy_ddp"])
+    assert "as rank 1" in outs[1]
+    for kind in ("train", "valid"):
+        line = [line for line in outs[0].splitlines() if f"| {kind} |" in line][-1]
+        values = {name: float(value) for name, value in re.findall(r"(reward(?:/\w+)?)[ =]([-\d.]+)", line)}
+        assert {"reward", "reward/de", "reward/fr"} <= set(values), line
+        low, high = sorted((values["reward/de"], values["reward/fr"]))
+        assert low - 0.01 <= values["reward"] <= high + 0.01, line
 
 
 @pytest.mark.slow

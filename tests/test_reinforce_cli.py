@@ -8,7 +8,7 @@ import re
 
 import pytest
 import torch
-from helpers import USER_DIR, D, _crit, _setup, run
+from helpers import USER_DIR, D, _crit, _setup, free_port, launch_two, run
 
 import fairseq_smallvocab  # noqa: F401  (its allow-list is what torch.load(weights_only=True) reads below)
 
@@ -94,38 +94,13 @@ def test_fairseq_train_with_several_samples_a_sacrebleu_reward_and_temperature(t
         assert bad.returncode != 0 and message in bad.stderr, bad.stderr[-2000:]
 
 
-def _free_port():
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _launch_two(tiny_bin, ce_ckpt, save, extra, model=MT):
     """Two fairseq-train workers (ranks 0 and 1) of one distributed run
     (fine-tuning ``ce_ckpt``, or from scratch when None)."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    port = _free_port()
-    exe = str(Path(sys.executable).parent / "fairseq-train")
-    procs = []
-    for rank in (0, 1):
-        args = [exe, str(tiny_bin), *map(str, model), "--small-vocab-size", "0", "--criterion", "reinforce_gleu",
-                "--optimizer", "sgd", "--lr", "0.01", "--max-epoch", "1", "--batch-size", "16",
-                *(["--finetune-from-model", str(ce_ckpt)] if ce_ckpt else []), "--save-dir", str(save),
-                "--max-sample-len", "30",
-                "--distributed-init-method", f"tcp://127.0.0.1:{port}", "--distributed-world-size", "2",
-                "--distributed-rank", str(rank), "--distributed-no-spawn", "--device-id", str(rank), *extra]
-        procs.append(subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                      env=dict(os.environ, OMP_NUM_THREADS="1")))
-    outs = [p.communicate(timeout=600)[0] for p in procs]
-    for p, out in zip(procs, outs):
-        assert p.returncode == 0, out[-4000:]
-    return outs
+    return launch_two([tiny_bin, *model, "--small-vocab-size", "0", "--criterion", "reinforce_gleu",
+                       "--optimizer", "sgd", "--lr", "0.01", "--max-epoch", "1", "--batch-size", "16",
+                       *(["--finetune-from-model", ce_ckpt] if ce_ckpt else []), "--save-dir", save,
+                       "--max-sample-len", "30", *extra])
 
 
 def _valid_stats(out):
@@ -234,7 +209,7 @@ def _baseline_worker(rank, port, out):
 
 @pytest.mark.slow
 def test_learned_baseline_stays_identical_across_workers(tmp_path):
-    torch.multiprocessing.spawn(_baseline_worker, args=(_free_port(), tmp_path), nprocs=2, join=True)
+    torch.multiprocessing.spawn(_baseline_worker, args=(free_port(), tmp_path), nprocs=2, join=True)
     w0, w1 = torch.load(tmp_path / "w0.pt"), torch.load(tmp_path / "w1.pt")
     assert w0.abs().sum() > 0 and torch.equal(w0, w1)
     for rank in (0, 1):  # (0.1 + ... + 0.4 + 0.5 + ... + 0.8) / 8
