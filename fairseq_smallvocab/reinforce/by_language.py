@@ -30,10 +30,10 @@ def sums(langs: Sequence[str], row_langs: Sequence[str], reward: Tensor, n: int)
     per_row = reward.detach().double().view(-1, n).sum(1).tolist()
     if len(per_row) != len(row_langs):
         raise ValueError(f"{len(per_row)} rows of rewards for {len(row_langs)} rows of languages")
-    logs = {}
-    for lang in langs:
-        mine = [value for value, row_lang in zip(per_row, row_langs) if row_lang == lang]
-        logs[REWARD + lang], logs[COUNT + lang] = float(sum(mine)), float(len(mine) * n)
+    logs = {key + lang: 0.0 for lang in langs for key in (REWARD, COUNT)}
+    for value, lang in zip(per_row, row_langs):
+        logs[REWARD + lang] += value
+        logs[COUNT + lang] += n
     return logs
 
 
