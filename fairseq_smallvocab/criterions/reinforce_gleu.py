@@ -54,10 +54,11 @@ changes the loss: the tests compare each against the eager loop.
 
 Logged besides the loss: ``reward`` (mean over samples, x 100),
 ``reward_std`` (spread of the N rewards of one input, x 100; N >= 2),
-``baseline``, ``reward/LANG`` (a multilingual task's: each target language's
-own mean reward, ``reinforce/by_language.py``), ``greedy_frac`` (the fraction of samples that equal the greedy
-decode: every token the argmax of its step), ``entropy`` (nats per sampled
-step, of the distribution sampled from) and ``sample_len``.
+``baseline``, ``reward/LANG`` (a multilingual task's: each target
+language's own mean reward, ``reinforce/by_language.py``), ``greedy_frac``
+(the fraction of samples that equal the greedy decode: every token the
+argmax of its step), ``entropy`` (nats per sampled step, of the
+distribution sampled from) and ``sample_len``.
 
 The model is any encoder-decoder restricted by the plugin's tasks
 (``restricted_model``): its forward with a ``policy`` request draws the samples in
@@ -132,14 +133,16 @@ class ReinforceGleuCriterion(FairseqCriterion):
         self.check_temperature(samples)
         mask = samples.mask
         logs = {}
+        # each row's target language, where the task tells it (a multilingual task): its reward's and its log's
+        row_langs = self.task.target_languages(sample) if hasattr(self.task, "target_languages") else None
         with torch.no_grad():
             # reward (of the samples and, for the self-critical baseline, of the greedy decodes: one call)
-            reward, greedy_reward = self.rewards(sample, samples, net_output[1].get("greedy"), n)
+            reward, greedy_reward = self.rewards(sample, samples, net_output[1].get("greedy"), n, row_langs)
             if greedy_reward is not None:
                 logs["greedy_reward"] = greedy_reward.sum().item()
                 greedy_reward = greedy_reward.repeat_interleave(n, 0)
             if self.languages:
-                logs.update(by_language.sums(self.languages, self.task.target_languages(sample), reward, n))
+                logs.update(by_language.sums(self.languages, row_langs, reward, n))
             if n > 1:
                 logs["reward_std"] = reward.double().view(-1, n).std(1).sum().item()
             # baseline
@@ -224,9 +227,10 @@ class ReinforceGleuCriterion(FairseqCriterion):
                              "overflow (not finite), so every sample would be one word repeated: use a larger "
                              "temperature (e.g. >= 0.05)")
 
-    def rewards(self, sample, samples, greedy, n: int):
+    def rewards(self, sample, samples, greedy, n: int, row_langs=None):
         """The reward of each of the B * N samples and, with ``greedy`` (B decodes), of each greedy decode,
-        against its gold target (eos and pad left out), in one call of the reward: (B * N, B or None)."""
+        against its gold target (eos and pad left out), in one call of the reward: (B * N, B or None); a
+        reward of the user's is told each row's target language, ``row_langs`` (None where the task has none)."""
         d = self.task.target_dictionary
         parts = [(samples, n)] + ([(greedy, 1)] if greedy is not None else [])
         width = max(part.tokens.size(1) for part, _ in parts)
@@ -244,9 +248,8 @@ class ReinforceGleuCriterion(FairseqCriterion):
             sources = self.source_texts(sample)
             given["sources"] = None if sources is None else [text for _, k in parts for text in sources
                                                                for _ in range(k)]
-            langs = getattr(self.task, "target_languages", None)
-            if langs is not None:
-                given["target_lang"] = [lang for _, k in parts for lang in langs(sample) for _ in range(k)]
+            if row_langs is not None:
+                given["target_lang"] = [lang for _, k in parts for lang in row_langs for _ in range(k)]
         values = self.reward(tokens, lengths, target, ref_lens, **given)
         rows = samples.tokens.size(0)
         return values[:rows], (values[rows:] if greedy is not None else None)
