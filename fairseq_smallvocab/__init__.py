@@ -8,6 +8,10 @@ line, or ``import fairseq_smallvocab`` from Python.  Importing the package
   ``torch.load`` with ``weights_only=True`` (the default since torch 2.6, and
   passed explicitly wherever fairseq loads a checkpoint) can read checkpoints
   written by ``fairseq-train`` and a checkpoint cannot run code, and
+* makes fairseq evaluate only literals where it evaluates a config value
+  (``compat/evaluated_config.py``: ``eval_bool``, ``eval_str_list``, layer
+  specs), so that no config, a checkpoint's or one built in Python, runs
+  code, and
 * registers the plugin's tasks, models and criteria with fairseq's registries,
   and
 * on a machine where torch sees a GPU, lets ``fairseq-train --cpu
@@ -33,8 +37,15 @@ except ModuleNotFoundError as exc:  # pragma: no cover - exercised only without 
         "see README.md, 'Installing into an existing fairseq environment'"
     ) from exc
 
-from fairseq_smallvocab.compat import checkpoint_loading, grad_clip, interactive_input, train_checkpoints  # noqa: E402
+from fairseq_smallvocab.compat import (  # noqa: E402
+    checkpoint_loading,
+    evaluated_config,
+    grad_clip,
+    interactive_input,
+    train_checkpoints,
+)
 
+evaluated_config.install()
 checkpoint_loading.allow_fairseq_checkpoint_globals()
 checkpoint_loading.install_checkpoint_loader()
 grad_clip.install()

@@ -1,6 +1,7 @@
 """What the plugin changes in fairseq 0.12 and torch so that they work
 together, installed when the package is imported: safe checkpoint loading
-under torch >= 2.6 (``checkpoint_loading``), gradient clipping of CPU
+under torch >= 2.6 (``checkpoint_loading``), no code run from a config
+value that fairseq evaluates (``evaluated_config``), gradient clipping of CPU
 training on a machine with a GPU (``grad_clip``), and fairseq-train's
 checkpoints (``train_checkpoints``: task state on every 0.12, atomic copies,
 one trainer per --save-dir), and fairseq-interactive's input that is not

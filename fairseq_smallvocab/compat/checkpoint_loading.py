@@ -30,7 +30,7 @@ checkpoint fails on the non-zero ranks.
 
 No function that executes code (``os.system``, ``eval``, ``getattr``...) is on
 the list; everything else is still refused.  What the pickle holds may still
-be code that fairseq evaluates (a config string it passes to ``eval``): a
+be code that fairseq evaluates (a config value it passes to ``eval``): a
 loaded checkpoint's config is checked for that too (``evaluated_config.py``).
 
 torch 2.4 and 2.5 have the allow-list but still default to
