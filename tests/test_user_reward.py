@@ -2,11 +2,18 @@
 working directory or PYTHONPATH, called once per batch with detokenized hypotheses, references (None for a
 reference-free reward), sources and target_lang; a Python GLEU gives the built-in GLEU's step exactly; a
 small reward model built here (no download) scores in batches; a wrong name, count, value or a raising
-reward is named in its error; fairseq-train runs with one."""
+reward is named in its error, as is a return that is not a sequence of numbers or a 1-d tensor (a dict, a
+string, a set, ...), while the other sequences give the list's step; a reward still running after
+``slow_after`` seconds is named in the log, once, by a watchdog that ends when no call runs;
+fairseq-train runs with one."""
 
 import itertools
+import logging
+import re
 import sys
 import textwrap
+import threading
+import time
 
 import pytest
 import torch
@@ -131,13 +138,10 @@ def test_a_reward_that_cannot_be_loaded_stops_the_criterion_at_start(reward_modu
 
 
 @pytest.mark.parametrize("body, problem", [
-    ("return [0.5] * (len(h) - 1)", rf"returned {2 * B - 1} values for {2 * B} hypotheses; it must return one float "
+    ("return [0.5] * (len(h) - 1)", rf"returned {2 * B - 1} values for {2 * B} hypotheses; it must return one number "
                                     "per hypothesis"),
     ("return [float('nan')] + [0.5] * (len(h) - 1)", r"returned nan for hypothesis 0 \('.*'\); a reward must be a "
                                                      r"finite number"),
-    ("return torch.zeros(len(h), 2)", rf"returned a tensor of shape \({2 * B}, 2\); it must return one float per "
-                                      rf"hypothesis \({2 * B}\)"),
-    ("return ['good'] * len(h)", r"returned list \(could not convert string to float: 'good'\)"),
     ("raise KeyError('no model loaded')", r"raised KeyError: 'no model loaded'"),
 ])
 def test_a_reward_that_misbehaves_is_named_in_its_error(reward_module, body, problem):
@@ -145,6 +149,144 @@ def test_a_reward_that_misbehaves_is_named_in_its_error(reward_module, body, pro
     model, task, sample = _setup()
     with pytest.raises((ValueError, RuntimeError), match=rf"^--reward python:{mod}\.score {problem}"):
         reinforce_step(model, task, sample, "loo", 2, reward=f"python:{mod}.score")
+
+
+WANTED = (rf"; it must return one number per hypothesis \({2 * B}\): a list, tuple or numpy array of numbers, or a "
+          "1-d tensor")
+
+
+@pytest.mark.parametrize("body, problem", [
+    ("return {i: 0.5 for i in range(len(h))}", r"returned a dict" + WANTED + r" \(a mapping's keys would be read, not "
+                                               r"its values\)$"),
+    ("return '1' * len(h)", r"returned a str \('11111111.*'\)" + WANTED + r" \(a string would be read one character "
+                            r"per hypothesis\)$"),
+    ("return b'1' * len(h)", r"returned a bytes \(b'1111.*'\)" + WANTED + r" \(a string would be read one "
+                             r"character per hypothesis\)$"),
+    ("return set(range(len(h)))", r"returned a set" + WANTED + "$"),
+    ("return (0.5 for _ in h)", r"returned a generator" + WANTED + "$"),
+    ("return iter([0.5] * len(h))", r"returned a list_iterator" + WANTED + "$"),
+    ("return None", r"returned a NoneType" + WANTED + "$"),
+    ("return 0.5", r"returned a float" + WANTED + "$"),
+    ("return [[0.5]] * len(h)", r"returned a list whose item 0 is a list \(\[0.5\]\)" + WANTED + "$"),
+    ("return ['good'] * len(h)", r"returned a list whose item 0 is a str \('good'\)" + WANTED + "$"),
+    ("return (0.5, 1j) + (0.5,) * (len(h) - 2)", r"returned a tuple whose item 1 is a complex \(1j\)" + WANTED + "$"),
+    ("return [torch.ones(1)] * len(h)", r"returned a list whose item 0 is a torch.Tensor \(tensor\(\[1.\]\)\)" +
+                                        WANTED + "$"),
+    ("return [decimal.Decimal('0.5')] * len(h)", r"returned a list whose item 0 is a decimal.Decimal "
+                                                 r"\(Decimal\('0.5'\)\)" + WANTED + "$"),
+    ("return numpy.zeros((len(h), 1))", rf"returned a numpy.ndarray of shape \({2 * B}, 1\)" + WANTED + "$"),
+    ("return numpy.array(['0.5'] * len(h))", r"returned a numpy.ndarray of dtype <U3" + WANTED + "$"),
+    ("return torch.zeros(len(h), 2)", rf"returned a torch.Tensor of shape \({2 * B}, 2\)" + WANTED + "$"),
+    ("return torch.zeros(len(h), dtype=torch.complex64)", r"returned a torch.Tensor of dtype torch.complex64" + WANTED
+                                                          + "$"),
+])
+def test_a_reward_that_returns_anything_but_a_sequence_of_numbers_is_refused(reward_module, body, problem):
+    """A mapping (its keys were read as the rewards), a string (one reward per character), a set (no order),
+    an iterator, a single number, items that are not real numbers, an array or tensor that is not 1-d or
+    not of numbers: the error names the reward, the type returned and what to return."""
+    mod = reward_module(f"import decimal\n\nimport numpy\nimport torch\n\n\ndef score(h, r, s, lang):\n    {body}\n")
+    model, task, sample = _setup()
+    with pytest.raises(ValueError, match=rf"^--reward python:{mod}\.score {problem}"):
+        reinforce_step(model, task, sample, "loo", 2, reward=f"python:{mod}.score")
+
+
+RATIO = "[min(1.0, len(x) / 30) for x in h]"
+EVEN = "[float(len(x) % 2 == 0) for x in h]"
+
+
+@pytest.mark.parametrize("body, same_as", [
+    (f"tuple({RATIO})", RATIO),
+    (f"collections.deque({RATIO})", RATIO),
+    (f"numpy.array({RATIO})", RATIO),
+    (f"numpy.array({RATIO}, dtype=object)", RATIO),
+    (f"[numpy.float32(x) for x in {RATIO}]", RATIO),
+    (f"[fractions.Fraction(x) for x in {RATIO}]", RATIO),
+    (f"[torch.tensor(x) for x in {RATIO}]", RATIO),
+    (f"torch.tensor({RATIO}, dtype=torch.float64)", RATIO),
+    ("[len(x) % 2 == 0 for x in h]", EVEN),  # bools, as 1 and 0: an exact-match reward
+    ("numpy.array([len(x) % 2 == 0 for x in h])", EVEN),
+    ("[int(len(x) % 2 == 0) for x in h]", EVEN),
+])
+def test_any_sequence_of_real_numbers_gives_the_lists_step(reward_module, body, same_as):
+    mod = reward_module(f"import collections\nimport fractions\n\nimport numpy\nimport torch\n\n\n"
+                        f"def score(h, r, s, lang):\n    return {body}\n\n\n"
+                        f"def listed(h, r, s, lang):\n    return {same_as}\n")
+    model, task, sample = _setup()
+    listed = reinforce_step(model, task, sample, "loo", 2, reward=f"python:{mod}.listed")
+    mine = reinforce_step(model, task, sample, "loo", 2, reward=f"python:{mod}.score")
+    assert_same_step(mine, listed)
+    assert mine[2]["reward"] == pytest.approx(listed[2]["reward"]) and 0 < listed[2]["reward"] < 2 * B
+
+
+SLOW = """
+    import threading
+    import time
+
+    WARNED = threading.Event()  # set by the test when the log says that the reward is still running
+    CALLED_IN = []
+
+    def score(h, r, s, lang):
+        CALLED_IN.append(threading.get_ident())
+        WARNED.wait(10)
+        time.sleep(0.3)  # six times the wait: still one warning
+        return [0.5] * len(h)
+"""
+
+
+def _watchdog_ends(before):
+    """Whether the threads that were not running ``before`` have ended, within 5 s."""
+    deadline = time.monotonic() + 5
+    while set(threading.enumerate()) - before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return not set(threading.enumerate()) - before
+
+
+def test_a_reward_still_running_after_a_while_is_named_in_the_log_once(reward_module, caplog):
+    """The call stays in the calling thread; the watchdog names the reward, the time it has run and its
+    hypotheses once, after ``slow_after`` seconds (0.05 here), and ends when no call runs."""
+    mod = reward_module(SLOW)
+    model, task, sample = _setup()
+    crit = _crit(task, rl_baseline="loo", rl_samples=2, max_sample_len=7, reward=f"python:{mod}.score")
+    crit.reward.slow_after = 0.05
+    module = sys.modules[mod]
+
+    class Tell(logging.Handler):
+        def emit(self, record):
+            if "still running" in record.getMessage():
+                module.WARNED.set()
+
+    logger, tell = logging.getLogger("fairseq_smallvocab.reinforce.user_reward"), Tell()
+    before = set(threading.enumerate())
+    logger.addHandler(tell)
+    try:
+        crit(model, sample)
+    finally:
+        logger.removeHandler(tell)
+    assert module.WARNED.is_set(), "no warning while the reward ran (it waited 10 s for one)"
+    assert module.CALLED_IN == [threading.get_ident()]
+    assert _watchdog_ends(before)
+    said = [r for r in caplog.records if "still running" in r.getMessage()]
+    assert len(said) == 1 and said[0].levelno == logging.WARNING
+    assert re.fullmatch(rf"--reward python:{mod}\.score is still running after [\d.]+ s on {2 * B} hypotheses: "
+                        r"training waits for it \(a reward that never returns stops training here\)",
+                        said[0].getMessage()), said[0].getMessage()
+
+
+def test_a_reward_that_returns_in_time_logs_nothing_and_its_watchdog_ends(reward_module, caplog):
+    """Calls that return within ``slow_after`` (0.2 s here): no warning, one watchdog for both, and it ends
+    once no call runs (a later call starts another)."""
+    mod = reward_module("def score(h, r, s, lang):\n    return [0.5] * len(h)\n")
+    model, task, sample = _setup()
+    crit = _crit(task, rl_baseline="loo", rl_samples=2, max_sample_len=7, reward=f"python:{mod}.score")
+    assert type(crit.reward).slow_after == 60
+    crit.reward.slow_after = 0.2
+    for _ in range(2):
+        before = set(threading.enumerate())
+        crit(model, sample)
+        crit(model, sample)
+        assert len(set(threading.enumerate()) - before) <= 1
+        assert _watchdog_ends(before) and crit.reward.watchdog is None
+    assert not [r for r in caplog.records if "still running" in r.getMessage()]
 
 
 def test_rewards_outside_the_unit_interval_are_said_once(reward_module, caplog):

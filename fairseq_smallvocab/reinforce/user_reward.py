@@ -18,10 +18,27 @@ the task has no source text, as captioning) and ``target_lang`` (in a
 multilingual batch, ``translation_multi_smallvocab``'s, the target language
 of each hypothesis, a list; None for bilingual data).  The language tokens
 of a multilingual model are not in the strings.  It returns one
-float per hypothesis, as a list (or any sequence of numbers) or a 1-d tensor
-on any device; a function may batch its work on a GPU.  A function that
-raises, returns the wrong number of values or a value that is not a finite
-number is named in the error, with the hypothesis at fault.
+number per hypothesis, in the hypotheses' order: a sequence of real numbers
+(a list, a tuple, a numpy array, ...; an item may be an int, a float, a
+numpy scalar, a fraction, a 0-d tensor or a bool, True as 1 and False as 0,
+as for an exact-match reward) or a 1-d tensor on any device; a function may
+batch its work on a GPU.  Anything else is refused, named with the type it
+returned: a dict (its keys would be read, not its values), a string (one
+character per hypothesis), a set (no order), an iterator or generator, a
+single number, an array or tensor that is not 1-d or not of real numbers,
+an item that is not one real number (a string, a list, a 1-element tensor,
+a Decimal, a complex).  A function that raises, returns the wrong number
+of values or a value that is not a finite number is named in the error,
+with the hypothesis at fault.
+
+The call runs in the training's thread and training waits for it, without
+a time limit.  A call still running after ``UserReward.slow_after`` seconds
+(60) is named in the log, once, with the time it has run and the number of
+hypotheses it was given, so that a reward that never returns does not stop
+training silently.  A watchdog thread keeps the time: a call tells it its
+start (a clock read and a lock, what the step pays); it wakes when the
+running call is due, and ends when it wakes to find none running (the next
+call starts another).
 
 The learned baseline is a sigmoid, so it fits rewards in [0, 1]; the
 leave-one-out, self-critical and no baseline take any scale.
@@ -29,10 +46,15 @@ leave-one-out, self-critical and no baseline take any scale.
 
 import importlib
 import logging
+import numbers
 import os
 import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
 from typing import List, Optional
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -41,6 +63,9 @@ from fairseq_smallvocab.reinforce.rewards import SentenceReward, build_reward, c
 logger = logging.getLogger(__name__)
 
 PREFIX = "python:"
+
+# what a reward must return, said in each error about what it returned
+WANTED = "one number per hypothesis ({count}): a list, tuple or numpy array of numbers, or a 1-d tensor"
 
 
 def build(name: str, dictionary, post_process: Optional[str] = None, max_order: int = 4) -> SentenceReward:
@@ -83,44 +108,89 @@ def load_function(spec: str):
     return function
 
 
+def _type_name(value) -> str:
+    """The name of ``value``'s type, with its module unless a builtin's (``dict``, ``numpy.ndarray``)."""
+    kind = type(value)
+    return kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+
+
+def _is_real(value) -> bool:
+    """Whether ``value`` is one real number: a Python or numpy int, float or bool, a fraction, or a 0-d tensor
+    that is not complex."""
+    if torch.is_tensor(value):
+        return value.dim() == 0 and not value.is_complex()
+    return isinstance(value, (numbers.Real, np.bool_))
+
+
 class UserReward(SentenceReward):
-    """``--reward python:MODULE.FUNCTION`` (see the module)."""
+    """``--reward python:MODULE.FUNCTION`` (see the module).  A call still running after ``slow_after`` seconds
+    is named in the log (the class's 60; a test sets its instance's)."""
 
     wants_sources = True
+    slow_after: float = 60.0
 
     def __init__(self, spec: str, dictionary, post_process: Optional[str] = None):
         super().__init__(dictionary, post_process)
         self.spec, self.function = spec, load_function(spec)
         self.needs_references = bool(getattr(self.function, "needs_references", True))
         self.said_scale = False  # whether the log has said that the rewards leave [0, 1]
+        self.running = None  # the call in progress: (its start, its number of hypotheses, slow_after), or None
+        self.watchdog: Optional[threading.Thread] = None  # the thread that watches the calls, while there is one
+        self.watchdog_lock = threading.Lock()
 
     def __call__(self, tokens: Tensor, lengths: Tensor, target: Tensor, ref_lens: Tensor,
                  sources: Optional[List[str]] = None, target_lang: Optional[List[str]] = None) -> Tensor:
         hypotheses = self.words(tokens, lengths)
         references = self.words(target, ref_lens) if self.needs_references else None
+        values = self.call(hypotheses, references, sources, target_lang)
+        return self.checked(values, hypotheses).to(tokens.device)
+
+    def call(self, hypotheses: List[str], references: Optional[List[str]], sources: Optional[List[str]],
+             target_lang: Optional[List[str]]):
+        """The function's answer, called in this thread, which waits for it; a function that raises is named in
+        a RuntimeError.  The call is told to the watchdog (``watch``), started if none runs: what this costs
+        the step is a clock read and a lock, not a thread."""
+        running = (time.monotonic(), len(hypotheses), self.slow_after)
+        with self.watchdog_lock:
+            self.running = running
+            if self.watchdog is None or not self.watchdog.is_alive():  # (not alive: in a forked child)
+                self.watchdog = threading.Thread(target=self.watch, name=f"watchdog of --reward {self.spec}",
+                                                 daemon=True)
+                self.watchdog.start()
         try:
-            values = self.function(hypotheses, references, sources, target_lang)
+            return self.function(hypotheses, references, sources, target_lang)
         except Exception as err:
             raise RuntimeError(f"--reward {self.spec} raised {type(err).__name__}: {err}") from err
-        return self.checked(values, hypotheses).to(tokens.device)
+        finally:
+            self.running = None
+
+    def watch(self):
+        """The watchdog thread: it sleeps until the running call has run ``slow_after`` seconds (a later call's
+        start moves that on), logs a warning once for a call still running then (naming the reward, the time
+        it has run and its number of hypotheses) and then looks again every ``slow_after`` (0.1 s at least),
+        and ends when it wakes to find no call running (the next call starts another)."""
+        warned = None
+        while True:
+            with self.watchdog_lock:
+                running = self.running
+                if running is None:
+                    self.watchdog = None
+                    return
+            started, count, slow_after = running
+            waited = time.monotonic() - started
+            if waited >= slow_after and running is not warned:
+                logger.warning(f"--reward {self.spec} is still running after {waited:.1f} s on {count} hypotheses: "
+                               "training waits for it (a reward that never returns stops training here)")
+                warned = running
+            time.sleep(slow_after - waited if waited < slow_after else max(slow_after, 0.1))  # then polls
 
     def checked(self, values, hypotheses: List[str]) -> Tensor:
         """``values`` as B float32, or a ValueError naming the reward and what is wrong."""
         count = len(hypotheses)
-        if torch.is_tensor(values):
-            if values.dim() != 1:
-                raise ValueError(f"--reward {self.spec} returned a tensor of shape {tuple(values.shape)}; it must "
-                                 f"return one float per hypothesis ({count}), a list or a 1-d tensor")
-            scores = values.detach().float()
-        else:
-            try:
-                scores = torch.tensor([float(v) for v in values], dtype=torch.float)
-            except (TypeError, ValueError) as err:
-                raise ValueError(f"--reward {self.spec} returned {type(values).__name__} ({err}); it must return one "
-                                 f"float per hypothesis ({count}), a list or a 1-d tensor") from None
+        scores = self.numbers(values, count)
         if len(scores) != count:
             raise ValueError(f"--reward {self.spec} returned {len(scores)} values for {count} hypotheses; it must "
-                             "return one float per hypothesis")
+                             "return one number per hypothesis")
         bad = (~torch.isfinite(scores)).nonzero()
         if len(bad):
             i = int(bad[0])
@@ -132,3 +202,38 @@ class UserReward(SentenceReward):
                            f"{float(scores.max()):g}): the learned baseline (--rl-baseline learned, a sigmoid) fits "
                            "only [0, 1]; the loo, self-critical and none baselines take any scale")
         return scores
+
+    def numbers(self, values, count: int) -> Tensor:
+        """``values`` as a 1-d float32 tensor (of any length), if they are a sequence of real numbers or a 1-d
+        tensor of them (see the module); else a ValueError naming the reward, the type returned and what to
+        return (``count`` values)."""
+        name = _type_name(values)
+
+        def refused(what: str, why: str = "") -> ValueError:
+            return ValueError(f"--reward {self.spec} returned {what}; it must return {WANTED.format(count=count)}"
+                              + (f" ({why})" if why else ""))
+
+        if torch.is_tensor(values):
+            if values.dim() != 1:
+                raise refused(f"a {name} of shape {tuple(values.shape)}")
+            if values.is_complex():
+                raise refused(f"a {name} of dtype {values.dtype}")
+            return values.detach().float()
+        if isinstance(values, (str, bytes, bytearray)):
+            raise refused(f"a {name} ({values[:40]!r})", "a string would be read one character per hypothesis")
+        if isinstance(values, Mapping):
+            raise refused(f"a {name}", "a mapping's keys would be read, not its values")
+        if not isinstance(values, Sequence):
+            if not isinstance(values, np.ndarray):
+                raise refused(f"a {name}")
+            if values.ndim != 1:
+                raise refused(f"a {name} of shape {values.shape}")
+            if values.dtype.kind in "biuf":  # bool, int, unsigned, float
+                return torch.from_numpy(values.astype(np.float32))
+            if values.dtype.kind != "O":
+                raise refused(f"a {name} of dtype {values.dtype}")
+            # an array of Python objects: each checked below
+        for i, value in enumerate(values):
+            if not _is_real(value):
+                raise refused(f"a {name} whose item {i} is a {_type_name(value)} ({value!r:.60})")
+        return torch.tensor([float(v) for v in values], dtype=torch.float)
