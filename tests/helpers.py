@@ -1,12 +1,14 @@
 """What the tests share besides fixtures (conftest.py holds those): the
 repository's paths, ``run`` (a command in a subprocess, for tests marked
-``slow``), ``launch_two`` (two workers of one distributed fairseq-train),
+``slow``), ``sigint_default`` (for a child that a test interrupts),
+``launch_two`` (two workers of one distributed fairseq-train),
 the tiny fairseq-train settings of the predictor, builders of dictionaries
 and batches, the captioning tests' settings, and the REINFORCE tests'
 model, batch and criterion (``_setup``, ``_crit``)."""
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -60,6 +62,14 @@ def run(args, cwd=None, check=True, stdin=None, env=None):
         raise AssertionError(f"{args} exited {result.returncode}\nstdout:\n{result.stdout[-3000:]}"
                              f"\nstderr:\n{result.stderr[-5000:]}")
     return result
+
+
+def sigint_default():
+    """``preexec_fn`` of a child that a test sends SIGINT: the child starts with SIGINT's default action (Python's
+    KeyboardInterrupt), whatever this process has.  A shell that is not interactive starts its background jobs
+    (``make test &``) with SIGINT ignored; pytest, its xdist workers and their children inherit that, and a tool
+    rightly keeps an ignored SIGINT, so that the test's SIGINT would do nothing."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def free_port() -> int:

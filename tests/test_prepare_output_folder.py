@@ -6,6 +6,7 @@ import os
 import sys
 
 import pytest
+from helpers import sigint_default
 from prepare_helpers import PREPARE, SPLITS, leftovers
 
 from smallvocab_tools.data import prep
@@ -128,7 +129,7 @@ def test_killing_the_cli_stops_fairseq_preprocess_and_leaves_nothing(tiny_raw, t
     out = tmp_path / "out"
     proc = subprocess.Popen([sys.executable, str(PREPARE), "--raw-dir", str(tiny_raw), "--src", "src", "--tgt", "tgt",
                              "--dest", str(out / "bin")], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, preexec_fn=sigint_default)  # SIGINT works however the tests were started
     child = None
     try:
         deadline = time.monotonic() + 60
