@@ -1,10 +1,18 @@
 """Deployment with CTranslate2: the vocabulary map made from a predictor (its lines are the predictor's own
 rankings: an oracle computed here), and (slow) a tuned checkpoint exported with scripts/export_ctranslate2.py,
 CTranslate2's translations equal to fairseq-generate's without the map and inside the map's allowance with it;
-what cannot be exported is refused with the reason."""
+what cannot be exported is refused with the reason; the output folder: --force replaces only what an export
+wrote, and a killed export leaves nothing behind (SIGTERM, Ctrl-C) or nothing the next export keeps (SIGKILL)."""
 
 import json
+import os
 import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -245,6 +253,172 @@ def test_what_cannot_be_exported_is_refused(tuned, predictor, tiny_bin, tmp_path
                                     predictor)
     assert not (tmp_path / "c").exists() and not (tmp_path / "d").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no half-written folder left
+
+
+# -- the output folder: --force replaces only what an export wrote; a killed export's leftovers ------------
+
+EXPORT_FILES = {"model.bin", "config.json", "shared_vocabulary.json", "vmap.txt", "smallvocab_export.json"}
+
+
+def _fake_convert(path, data, out_dir, quantization, vmap_file):
+    """CTranslate2's conversion as far as the folder goes: the files it writes (made up), the map copied in."""
+    Path(out_dir).mkdir()
+    for name in ("model.bin", "config.json", "shared_vocabulary.json"):
+        (Path(out_dir) / name).write_text(f"{quantization}\n")
+    if vmap_file is not None:
+        shutil.copy(vmap_file, Path(out_dir) / "vmap.txt")
+
+
+def _files(folder):
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def test_force_replaces_only_what_an_export_wrote(tmp_path, monkeypatch):
+    """--force replaces a model folder that an export wrote (its marker lists the files), or that an older
+    export wrote without a marker and that holds only an export's files; a user's file in either is named
+    and the folder left as it was, as is a folder that is no model folder (the data tools' own)."""
+    pytest.importorskip("ctranslate2")
+    from smallvocab_tools.data.output_dir import OUTPUT_MARKER
+    from smallvocab_tools.deploy import ctranslate2_export as ct2
+
+    monkeypatch.setattr(ct2, "_convert", _fake_convert)
+    info = {"task": "translation", "arch": "transformer", "multilingual": False, "source_lang": "src",
+            "target_lang": "tgt"}
+    vmap = VocabMap(always=["."], words={("a",): ["x"]})
+
+    def export(out, quantization, force=True):
+        return ct2.export("model.pt", "data-bin", out, quantization, vmap=vmap, force=force, info=info)
+
+    out = tmp_path / "ct2"
+    export(out, "float32", force=False)
+    (out / "mynotes.txt").write_text("keep me")
+    before = _files(out)
+    with pytest.raises(ct2.ExportError, match=r"holds 1 file\(s\).*mynotes\.txt.*move them out"):
+        export(out, "int8")
+    assert _files(out) == before
+    # what the export wrote: the model and the marker (the map's source is not left in the model)
+    assert set(before) == EXPORT_FILES | {OUTPUT_MARKER, "mynotes.txt"}
+    (out / "mynotes.txt").unlink()
+    export(out, "int8")
+    assert (out / "model.bin").read_text() == "int8\n" and "mynotes.txt" not in _files(out)
+
+    older = tmp_path / "older"  # an older export's folder: no marker
+    older.mkdir()
+    for name in EXPORT_FILES:
+        (older / name).write_text("old\n")
+    export(older, "int8")
+    assert (older / "model.bin").read_text() == "int8\n" and (older / OUTPUT_MARKER).is_file()
+    for name in EXPORT_FILES:
+        (older / name).write_text("old\n")
+    (older / OUTPUT_MARKER).unlink()
+    (older / "mynotes.txt").write_text("keep me")
+    before = _files(older)
+    with pytest.raises(ct2.ExportError, match=r"mynotes\.txt"):
+        export(older, "int8")
+    assert _files(older) == before
+
+    data = tmp_path / "data-bin"  # the data tools' folder, all its files theirs: not a model folder
+    data.mkdir()
+    (data / "dict.src.txt").write_text("a 1\n")
+    (data / OUTPUT_MARKER).write_text("written by prepare_data.py\n")
+    with pytest.raises(ct2.ExportError, match="not a CTranslate2 model folder"):
+        export(data, "int8")
+    assert set(_files(data)) == {"dict.src.txt", OUTPUT_MARKER}
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary folder left
+
+
+@pytest.fixture(scope="module")
+def stock(tiny_bin, tmp_path_factory):
+    """A stock fairseq Transformer of ``tiny_bin`` after two updates: a checkpoint to export, quickly made."""
+    pytest.importorskip("ctranslate2")
+    save = tmp_path_factory.mktemp("stock")
+    run(["fairseq-train", tiny_bin, "--task", "translation", *ARCH, *COMMON, "--criterion", "cross_entropy",
+         "--optimizer", "adam", "--lr", "0.001", "--max-update", "2", "--save-dir", save])
+    return save / "checkpoint_last.pt"
+
+
+@pytest.mark.slow
+def test_force_keeps_a_users_file_in_the_model_folder(stock, tiny_bin, tmp_path):
+    out = tmp_path / "ct2"
+    run(["python", EXPORT, "--path", stock, "--data", tiny_bin, "--out", out])
+    (out / "mynotes.txt").write_text("keep me")
+    before = _files(out)
+    refused = run(["python", EXPORT, "--path", stock, "--data", tiny_bin, "--out", out, "--force",
+                   "--quantization", "int8"], check=False)
+    assert refused.returncode != 0 and "mynotes.txt" in refused.stderr, refused.stderr
+    assert _files(out) == before
+    (out / "mynotes.txt").unlink()
+    run(["python", EXPORT, "--path", stock, "--data", tiny_bin, "--out", out, "--force", "--quantization", "int8"])
+    assert json.loads((out / "smallvocab_export.json").read_text())["quantization"] == "int8"
+
+
+# a stand-in for CTranslate2 (found first on PYTHONPATH) whose conversion writes part of the model and waits
+FAKE_CONVERTER = """import os, time
+
+
+class FairseqConverter:
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def convert(self, output_dir, vmap=None, quantization=None, force=False):
+        os.makedirs(output_dir)
+        with open(os.path.join(output_dir, "model.bin"), "wb") as f:
+            f.write(b"half a model")
+        pid = os.environ["FAKE_CONVERTER_PID"]
+        with open(pid + ".tmp", "w") as f:
+            f.write(str(os.getpid()))
+        os.rename(pid + ".tmp", pid)  # whole, or not there
+        time.sleep(120)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT", "SIGKILL"])
+def test_a_killed_export_leaves_nothing_the_next_one_keeps(stock, tiny_bin, tmp_path, sig):
+    """SIGTERM or Ctrl-C while the model is converted: the half-written temporary folder is removed and the
+    command exits as a killed one does (143, 130).  SIGKILL runs no cleanup: the next export removes what it
+    left, and leaves alone the temporary folder of an export still running."""
+    fake = tmp_path / "fake"
+    (fake / "ctranslate2").mkdir(parents=True)
+    (fake / "ctranslate2" / "__init__.py").write_text("")
+    (fake / "ctranslate2" / "converters.py").write_text(FAKE_CONVERTER)
+    pid_file = tmp_path / "converter.pid"
+    env = dict(os.environ, FAKE_CONVERTER_PID=str(pid_file), PYTHONUNBUFFERED="1",
+               PYTHONPATH=os.pathsep.join([str(fake), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    folder = tmp_path / "models"
+    out = folder / "ct2"
+
+    def sigint_default():  # a shell that is not interactive starts its background jobs with SIGINT ignored
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+    proc = subprocess.Popen([sys.executable, EXPORT, "--path", str(stock), "--data", str(tiny_bin), "--out",
+                             str(out)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=sigint_default)
+    try:
+        deadline = time.monotonic() + 120
+        while not pid_file.exists():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the conversion did not start"
+            time.sleep(0.05)
+        assert [p.name for p in folder.iterdir() if p.name.startswith(".ct2")]  # the conversion's folder
+        proc.send_signal(getattr(signal, sig))
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == {"SIGTERM": 143, "SIGINT": 130, "SIGKILL": -9}[sig], stderr
+    assert "Traceback" not in stderr, stderr
+    left = sorted(p.name for p in folder.iterdir())
+    if sig != "SIGKILL":
+        assert left == []  # no model, no temporary folder
+        return
+    assert left and not out.exists()  # what SIGKILL left: the temporary folder and its half model
+    live = folder / f".ct2.tmp-{os.getpid()}-running"  # an export still running (this process) writes there
+    live.mkdir()
+    run(["python", EXPORT, "--path", stock, "--data", tiny_bin, "--out", out])  # the real CTranslate2
+    assert sorted(p.name for p in folder.iterdir()) == [live.name, "ct2"]
+    assert (out / "model.bin").stat().st_size > 1000
 
 
 def _vp_task(data):

@@ -1,9 +1,9 @@
-"""Output folders of the data-preparation tools, written whole or not at all
-(``atomic_output_dir``): the folder is replaced only when complete, never a
-user's folder or one holding files the tools did not write (``--force``
-refuses those), its mode as ``mkdir``'s under the umask, the temporary
-folders of killed runs removed; and an output folder kept apart from the
-input (``check_dest_apart_from_inputs``)."""
+"""Output folders of the data-preparation tools and of the CTranslate2
+export, written whole or not at all (``atomic_output_dir``): the folder is
+replaced only when complete, never a user's folder or one holding files the
+tools did not write (``--force`` refuses those), its mode as ``mkdir``'s
+under the umask, the temporary folders of killed runs removed; and an output
+folder kept apart from the input (``check_dest_apart_from_inputs``)."""
 
 import contextlib
 import os
@@ -89,27 +89,30 @@ def files_in(folder) -> List[str]:
     return sorted(found)
 
 
-def foreign_files(folder) -> List[str]:
+def foreign_files(folder, derived=_DERIVED, unmarked=None) -> List[str]:
     """The files in ``folder`` that these tools did not write: those not in
-    its ``OUTPUT_MARKER``'s list (every file when there is no marker), less
-    what fairseq and the plugin write into data folders."""
+    its ``OUTPUT_MARKER``'s list, less ``derived`` (a pattern of relative
+    paths: by default what fairseq and the plugin write into data folders;
+    None: nothing).  Without a marker: every file that ``unmarked`` (what a
+    tool wrote before it marked its folders) does not match, every file when
+    it is None."""
     folder = Path(folder)
     marker = folder / OUTPUT_MARKER
     if not marker.is_file():
-        return files_in(folder)
+        return [path for path in files_in(folder) if unmarked is None or not unmarked.fullmatch(path)]
     lines = marker.read_text(encoding="utf-8", errors="replace").splitlines()
     written = set(lines[lines.index(WRITTEN_HEADER) + 1:]) if WRITTEN_HEADER in lines else None
 
     def ours(path):
-        if path == OUTPUT_MARKER or _DERIVED.fullmatch(path):
+        if path == OUTPUT_MARKER or (derived is not None and derived.fullmatch(path)):
             return True
         return path in written if written is not None else _OLDER_OUTPUTS.fullmatch(path) is not None
 
     return [path for path in files_in(folder) if not ours(path)]
 
 
-def refuse_foreign_files(final: Path, shown=None):
-    foreign = foreign_files(final)
+def refuse_foreign_files(final: Path, shown=None, derived=_DERIVED, unmarked=None):
+    foreign = foreign_files(final, derived, unmarked)
     if foreign:
         more = f" and {len(foreign) - 10} more" if len(foreign) > 10 else ""
         raise DataError(f"{shown or final} holds {len(foreign)} file(s) that these tools did not write: "
@@ -134,7 +137,7 @@ def chmod_like_mkdir(folder: Path):
 
 
 @contextlib.contextmanager
-def atomic_output_dir(final, overwrite=False):
+def atomic_output_dir(final, overwrite=False, derived=_DERIVED, unmarked=None):
     """Yield a temporary folder beside ``final``; rename it to ``final`` only
     when the block succeeds, so that a failed or interrupted run never leaves a
     folder that looks complete.
@@ -144,7 +147,9 @@ def atomic_output_dir(final, overwrite=False):
     folder or one these tools wrote (it holds the ``OUTPUT_MARKER`` file) is
     replaced: a user's own folder never is, nor one of the tools' folders
     holding files they did not write (checked before and again just before
-    the replacement).  The marker lists the files written.  A link to a
+    the replacement; ``derived`` and ``unmarked`` as in ``foreign_files``:
+    a folder without the marker is replaced when ``unmarked`` matches every
+    file in it).  The marker lists the files written.  A link to a
     folder is followed: the output is written at its target, the link kept.
     Temporary folders
     that killed runs left for ``final`` are removed first.  Callers with input
@@ -170,11 +175,11 @@ def atomic_output_dir(final, overwrite=False):
         if not final.is_dir():
             raise DataError(f"{shown} exists and is not a folder; --force replaces only output folders of "
                             "these tools: remove it yourself or choose another output folder")
-        if any(final.iterdir()) and not (final / OUTPUT_MARKER).is_file():
+        if unmarked is None and any(final.iterdir()) and not (final / OUTPUT_MARKER).is_file():
             raise DataError(f"{shown} exists and was not written by this project's tools (no {OUTPUT_MARKER} "
                             "file in it), so --force does not replace it: remove it yourself or choose another "
                             "output folder")
-        refuse_foreign_files(final, shown)
+        refuse_foreign_files(final, shown, derived, unmarked)
     final.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(final)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-{os.getpid()}-", dir=final.parent))
@@ -186,7 +191,7 @@ def atomic_output_dir(final, overwrite=False):
                                          f"{WRITTEN_HEADER}\n{written}")
         chmod_like_mkdir(tmp)
         if final.exists():  # files the user put there while this ran
-            refuse_foreign_files(final, shown)
+            refuse_foreign_files(final, shown, derived, unmarked)
             # a folder set up for the output (a group's, a link's target)
             # keeps the permissions it was given
             tmp.chmod(final.stat().st_mode & 0o7777)

@@ -4,24 +4,33 @@ The plugin keeps fairseq's model classes and state-dict keys, so a checkpoint it
 fairseq Transformer: CTranslate2's own fairseq converter converts it, given the plugin as its user dir (the
 plugin lets torch's weights-only loader read the argparse Namespace every fairseq checkpoint holds).  This
 module checks what the converter cannot say well (an LSTM, a predictor, dictionaries that are not the model's),
-converts into a new folder beside the output and puts it in place only once it is complete, writes the
-vocabulary map made from the predictor (``vmap``) into the model, and records what it made in
-``OUT/smallvocab_export.json``."""
+converts into a new folder beside the output and puts it in place only once it is complete (the data tools'
+``atomic_output_dir``: ``--force`` replaces only a folder of what an export writes, SIGTERM and Ctrl-C remove
+the new folder, the next export removes what a killed one left), writes the vocabulary map made from the
+predictor (``vmap``) into the model, and records what it made in ``OUT/smallvocab_export.json``."""
 
 import json
 import os
-import shutil
-import tempfile
+import re
+import sys
 from pathlib import Path
 from typing import Optional
 
 import fairseq_smallvocab
+from smallvocab_tools.data.errors import DataError
+from smallvocab_tools.data.output_dir import atomic_output_dir
+from smallvocab_tools.data.prep import exit_on_sigterm
 
 PLUGIN_DIR = os.path.dirname(os.path.abspath(fairseq_smallvocab.__file__))
 QUANTIZATIONS = ("int8", "float16", "float32")
 MULTILINGUAL_TASKS = ("translation_multi_simple_epoch", "translation_multi_smallvocab")
 # CTranslate2's fairseq converter's model names (fairseq's model registry name of the --arch)
 CONVERTIBLE = ("transformer", "transformer_align", "bart", "multilingual_transformer")
+# What an export writes: CTranslate2's model (its vocabularies .json, .txt before CTranslate2 3), the map and
+# the record.  A folder that an export wrote before exports marked theirs is replaced (--force) if it holds
+# only these.
+EXPORT_FILES = re.compile(r"model\.bin|config\.json|(?:shared|source|target)_vocabulary\.(?:json|txt)|vmap\.txt"
+                          r"|smallvocab_export\.json")
 
 
 class ExportError(ValueError):
@@ -95,7 +104,8 @@ def export(path, data, out, quantization: str = "float32", vmap=None, force: boo
            record: Optional[dict] = None, info: Optional[dict] = None) -> Path:
     """Convert checkpoint ``path`` (its dictionaries in ``data``) into the CTranslate2 folder ``out`` with
     weights in ``quantization``; ``vmap`` (a ``VocabMap``) goes into the model as its vocabulary map.
-    ``out`` is replaced only with ``force``, and only once the new model is complete.  ``record`` is
+    ``out`` is replaced only with ``force``, only once the new model is complete, and only if it holds
+    nothing but what an export writes (a user's file in it is named, and nothing changed).  ``record`` is
     written with what was made to ``out/smallvocab_export.json``; ``info`` is ``check_exportable(path)``
     where the caller has it already (the checkpoint is not read again)."""
     try:
@@ -114,28 +124,25 @@ def export(path, data, out, quantization: str = "float32", vmap=None, force: boo
     info = info or check_exportable(path)
     if vmap is not None:
         refuse_map_for_multilingual(path, info)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}-"))
+    meta = {"checkpoint": os.path.abspath(path), "data": os.path.abspath(data), "quantization": quantization,
+            **info, **(record or {})}
     try:
-        vmap_file = None
-        if vmap is not None:
-            vmap_file = work / "vmap.txt"
-            vmap.write(vmap_file)
-        _convert(path, data, work / "model", quantization, vmap_file and str(vmap_file))
-        meta = {"checkpoint": os.path.abspath(path), "data": os.path.abspath(data), "quantization": quantization,
-                **info, **(record or {})}
-        (work / "model" / "smallvocab_export.json").write_text(json.dumps(meta, indent=2) + "\n")
-        old = work / "old"
-        if out.exists():
-            os.replace(out, old)
-        try:
-            os.replace(work / "model", out)
-        except OSError:
-            if old.exists():  # the previous model back in place
-                os.replace(old, out)
-            raise
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+        with atomic_output_dir(out, overwrite=force, derived=None, unmarked=EXPORT_FILES) as work:
+            # CTranslate2 converts into a folder it makes (removing one there): its own, inside the new one
+            model = work / "model"
+            vmap_file = None
+            if vmap is not None:
+                vmap_file = work / "vmap.source.txt"
+                vmap.write(vmap_file)
+            _convert(path, data, model, quantization, vmap_file and str(vmap_file))
+            (model / "smallvocab_export.json").write_text(json.dumps(meta, indent=2) + "\n")
+            if vmap_file is not None:
+                vmap_file.unlink()
+            for item in model.iterdir():
+                os.replace(item, work / item.name)
+            model.rmdir()
+    except DataError as err:  # the folder's: one that is not the export's, files that are not
+        raise ExportError(str(err)) from None
     return out
 
 
@@ -189,20 +196,25 @@ def main(argv=None):
     parser.add_argument("--k", type=int, help="K of the predicted candidates the coverage is measured against "
                                               "(default: the plugin's default K for the vocabulary)")
     parser.add_argument("--batch", type=int, default=32, help="sentences per batch of the allowance measured")
-    parser.add_argument("--force", action="store_true", help="replace --out if it is a CTranslate2 model")
+    parser.add_argument("--force", action="store_true",
+                        help="replace --out if it is a CTranslate2 model folder holding only what an export writes")
     args = parser.parse_args(argv)
     try:
-        info = check_exportable(args.path)  # before the map: a model that cannot be exported stops first
-        vmap, record = None, {}
-        if args.vmap_from:
-            vmap, stats = predictor_vmap(args.vmap_from, args.path, info, args.data, args.vmap_per_token,
-                                         args.vmap_always, args.vmap_bigrams, args.coverage_split, args.k,
-                                         args.batch)
-            record = {"vmap": stats}
-            print("vocabulary map: " + json.dumps(stats), flush=True)
-        out = export(args.path, args.data, args.out, args.quantization, vmap=vmap, force=args.force,
-                     record=record, info=info)
+        with exit_on_sigterm():  # so that the cleanup runs: the new model's temporary folder removed
+            info = check_exportable(args.path)  # before the map: a model that cannot be exported stops first
+            vmap, record = None, {}
+            if args.vmap_from:
+                vmap, stats = predictor_vmap(args.vmap_from, args.path, info, args.data, args.vmap_per_token,
+                                             args.vmap_always, args.vmap_bigrams, args.coverage_split, args.k,
+                                             args.batch)
+                record = {"vmap": stats}
+                print("vocabulary map: " + json.dumps(stats), flush=True)
+            out = export(args.path, args.data, args.out, args.quantization, vmap=vmap, force=args.force,
+                         record=record, info=info)
     except ExportError as err:
         raise SystemExit(f"error: {err}") from None
+    except KeyboardInterrupt:
+        print(f"interrupted: nothing was written to {args.out}", file=sys.stderr)
+        raise SystemExit(130) from None
     print(f"CTranslate2 model ({args.quantization}) written to {out}" + (" with its vocabulary map (vmap.txt): "
           "translate with use_vmap=True" if vmap is not None else ""))
