@@ -45,6 +45,29 @@ def umask():
     os.umask(before)
 
 
+def test_a_failed_replacement_puts_the_previous_folder_back(tmp_path, monkeypatch):
+    """--force renames the previous folder aside, then the new one into place: where the second rename
+    fails, the previous folder is back where it was (the next run would delete it as a leftover)."""
+    from pathlib import Path
+
+    final = tmp_path / "out"
+    with atomic_output_dir(final) as tmp:
+        (tmp / "a.txt").write_text("previous\n")
+    rename = Path.rename
+
+    def failing(self, target):
+        if Path(target) == final and ".tmp-" in self.name:  # the new folder (not the previous one, back)
+            raise OSError("the new folder cannot take the name")
+        return rename(self, target)
+
+    monkeypatch.setattr(Path, "rename", failing)
+    with pytest.raises(OSError, match="cannot take the name"):
+        with atomic_output_dir(final, overwrite=True) as tmp:
+            (tmp / "a.txt").write_text("new\n")
+    assert (final / "a.txt").read_text() == "previous\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
 @pytest.mark.parametrize("mask", [0o022, 0o027, 0o077], ids=["022", "027", "077"])
 def test_output_folder_mode_follows_the_umask_like_mkdir(tmp_path, umask, mask):
     umask(mask)

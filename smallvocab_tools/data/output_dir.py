@@ -201,7 +201,12 @@ def atomic_output_dir(final, overwrite=False, derived=_DERIVED, unmarked=None):
     if final.exists():
         old = final.with_name(f".{final.name}.old-{os.getpid()}")
         final.rename(old)
-        tmp.rename(final)
+        try:
+            tmp.rename(final)
+        except BaseException:  # the previous folder back in its place; the new one gone
+            old.rename(final)
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
         shutil.rmtree(old, ignore_errors=True)
     else:
         tmp.rename(final)
