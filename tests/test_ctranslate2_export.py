@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from helpers import REPO, USER_DIR, make_dictionary, run
+from helpers import REPO, USER_DIR, make_dictionary, run, sigint_default
 
 from fairseq_smallvocab.models.vocab_predictor import VocabPredictor, VocabPredictorConfig
 from smallvocab_tools.deploy.vmap import VocabMap, build_vmap, coverage
@@ -387,9 +387,6 @@ def test_a_killed_export_leaves_nothing_the_next_one_keeps(stock, tiny_bin, tmp_
                PYTHONPATH=os.pathsep.join([str(fake), *filter(None, [os.environ.get("PYTHONPATH")])]))
     folder = tmp_path / "models"
     out = folder / "ct2"
-
-    def sigint_default():  # a shell that is not interactive starts its background jobs with SIGINT ignored
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
 
     proc = subprocess.Popen([sys.executable, EXPORT, "--path", str(stock), "--data", str(tiny_bin), "--out",
                              str(out)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
