@@ -260,6 +260,27 @@ def copy_folder(folder, tmp_path):
     return data
 
 
+def cut_file(path, keep):
+    """Keep the first ``keep`` bytes of a file (negative: drop that many from its end)."""
+    data = path.read_bytes()
+    path.write_bytes(data[:keep])
+    return len(data)
+
+
+def poke_token(prefix, sentence, value):
+    """Set the first token of a sentence in a binarized split to ``value``."""
+    import numpy as np
+    from fairseq.data.indexed_dataset import MMapIndexedDataset
+
+    index = MMapIndexedDataset.Index(f"{prefix}.idx")
+    pointer, dtype = int(index._pointers[sentence]), index.dtype
+    del index
+    tokens = np.memmap(f"{prefix}.bin", dtype=dtype, mode="r+")
+    tokens[pointer // np.dtype(dtype).itemsize] = value
+    tokens.flush()
+    del tokens
+
+
 # -- REINFORCE (tests/test_reinforce_*.py, test_distributed_logs.py) -------------------------------------------------
 
 # the REINFORCE tests' sizes: source and target vocabularies, batch, source and target lengths (eos included),

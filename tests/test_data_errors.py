@@ -9,8 +9,7 @@ import re
 
 import numpy as np
 import pytest
-from fairseq.data.indexed_dataset import MMapIndexedDataset
-from helpers import caption_task, copy_folder
+from helpers import caption_task, copy_folder, cut_file, poke_token
 
 from fairseq_smallvocab.predictor import lists
 from fairseq_smallvocab.tasks.translation_smallvocab import TranslationSmallVocabConfig, TranslationSmallVocabTask
@@ -31,41 +30,23 @@ def _vocab_prediction(data, **overrides):
     return VocabPredictionTask.setup_task(cfg)
 
 
-def _cut(path, keep):
-    """Keep the first ``keep`` bytes of a file (negative: drop that many from its end)."""
-    data = path.read_bytes()
-    path.write_bytes(data[:keep])
-    return len(data)
-
-
-def _poke(prefix, sentence, value):
-    """Set the first token of a sentence in a binarized split to ``value``."""
-    index = MMapIndexedDataset.Index(f"{prefix}.idx")
-    pointer, dtype = int(index._pointers[sentence]), index.dtype
-    del index
-    tokens = np.memmap(f"{prefix}.bin", dtype=dtype, mode="r+")
-    tokens[pointer // np.dtype(dtype).itemsize] = value
-    tokens.flush()
-    del tokens
-
-
 # -- truncated or empty .idx / .bin ------------------------------------------------------------------
 
 
 def _drop_end(n, sentences=""):
     def damage(path):
-        size = _cut(path, -n)
+        size = cut_file(path, -n)
         return rf"is truncated: the index says {size} bytes{sentences}, the file has {size - n}"
     return damage
 
 
 def _cut_header(path):
-    _cut(path, 12)
+    cut_file(path, 12)
     return r"is truncated: 12 bytes, shorter than the 26-byte header"
 
 
 def _empty(path):
-    size = _cut(path, 0)
+    size = cut_file(path, 0)
     return rf"is truncated: the index says {size} bytes, the file has 0"
 
 
@@ -109,7 +90,7 @@ def test_a_damaged_idx_or_bin_is_named_with_what_is_wrong(tiny_bin, tmp_path, na
 def test_truncated_captions_are_named(cap_bin, tmp_path):
     data = copy_folder(cap_bin, tmp_path)
     path = data / "valid.en-None.en.bin"
-    size = _cut(path, -4)
+    size = cut_file(path, -4)
     with pytest.raises(ValueError, match=rf"{re.escape(str(path))} is truncated: the index says {size} bytes, "
                                          rf"the file has {size - 4}.*fairseq-preprocess.*prepare_captions\.py"):
         caption_task(data, small_vocab_size=0).load_dataset("valid")
@@ -118,7 +99,7 @@ def test_truncated_captions_are_named(cap_bin, tmp_path):
 def test_truncated_caption_targets_of_the_predictor_are_named(cap_bin, tmp_path):
     data = copy_folder(cap_bin, tmp_path)
     path = data / "train.en-None.en.bin"
-    _cut(path, 100)
+    cut_file(path, 100)
     with pytest.raises(ValueError, match=rf"{re.escape(str(path))} is truncated"):
         _vocab_prediction(data, source_features=str(data)).load_dataset("train")
 
@@ -131,7 +112,7 @@ def test_a_token_id_outside_the_dictionary_is_named_when_the_split_is_loaded(tin
     data = copy_folder(tiny_bin, tmp_path)
     task = _translation(data)
     size = len(task.tgt_dict if side == "tgt" else task.src_dict)
-    _poke(data / f"valid.src-tgt.{side}", 7, size + 3)
+    poke_token(data / f"valid.src-tgt.{side}", 7, size + 3)
     flag = "--tgtdict" if side == "tgt" else "--srcdict"
     with pytest.raises(ValueError, match=rf"{re.escape(str(data / f'valid.src-tgt.{side}.bin'))}: sentence 7 holds "
                                          rf"token id {size + 3}, but dict\.{side}\.txt has {size} entries "
@@ -144,7 +125,7 @@ def test_a_token_id_outside_the_dictionary_is_named_when_the_split_is_loaded(tin
 def test_caption_ids_outside_the_dictionary_are_named(cap_bin, tmp_path):
     data = copy_folder(cap_bin, tmp_path)
     task = caption_task(data, small_vocab_size=0)
-    _poke(data / "test.en-None.en", 2, len(task.tgt_dict))
+    poke_token(data / "test.en-None.en", 2, len(task.tgt_dict))
     with pytest.raises(ValueError, match=rf"test\.en-None\.en\.bin: sentence 2 holds token id {len(task.tgt_dict)}"
                                          rf", but dict\.en\.txt has {len(task.tgt_dict)} entries"):
         task.load_dataset("test")

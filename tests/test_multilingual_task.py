@@ -14,7 +14,7 @@ import textwrap
 import pytest
 import torch
 from fairseq.data import Dictionary
-from helpers import launch_two, run
+from helpers import copy_folder, cut_file, launch_two, poke_token, run
 from multilingual_helpers import MODEL_ARGS, OURS, PAIRS, STOCK, ml_task, write_three_way
 from vocab_predictor_helpers import TRAIN_ARGS, untrained_model, vp_task
 
@@ -120,6 +120,61 @@ def test_a_pair_without_a_predictor_is_named(ml_bin):
     sample = _batch(task, "train")
     with pytest.raises(ValueError, match="no predictor for en-fr"):
         task.attach(sample, gold=True)
+
+
+def _records(task, trained_on):
+    """The task's predictors (_task_with_predictors') as if loaded from checkpoints trained on ``trained_on``
+    ({path: (source language, target language)})."""
+    predictors = task.predictors()
+    predictors._trained_on.update(trained_on)
+    return task
+
+
+@pytest.mark.parametrize("spec, trained_on, bad", [
+    ("en-de:fr.pt,en-fr:de.pt", {"de.pt": ("en", "de"), "fr.pt": ("en", "fr")}, "fr.pt was trained on en-fr"),
+    ("de:fr.pt,fr:de.pt", {"de.pt": ("en", "de"), "fr.pt": ("en", "fr")}, "fr.pt was trained on en-fr"),
+    ("de.pt", {"de.pt": ("en", "de")}, "de.pt was trained on en-de.*for every pair"),
+    ("en-de:de.pt,en-fr:fr.pt", {"de.pt": ("en", "de"), "fr.pt": ("en", "fr")}, None),
+    ("de:de.pt,fr:fr.pt", {"de.pt": ("en", "de"), "fr.pt": ("en", "fr")}, None),
+    ("en-de:fr.pt,en-fr:de.pt", {"de.pt": ("src", "tgt"), "fr.pt": ("src", "tgt")}, None),  # other names
+])
+def test_a_predictor_serves_only_the_pair_it_was_trained_on(ml_bin, spec, trained_on, bad):
+    """Swapped per-pair predictors, or one pair's for every pair, are refused at the first row of a pair
+    they were not trained on (they would give that pair the other language's words), naming both; a
+    predictor whose languages are not the model's cannot be compared and is taken."""
+    task, models = _task_with_predictors(ml_bin)
+    loaded = task.predictors()._loaded
+    task = ml_task(ml_bin, "--vocab-predictor", spec, "--small-vocab-size", str(K))
+    task.predictors()._loaded.update(loaded)
+    _records(task, trained_on)
+    sample = _batch(task, "train")  # both pairs
+    if bad is None:
+        task.attach(sample, gold=True)
+        assert sample["net_input"]["candidates"].size(0) == sample["target"].size(0)
+    else:
+        with pytest.raises(ValueError, match=rf"the vocabulary predictor {bad}.*give each pair the predictor "
+                                             "trained on it"):
+            task.attach(sample, gold=True)
+
+
+@pytest.mark.parametrize("damage", ["id", "cut"])
+@pytest.mark.parametrize("split, pair", [("train", "en-de"), ("test", "en-fr")])
+def test_damaged_multilingual_data_is_named_when_the_split_is_loaded(ml_bin, tmp_path, damage, split, pair):
+    """The checks of every other plugin task (binarized.check_binarized): a token id outside the shared
+    dictionary and a .bin cut short are named with the file and the fix, in training and in decoding (fairseq
+    would train into an IndexError, decode to a BLEU, or say "buffer is smaller than requested size")."""
+    data = copy_folder(ml_bin, tmp_path)
+    tgt = pair.split("-")[1]
+    prefix = data / f"{split}.{pair}.{tgt}"
+    task = ml_task(data, "--vocab-predictor", "x.pt", target_lang=None if split == "train" else tgt)
+    if damage == "id":
+        poke_token(prefix, 3, len(task.target_dictionary) + 3)
+        said = rf"{re.escape(str(prefix))}\.bin: sentence 3 holds token id {len(task.target_dictionary) + 3}"
+    else:
+        cut_file(prefix.with_name(prefix.name + ".bin"), -10)
+        said = rf"{re.escape(str(prefix))}\.bin is truncated"
+    with pytest.raises(ValueError, match=said + ".*again"):
+        task.load_dataset(split)
 
 
 def test_the_rows_pair_is_what_the_model_is_told(ml_bin):
@@ -315,6 +370,28 @@ def test_two_workers_log_each_languages_reward(trained, ml_bin, tmp_path):
         assert {"reward", "reward/de", "reward/fr"} <= set(values), line
         low, high = sorted((values["reward/de"], values["reward/fr"]))
         assert low - 0.01 <= values["reward"] <= high + 0.01, line
+
+
+@pytest.mark.slow
+def test_generate_refuses_swapped_predictors_and_damaged_data(trained, ml_bin, tmp_path):
+    """Through fairseq-generate, with the predictors' real checkpoints (what they record of their pair) and a
+    copy of the data with an id outside the dictionary: each refused, named, where fairseq gave a BLEU."""
+    out, spec = trained
+    paths = dict(item.split(":", 1) for item in spec.split(","))
+    decode = ["fairseq-generate", ml_bin, *OURS, "--path", out / "ce" / "checkpoint_last.pt", "--gen-subset",
+              "test", "--beam", "1", "--cpu", "-s", "en", "-t", "fr", "--max-len-b", "40"]
+    swapped = f"en-de:{paths['en-fr']},en-fr:{paths['en-de']}"
+    for given, named in ((swapped, "under en-fr"), (paths["en-de"], "as the one predictor for every pair")):
+        result = run([*decode, "--vocab-predictor", given], check=False)
+        assert result.returncode != 0, result.stdout[-2000:]
+        assert f"the vocabulary predictor {paths['en-de']} was trained on en-de" in result.stderr, result.stderr[-3000:]
+        assert named in result.stderr and "BLEU" not in result.stdout
+    run([*decode, "--vocab-predictor", f"en-fr:{paths['en-fr']}"])  # its own pair's: decodes
+    data = copy_folder(ml_bin, tmp_path)
+    poke_token(data / "test.en-fr.fr", 2, 60000)
+    result = run([*decode[:1], data, *decode[2:]], check=False)
+    assert result.returncode != 0 and "BLEU" not in result.stdout
+    assert f"{data / 'test.en-fr.fr.bin'}: sentence 2 holds token id 60000" in result.stderr, result.stderr[-3000:]
 
 
 @pytest.mark.slow

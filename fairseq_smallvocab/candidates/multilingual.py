@@ -23,7 +23,10 @@ Two kinds: one trained on a single pair of the multilingual folder
 are not its words and are left out), or one for every pair told the target
 language, trained on ``prepare_target_tagged``'s data (each source behind its
 target language's token): for it the row's target language token is added
-to the source words.
+to the source words.  A predictor of the first kind serves only the pair
+its checkpoint records (its --source-lang / --target-lang): given under
+another pair's key, or as the one predictor for every pair, it is refused at
+the first row of a pair it was not trained on, naming both.
 
 A row is fairseq's special symbols at their ids (positions 0..3, as in
 ``candidates.space``), then, under ``--decoder-langtok``, the row's target
@@ -83,16 +86,22 @@ class PairPredictors:
         self.langtok_ids = set(langtok_ids)
         self.nspecial = tgt_dict.nspecial
         self._loaded: Dict[str, tuple] = {}  # path -> (model, its source dictionary)
+        self._trained_on: Dict[str, Tuple[Optional[str], Optional[str]]] = {}  # path -> its --source/target-lang
+        self._checked: set = set()  # the pairs whose predictor was checked against what it was trained on
         self._maps: Dict[str, Tensor] = {}  # path -> the model's source ids in the predictor's dictionary
 
-    def path_for(self, pair: Pair) -> str:
+    def key_for(self, pair: Pair) -> Pair:
+        """The key of ``spec`` that serves ``pair``: its own, its target language's, or the one for every pair."""
         src, tgt = pair
         for key in ((src, tgt), (None, tgt), (None, "*")):
             if key in self.spec:
-                return self.spec[key]
+                return key
         named = ", ".join(key_of(key) for key in self.spec)
         raise ValueError(f"--vocab-predictor has no predictor for {src or '?'}-{tgt} (it names {named}): add "
                          f"{key_of(pair)}:PATH, a predictor trained on that pair")
+
+    def path_for(self, pair: Pair) -> str:
+        return self.spec[self.key_for(pair)]
 
     def predictor(self, pair: Pair, device) -> Tuple[torch.nn.Module, Tensor, Optional[int]]:
         """(the pair's predictor on ``device``, the map of the model's source ids to its own, its id of the
@@ -102,11 +111,38 @@ class PairPredictors:
             model, task = load_predictor(path)  # with the dictionaries it was trained with
             self.check_dictionary(path, task.target_dictionary)
             self._loaded[path] = (model, task.source_dictionary)
+            self._trained_on[path] = (task.cfg.source_lang, task.cfg.target_lang)
         model, src_dict = self._loaded[path]
         if path not in self._maps or self._maps[path].device != torch.device(device):  # made once, kept there
             self._maps[path] = self.source_map(path, src_dict).to(device)
         tag = src_dict.indices.get(self.tag_of(pair[1])) if pair[1] != "*" else None
+        if pair not in self._checked:  # once a pair
+            self.check_pair(pair, path, tag)
+            self._checked.add(pair)
         return model.to(device), self._maps[path], tag
+
+    def check_pair(self, pair: Pair, path: str, tag: Optional[int]):
+        """A predictor trained on one pair (its checkpoint's --source-lang / --target-lang, languages of this
+        model) serves that pair only: given under another pair's key (swapped), or for every pair, it is
+        refused, naming both.  One told the target language (it reads ``tag``, the pair's language token)
+        serves every pair it has the token of; a predictor trained on languages this model does not have
+        (another folder's names) cannot be compared."""
+        trained_src, trained_tgt = self._trained_on.get(path, (None, None))
+        if tag is not None or trained_tgt is None or self.dict.indices.get(self.tag_of(trained_tgt)) \
+                not in self.langtok_ids:
+            return
+        src, tgt = pair
+        if trained_tgt == tgt and (src is None or trained_src is None or trained_src == src):
+            return
+        key = self.key_for(pair)
+        given = (f"as the one predictor for every pair (--vocab-predictor {path})" if key == (None, "*")
+                 else f"under {key_of(key)} (--vocab-predictor ...{key_of(key)}:{path}...)")
+        raise ValueError(
+            f"the vocabulary predictor {path} was trained on {trained_src}-{trained_tgt} (its --source-lang / "
+            f"--target-lang), but it is given {given} and would predict the words of {src or '?'}-{tgt}: give each "
+            f"pair the predictor trained on it ({trained_src}-{trained_tgt}:{path},{src or trained_src}-{tgt}:"
+            "PATH), or one predictor told the target language for every pair (trained on "
+            "prepare_target_tagged's data)")
 
     def check_dictionary(self, path, predictor_dict):
         """The predictor's target dictionary must be the model's shared one

@@ -18,7 +18,8 @@ the user's gets each hypothesis's target language.  The model is restricted as i
 (``restricted_model``: the stock state-dict keys), so a stock multilingual
 checkpoint fine-tunes here (``--finetune-from-model``) and a checkpoint
 written here decodes with stock fairseq.  ``--small-vocab-size 0`` trains
-the same model with the full softmax.
+the same model with the full softmax.  Every .idx/.bin pair it loads is
+checked first, as the plugin's other tasks check theirs (``binarized``).
 
 fairseq's ``--lang-tok-replacing-bos-eos`` (the language token in place of
 the decoder's first input) is not supported: the generator would start from
@@ -30,10 +31,12 @@ import os
 from typing import Dict, List, Optional, Tuple
 
 import torch
+from fairseq.data.multilingual.multilingual_data_manager import MultilingualDatasetManager
 from fairseq.data.multilingual.multilingual_utils import get_lang_tok
 from fairseq.tasks import FairseqTask, register_task
 from fairseq.tasks.translation_multi_simple_epoch import TranslationMultiSimpleEpochTask
 
+from fairseq_smallvocab.binarized import load_binarized
 from fairseq_smallvocab.candidates.multilingual import PairPredictors, key_of, parse_predictors
 from fairseq_smallvocab.candidates.space import default_small_vocab_size
 from fairseq_smallvocab.compat.precision import check_training_precision
@@ -49,6 +52,16 @@ from fairseq_smallvocab.tasks.task_state import SmallVocabTaskState
 logger = logging.getLogger(__name__)
 
 
+class CheckedDatasetManager(MultilingualDatasetManager):
+    """fairseq's multilingual data manager, each .idx/.bin pair checked before fairseq opens it, as every
+    plugin task checks its data (``load_binarized``: a damaged pair or a token id outside the dictionary is
+    named with the fix, once per split load)."""
+
+    @classmethod
+    def load_data(cls, path, vdict, impl):
+        return load_binarized(path, vdict, impl)
+
+
 @register_task("translation_multi_smallvocab")
 class TranslationMultiSmallVocabTask(SmallVocabTaskState, TranslationMultiSimpleEpochTask):
 
@@ -57,14 +70,16 @@ class TranslationMultiSmallVocabTask(SmallVocabTaskState, TranslationMultiSimple
         TranslationMultiSimpleEpochTask.add_args(parser)
         parser.add_argument("--vocab-predictor", default=None, metavar="PAIR:CKPT,...",
                             help="the vocabulary predictor of each language pair (en-de:CKPT,en-fr:CKPT), of each "
-                                 "target language (de:CKPT,fr:CKPT) or one for all (CKPT); decoding defaults to "
-                                 "the predictors recorded in the model checkpoint")
+                                 "target language (de:CKPT,fr:CKPT) or one for all (CKPT; one told the target "
+                                 "language: a predictor trained on one pair serves that pair only, refused for "
+                                 "another); decoding defaults to the predictors recorded in the model checkpoint")
         parser.add_argument("--small-vocab-size", type=int, default=None, metavar="K",
                             help="K, candidates per example including the special symbols, the target language "
                                  "token aside (default: 1000 when |V| > 10,000, else 500; 0: full softmax)")
 
     def __init__(self, args, langs, dicts, training):
         super().__init__(args, langs, dicts, training)
+        self.data_manager = CheckedDatasetManager(args, self.lang_pairs, langs, dicts, self.sampling_method)
         self.init_state()
         if getattr(args, "lang_tok_replacing_bos_eos", False):
             raise ValueError("translation_multi_smallvocab does not support --lang-tok-replacing-bos-eos (the "
