@@ -151,7 +151,7 @@ def _literal_size(node) -> Optional[int]:
         ast.literal_eval(node)
     except Exception:  # ValueError: a call, a name, an operator; RecursionError: too deep
         return None
-    return sum(1 for _ in ast.walk(node) if isinstance(_, (ast.Constant, ast.List, ast.Tuple, ast.Dict, ast.Set)))
+    return sum(1 for part in ast.walk(node) if isinstance(part, (ast.Constant, ast.List, ast.Tuple, ast.Dict, ast.Set)))
 
 
 def _build(node):
