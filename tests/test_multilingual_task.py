@@ -53,6 +53,7 @@ def _task_with_predictors(ml_bin, seed_fr=1):
         ptask = vp_task(ml_bin, source_lang="en", target_lang=tgt)
         models[tgt] = _random_predictor(ptask, seed)
         task.predictors()._loaded[f"{tgt}.pt"] = (models[tgt], ptask.source_dictionary)
+        task.predictors()._trained_on[f"{tgt}.pt"] = ("en", tgt)  # what its checkpoint would record
     return task, models
 
 
@@ -122,39 +123,93 @@ def test_a_pair_without_a_predictor_is_named(ml_bin):
         task.attach(sample, gold=True)
 
 
-def _records(task, trained_on):
-    """The task's predictors (_task_with_predictors') as if loaded from checkpoints trained on ``trained_on``
-    ({path: (source language, target language)})."""
-    predictors = task.predictors()
-    predictors._trained_on.update(trained_on)
-    return task
+def _given(ml_bin, monkeypatch, spec, records, data=None, **langs):
+    """The task given ``--vocab-predictor spec``, each path loading (load_predictor) an untrained predictor of
+    ``data`` (default: the multilingual folder's en-de, whose shape every pair's has) whose checkpoint records
+    ``records[path]``, its -s / -t (None: trained without)."""
+    def load(path):
+        ptask = vp_task(data or ml_bin, **(langs or {"source_lang": "en", "target_lang": "de"}))
+        ptask.recorded_langs = records[path]
+        return _random_predictor(ptask, 0), ptask
+
+    monkeypatch.setattr("fairseq_smallvocab.candidates.multilingual.load_predictor", load)
+    return ml_task(ml_bin, "--vocab-predictor", spec, "--small-vocab-size", str(K))
 
 
-@pytest.mark.parametrize("spec, trained_on, bad", [
-    ("en-de:fr.pt,en-fr:de.pt", {"de.pt": ("en", "de"), "fr.pt": ("en", "fr")}, "fr.pt was trained on en-fr"),
-    ("de:fr.pt,fr:de.pt", {"de.pt": ("en", "de"), "fr.pt": ("en", "fr")}, "fr.pt was trained on en-fr"),
-    ("de.pt", {"de.pt": ("en", "de")}, "de.pt was trained on en-de.*for every pair"),
-    ("en-de:de.pt,en-fr:fr.pt", {"de.pt": ("en", "de"), "fr.pt": ("en", "fr")}, None),
-    ("de:de.pt,fr:fr.pt", {"de.pt": ("en", "de"), "fr.pt": ("en", "fr")}, None),
-    ("en-de:fr.pt,en-fr:de.pt", {"de.pt": ("src", "tgt"), "fr.pt": ("src", "tgt")}, None),  # other names
+def _batch_of(task, tgt, split="valid", n=8):
+    """A batch of the rows of one target language (their first target token is its language token)."""
+    if split not in task.datasets:  # (fairseq 0.12's multilingual task cannot load a split twice)
+        task.load_dataset(split)
+    ds, langtok = task.datasets[split], task.target_dictionary.index(f"__{tgt}__")
+    return ds.collater([ds[i] for i in range(len(ds)) if int(ds[i]["target"][0]) == langtok][:n])
+
+
+DE, FR = ("en", "de"), ("en", "fr")
+
+
+@pytest.mark.parametrize("spec, records, tgt, refused", [
+    ("en-de:fr.pt,en-fr:de.pt", {"de.pt": DE, "fr.pt": FR}, "fr",  # swapped
+     r"de\.pt was trained on en-de \(the -s / -t its checkpoint records\), but it is given under en-fr "
+     r"\(--vocab-predictor \.\.\.en-fr:de\.pt\.\.\.\) and would predict the words of en-fr: give each pair the "
+     r"predictor trained on it \(en-de:de\.pt,en-fr:PATH\)"),
+    ("en-de:fr.pt,en-fr:de.pt", {"de.pt": DE, "fr.pt": FR}, "de", r"fr\.pt was trained on en-fr.*under en-de "),
+    ("de:fr.pt,fr:de.pt", {"de.pt": DE, "fr.pt": FR}, "fr", r"de\.pt was trained on en-de.*under fr "),
+    ("de:fr.pt,fr:de.pt", {"de.pt": (None, "de"), "fr.pt": (None, "fr")}, "fr",  # -t only
+     r"de\.pt was trained on de .*under fr .*\(de:de\.pt,en-fr:PATH\)"),
+    ("de.pt", {"de.pt": DE}, "fr", r"de\.pt was trained on en-de.*as the one predictor for every pair "
+                                   r"\(--vocab-predictor de\.pt\) and would predict the words of en-fr"),
+    ("en-de:de.pt,en-fr:fr.pt", {"de.pt": ("fr", "de"), "fr.pt": FR}, "de",  # another source language
+     r"de\.pt was trained on fr-de.*under en-de"),
+    ("en-de:de.pt,en-fr:fr.pt", {"de.pt": DE, "fr.pt": FR}, "de", None),
+    ("en-de:de.pt,en-fr:fr.pt", {"de.pt": DE, "fr.pt": FR}, "fr", None),
+    ("de:de.pt,fr:fr.pt", {"de.pt": DE, "fr.pt": FR}, "fr", None),
+    ("de:de.pt,fr:fr.pt", {"de.pt": (None, "de"), "fr.pt": (None, "fr")}, "fr", None),
+    ("de.pt", {"de.pt": DE}, "de", None),  # one pair's predictor for the rows of that pair
 ])
-def test_a_predictor_serves_only_the_pair_it_was_trained_on(ml_bin, spec, trained_on, bad):
-    """Swapped per-pair predictors, or one pair's for every pair, are refused at the first row of a pair
-    they were not trained on (they would give that pair the other language's words), naming both; a
-    predictor whose languages are not the model's cannot be compared and is taken."""
-    task, models = _task_with_predictors(ml_bin)
-    loaded = task.predictors()._loaded
-    task = ml_task(ml_bin, "--vocab-predictor", spec, "--small-vocab-size", str(K))
-    task.predictors()._loaded.update(loaded)
-    _records(task, trained_on)
-    sample = _batch(task, "train")  # both pairs
-    if bad is None:
+def test_a_predictor_serves_only_the_pair_its_checkpoint_records(ml_bin, monkeypatch, spec, records, tgt, refused):
+    """Swapped predictors (under pairs' or target languages' keys), one pair's for every pair, or one of another
+    source language are refused at the first row of a pair they were not trained on (they would give it the
+    other pair's words: 88.6% of the gold words outside the rows), naming the key, what the file records and
+    the fix; each predictor on its own pair's rows is taken."""
+    task = _given(ml_bin, monkeypatch, spec, records)
+    sample = _batch_of(task, tgt)
+    if refused is None:
         task.attach(sample, gold=True)
         assert sample["net_input"]["candidates"].size(0) == sample["target"].size(0)
     else:
-        with pytest.raises(ValueError, match=rf"the vocabulary predictor {bad}.*give each pair the predictor "
-                                             "trained on it"):
+        with pytest.raises(ValueError, match="the vocabulary predictor " + refused):
             task.attach(sample, gold=True)
+
+
+@pytest.mark.parametrize("recorded, said", [((None, None), r"records no language pair \(trained without -s / -t\)"),
+                                            (("src", "tgt"), "records the pair src-tgt, not languages of this model")])
+def test_a_predictor_that_records_no_pair_of_the_model_is_taken_with_a_warning(ml_bin, monkeypatch, caplog,
+                                                                               recorded, said):
+    """A predictor trained without -s / -t (fairseq records none) or on another folder's language names cannot
+    be compared: taken (older predictors keep working), with a warning once for each file."""
+    task = _given(ml_bin, monkeypatch, "en-de:fr.pt,en-fr:de.pt", {"de.pt": recorded, "fr.pt": recorded})
+    sample = _batch(task, "valid")  # both pairs
+    with caplog.at_level("WARNING", logger="fairseq_smallvocab.candidates.multilingual"):
+        for _ in range(2):  # two batches
+            task.attach(sample, gold=False)
+    warned = [r.getMessage() for r in caplog.records if "without checking that it was trained" in r.getMessage()]
+    assert len(warned) == 2, warned
+    assert any(re.match(rf"the vocabulary predictor de\.pt {said}: it is taken under en-fr", m) for m in warned)
+
+
+def test_a_predictor_told_other_target_languages_is_refused_for_a_new_one(ml_bin, tmp_path, monkeypatch):
+    """A predictor trained on prepare_target_tagged's data of en-de alone reads __de__, not __fr__: refused for
+    the rows of en-fr (it would predict them as German), taken for those of en-de."""
+    from smallvocab_tools.data.multilingual_prep import prepare_target_tagged
+
+    prepare_target_tagged(ml_bin, tmp_path / "tagged", PAIRS[:1], log=lambda m: None)
+    task = _given(ml_bin, monkeypatch, "all.pt", {"all.pt": ("src", "tgt")}, data=tmp_path / "tagged",
+                  source_lang="src", target_lang="tgt")
+    task.attach(_batch_of(task, "de"), gold=False)
+    with pytest.raises(ValueError, match=r"the vocabulary predictor all\.pt was told the target languages __de__ in "
+                                         r"training \(prepare_target_tagged's data\), not __fr__, but it is given as "
+                                         r"the one predictor for every pair"):
+        task.attach(_batch_of(task, "fr"), gold=False)
 
 
 @pytest.mark.parametrize("damage", ["id", "cut"])
@@ -392,6 +447,20 @@ def test_generate_refuses_swapped_predictors_and_damaged_data(trained, ml_bin, t
     result = run([*decode[:1], data, *decode[2:]], check=False)
     assert result.returncode != 0 and "BLEU" not in result.stdout
     assert f"{data / 'test.en-fr.fr.bin'}: sentence 2 holds token id 60000" in result.stderr, result.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_a_predictor_records_its_pair_only_when_trained_with_it(trained, predictor):
+    """What the check compares (load_predictor's recorded_langs): the -s / -t that fairseq-train wrote into the
+    checkpoint, and nothing for a predictor trained without them (its task infers its folder's pair at load:
+    not necessarily the one it was trained on)."""
+    from fairseq_smallvocab.predictor.inference import load_predictor
+
+    _, spec = trained
+    paths = dict(item.split(":", 1) for item in spec.split(","))
+    assert load_predictor(paths["en-fr"])[1].recorded_langs == ("en", "fr")
+    _, task = load_predictor(predictor)  # trained on tiny_bin without -s / -t
+    assert task.recorded_langs == (None, None) and (task.cfg.source_lang, task.cfg.target_lang) == ("src", "tgt")
 
 
 @pytest.mark.slow

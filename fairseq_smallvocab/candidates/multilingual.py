@@ -24,9 +24,13 @@ are not its words and are left out), or one for every pair told the target
 language, trained on ``prepare_target_tagged``'s data (each source behind its
 target language's token): for it the row's target language token is added
 to the source words.  A predictor of the first kind serves only the pair
-its checkpoint records (its --source-lang / --target-lang): given under
-another pair's key, or as the one predictor for every pair, it is refused at
-the first row of a pair it was not trained on, naming both.
+its checkpoint records (its -s / -t): given under another pair's key or
+another target language's, or as the one predictor for several pairs, it is
+refused at the first row of a pair it was not trained on, naming both; one
+that records no pair (trained without -s / -t) or languages this model does
+not have is taken unchecked, with a warning.  One of the second kind (its
+source dictionary holds language tokens) serves the target languages whose
+tokens it was trained with, and is refused for another.
 
 A row is fairseq's special symbols at their ids (positions 0..3, as in
 ``candidates.space``), then, under ``--decoder-langtok``, the row's target
@@ -36,6 +40,7 @@ word first (the paper's top K + gold indicator).  Rows are predicted on the
 batch's device each step: a bag of embeddings and one |V| x d product per
 batch, without lists kept on disk."""
 
+import logging
 import re
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -44,6 +49,8 @@ from torch import Tensor
 
 from fairseq_smallvocab.predictor.inference import load_predictor
 from fairseq_smallvocab.predictor.scoring import TooManyForcedWords, select_candidates
+
+logger = logging.getLogger(__name__)
 
 Pair = Tuple[Optional[str], str]  # (source language or None: any), target language
 KEY = re.compile(r"^(?:([A-Za-z][\w]*)-)?([A-Za-z][\w]*)$")
@@ -86,8 +93,9 @@ class PairPredictors:
         self.langtok_ids = set(langtok_ids)
         self.nspecial = tgt_dict.nspecial
         self._loaded: Dict[str, tuple] = {}  # path -> (model, its source dictionary)
-        self._trained_on: Dict[str, Tuple[Optional[str], Optional[str]]] = {}  # path -> its --source/target-lang
+        self._trained_on: Dict[str, Tuple[Optional[str], Optional[str]]] = {}  # path -> its recorded -s / -t
         self._checked: set = set()  # the pairs whose predictor was checked against what it was trained on
+        self._warned: set = set()  # the paths whose pair could not be checked (said once)
         self._maps: Dict[str, Tensor] = {}  # path -> the model's source ids in the predictor's dictionary
 
     def key_for(self, pair: Pair) -> Pair:
@@ -111,38 +119,62 @@ class PairPredictors:
             model, task = load_predictor(path)  # with the dictionaries it was trained with
             self.check_dictionary(path, task.target_dictionary)
             self._loaded[path] = (model, task.source_dictionary)
-            self._trained_on[path] = (task.cfg.source_lang, task.cfg.target_lang)
+            self._trained_on[path] = task.recorded_langs
         model, src_dict = self._loaded[path]
+        if pair not in self._checked:  # once a pair
+            self.check_pair(pair, path, src_dict)
+            self._checked.add(pair)
         if path not in self._maps or self._maps[path].device != torch.device(device):  # made once, kept there
             self._maps[path] = self.source_map(path, src_dict).to(device)
-        tag = src_dict.indices.get(self.tag_of(pair[1])) if pair[1] != "*" else None
-        if pair not in self._checked:  # once a pair
-            self.check_pair(pair, path, tag)
-            self._checked.add(pair)
-        return model.to(device), self._maps[path], tag
+        return model.to(device), self._maps[path], src_dict.indices.get(self.tag_of(pair[1]))
 
-    def check_pair(self, pair: Pair, path: str, tag: Optional[int]):
-        """A predictor trained on one pair (its checkpoint's --source-lang / --target-lang, languages of this
-        model) serves that pair only: given under another pair's key (swapped), or for every pair, it is
-        refused, naming both.  One told the target language (it reads ``tag``, the pair's language token)
-        serves every pair it has the token of; a predictor trained on languages this model does not have
-        (another folder's names) cannot be compared."""
-        trained_src, trained_tgt = self._trained_on.get(path, (None, None))
-        if tag is not None or trained_tgt is None or self.dict.indices.get(self.tag_of(trained_tgt)) \
-                not in self.langtok_ids:
-            return
+    def check_pair(self, pair: Pair, path: str, src_dict):
+        """Refuse the predictor ``path`` (``src_dict``: its source dictionary) for the rows of ``pair`` unless
+        it was trained on them.  One told the target language (its source dictionary holds language tokens:
+        trained on ``prepare_target_tagged``'s data) serves the target languages it has the token of.  One
+        trained on a single pair serves the pair its checkpoint records (-s / -t, compared with the row's
+        target language, and with its source language where the row's is known): given under another pair's
+        or target language's key, or as the one predictor for several pairs, it is refused, naming the key,
+        what the file records and the fix.  One that records no pair (trained without -s / -t: fairseq
+        infers it from the folder and records nothing) or languages this model does not have (another
+        folder's names) cannot be compared: taken, with a warning."""
         src, tgt = pair
-        if trained_tgt == tgt and (src is None or trained_src is None or trained_src == src):
-            return
         key = self.key_for(pair)
         given = (f"as the one predictor for every pair (--vocab-predictor {path})" if key == (None, "*")
                  else f"under {key_of(key)} (--vocab-predictor ...{key_of(key)}:{path}...)")
+        tags = sorted(self.dict[i] for i in self.langtok_ids if self.dict[i] in src_dict.indices)
+        if tags:  # told the target language
+            if self.tag_of(tgt) not in src_dict.indices:
+                raise ValueError(
+                    f"the vocabulary predictor {path} was told the target languages {', '.join(tags)} in "
+                    f"training (prepare_target_tagged's data), not {self.tag_of(tgt)}, but it is given {given} "
+                    f"and would predict the words of {src or '?'}-{tgt} without their language: give "
+                    f"{key_of((src, tgt))}:PATH, a predictor trained on that pair, or train it on "
+                    f"prepare_target_tagged's data of every pair, {src or '?'}-{tgt} among them")
+            return
+        trained_src, trained_tgt = self._trained_on.get(path) or (None, None)
+        if not self.is_language(trained_tgt):
+            if path not in self._warned:
+                self._warned.add(path)
+                what = ("records no language pair (trained without -s / -t)" if trained_tgt is None else
+                        f"records the pair {trained_src}-{trained_tgt}, not languages of this model")
+                logger.warning(f"the vocabulary predictor {path} {what}: it is taken {given} without checking "
+                               "that it was trained on that pair (a predictor of another pair gives rows that "
+                               "miss this pair's words); a predictor trained with -s SRC -t TGT on this data "
+                               "is checked")
+            return
+        if trained_tgt == tgt and (src is None or not self.is_language(trained_src) or trained_src == src):
+            return
+        trained = key_of((trained_src if self.is_language(trained_src) else None, trained_tgt))
         raise ValueError(
-            f"the vocabulary predictor {path} was trained on {trained_src}-{trained_tgt} (its --source-lang / "
-            f"--target-lang), but it is given {given} and would predict the words of {src or '?'}-{tgt}: give each "
-            f"pair the predictor trained on it ({trained_src}-{trained_tgt}:{path},{src or trained_src}-{tgt}:"
-            "PATH), or one predictor told the target language for every pair (trained on "
-            "prepare_target_tagged's data)")
+            f"the vocabulary predictor {path} was trained on {trained} (the -s / -t its checkpoint records), but "
+            f"it is given {given} and would predict the words of {src or '?'}-{tgt}: give each pair the "
+            f"predictor trained on it ({trained}:{path},{key_of((src, tgt))}:PATH), or one predictor told the "
+            "target language for every pair (trained on prepare_target_tagged's data)")
+
+    def is_language(self, lang: Optional[str]) -> bool:
+        """Whether ``lang`` is a language of this model (its token is one of the model's language tokens)."""
+        return lang is not None and self.dict.indices.get(self.tag_of(lang)) in self.langtok_ids
 
     def check_dictionary(self, path, predictor_dict):
         """The predictor's target dictionary must be the model's shared one

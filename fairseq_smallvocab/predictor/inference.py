@@ -42,7 +42,11 @@ def load_predictor(path, data: Optional[str] = None, **task_overrides):
 
     ``data`` replaces the data folder the predictor was trained on (the
     target dictionaries must be the same); ``task_overrides`` set other task
-    options (e.g. ``source_features``)."""
+    options (e.g. ``source_features``).  ``task.recorded_langs``: the
+    (source, target) languages the checkpoint records (fairseq-train's -s /
+    -t), None for one it was trained without (the task's own are then
+    inferred from the data folder now, not necessarily what it was trained
+    on)."""
     path = Path(path)
     folder = folder_instead_of_checkpoint(path, "the vocabulary predictor")
     if folder:
@@ -88,7 +92,9 @@ def load_predictor(path, data: Optional[str] = None, **task_overrides):
         raise PredictorError(
             f"{path} was trained on target language '{tgt}' ({trained_dict}), "
             f"but {folder} has no dict.{tgt}.txt (it has {found}): use a predictor trained on this data")
+    recorded = (getattr(cfg.task, "source_lang", None), getattr(cfg.task, "target_lang", None))
     task = tasks.TASK_REGISTRY[PREDICTOR_TASK].setup_task(_predictor_task_config(cfg.task))
+    task.recorded_langs = recorded
     saved_hash = int(state["model"]["target_dict_hash"].item())
     saved_size = state["model"]["prior"].numel()
     if saved_hash != dictionary_fingerprint(task.target_dictionary):

@@ -70,9 +70,10 @@ class TranslationMultiSmallVocabTask(SmallVocabTaskState, TranslationMultiSimple
         TranslationMultiSimpleEpochTask.add_args(parser)
         parser.add_argument("--vocab-predictor", default=None, metavar="PAIR:CKPT,...",
                             help="the vocabulary predictor of each language pair (en-de:CKPT,en-fr:CKPT), of each "
-                                 "target language (de:CKPT,fr:CKPT) or one for all (CKPT; one told the target "
-                                 "language: a predictor trained on one pair serves that pair only, refused for "
-                                 "another); decoding defaults to the predictors recorded in the model checkpoint")
+                                 "target language (de:CKPT,fr:CKPT) or one for all (CKPT: one told the target "
+                                 "language, trained on prepare_target_tagged's data); a predictor trained on one "
+                                 "pair (-s / -t) is refused for the rows of another; decoding defaults to the "
+                                 "predictors recorded in the model checkpoint")
         parser.add_argument("--small-vocab-size", type=int, default=None, metavar="K",
                             help="K, candidates per example including the special symbols, the target language "
                                  "token aside (default: 1000 when |V| > 10,000, else 500; 0: full softmax)")
