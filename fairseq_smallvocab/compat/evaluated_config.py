@@ -26,9 +26,10 @@ lists, as in ``'[(512, 3)] * 20'``), so two guards, each enough alone:
 * **fairseq's evaluators** (``install``): where the plugin is loaded, the
   ``eval`` that ``fairseq.utils`` (``eval_bool``, ``eval_str_list``,
   ``eval_str_dict``) and the models, optimizers and criteria that evaluate
-  config values directly (``EVALUATING_MODULES``) call is ``literal_eval``, which builds a literal
-  and nothing else, so a value the first guard does not see (a config built
-  in Python, a path that bypasses the loader) still runs no code.
+  config values directly (``EVALUATING_MODULES``) call is ``literal_eval``,
+  which builds a literal and nothing else, so a value the first guard does
+  not see (a config built in Python, a path that bypasses the loader) still
+  runs no code.
 
 A literal is what ``ast.literal_eval`` accepts (booleans, numbers, ``None``,
 quoted strings, and tuples, lists and dicts of them), or a sum of literal
