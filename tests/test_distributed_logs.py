@@ -71,3 +71,43 @@ def test_the_ce_control_reduces_tensors_from_distributed_workers(tiny_bin):
     values = _same_values(lambda outs: task.reduce_metrics(outs, crit), logs)
     assert {"loss", "ce", "rl_loss"} <= set(values) and not {"reward", "baseline", "entropy"} & set(values)
     assert values["ce"] == pytest.approx(float(logs[0]["ce"]) / float(logs[0]["ntokens"]) / math.log(2), abs=1e-3)
+
+
+def test_len_ratio_and_the_baseline_reduce_as_the_reward_does(tiny_bin):
+    """len_ratio is the samples' words over their references' (summed over the
+    samples, as BLEU's ratio is over a corpus), and the baseline is logged per
+    sample like the reward: with leave-one-out the samples' baselines average to
+    exactly the mean reward; summed across workers or not."""
+    task = mt_task(tiny_bin, small_vocab_size=40)
+    model, _, sample = _setup()
+    crit = ReinforceGleuCriterion(task, ReinforceGleuConfig(rl_baseline="loo", rl_samples=3, max_sample_len=9))
+    logs = []
+    for seed in (3, 4):
+        torch.manual_seed(seed)
+        logs.append(crit(model.eval(), sample)[2])
+    d = task.target_dictionary
+    ref_words = int((sample["target"].ne(d.pad()) & sample["target"].ne(d.eos())).sum())
+    for log in logs:
+        assert log["ref_words"] == 3 * ref_words and log["sample_words"] == log["sample_len"] > 0
+    assert logs[0]["sample_words"] != logs[1]["sample_words"]
+    values = _same_values(lambda outs: task.reduce_metrics(outs, crit), logs)
+    want = sum(log["sample_words"] for log in logs) / sum(log["ref_words"] for log in logs)
+    assert values["len_ratio"] == pytest.approx(want, abs=1e-3) and 0 < want
+    assert values["baseline"] == pytest.approx(values["reward"], abs=0.01) and values["reward"] > 0
+
+
+def test_the_eval_bleu_length_ratio_reduces_from_distributed_workers(tiny_bin):
+    """bleu_len_ratio: --eval-bleu's decodes' length over the references'."""
+    task = mt_task(tiny_bin, small_vocab_size=40)
+    task.cfg.eval_bleu = True
+    crit = ReinforceGleuCriterion(task, ReinforceGleuConfig(rl_lambda=1.0))
+    logs = []
+    for sys_len, ref_len in ((9, 10), (12, 20)):
+        log = {"loss": 1.0, "ce": 1.0, "rl": 0.0, "ntokens": 10, "nsentences": 2, "sample_size": 2, "nonfinite": 0,
+               "finite_sentences": 2, "finite_tokens": 10, "finite_samples": 0,
+               "_bleu_sys_len": sys_len, "_bleu_ref_len": ref_len}
+        for i in range(4):
+            log[f"_bleu_counts_{i}"], log[f"_bleu_totals_{i}"] = max(sys_len - 2 * i, 0), sys_len - i
+        logs.append(log)
+    values = _same_values(lambda outs: task.reduce_metrics(outs, crit), logs)
+    assert values["bleu_len_ratio"] == pytest.approx(21 / 30, abs=1e-3) and values["bleu"] > 0

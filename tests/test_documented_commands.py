@@ -211,7 +211,7 @@ def test_scripts_run_in_process_on_tiny_settings(tmp_path, capsys):
         assert (tmp_path / "plots" / f"bench_{name}.png").exists()
     for name in ("REWARDS", "REWARDS_ALL"):
         records = [json.loads(line) for line in out[c[name]].splitlines() if line.startswith("{")]
-        assert {r["reward"] for r in records} == {"gleu", "bleu", "chrf", "constant"}, out[c[name]]
+        assert {r["reward"] for r in records} == {"gleu", "gleu_bp", "bleu", "chrf", "constant"}, out[c[name]]
         assert all(r["median_ms"] >= 0 for r in records)
     written = {path.name for path in (tmp_path / "captions-raw").iterdir()}
     assert {"train.npy", "train.index", "train.en", "test.index"} <= written, written

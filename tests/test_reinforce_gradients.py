@@ -143,7 +143,7 @@ def test_constant_reward_with_leave_one_out_leaves_only_the_ce_term(small):
     model, task, sample = _setup(small)
     crit = _crit(task, rl_lambda=0.3, rl_baseline="loo", rl_samples=4, reward="constant")
     loss, _, log = crit(model, sample)
-    assert log["rl"] == 0.0 and log["reward"] == 4 * B and log["baseline"] == log["steps"] > 0
+    assert log["rl"] == 0.0 and log["reward"] == log["baseline"] == 4 * B and log["steps"] > 0
     model.zero_grad()
     loss.backward()
     got = [p.grad.clone() for p in model.parameters()]
@@ -249,7 +249,8 @@ def test_empty_samples_get_zero_reward_without_crashing():
 def test_nonfinite_batches_are_skipped_and_counted(monkeypatch):
     model, task, sample = _setup()
     crit = _crit(task, rl_baseline="learned")
-    monkeypatch.setattr(crit, "rewards", lambda *a: (torch.full((B,), float("nan")), None))
+    monkeypatch.setattr(crit, "rewards", lambda *a: (torch.full((B,), float("nan")), None,
+                                                    (torch.ones(B), torch.ones(B))))
     loss, _, log = crit(model, sample)
     assert log["nonfinite"] == 1 and loss.item() == 0.0
     model.zero_grad()

@@ -92,7 +92,8 @@ def test_nonfinite_batches_do_not_pull_the_logged_averages(monkeypatch):
     model.train()
     torch.manual_seed(3)
     _, _, good = crit(model, sample)
-    monkeypatch.setattr(crit, "rewards", lambda *a: (torch.full((B,), float("nan")), None))
+    words = (torch.full((B,), 3), torch.full((B,), 4))
+    monkeypatch.setattr(crit, "rewards", lambda *a: (torch.full((B,), float("nan")), None, words))
     _, _, bad = crit(model, sample)
     assert bad.keys() == good.keys()  # fairseq sums logging outputs key by key (across workers too)
 
@@ -104,7 +105,7 @@ def test_nonfinite_batches_do_not_pull_the_logged_averages(monkeypatch):
 
     alone, mixed = reduced([good]), reduced([good, bad, bad])
     assert mixed["nonfinite"] == 2 and alone["nonfinite"] == 0
-    for key in ("loss", "ce", "rl_loss", "reward", "baseline", "sample_len", "baseline_mse"):
+    for key in ("loss", "ce", "rl_loss", "reward", "baseline", "sample_len", "len_ratio", "baseline_mse"):
         assert mixed[key] == alone[key], key
     assert alone["reward"] > 0 and alone["ce"] > 0
     # nothing to average when every batch was skipped: the loss is inf, never a best checkpoint's score (without
@@ -123,6 +124,6 @@ def test_gleu_on_detokenized_words_for_subword_data():
     hyp = torch.tensor([[ids["\u2581the"], ids["\u2581cat"], ids["\u2581sat"]]])
     ref = torch.tensor([[ids["\u2581th"], ids["e"], ids["\u2581cat"], ids["\u2581sat"], d.eos()]])
     drawn, batch = SimpleNamespace(tokens=hyp, lengths=torch.tensor([3])), {"target": ref, "net_input": {}}
-    plain, _ = _crit(task, rl_baseline="none").rewards(batch, drawn, None, 1)
-    words, _ = _crit(task, rl_baseline="none", reward_post_process="sentencepiece").rewards(batch, drawn, None, 1)
+    plain, _, _ = _crit(task, rl_baseline="none").rewards(batch, drawn, None, 1)
+    words, _, _ = _crit(task, rl_baseline="none", reward_post_process="sentencepiece").rewards(batch, drawn, None, 1)
     assert words.tolist() == [1.0] and plain.item() == pytest.approx(gleu([1, 2, 3], [4, 5, 2, 3]))

@@ -1,5 +1,6 @@
 """GLEU against a brute-force implementation of GNMT's definition."""
 
+import math
 import random
 from collections import Counter
 
@@ -50,6 +51,25 @@ def test_batch_equals_brute_force_on_random_sequences(max_order):
             for b in range(bsz)]
     assert got.tolist() == pytest.approx(want, abs=1e-6)
     assert 0 < sum(w == 1.0 for w in want) and 0 < sum(w == 0.0 for w in want)
+
+
+def test_gleu_bp_makes_a_dropped_word_cost_the_reward():
+    """GLEU is min(precision, recall): a sample that drops words it had right
+    scores as much as (or more than) one that keeps them; times the brevity
+    penalty it scores less, by exp(1 - r / h) (Hashimoto-style GLEU alone
+    drifts to short outputs)."""
+    from fairseq.data import Dictionary
+
+    d = Dictionary()
+    ref = "a man in a blue shirt is standing on a ladder"
+    full = "a man in a blue shirt stands on a red ladder"  # 11 words, 2 wrong
+    cut = "a man in a blue shirt"  # 6 words, all right
+    (h, hl), (r, rl) = _reward_batch(d, [full, cut]), _reward_batch(d, [ref, ref])
+    g = build_reward("gleu", d)(h, hl, r, rl).tolist()
+    gbp = build_reward("gleu_bp", d)(h, hl, r, rl).tolist()
+    assert gbp[0] == pytest.approx(g[0])  # as long as the reference: no penalty
+    assert gbp[1] == pytest.approx(g[1] * math.exp(1 - 11 / 6))
+    assert gbp[1] < gbp[0] and g[1] > 0.4
 
 
 def test_strings_and_ints_agree_and_large_ids_are_exact():
@@ -107,6 +127,11 @@ def test_bleu_and_chrf_rewards_equal_sacrebleu_sentence_scores():
     assert len(set(bleu.tolist())) > 100 and 0 < float(bleu.mean()) < float(chrf.mean()) < 1
     gleu_reward = build_reward("gleu", d)(h, hl, r, rl)
     assert gleu_reward.tolist() == pytest.approx([gleu(x.split(), y.split()) for x, y in zip(hyps, refs)])
+    # GLEU x sacrebleu's own brevity penalty of each sentence
+    gleu_bp = build_reward("gleu_bp", d)(h, hl, r, rl)
+    want_bp = [sacrebleu.sentence_bleu(x, [y], tokenize="none").bp for x, y in zip(hyps, refs)]
+    assert gleu_bp.tolist() == pytest.approx([g * p for g, p in zip(gleu_reward.tolist(), want_bp)], abs=1e-6)
+    assert sum(p < 1 for p in want_bp) > 50 and sum(p == 1 for p in want_bp) > 50
     assert build_reward("constant", d)(h, hl, r, rl).tolist() == [1.0] * len(hyps)
 
 
@@ -120,13 +145,13 @@ def test_rewards_of_post_processed_words():
     d = Dictionary()
     (h, hl) = _reward_batch(d, ["\u2581the \u2581cat \u2581sat"])
     (r, rl) = _reward_batch(d, ["\u2581th e \u2581cat \u2581sat"])
-    for name in ("gleu", "bleu", "chrf"):
+    for name in ("gleu", "gleu_bp", "bleu", "chrf"):
         assert build_reward(name, d, "sentencepiece")(h, hl, r, rl).tolist() == [pytest.approx(1.0)]
         if name != "chrf":  # chrF ignores spaces: the pieces already score 1
             assert build_reward(name, d)(h, hl, r, rl).item() < 0.9
 
 
-@pytest.mark.parametrize("name", ["gleu", "bleu", "chrf", "constant"])
+@pytest.mark.parametrize("name", ["gleu", "gleu_bp", "bleu", "chrf", "constant"])
 def test_empty_samples_and_references_score_zero_without_a_crash(name):
     from fairseq.data import Dictionary
 

@@ -125,7 +125,7 @@ def test_a_reward_module_on_pythonpath_and_a_dotted_name(tmp_path, monkeypatch):
                                   r"function"),
     ("python:{mod}_broken.score", r"--reward python:{mod}_broken.score: importing '{mod}_broken' failed: No "
                                   r"module named 'a_dependency_xyz'"),
-    ("gleu2", r"unknown reward 'gleu2': --reward must be one of gleu, bleu, chrf, constant, or "
+    ("gleu2", r"unknown reward 'gleu2': --reward must be one of gleu, gleu_bp, bleu, chrf, constant, or "
               r"python:MODULE.FUNCTION"),
 ])
 def test_a_reward_that_cannot_be_loaded_stops_the_criterion_at_start(reward_module, spec, problem):

@@ -5,7 +5,7 @@
 #   source .venv/bin/activate && bash examples/translation/run_reinforce_multi30k.sh
 # Settings: K (0 = full softmax; use the CE run's K), DATA, CANDS, CE (the CE
 # checkpoint), SAVE, EPOCHS, THREADS, BASELINE (learned, loo, self-critical,
-# none), SAMPLES (per input; loo needs >= 2), REWARD (gleu, bleu, chrf,
+# none), SAMPLES (per input; loo needs >= 2), REWARD (gleu, gleu_bp, bleu, chrf,
 # constant), TEMP (sampling temperature), LAMBDA (the CE weight; 1 = CE alone
 # with the same optimizer: the control), LS (label smoothing of the CE term;
 # default 0, the paper's; 0.1 continues a label-smoothed CE run's objective), OPTIMIZER (sgd, the paper's, or adam:

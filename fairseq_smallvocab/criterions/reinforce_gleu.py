@@ -54,7 +54,11 @@ changes the loss: the tests compare each against the eager loop.
 
 Logged besides the loss: ``reward`` (mean over samples, x 100),
 ``reward_std`` (spread of the N rewards of one input, x 100; N >= 2),
-``baseline``, ``reward/LANG`` (a multilingual task's: each target
+``baseline`` (mean over samples, x 100, of each sample's mean baseline
+over its steps: reward - baseline is the mean advantage), ``len_ratio``
+(the samples' words over their references' words, summed over the samples
+as BLEU's length ratio is over a corpus: below 1, the policy writes short),
+``reward/LANG`` (a multilingual task's: each target
 language's own mean reward, ``reinforce/by_language.py``), ``greedy_frac``
 (the fraction of samples that equal the greedy decode: every token the
 argmax of its step), ``entropy`` (nats per sampled step, of the
@@ -137,7 +141,8 @@ class ReinforceGleuCriterion(FairseqCriterion):
         row_langs = self.task.target_languages(sample) if hasattr(self.task, "target_languages") else None
         with torch.no_grad():
             # reward (of the samples and, for the self-critical baseline, of the greedy decodes: one call)
-            reward, greedy_reward = self.rewards(sample, samples, net_output[1].get("greedy"), n, row_langs)
+            reward, greedy_reward, (words, ref_words) = self.rewards(sample, samples, net_output[1].get("greedy"),
+                                                                     n, row_langs)
             if greedy_reward is not None:
                 logs["greedy_reward"] = greedy_reward.sum().item()
                 greedy_reward = greedy_reward.repeat_interleave(n, 0)
@@ -147,6 +152,9 @@ class ReinforceGleuCriterion(FairseqCriterion):
                 logs["reward_std"] = reward.double().view(-1, n).std(1).sum().item()
             # baseline
             base = self.baseline.values(samples.features, mask, reward, greedy_reward, n) * mask
+            # logged per sample as the reward is: each sample's mean over its steps (a learned baseline's
+            # varies along the sample; the others' is one number per sample)
+            sample_base = base.sum(1) / mask.sum(1).clamp(min=1)
         # loss
         ce = self.ce_term(model, sample, net_output, from_features)
         chosen = mask  # the steps that chose: a forced first token is no action (it leaves the policy gradient)
@@ -165,7 +173,8 @@ class ReinforceGleuCriterion(FairseqCriterion):
         # log
         return loss, sample["target"].size(0), self.logging_output(
             sample, finite, loss=loss.data, ce=ce.data, rl=rl.data, finite_samples=reward.numel(),
-            reward=reward.sum().item(), baseline=base.sum().item(), steps=mask.sum().item(),
+            reward=reward.sum().item(), baseline=sample_base.sum().item(), steps=mask.sum().item(),
+            sample_words=words.sum().item(), ref_words=ref_words.sum().item(),
             sample_len=samples.lengths.sum().item(), greedy_samples=samples.is_greedy.sum().item(),
             entropy=samples.entropy.sum().item(), **logs)
 
@@ -229,8 +238,10 @@ class ReinforceGleuCriterion(FairseqCriterion):
 
     def rewards(self, sample, samples, greedy, n: int, row_langs=None):
         """The reward of each of the B * N samples and, with ``greedy`` (B decodes), of each greedy decode,
-        against its gold target (eos and pad left out), in one call of the reward: (B * N, B or None); a
-        reward of the user's is told each row's target language, ``row_langs`` (None where the task has none)."""
+        against its gold target (eos and pad left out), in one call of the reward: (B * N, B or None), and the
+        words the reward saw in each sample and in its reference (B * N each: language tokens, eos and pad
+        left out); a reward of the user's is told each row's target language, ``row_langs`` (None where the
+        task has none)."""
         d = self.task.target_dictionary
         parts = [(samples, n)] + ([(greedy, 1)] if greedy is not None else [])
         width = max(part.tokens.size(1) for part, _ in parts)
@@ -252,7 +263,7 @@ class ReinforceGleuCriterion(FairseqCriterion):
                 given["target_lang"] = [lang for _, k in parts for lang in row_langs for _ in range(k)]
         values = self.reward(tokens, lengths, target, ref_lens, **given)
         rows = samples.tokens.size(0)
-        return values[:rows], (values[rows:] if greedy is not None else None)
+        return values[:rows], (values[rows:] if greedy is not None else None), (lengths[:rows], ref_lens[:rows])
 
     def source_texts(self, sample):
         """Each example's source sentence as text (the reward's post-processing; pad and eos left out), or None
@@ -333,8 +344,10 @@ class ReinforceGleuCriterion(FairseqCriterion):
             return
         metrics.log_scalar("reward", 100.0 * total("reward") / samples, samples, round=2)
         by_language.log(logging_outputs[0].keys(), total)
-        metrics.log_scalar("baseline", 100.0 * total("baseline") / max(steps, 1), steps, round=2)
+        metrics.log_scalar("baseline", 100.0 * total("baseline") / samples, samples, round=2)
         metrics.log_scalar("sample_len", total("sample_len") / samples, samples, round=2)
+        if total("ref_words"):  # the samples' words over their references' (BLEU's length ratio, on samples)
+            metrics.log_scalar("len_ratio", total("sample_words") / total("ref_words"), total("ref_words"), round=3)
         if any("greedy_samples" in log for log in logging_outputs):
             metrics.log_scalar("greedy_frac", total("greedy_samples") / samples, samples, round=3)
             metrics.log_scalar("entropy", total("entropy") / max(steps, 1), steps, round=3)

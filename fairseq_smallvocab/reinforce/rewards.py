@@ -6,6 +6,12 @@ B floats in [0, 1] (``SentenceReward``; ``build_reward`` by name):
 
 - ``gleu`` (default): sentence-level GLEU (Wu et al. 2016, GNMT section 7),
   below, exact and vectorized over the batch;
+- ``gleu_bp``: GLEU times BLEU's sentence brevity penalty,
+  min(1, exp(1 - r / h)) for a sample of h words against a reference of r.
+  GLEU is min(precision, recall): once a sample's precision exceeds its
+  recall, a dropped word costs it nothing, and REINFORCE drifts to short
+  outputs that corpus BLEU's brevity penalty then punishes; the penalty
+  makes every word short of the reference cost the reward, as it costs BLEU;
 - ``bleu``: sentence BLEU / 100 as sacrebleu's ``sentence_bleu`` scores it
   (``effective_order``, its default ``exp`` smoothing, ``tokenize="none"``:
   the n-grams are the words as the dictionary (and the post-processing)
@@ -50,7 +56,7 @@ from torch import Tensor
 
 logger = logging.getLogger(__name__)
 
-REWARDS = ("gleu", "bleu", "chrf", "constant")
+REWARDS = ("gleu", "gleu_bp", "bleu", "chrf", "constant")
 
 # fairseq's post-processings (``data_utils.post_process``, fairseq-generate's --post-process) and the mark that
 # the tokens of a dictionary made for each carry (None: nothing to look for)
@@ -149,6 +155,20 @@ def gleu_batch(hyp: Tensor, hyp_lens: Tensor, ref: Tensor, ref_lens: Tensor, max
     return torch.where(denom > 0, matches / denom.clamp(min=1), torch.zeros_like(matches)).float()
 
 
+def brevity_penalty(hyp_lens: Tensor, ref_lens: Tensor) -> Tensor:
+    """BLEU's brevity penalty of each sentence, min(1, exp(1 - r / h)) for h
+    hypothesis and r reference words (float64; 0 for an empty hypothesis)."""
+    h, r = hyp_lens.double(), ref_lens.to(hyp_lens.device).double()
+    return torch.where(h < r, torch.exp(1 - r / h.clamp(min=1)) * (h > 0), torch.ones_like(h))
+
+
+def gleu_bp_batch(hyp: Tensor, hyp_lens: Tensor, ref: Tensor, ref_lens: Tensor, max_order: int = 4) -> Tensor:
+    """GLEU times BLEU's sentence brevity penalty, of each hypothesis row
+    against its reference row (as ``gleu_batch`` takes them)."""
+    score = gleu_batch(hyp, hyp_lens, ref, ref_lens, max_order).double()
+    return (score * brevity_penalty(hyp_lens.to(score.device), ref_lens.to(score.device))).float()
+
+
 def bleu_batch(hyp: Tensor, hyp_lens: Tensor, ref: Tensor, ref_lens: Tensor, max_order: int = 4) -> Tensor:
     """Sentence BLEU / 100 of each hypothesis row against its reference row,
     exactly as sacrebleu's ``sentence_bleu`` (``effective_order``, ``exp``
@@ -167,8 +187,7 @@ def bleu_batch(hyp: Tensor, hyp_lens: Tensor, ref: Tensor, ref_lens: Tensor, max
     precision = torch.where(unmatched, 1.0 / (smoothing * totals.clamp(min=1)), matches / totals.clamp(min=1))
     log_p = torch.where(counted, precision.clamp(min=1e-300).log(), torch.zeros_like(precision))
     log_mean = log_p.sum(1) / counted.sum(1).clamp(min=1)
-    bp = torch.where(h < r, torch.exp(1 - r / h.clamp(min=1)), torch.ones_like(h))
-    score = bp * torch.exp(log_mean)
+    score = brevity_penalty(h, r) * torch.exp(log_mean)
     return torch.where((matches.sum(1) > 0) & (h > 0), score, torch.zeros_like(score)).float()
 
 
@@ -257,6 +276,8 @@ def build_reward(name: str, dictionary, post_process: Optional[str] = None, max_
     check_post_process(post_process, dictionary)
     if name == "gleu":
         return NgramReward(dictionary, post_process, max_order, gleu_batch)
+    if name == "gleu_bp":
+        return NgramReward(dictionary, post_process, max_order, gleu_bp_batch)
     if name == "bleu":  # BLEU's own four orders
         return NgramReward(dictionary, post_process, 4, bleu_batch)
     if name == "chrf":

@@ -87,3 +87,15 @@ class SmallVocabTaskState:
             # the share (%) of gold target tokens outside the example's candidates
             metrics.log_derived("gold_outside_cands", lambda m: round(
                 100.0 * m["_cand_outside"].sum / m["_cand_tokens"].sum, 3))
+        if getattr(getattr(self, "cfg", None), "eval_bleu", False) and \
+                float(sum(log.get("_bleu_ref_len", 0) for log in logging_outputs)):
+            # the length ratio behind --eval-bleu's BLEU (its decodes' words over the references'): below 1 the
+            # brevity penalty takes BLEU down, the first sign of a model that has learned to write short
+            metrics.log_derived("bleu_len_ratio", _bleu_len_ratio)
+
+
+def _bleu_len_ratio(meters) -> float:
+    """--eval-bleu's hypothesis length over its reference length (fairseq's summed meters)."""
+    if "_bleu_ref_len" not in meters or not meters["_bleu_ref_len"].sum:
+        return 0.0
+    return round(float(meters["_bleu_sys_len"].sum) / float(meters["_bleu_ref_len"].sum), 3)
