@@ -11,7 +11,8 @@ def test_bad_rl_settings_are_named_at_start_up():
     _, task, _ = _setup()
     cases = [(dict(rl_samples=0), r"--rl-samples must be >= 1"),
              (dict(rl_baseline="loo"), r"--rl-baseline loo needs --rl-samples >= 2"),
-             (dict(reward="rouge"), r"unknown reward 'rouge': --reward must be one of gleu, gleu_bp, bleu, chrf, constant"),
+             (dict(reward="rouge"), r"unknown reward 'rouge': --reward must be one of gleu, gleu_bp, bleu, chrf, "
+                                    r"constant"),
              (dict(sample_temperature=0.0), r"--sample-temperature must be a finite number > 0"),
              (dict(sample_temperature=-1.0), r"--sample-temperature must be a finite number > 0"),
              (dict(sample_temperature=float("inf")), r"--sample-temperature must be a finite number > 0, got inf"),
