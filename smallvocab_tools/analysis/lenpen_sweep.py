@@ -1,0 +1,213 @@
+"""The length penalty of beam search (fairseq-generate's ``--lenpen``), chosen
+on a dev set for one checkpoint: each value's BLEU and length ratio, the best
+printed and recorded (JSON) for the decode of the test set.
+
+One beam search serves every value, exactly. fairseq's ``SequenceGenerator``
+uses the length penalty only when a hypothesis ends: its score, the sum of its
+token log-probabilities, is divided by length ** lenpen to rank the finished
+hypotheses. Which hypotheses finish, and when the search stops, depend on the
+unnormalized scores alone. So one search with ``--nbest BEAM --unnormalized``
+holds each sentence's BEAM finished hypotheses with their sums, and ranking
+them by sum / length ** lenpen gives, for any lenpen, the hypothesis
+fairseq-generate ``--lenpen`` returns (the length counts every token of the
+hypothesis, eos and a forced prefix included, as fairseq's does: the
+``P-`` line's entries). The tests compare it with fairseq-generate run at each
+value.
+
+    python scripts/sweep_lenpen.py --path CKPT --data DATA --beam 5 -- \\
+        --user-dir fairseq_smallvocab --task translation_smallvocab -s en -t de --cpu
+
+BLEU is sacrebleu's corpus BLEU against the references (fairseq-generate's
+``T-`` lines, or ``--ref``, the raw reference file in the subset's order), with
+``--tokenize`` (default ``none``: the project's data is tokenized already).
+Of equal BLEU, the value closest to 1 (fairseq's default) is kept.
+"""
+
+import argparse
+import json
+import math
+import os
+import re
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+DEFAULT_LENPENS = (0.6, 0.8, 1.0, 1.2, 1.4, 1.6, 2.0)
+# fairseq-generate flags the sweep sets itself, or that change what a beam search is
+OWN_FLAGS = {"--path": "--path", "--beam": "--beam", "--nbest": "the sweep's own --nbest (= --beam)",
+             "--lenpen": "--lenpens", "--unnormalized": "nothing (the sweep sets it)",
+             "--gen-subset": "--subset", "--sampling": "nothing: the sweep is for beam search",
+             "--diverse-beam-groups": "nothing: the sweep is for plain beam search",
+             "--diversity-rate": "nothing: the sweep is for plain beam search",
+             "--match-source-len": "nothing: it fixes the length the penalty weighs",
+             "--quiet": "nothing: the sweep reads the hypotheses"}
+
+
+@dataclass
+class Hypothesis:
+    score: float  # the sum of the token log-probabilities (base 2, as fairseq-generate prints it)
+    length: int  # tokens, eos (and a forced prefix) included: what fairseq divides by
+    text: str
+
+
+@dataclass
+class Sentence:
+    hyps: List[Hypothesis] = field(default_factory=list)
+    ref: Optional[str] = None
+
+
+def parse_lenpens(text: str) -> List[float]:
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise SystemExit(f"--lenpens {text!r}: give comma-separated numbers, e.g. 0.6,0.8,1.0,1.2") from None
+    if not values or any(not math.isfinite(v) for v in values):
+        raise SystemExit(f"--lenpens {text!r}: give at least one finite number, e.g. 0.6,0.8,1.0,1.2")
+    return sorted(set(values))
+
+
+def check_generate_args(extra: Sequence[str]):
+    """Refuse a fairseq-generate flag the sweep sets itself, or one that makes the search something else."""
+    for arg in extra:
+        name = arg.split("=", 1)[0]
+        if name in OWN_FLAGS:
+            raise SystemExit(f"{name} after '--': the sweep sets it itself; use {OWN_FLAGS[name]} instead")
+
+
+def parse_generate(stdout: str) -> Dict[int, Sentence]:
+    """fairseq-generate's output with --nbest: each sentence's hypotheses (H- and P- lines, in order) and its
+    reference (T- line)."""
+    sentences: Dict[int, Sentence] = {}
+    pending: Dict[int, Hypothesis] = {}
+    for line in stdout.splitlines():
+        m = re.match(r"^([HPT])-(\d+)\t(.*)$", line)
+        if not m:
+            continue
+        kind, i, rest = m.group(1), int(m.group(2)), m.group(3)
+        sentence = sentences.setdefault(i, Sentence())
+        if kind == "T":
+            sentence.ref = rest
+        elif kind == "H":
+            score, _, text = rest.partition("\t")
+            pending[i] = Hypothesis(float(score), 0, text)
+        else:  # the positional scores of the hypothesis just printed: one per token, eos included
+            hyp = pending.pop(i)
+            hyp.length = len(rest.split())
+            sentence.hyps.append(hyp)
+    return sentences
+
+
+def pick(sentence: Sentence, lenpen: float) -> Hypothesis:
+    """fairseq's choice under ``lenpen``: the highest score / length ** lenpen (the first of equal ones)."""
+    return max(sentence.hyps, key=lambda h: h.score / h.length ** lenpen)
+
+
+def sweep(sentences: Dict[int, Sentence], lenpens: Sequence[float], refs: List[str], tokenize: str):
+    """Each lenpen's corpus BLEU and length ratio: a list of dicts, in the order of ``lenpens``."""
+    import sacrebleu
+
+    order = sorted(sentences)
+    rows = []
+    for lenpen in lenpens:
+        hyps = [pick(sentences[i], lenpen).text for i in order]
+        bleu = sacrebleu.corpus_bleu(hyps, [refs], tokenize=tokenize)
+        rows.append({"lenpen": lenpen, "bleu": round(bleu.score, 2),
+                     "len_ratio": round(bleu.sys_len / max(bleu.ref_len, 1), 4), "hypotheses": hyps})
+    return rows
+
+
+def best(rows) -> dict:
+    """The highest BLEU; of equal ones, the lenpen closest to 1 (fairseq's default), then the smaller."""
+    return max(rows, key=lambda r: (r["bleu"], -abs(r["lenpen"] - 1.0), -r["lenpen"]))
+
+
+def default_out(path: Path, subset: str) -> Path:
+    return path.with_name(f"{path.stem}.lenpen-{subset}.json")
+
+
+def write_atomic(path: Path, text: str):
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra = []
+    if "--" in argv:
+        at = argv.index("--")
+        argv, extra = argv[:at], argv[at + 1:]
+    parser = argparse.ArgumentParser(
+        description="Choose fairseq-generate's --lenpen on a dev set: one beam search, every value's BLEU and "
+                    "length ratio, the best printed and recorded. Flags after '--' go to fairseq-generate "
+                    "(--user-dir, --task, -s / -t, --cpu, the model's candidates, ...).")
+    parser.add_argument("--path", required=True, type=Path, help="the checkpoint")
+    parser.add_argument("--data", required=True, help="fairseq-generate's data folder")
+    parser.add_argument("--beam", type=int, default=5)
+    parser.add_argument("--subset", default="valid", help="the dev subset (fairseq's --gen-subset; default valid)")
+    parser.add_argument("--lenpens", default=",".join(str(v) for v in DEFAULT_LENPENS),
+                        help="the values to try, comma-separated (default %(default)s)")
+    parser.add_argument("--ref", type=Path, help="the references, one per line in the subset's order (default: "
+                                                 "fairseq-generate's T- lines, where unknown words read <unk>)")
+    parser.add_argument("--tokenize", default="none", help="sacrebleu's tokenizer (default none: tokenized text)")
+    parser.add_argument("--out", type=Path, help="the record (JSON; default: beside the checkpoint, "
+                                                 "CKPT_STEM.lenpen-SUBSET.json)")
+    parser.add_argument("--save-hyps", type=Path, help="also write each value's hypotheses into this folder, "
+                                                       "hyp.lenpenV.txt, in the subset's order")
+    args = parser.parse_args(argv)
+    lenpens = parse_lenpens(args.lenpens)
+    check_generate_args(extra)
+    if args.beam < 2:
+        raise SystemExit(f"--beam {args.beam}: a length penalty ranks a beam's finished hypotheses; give --beam >= 2")
+    if not args.path.is_file():
+        raise SystemExit(f"--path {args.path}: no such checkpoint")
+    refs = None
+    if args.ref is not None:
+        if not args.ref.is_file():
+            raise SystemExit(f"--ref {args.ref}: no such file")
+        refs = args.ref.read_text(encoding="utf-8").splitlines()
+    out = args.out or default_out(args.path, args.subset)
+
+    command = ["fairseq-generate", args.data, "--path", str(args.path), "--gen-subset", args.subset,
+               "--beam", str(args.beam), "--nbest", str(args.beam), "--unnormalized", *extra]
+    print(f"one beam search: {shlex.join(command)}", file=sys.stderr, flush=True)
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.stderr.write(done.stderr[-3000:])
+        raise SystemExit(f"fairseq-generate failed (exit {done.returncode}): its message is above")
+    sentences = parse_generate(done.stdout)
+    if not sentences:
+        raise SystemExit(f"fairseq-generate printed no hypothesis for --subset {args.subset}: is it the data's?")
+    short = [i for i, s in sentences.items() if not s.hyps]
+    if short:
+        raise SystemExit(f"sentences without a hypothesis in fairseq-generate's output (e.g. {short[:3]})")
+    if refs is None:
+        refs = [sentences[i].ref or "" for i in sorted(sentences)]
+    elif len(refs) != len(sentences):
+        raise SystemExit(f"--ref {args.ref} has {len(refs)} lines, the subset {len(sentences)} sentences: give the "
+                         f"references of --subset {args.subset}, one per line")
+    rows = sweep(sentences, lenpens, refs, args.tokenize)
+    chosen = best(rows)
+    print(f"{'lenpen':>7} {'BLEU':>7} {'len ratio':>9}")
+    for row in rows:
+        mark = "  <- best" if row is chosen else ""
+        print(f"{row['lenpen']:>7g} {row['bleu']:>7.2f} {row['len_ratio']:>9.4f}{mark}")
+    if args.save_hyps is not None:
+        args.save_hyps.mkdir(parents=True, exist_ok=True)
+        for row in rows:
+            write_atomic(args.save_hyps / f"hyp.lenpen{row['lenpen']:g}.txt", "\n".join(row["hypotheses"]) + "\n")
+    record = {"checkpoint": str(args.path), "data": str(args.data), "subset": args.subset, "beam": args.beam,
+              "tokenize": args.tokenize, "references": str(args.ref) if args.ref else "T- lines",
+              "generate_args": extra, "sentences": len(sentences),
+              "sweep": [{k: v for k, v in row.items() if k != "hypotheses"} for row in rows],
+              "best_lenpen": chosen["lenpen"], "best_bleu": chosen["bleu"], "best_len_ratio": chosen["len_ratio"]}
+    write_atomic(out, json.dumps(record, indent=1) + "\n")
+    print(f"best --lenpen {chosen['lenpen']:g}: {args.subset} BLEU {chosen['bleu']:.2f}, length ratio "
+          f"{chosen['len_ratio']:.4f}; recorded in {out}")
+    return record
