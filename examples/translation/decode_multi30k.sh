@@ -3,7 +3,12 @@
 # with SAVE/checkpoint_best.pt inside the K candidates (K=0: full softmax);
 # sacrebleu's score per split, as fairseq-generate reports it and against the
 # raw references.  Writes SAVE/generate-SPLIT.txt and SAVE/hyp-SPLIT.txt (with
-# BEAM=N > 1: generate-SPLIT.beamN.txt, hyp-SPLIT.beamN.txt).
+# BEAM=N > 1: generate-SPLIT.beamN.txt, hyp-SPLIT.beamN.txt).  A beam search's
+# length penalty (LENPEN) is chosen on val by default (LENPEN=dev:
+# scripts/sweep_lenpen.py over LENPENS, the best by val BLEU, recorded in
+# SAVE/lenpen.beamN.json), so that every model a recipe compares decodes test2016
+# at its own best; LENPEN=1 is fairseq's default (the results page's tables
+# before 2026-11-28 decoded with it).
 # Used by run_multi30k.sh, run_reinforce_multi30k.sh, run_transformer_multi30k.sh and
 # run_transformer_rl_multi30k.sh (same settings;
 # DEVICE=cuda decodes on the GPU; CKPT, default SAVE/checkpoint_best.pt; SRC
@@ -15,12 +20,21 @@ BEAM=${BEAM:-1}
 SRC=${SRC:-en}
 TGT=${TGT:-de}
 TAG=$([ "$BEAM" = 1 ] && echo "" || echo ".beam$BEAM")
+LENPEN=${LENPEN:-dev}
+LENPENS=${LENPENS:-0.6,0.8,1.0,1.2,1.4,1.6,2.0}
 DEVICE=${DEVICE:-cpu}
 case $DEVICE in cpu) DEV_ARGS=--cpu ;; cuda) DEV_ARGS= ;; *) echo "DEVICE=$DEVICE: cpu or cuda" >&2; exit 2 ;; esac
+GEN=(--user-dir fairseq_smallvocab --task translation_smallvocab -s "$SRC" -t "$TGT" --candidates-dir "$CANDS"
+     --small-vocab-size "$K" --max-len-a 1.5 --max-len-b 10 --batch-size 128 $DEV_ARGS)
+if [ "$BEAM" = 1 ]; then
+  LENPEN=1  # greedy: no finished hypotheses to rank
+elif [ "$LENPEN" = dev ]; then
+  python scripts/sweep_lenpen.py --path "$CKPT" --data "$DATA" --beam "$BEAM" --subset valid --lenpens "$LENPENS" \
+    --ref "$DATA/raw/valid.$TGT" --out "$SAVE/lenpen$TAG.json" -- "${GEN[@]}"
+  LENPEN=$(python -c "import json, sys; print(json.load(open(sys.argv[1]))['best_lenpen'])" "$SAVE/lenpen$TAG.json")
+fi
 for split in valid test; do
-  fairseq-generate "$DATA" --user-dir fairseq_smallvocab --task translation_smallvocab -s "$SRC" -t "$TGT" \
-    --candidates-dir "$CANDS" --small-vocab-size "$K" --path "$CKPT" \
-    --gen-subset "$split" --beam "$BEAM" --max-len-a 1.5 --max-len-b 10 --batch-size 128 $DEV_ARGS \
+  fairseq-generate "$DATA" "${GEN[@]}" --path "$CKPT" --gen-subset "$split" --beam "$BEAM" --lenpen "$LENPEN" \
     --scoring sacrebleu > "$SAVE/generate-$split$TAG.txt"
   echo "$split$TAG: $(tail -1 "$SAVE/generate-$split$TAG.txt")"
   # against the raw references (fairseq's own scorer sees <unk> for reference words outside the

@@ -8,14 +8,14 @@
 #   5. From the small CE checkpoint, for each seed in SEEDS: REINFORCE (RL_UPDATES updates, SAMPLES samples,
 #      leave-one-out, GLEU, LAMBDA) and its control, CE continued (lambda 1) with the same optimizer and budget.
 #   6. Every run decoded on test2016 for each pair (beam BEAM, inside its candidates; the stock and full ones
-#      with the full softmax); BLEU per pair, and sacrebleu's paired bootstrap of every run against the CE
+#      with the full softmax; the length penalty LENPEN, by default each run's own for each pair, chosen on val); BLEU per pair, and sacrebleu's paired bootstrap of every run against the CE
 #      checkpoint, and of each REINFORCE run against its own control: OUT/table.md.
 # A step whose result exists is skipped (a stopped training resumes from its checkpoint_last.pt), so the
 # recipe continues where it stopped. Run from the project root with the project's environment active:
 #   source .venv/bin/activate && bash examples/translation/run_multilingual_multi30k.sh
 # Settings: DATA, OUT, K, SEEDS, STOCK_EPOCHS, VP_EPOCHS, FT_EPOCHS, RL_UPDATES, LR (REINFORCE's and the
-# control's), LAMBDA, SAMPLES, BEAM, THREADS, ARCH_ARGS (the model's flags; default:
-# transformer_multi30k_multilingual.args), MAX_TOKENS, SAVE_EVERY (updates between checkpoints).
+# control's), LAMBDA, SAMPLES, BEAM, LENPEN (dev, or a number), LENPENS, THREADS, ARCH_ARGS (the model's flags;
+# default: transformer_multi30k_multilingual.args), MAX_TOKENS, SAVE_EVERY (updates between checkpoints).
 set -euo pipefail
 DATA=${DATA:-data-bin/multi30k.en-de.en-fr}
 OUT=${OUT:-checkpoints/ml-multi30k}
@@ -29,6 +29,8 @@ LR=${LR:-3e-5}
 LAMBDA=${LAMBDA:-0.005}
 SAMPLES=${SAMPLES:-4}
 BEAM=${BEAM:-5}
+LENPEN=${LENPEN:-dev}  # dev: each model's own, per pair, chosen on val over LENPENS (scripts/sweep_lenpen.py)
+LENPENS=${LENPENS:-0.6,0.8,1.0,1.2,1.4,1.6,2.0}
 THREADS=${THREADS:-2}
 MAX_TOKENS=${MAX_TOKENS:-4096}
 HERE=$(dirname "$0")
@@ -118,9 +120,16 @@ decode() {  # decode SAVE CKPT K TASK...: test2016 of each pair, hypotheses and 
   for pair in $PAIRS; do
     tgt=${pair#*-}
     [ -f "$save/hyp-test.$tgt.txt" ] && continue
-    fairseq-generate "$DATA" "$@" -s "${pair%-*}" -t "$tgt" --path "$save/$ckpt" \
-      --gen-subset test --beam "$BEAM" --batch-size 64 --required-batch-size-multiple 1 --max-len-a 1.5 \
-      --max-len-b 10 --cpu ${k:+--small-vocab-size $k} > "$save/generate-test.$tgt.txt" 2>> "$save/generate.log"
+    local gen=("$@" -s "${pair%-*}" -t "$tgt" --batch-size 64 --required-batch-size-multiple 1 --max-len-a 1.5
+               --max-len-b 10 --cpu ${k:+--small-vocab-size $k}) lenpen=$LENPEN
+    if [ "$BEAM" -gt 1 ] && [ "$lenpen" = dev ]; then  # the length penalty of this model and pair, chosen on val
+      python scripts/sweep_lenpen.py --path "$save/$ckpt" --data "$DATA" --beam "$BEAM" --subset valid \
+        --lenpens "$LENPENS" --out "$save/lenpen.$tgt.json" -- "${gen[@]}" 2>> "$save/generate.log"
+      lenpen=$(python -c "import json, sys; print(json.load(open(sys.argv[1]))['best_lenpen'])" "$save/lenpen.$tgt.json")
+    fi
+    [ "$lenpen" = dev ] && lenpen=1  # greedy
+    fairseq-generate "$DATA" "${gen[@]}" --path "$save/$ckpt" --gen-subset test --beam "$BEAM" --lenpen "$lenpen" \
+      > "$save/generate-test.$tgt.txt" 2>> "$save/generate.log"
     lines H 3 < "$save/generate-test.$tgt.txt" > "$save/hyp-test.$tgt.txt.tmp"
     lines T 2 < "$save/generate-test.$tgt.txt" > "$save/ref-test.$tgt.txt"
     mv "$save/hyp-test.$tgt.txt.tmp" "$save/hyp-test.$tgt.txt"

@@ -12,7 +12,9 @@
 #   3. Its controls, with the same optimizer and budget (CONTROLS; empty: none): "ce" (the
 #      CE term alone: LAMBDA=1) and "constant" (a constant reward, no baseline).
 #   4. Every run's best checkpoint decoded on val and test2016 with each beam
-#      in BEAMS (1: greedy), inside the same K candidates.
+#      in BEAMS (1: greedy), inside the same K candidates; a beam search with
+#      the run's own length penalty, chosen on val (decode_multi30k.sh's
+#      LENPEN=dev; LENPEN=1: fairseq's default).
 # Then one table and one plot: scripts/rl_logs.py recipe writes OUT/table.md
 # and OUT/dev_bleu.png.
 # Runs are OUT/ce-kK-sSEED, OUT/rl-kK-sSEED, OUT/ctl-ce-kK-sSEED and
