@@ -280,6 +280,11 @@ def check_argv(argv, cwd=REPO):
         assert script.is_file(), f"{argv[1]}: no such script"
         if script.name == "benchmark.py":
             return check_benchmark(argv[2:])
+        if script.name == "sweep_lenpen.py" and "--" in argv:  # what follows '--' is fairseq-generate's
+            at = argv.index("--")
+            data = argv[argv.index("--data") + 1] if "--data" in argv[:at] else "data-bin"
+            check_argv(["fairseq-generate", data, *argv[at + 1:]], cwd)
+            argv = argv[:at]
         _first_parse(lambda: runpy.run_path(str(script), run_name="__main__"), [str(script), *argv[2:]], argv[1])
     else:
         raise AssertionError(f"no parse check for {program}")

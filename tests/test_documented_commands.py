@@ -119,6 +119,8 @@ def test_links_between_the_documents_lead_somewhere():
      "task.vocab_predicter=p.pt", "task.vocab_predicter"),
     ("sacrebleu -tok nothing -b ref.txt -i hyp.txt", "invalid choice: 'nothing'"),
     ("python scripts/benchmark.py --device cuda --modes reinforce --ab capture=of,cuda-graphs", "capture=of"),
+    ("python scripts/sweep_lenpen.py --path c.pt --data d --beam 5 -- --user-dir fairseq_smallvocab "
+     "--task translation_smallvocab --small-vocab 500", "unrecognized arguments: --small-vocab 500"),
 ])
 def test_the_parse_check_catches_what_rots(bad, message, monkeypatch):
     """What the parse check is for: a removed script, a renamed flag, a misspelt hydra key."""
