@@ -53,6 +53,8 @@ def test_one_beam_search_gives_every_lenpens_hypotheses_as_fairseq_generate(mode
     chosen = max(rows.values(), key=lambda r: (r["bleu"], -abs(r["lenpen"] - 1)))
     assert record["best_lenpen"] == chosen["lenpen"] and record["best_bleu"] == chosen["bleu"]
     assert f"best --lenpen {chosen['lenpen']:g}: valid BLEU {chosen['bleu']:.2f}" in out.stdout
+    assert record["best_at_edge"] == (chosen["lenpen"] in (0.1, 4.0))
+    assert ("widen --lenpens" in out.stderr) == record["best_at_edge"]
     import sacrebleu  # the recorded BLEU: sacrebleu's, against the T- lines, of the hypotheses written
 
     plain = run(["fairseq-generate", tiny_bin, *GENERATE, "--path", model, "--gen-subset", "valid", "--beam", "4"])

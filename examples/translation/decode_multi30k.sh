@@ -21,7 +21,7 @@ SRC=${SRC:-en}
 TGT=${TGT:-de}
 TAG=$([ "$BEAM" = 1 ] && echo "" || echo ".beam$BEAM")
 LENPEN=${LENPEN:-dev}
-LENPENS=${LENPENS:-0.6,0.8,1.0,1.2,1.4,1.6,2.0}
+LENPENS=${LENPENS:-0.6,0.8,1.0,1.2,1.4,1.6,2.0,2.5,3.0}
 DEVICE=${DEVICE:-cpu}
 case $DEVICE in cpu) DEV_ARGS=--cpu ;; cuda) DEV_ARGS= ;; *) echo "DEVICE=$DEVICE: cpu or cuda" >&2; exit 2 ;; esac
 GEN=(--user-dir fairseq_smallvocab --task translation_smallvocab -s "$SRC" -t "$TGT" --candidates-dir "$CANDS"

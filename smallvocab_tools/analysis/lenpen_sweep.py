@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-DEFAULT_LENPENS = (0.6, 0.8, 1.0, 1.2, 1.4, 1.6, 2.0)
+DEFAULT_LENPENS = (0.6, 0.8, 1.0, 1.2, 1.4, 1.6, 2.0, 2.5, 3.0)
 # fairseq-generate flags the sweep sets itself, or that change what a beam search is
 OWN_FLAGS = {"--path": "--path", "--beam": "--beam", "--nbest": "the sweep's own --nbest (= --beam)",
              "--lenpen": "--lenpens", "--unnormalized": "nothing (the sweep sets it)",
@@ -206,8 +206,13 @@ def main(argv=None):
               "tokenize": args.tokenize, "references": str(args.ref) if args.ref else "T- lines",
               "generate_args": extra, "sentences": len(sentences),
               "sweep": [{k: v for k, v in row.items() if k != "hypotheses"} for row in rows],
-              "best_lenpen": chosen["lenpen"], "best_bleu": chosen["bleu"], "best_len_ratio": chosen["len_ratio"]}
+              "best_lenpen": chosen["lenpen"], "best_bleu": chosen["bleu"], "best_len_ratio": chosen["len_ratio"],
+              "best_at_edge": len(rows) > 1 and chosen["lenpen"] in (lenpens[0], lenpens[-1])}
     write_atomic(out, json.dumps(record, indent=1) + "\n")
     print(f"best --lenpen {chosen['lenpen']:g}: {args.subset} BLEU {chosen['bleu']:.2f}, length ratio "
           f"{chosen['len_ratio']:.4f}; recorded in {out}")
+    if len(rows) > 1 and chosen["lenpen"] in (lenpens[0], lenpens[-1]):
+        side = "smallest" if chosen["lenpen"] == lenpens[0] else "largest"
+        print(f"warning: the best is the {side} value tried ({chosen['lenpen']:g}): a value beyond it may be better; "
+              "widen --lenpens", file=sys.stderr)
     return record
