@@ -87,8 +87,8 @@ def test_fairseq_train_with_several_samples_a_sacrebleu_reward_and_temperature(t
     assert "Loaded checkpoint" in out.stdout + out.stderr and "epoch 002" in out.stdout + out.stderr
     # (the others: test_bad_rl_settings)
     for flags, message in ((["--rl-samples", "1"], "--rl-baseline loo needs --rl-samples >= 2"),
-                           (["--reward", "rouge"], "unknown reward 'rouge': --reward must be one of gleu, bleu, chrf, "
-                                                   "constant, or python:MODULE.FUNCTION"),
+                           (["--reward", "rouge"], "unknown reward 'rouge': --reward must be one of gleu, gleu_bp, "
+                                                   "bleu, chrf, constant, or python:MODULE.FUNCTION"),
                            (["--rl-capture", "graphs"], "invalid choice: 'graphs'")):
         bad = run(["fairseq-train", tiny_bin, *rl, *flags, "--max-epoch", "3"], check=False)
         assert bad.returncode != 0 and message in bad.stderr, bad.stderr[-2000:]

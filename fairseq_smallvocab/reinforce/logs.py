@@ -1,0 +1,55 @@
+"""What ``reinforce_gleu`` logs: one batch's logging output (``batch_log``: sums, the same keys for every
+batch) and their reduction to the logged averages (``reduce``), which is the same whether fairseq hands over
+the per-batch dicts of one process or the workers' summed ones (tests/test_distributed_logs.py)."""
+
+import math
+
+from fairseq import metrics
+
+from fairseq_smallvocab.reinforce import by_language
+
+
+def batch_log(sample, finite: bool, **values):
+    """The same keys for every batch (fairseq sums logging outputs key by key, across workers too); a
+    batch skipped as non-finite adds zeros (its numbers may be NaN: replaced, not multiplied by 0) and no
+    finite_* count, so it does not move the averages."""
+    nsentences = sample["target"].size(0)
+    kept = {key: value if finite else 0.0 for key, value in values.items()}
+    return {"ntokens": sample["ntokens"], "nsentences": nsentences, "sample_size": nsentences,
+            "nonfinite": 0 if finite else 1, "finite_sentences": nsentences if finite else 0.0,
+            "finite_tokens": sample["ntokens"] if finite else 0.0, **kept}
+
+
+def reduce(logging_outputs) -> None:
+    """Each average is over the batches that produced its numbers:
+    batches skipped as non-finite only add to ``nonfinite``."""
+    def total(key):
+        return sum(float(log.get(key, 0)) for log in logging_outputs)
+
+    metrics.log_scalar_sum("nonfinite", total("nonfinite"))
+    sentences, tokens, steps = total("finite_sentences"), total("finite_tokens"), total("steps")
+    if not sentences:  # every batch skipped: nothing to average, and no loss to rank a checkpoint by
+        if total("nonfinite"):
+            metrics.log_scalar("loss", math.inf, 1, round=3)
+        return
+    samples = total("finite_samples")
+    metrics.log_scalar("loss", total("loss") / sentences, sentences, round=3)
+    metrics.log_scalar("ce", total("ce") / max(tokens, 1) / math.log(2), tokens, round=3)
+    metrics.log_scalar("rl_loss", total("rl") / sentences, sentences, round=3)
+    if not samples:  # lambda = 1: nothing sampled
+        return
+    metrics.log_scalar("reward", 100.0 * total("reward") / samples, samples, round=2)
+    by_language.log(logging_outputs[0].keys(), total)
+    metrics.log_scalar("baseline", 100.0 * total("baseline") / samples, samples, round=2)
+    metrics.log_scalar("sample_len", total("sample_len") / samples, samples, round=2)
+    if total("ref_words"):  # the samples' words over their references' (BLEU's length ratio, on samples)
+        metrics.log_scalar("len_ratio", total("sample_words") / total("ref_words"), total("ref_words"), round=3)
+    if any("greedy_samples" in log for log in logging_outputs):
+        metrics.log_scalar("greedy_frac", total("greedy_samples") / samples, samples, round=3)
+        metrics.log_scalar("entropy", total("entropy") / max(steps, 1), steps, round=3)
+    if any("reward_std" in log for log in logging_outputs):
+        metrics.log_scalar("reward_std", 100.0 * total("reward_std") / sentences, sentences, round=2)
+    if any("baseline_mse" in log for log in logging_outputs):
+        metrics.log_scalar("baseline_mse", total("baseline_mse") / sentences, sentences, round=4)
+    if any("greedy_reward" in log for log in logging_outputs):
+        metrics.log_scalar("greedy_reward", 100.0 * total("greedy_reward") / sentences, sentences, round=2)
