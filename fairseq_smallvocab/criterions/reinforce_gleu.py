@@ -134,7 +134,7 @@ class ReinforceGleuCriterion(FairseqCriterion):
         samples = net_output[1]["samples"]  # B * N rows, the N samples of example b in rows b * N ... b * N + N - 1
         self.check_temperature(samples)
         mask = samples.mask
-        logs = {}
+        extra = {}
         # each row's target language, where the task tells it (a multilingual task): its reward's and its log's
         row_langs = self.task.target_languages(sample) if hasattr(self.task, "target_languages") else None
         with torch.no_grad():
@@ -142,12 +142,12 @@ class ReinforceGleuCriterion(FairseqCriterion):
             reward, greedy_reward, (words, ref_words) = self.rewards(sample, samples, net_output[1].get("greedy"),
                                                                      n, row_langs)
             if greedy_reward is not None:
-                logs["greedy_reward"] = greedy_reward.sum().item()
+                extra["greedy_reward"] = greedy_reward.sum().item()
                 greedy_reward = greedy_reward.repeat_interleave(n, 0)
             if self.languages:
-                logs.update(by_language.sums(self.languages, row_langs, reward, n))
+                extra.update(by_language.sums(self.languages, row_langs, reward, n))
             if n > 1:
-                logs["reward_std"] = reward.double().view(-1, n).std(1).sum().item()
+                extra["reward_std"] = reward.double().view(-1, n).std(1).sum().item()
             # baseline
             base = self.baseline.values(samples.features, mask, reward, greedy_reward, n) * mask
             # logged per sample as the reward is: each sample's mean over its steps (a learned baseline's
@@ -167,14 +167,14 @@ class ReinforceGleuCriterion(FairseqCriterion):
         if model.training:  # a skipped batch does not teach the baseline either (its keys log 0)
             learned = self.baseline.learn(samples.features, mask, reward) if finite \
                 else dict.fromkeys(self.baseline.log_keys, 0.0)
-            logs.update({key: value * sample["target"].size(0) for key, value in learned.items()})
+            extra.update({key: value * sample["target"].size(0) for key, value in learned.items()})
         # log
         return loss, sample["target"].size(0), self.logging_output(
             sample, finite, loss=loss.data, ce=ce.data, rl=rl.data, finite_samples=reward.numel(),
             reward=reward.sum().item(), baseline=sample_base.sum().item(), steps=mask.sum().item(),
             sample_words=words.sum().item(), ref_words=ref_words.sum().item(),
             sample_len=samples.lengths.sum().item(), greedy_samples=samples.is_greedy.sum().item(),
-            entropy=samples.entropy.sum().item(), **logs)
+            entropy=samples.entropy.sum().item(), **extra)
 
     def ce_only(self, model, sample):
         """lambda = 1 (the CE control): the CE term alone, normalized as the
