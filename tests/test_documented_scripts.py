@@ -134,6 +134,12 @@ def _reaches(name, value, calls, work, env):
     if name == "CE_FROM":  # OUT's CE runs are links to CE_FROM's
         links = list((work / env["OUT"]).glob("ce-k*-s*"))
         return bool(links) and all(p.is_symlink() and p.resolve().parent == (work / value).resolve() for p in links)
+    if name == "CE_SEED":  # every other seed's CE run is a link to this seed's
+        links = [p for p in (work / env["OUT"]).glob("ce-k*-s*") if p.is_dir() and not p.name.endswith(f"-s{value}")]
+        return bool(links) and all(p.is_symlink() and p.resolve().name.endswith(f"-s{value}") for p in links)
+    if name == "SEEDS":  # each seed reaches a fairseq-train
+        return all(any(argv[i:i + 2] == ["--seed", seed] for argv in trains for i in range(len(argv)))
+                   for seed in value.split())
     if name == "CONTROLS" and not value:  # none: no control run
         return not any("/ctl-" in arg for call in calls for arg in call["argv"])
     words = value.split()  # a value built by the shell is not compared; several words reach a command in a row

@@ -188,3 +188,22 @@ def test_the_transformer_rl_recipe_runs_end_to_end_on_tiny_data(tiny_bin, predic
                   env={**env, "OUT": str(tmp_path / "tune2"), "CE_FROM": str(tune), "KS": "60 0"})
     assert refused.returncode == 2 and f"CE_FROM: {tune}/ce-k0-s1: not finished." in refused.stderr
     assert not (tmp_path / "tune2" / "rl-k60-s1").exists()
+    # REINFORCE's spread over seeds from one CE model: seed 2's CE run is a link to seed 1's (here CE_FROM's)
+    spread = tmp_path / "spread"
+    run(["bash", "examples/translation/run_transformer_rl_multi30k.sh"], cwd=REPO,
+        env={**env, "OUT": str(spread), "CE_FROM": str(out), "CE_SEED": "1", "SEEDS": "2", "KS": "60",
+             "CONTROLS": "", "BEAMS": "1"})
+    assert sorted(p.name for p in spread.iterdir() if p.is_dir()) == ["ce-k60-s1", "ce-k60-s2", "rl-k60-s2"]
+    assert (spread / "ce-k60-s2").is_symlink() and (spread / "ce-k60-s2").resolve() == (out / "ce-k60-s1").resolve()
+    seed2 = (spread / "rl-k60-s2" / "train.log").read_text()
+    assert "'seed': 2" in seed2 and str(spread / "ce-k60-s2" / "checkpoint_best.pt") in seed2
+    assert " CE_SEED=1 CE_EPOCHS=1 " in (spread / "rl-k60-s2" / "recipe.settings").read_text()
+    assert "CE_SEED" not in (out / "rl-k60-s1" / "recipe.settings").read_text()
+    # seed 2 with its own CE run already there: refused before anything is trained
+    own = tmp_path / "own"
+    (own / "ce-k60-s2").mkdir(parents=True)
+    refused = run(["bash", "examples/translation/run_transformer_rl_multi30k.sh"], cwd=REPO, check=False,
+                  env={**env, "OUT": str(own), "CE_FROM": str(out), "CE_SEED": "1", "SEEDS": "1 2", "KS": "60"})
+    assert refused.returncode == 2, refused.stderr
+    assert f"CE_SEED: {own}/ce-k60-s2 exists, and is not a link to {own}/ce-k60-s1" in refused.stderr
+    assert sorted(p.name for p in own.iterdir()) == [".recipe.lock", "ce-k60-s2"]

@@ -30,7 +30,9 @@
 #   source .venv/bin/activate && bash examples/translation/run_transformer_rl_multi30k.sh
 # Tuning REINFORCE (another LAMBDA, REWARD, SAMPLES, TEMP, LR, ...): a new OUT with CE_FROM=the first
 # OUT starts from the CE runs there (linked into OUT, so its table has them), and trains only what differs.
-# Settings: DATA, CANDS, OUT, CE_FROM, SEEDS, KS, CE_EPOCHS, RL_EPOCHS, OPTIMIZER, LR, LAMBDA,
+# REINFORCE's own seed-to-seed spread, from one CE model: CE_SEED=1 trains only seed 1's CE run, and every
+# other seed's ce-kK-sSEED is a link to it (its REINFORCE and controls sample with their own seed).
+# Settings: DATA, CANDS, OUT, CE_FROM, CE_SEED, SEEDS, KS, CE_EPOCHS, RL_EPOCHS, OPTIMIZER, LR, LAMBDA,
 # SAMPLES, BASELINE, REWARD, TEMP, LS, VALIDATE (0: once an epoch), CONTROLS,
 # BEAMS, THREADS (per run), DEVICE (cpu or cuda: where every run trains and decodes), PARALLEL (1: each K's runs
 # side by side with the other K's, each with THREADS threads), SRC, TGT, ARCH_ARGS (the model's flags; default:
@@ -40,6 +42,7 @@ DATA=${DATA:-data-bin/multi30k.en-de}
 CANDS=${CANDS:-checkpoints/vp-multi30k.en-de/candidates}
 OUT=${OUT:-checkpoints/transformer-rl-multi30k.en-de}
 CE_FROM=${CE_FROM:-}  # another OUT whose finished CE runs this one starts from (linked, not trained again)
+CE_SEED=${CE_SEED:-}  # the seed whose CE run every seed's REINFORCE starts from (empty: each seed its own)
 SEEDS=${SEEDS:-1 2}
 KS=${KS:-500 0}
 CE_EPOCHS=${CE_EPOCHS:-30}
@@ -105,10 +108,15 @@ decode() {  # decode SAVE K: the best checkpoint with each beam (greedy written 
 ce_settings() {  # the model's flags, on one line (a flags file may have several)
   echo "ARCH_ARGS=$(printf '%s' "$ARCH_ARGS" | tr -s '[:space:]' ' ')"
 }
-rl_settings() {  # rl_settings LAMBDA REWARD BASELINE: also the CE run's, which gave its starting point
-  # LS only where it is not 0: runs recorded before LS existed used 0, and compare equal
+rl_settings() {  # rl_settings LAMBDA REWARD BASELINE SEED: also the CE run's, which gave its starting point
+  # LS only where it is not 0, and CE_SEED only where another seed's CE run is the start: runs recorded before
+  # either existed had neither, and compare equal
   echo "OPTIMIZER=$OPTIMIZER LR=$LR LAMBDA=$1 SAMPLES=$SAMPLES BASELINE=$3 REWARD=$2 TEMP=$TEMP" \
-    "$([ "$LS" = 0 ] || echo "LS=$LS ")CE_EPOCHS=$CE_EPOCHS $(ce_settings)"
+    "$([ "$LS" = 0 ] || echo "LS=$LS ")$(ce_seed_differs "$4" && echo "CE_SEED=$CE_SEED ")CE_EPOCHS=$CE_EPOCHS" \
+    "$(ce_settings)"
+}
+ce_seed_differs() {  # ce_seed_differs SEED: whether SEED's REINFORCE starts from another seed's CE run
+  [ -n "$CE_SEED" ] && [ "$1" != "$CE_SEED" ]
 }
 
 # What a run reads is kept beside its settings, in SAVE/recipe.inputs, and compared the same way where that file
@@ -161,6 +169,15 @@ train() {  # train SAVE EPOCHS SETTINGS SCRIPT [VAR=VALUE ...]: the run unless d
   env "$@" SAVE="$save" EPOCHS="$epochs" bash "$HERE/$script" > "$save.out"
 }
 
+link_run() {  # link_run SAVE FROM SETTING: SAVE a link to the run FROM, as SETTING asks (made once not CHECKING)
+  if [ -e "$1" ] && [ "$(readlink -f "$1")" = "$(readlink -f "$2")" ]; then return; fi  # linked, or the run itself
+  if [ -e "$1" ] || [ -L "$1" ]; then
+    echo "$3: $1 exists, and is not a link to $2: move it away, or leave $3 unset" >&2
+    exit 2
+  fi
+  if [ "$CHECKING" = 0 ]; then ln -s "$(readlink -f "$2")" "$1"; fi
+}
+
 ce_from() {  # ce_from SAVE: OUT's CE run, a link to CE_FROM's finished one of the same settings
   local from=$CE_FROM/${1##*/} now
   now=$(status "$from" "$CE_EPOCHS" "$(ce_settings)")
@@ -169,16 +186,16 @@ ce_from() {  # ce_from SAVE: OUT's CE run, a link to CE_FROM's finished one of t
     echo "CE_FROM: $from: $now. Finish it first (this recipe with OUT=$CE_FROM), or leave CE_FROM unset" >&2
     exit 2
   fi
-  if [ -e "$1" ] && [ "$(readlink -f "$1")" = "$(readlink -f "$from")" ]; then return; fi  # linked, or CE_FROM=OUT
-  if [ -e "$1" ] || [ -L "$1" ]; then
-    echo "CE_FROM: $1 exists, and is not a link to $from: move it away, or leave CE_FROM unset" >&2
-    exit 2
-  fi
-  ln -s "$(readlink -f "$from")" "$1"
+  link_run "$1" "$from" CE_FROM
 }
 
 ce() {  # ce SEED K
   local save=$OUT/ce-k$2-s$1
+  if ce_seed_differs "$1"; then  # CE_SEED's CE run, trained (or found) first, and this seed's a link to it
+    ce "$CE_SEED" "$2"
+    link_run "$save" "$OUT/ce-k$2-s$CE_SEED" CE_SEED
+    return
+  fi
   if [ -n "$CE_FROM" ]; then ce_from "$save"; fi
   train "$save" "$CE_EPOCHS" "$(ce_settings)" run_transformer_multi30k.sh K="$2" SEED="$1" DATA="$DATA" \
     CANDS="$CANDS" THREADS="$THREADS" DEVICE="$DEVICE" SRC="$SRC" TGT="$TGT" ARCH_ARGS="$ARCH_ARGS"
@@ -187,7 +204,7 @@ ce() {  # ce SEED K
 
 reinforce() {  # reinforce NAME LAMBDA REWARD BASELINE SEED K
   local save=$OUT/$1-k$6-s$5
-  train "$save" "$RL_EPOCHS" "$(rl_settings "$2" "$3" "$4")" run_reinforce_multi30k.sh K="$6" SEED="$5" \
+  train "$save" "$RL_EPOCHS" "$(rl_settings "$2" "$3" "$4" "$5")" run_reinforce_multi30k.sh K="$6" SEED="$5" \
     DATA="$DATA" CANDS="$CANDS" CE="$OUT/ce-k$6-s$5/checkpoint_best.pt" THREADS="$THREADS" DEVICE="$DEVICE" \
     OPTIMIZER="$OPTIMIZER" LR="$LR" LAMBDA="$2" SAMPLES="$SAMPLES" BASELINE="$4" REWARD="$3" TEMP="$TEMP" LS="$LS" \
     SRC="$SRC" TGT="$TGT" ARCH_ARGS="$ARCH_ARGS" EXTRA="$VALID_ARGS"
