@@ -327,3 +327,69 @@ def test_rl_logs_reads_where_a_run_trained(tmp_path):
                           ([config % "False"], None)):
         (tmp_path / "train.log").write_text("\n".join(lines) + "\n")
         assert parse(tmp_path / "train.log")["device"] == device
+
+
+def test_rl_logs_recipe_tests_reinforce_against_each_comparison_per_seed(tmp_path, capsys):
+    """scripts/rl_logs.py recipe on a folder: REINFORCE against its CE checkpoint and each control of its own
+    softmax and seed on test2016 beam 5: each run's BLEU, chrF and length ratio, and REINFORCE's gains with the
+    paired bootstrap's p, which is that of REINFORCE and that run alone (the resamples are the same); a seed
+    without controls is tested against its CE run (linked, as CE_SEED makes it); a decode of the wrong length is
+    refused."""
+    import random
+
+    import sacrebleu
+    from sacrebleu.metrics import BLEU, CHRF
+    from sacrebleu.significance import PairedTest
+
+    from smallvocab_tools.analysis import rl_logs
+
+    rng = random.Random(0)
+    words = "a dog runs on the grass while two men watch it from far away".split()
+    refs = [" ".join(rng.choice(words) for _ in range(rng.randint(5, 12))) for _ in range(60)]
+    (tmp_path / "data" / "raw").mkdir(parents=True)
+    (tmp_path / "data" / "raw" / "test.de").write_text("\n".join(refs) + "\n")
+    (tmp_path / "data" / "raw" / "valid.de").write_text("\n".join(refs) + "\n")
+
+    def damaged(share):  # each reference with a share of its words replaced, and the last one dropped
+        return [" ".join(w if rng.random() > share else "x" for w in ref.split()[:-1]) for ref in refs]
+
+    hyps = {"rl-k5-s1": damaged(0.1), "ce-k5-s1": damaged(0.4), "ctl-ce-k5-s1": damaged(0.11),
+            "ctl-constant-k5-s1": damaged(0.5), "rl-k5-s2": damaged(0.2)}
+    out = tmp_path / "runs"
+    for name, lines in hyps.items():
+        (out / name).mkdir(parents=True)
+        _train_log(out / name / "train.log", "ce.pt", [(30.0, 50)], [])
+        (out / name / "hyp-test.beam5.txt").write_text("\n".join(lines) + "\n")
+    (out / "ce-k5-s2").symlink_to(out / "ce-k5-s1")
+    rl_logs.main(["recipe", str(out), "--data", str(tmp_path / "data"), "--bootstrap", "200"])
+    text = capsys.readouterr().out
+    table = text[text.index("| softmax | seed | run | test beam 5 BLEU |"):].splitlines()
+    assert table[0] == ("| softmax | seed | run | test beam 5 BLEU | chrF | length ratio | REINFORCE's BLEU gain "
+                        "over it (p) | chrF gain (p) |")
+    expected = []
+    for seed, names in ((1, ["rl", "ce", "ctl-ce", "ctl-constant"]), (2, ["rl", "ce"])):
+        mine = hyps[f"rl-k5-s{seed}"]
+        for name in names:
+            theirs = hyps["ce-k5-s1" if name == "ce" else f"{name}-k5-s{seed}"]
+            bleu = sacrebleu.corpus_bleu(theirs, [refs], tokenize="none", force=True)
+            chrf = sacrebleu.corpus_chrf(theirs, [refs]).score
+            cells = [f"{bleu.score:.2f}", f"{chrf:.2f}", f"{bleu.sys_len / bleu.ref_len:.3f}"]
+            if name == "rl":
+                cells += ["-", "-"]
+            else:
+                _, alone = PairedTest([("rl", mine), (name, theirs)], {"BLEU": BLEU(tokenize="none", force=True),
+                                      "chrF": CHRF()}, [refs], test_type="bs", n_samples=200)()
+                gain_bleu = sacrebleu.corpus_bleu(mine, [refs], tokenize="none", force=True).score - bleu.score
+                gain_chrf = sacrebleu.corpus_chrf(mine, [refs]).score - chrf
+                cells += [f"{gain_bleu:+.2f} ({alone['BLEU'][1].p_value:.4f})",
+                          f"{gain_chrf:+.2f} ({alone['chrF2'][1].p_value:.4f})"]
+            label = {"rl": "REINFORCE", "ce": "CE (best checkpoint)", "ctl-ce": "control: CE continued",
+                     "ctl-constant": "control: constant reward"}[name]
+            expected.append(f"| small (K = 5) | {seed} | {label} | " + " | ".join(cells) + " |")
+    assert table[2:] == expected
+    assert float(table[5].split("|")[7].split("(")[1].rstrip(") ")) < 0.05  # 10% of words lost against 50%
+    rl_logs.main(["recipe", str(out), "--data", str(tmp_path / "data"), "--bootstrap", "0"])
+    assert "paired bootstrap" not in capsys.readouterr().out
+    (out / "ctl-ce-k5-s1" / "hyp-test.beam5.txt").write_text("a dog\n")
+    with pytest.raises(SystemExit, match=r"ctl-ce-k5-s1/hyp-test.beam5.txt: 1 lines, but .*test.de has 60"):
+        rl_logs.main(["recipe", str(out), "--data", str(tmp_path / "data")])

@@ -41,14 +41,21 @@ def corpus_bleu(hyp: Path, ref: Path) -> float:
     return corpus_scores(hyp, ref)[0]
 
 
+def run_folders(folder: Path):
+    """{(stage, K, seed): its folder} for every run folder STAGE-kK-sSEED of a recipe's OUT with a train.log."""
+    runs = {}
+    for path in sorted(folder.iterdir()):
+        match = _RUN.match(path.name)
+        if match and (path / "train.log").is_file():
+            runs[match.group(1), int(match.group(2)), int(match.group(3))] = path
+    return runs
+
+
 def recipe_runs(folder: Path, data: Path, tgt: str):
     """One record per run folder STAGE-kK-sSEED: its decodes' BLEU, best dev BLEU, minutes per epoch and to
     the best, and its validations (updates, dev BLEU)."""
     runs = []
-    for path in sorted(folder.iterdir()):
-        match = _RUN.match(path.name)
-        if not match or not (path / "train.log").is_file():
-            continue
+    for (stage, k, seed), path in run_folders(folder).items():
         log = parse(path / "train.log")
         valid = [v for v in log["valid"] if "bleu" in v]
         best = max(valid, key=lambda v: v["bleu"]) if valid else None
@@ -59,7 +66,7 @@ def recipe_runs(folder: Path, data: Path, tgt: str):
             hyp = path / f"hyp-{split}{tag}.txt"
             if hyp.is_file():
                 bleu[split + tag], ratio[split + tag] = corpus_scores(hyp, data / "raw" / f"{split}.{tgt}")
-        runs.append({"stage": match.group(1), "k": int(match.group(2)), "seed": int(match.group(3)),
+        runs.append({"stage": stage, "k": k, "seed": seed,
                      "bleu": bleu, "length_ratio": ratio, "best_dev": best["bleu"] if best else None,
                      "best_update": best.get("num_updates") if best else None,
                      "min_per_epoch": statistics.median(epochs) / 60 if epochs else None,

@@ -21,7 +21,10 @@ REINFORCE updates (each run starting at its CE checkpoint's best; a marker
 per seed). Under the
 table, the comparisons the recipe is for (GAINS), per seed and their mean:
 REINFORCE over its CE checkpoint and over the better control, small over full
-after REINFORCE, with how many scores reach each comparison's bar.  ``--runs``
+after REINFORCE, with how many scores reach each comparison's bar; then, for a
+folder, REINFORCE against its CE checkpoint and each control on test2016 beam
+5, seed by seed: BLEU, chrF and length ratio of each, and REINFORCE's gains
+with sacrebleu's paired bootstrap (``--bootstrap N`` resamples).  ``--runs``
 adds the records of runs made elsewhere (the ``runs.json`` that ``--json``
 wrote for another folder: another machine's seed, a GPU's), so that seeds
 trained on different machines share one table; without a folder, the table
@@ -49,6 +52,7 @@ import sys
 from pathlib import Path
 
 from smallvocab_tools.analysis.recipe_runs import merged_runs, recipe_runs, saved_runs
+from smallvocab_tools.analysis.recipe_significance import significance_rows, significance_table
 from smallvocab_tools.analysis.recipe_tables import gains_table, recipe_plot, recipe_table, tuning_table
 from smallvocab_tools.analysis.train_logs import parse, start_epoch_plot, start_epoch_points, table
 
@@ -82,6 +86,9 @@ def main(argv=None):
     r.add_argument("--markdown", type=Path, help="write the table here too")
     r.add_argument("--png", type=Path, help="the plot of dev BLEU against REINFORCE updates")
     r.add_argument("--json", type=Path, help="write every run's record here")
+    r.add_argument("--bootstrap", type=int, default=1000, metavar="N",
+                   help="with a folder: REINFORCE against its CE checkpoint and each control on test2016 beam 5, per "
+                        "seed, BLEU and chrF with sacrebleu's paired bootstrap of N resamples (0: not made)")
     u = sub.add_parser("tuning", help="recipe folders of several settings (CE_FROM): their REINFORCE runs side by "
                                       "side, with the settings that differ")
     u.add_argument("folders", nargs="+", type=Path)
@@ -103,6 +110,11 @@ def main(argv=None):
             sources.insert(0, (args.folder, recipe_runs(args.folder, args.data, args.tgt)))
         runs = merged_runs(sources)
         text = recipe_table(runs) + "\n" + gains_table(runs)
+        rows = (significance_rows(args.folder, args.data, args.tgt, n_samples=args.bootstrap)
+                if args.folder is not None and args.bootstrap > 0 else [])
+        if rows:
+            text += (f"\nREINFORCE against each comparison, per seed, test2016 beam 5 (paired bootstrap, "
+                     f"{args.bootstrap} resamples):\n\n" + significance_table(rows))
         sys.stdout.write(text)
         if args.markdown:
             args.markdown.write_text(text)

@@ -1,0 +1,76 @@
+"""REINFORCE against each of its comparisons, one seed at a time, on one
+decode of the Transformer-RL recipe's runs (test2016 beam 5 by default):
+each run's BLEU, chrF and length ratio, and REINFORCE's difference to it
+with sacrebleu's paired bootstrap (BLEU and chrF over the same resamples).
+
+The comparisons are the run's CE checkpoint and its two controls (CE
+continued, the constant reward), each of the same softmax and seed: a gain
+counts only where it holds against each of them on its own seed's test
+sentences, not on the mean over seeds alone."""
+
+from pathlib import Path
+
+from smallvocab_tools.analysis.recipe_runs import RECIPE_STAGES, decode_name, run_folders
+from smallvocab_tools.analysis.recipe_tables import cell
+
+
+def _read(path: Path):
+    lines = path.read_text(encoding="utf-8").split("\n")
+    return lines[:-1] if lines and lines[-1] == "" else lines
+
+
+def significance_rows(folder: Path, data: Path, tgt: str, decode: str = "test.beam5", n_samples: int = 1000):
+    """One dict per run beside a REINFORCE run (same K and seed) that has the decode hyp-DECODE.txt: its stage,
+    K, seed, BLEU, chrF and length ratio, and (for the others) REINFORCE's BLEU and chrF minus its own with the
+    paired bootstrap's p. References: DATA/raw/SPLIT.TGT, scored as the recipe's table scores them (tokenized
+    already: BLEU without further tokenization)."""
+    from sacrebleu.metrics import BLEU, CHRF
+    from sacrebleu.significance import PairedTest
+
+    split = decode.split(".")[0]
+    refs = _read(data / "raw" / f"{split}.{tgt}")
+    runs = run_folders(folder)
+    rows = []
+    for (stage, k, seed), path in sorted(runs.items(), key=lambda item: (-item[0][1], item[0][2])):
+        systems = [("rl", path)] + [(s, runs.get((s, k, seed))) for s in RECIPE_STAGES if s != "rl"]
+        systems = [(s, p / f"hyp-{decode}.txt") for s, p in systems if p is not None]
+        systems = [(s, hyp) for s, hyp in systems if hyp.is_file()]
+        if stage != "rl" or len(systems) < 2 or systems[0][0] != "rl":  # REINFORCE's decode and another's
+            continue
+        named = []
+        for s, hyp in systems:
+            hyps = _read(hyp)
+            if len(hyps) != len(refs):
+                raise SystemExit(f"{hyp}: {len(hyps)} lines, but {data / 'raw' / f'{split}.{tgt}'} has {len(refs)}")
+            named.append((s, hyps))
+        metrics = {"BLEU": BLEU(tokenize="none", force=True), "chrF": CHRF()}
+        # the first system is the test's baseline: REINFORCE, each other run compared with it (the p is symmetric)
+        _, results = PairedTest(named, metrics, [refs], test_type="bs", n_samples=n_samples)()
+        # sacrebleu names the results by the metrics' own names (chrF as "chrF2"), in the metrics' order
+        results = dict(zip(metrics, (value for key, value in results.items() if key != "System")))
+        bleu = BLEU(tokenize="none", force=True)
+        for i, (s, hyps) in enumerate(named):
+            stats = bleu.corpus_score(hyps, [refs])
+            row = {"stage": s, "k": k, "seed": seed, "bleu": results["BLEU"][i].score,
+                   "chrf": results["chrF"][i].score, "length_ratio": stats.sys_len / stats.ref_len}
+            if i:
+                for name, key in (("BLEU", "bleu"), ("chrF", "chrf")):
+                    row[f"{key}_gain"] = results[name][0].score - results[name][i].score
+                    row[f"{key}_p"] = results[name][i].p_value
+            rows.append(row)
+    return rows
+
+
+def significance_table(rows, decode: str = "test.beam5") -> str:
+    split, _, tag = decode.partition(".")
+    what = decode_name(split, "." + tag if tag else "")
+    head = (f"| softmax | seed | run | {what} BLEU | chrF | length ratio | REINFORCE's BLEU gain over it (p) | "
+            "chrF gain (p) |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in rows:
+        gains = [f"{r[key + '_gain']:+.2f} ({r[key + '_p']:.4f})" if key + "_gain" in r else "-"
+                 for key in ("bleu", "chrf")]
+        softmax = f"small (K = {r['k']})" if r["k"] else "full"
+        lines.append(f"| {softmax} | {r['seed']} | {RECIPE_STAGES[r['stage']]} | {cell(r['bleu'])} | "
+                     f"{cell(r['chrf'])} | {cell(r['length_ratio'], '{:.3f}')} | {gains[0]} | {gains[1]} |")
+    return "\n".join(lines) + "\n"
