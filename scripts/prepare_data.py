@@ -45,7 +45,8 @@ def main(argv=None):
         with prep.exit_on_sigterm():  # so that the cleanup runs: the temporary folder, fairseq-preprocess
             stats = prep.prepare(args.raw_dir, args.dest, args.src, args.tgt, splits, args.min_count,
                                  args.subword, args.sp_vocab_size, args.sp_model_type, args.empty_lines,
-                                 args.workers, args.force, log=lambda m: print(m, file=sys.stderr))
+                                 args.workers, args.force, log=lambda m: print(m, file=sys.stderr),
+                                 joined_dictionary=args.joined_dictionary)
     except prep.DataError as err:
         parser.exit(2, f"error: {err}\n")
     except KeyboardInterrupt:

@@ -8,7 +8,7 @@ Reads train / val / test2016 .{en,de,fr} from a local folder (default:
 dataset's public repository.  For each language pair it writes
 OUT_DIR/multi30k.SRC-TGT (word level; words seen at least twice by default,
 the paper's setting) or OUT_DIR/multi30k.SRC-TGT.spmN (--subword
-sentencepiece), through scripts/prepare_data.py's pipeline: checked,
+sentencepiece), with .joined after either for --joined-dictionary, through scripts/prepare_data.py's pipeline: checked,
 written atomically, with stats.json.  With --multilingual the pairs go into
 one folder, OUT_DIR/multi30k.PAIR.PAIR..., binarized with one shared
 dictionary (words), for fairseq's translation_multi_simple_epoch and the
@@ -83,6 +83,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.multilingual and args.subword != "none":
         parser.error("--multilingual binarizes words: leave out --subword")
+    if args.multilingual and args.joined_dictionary:
+        parser.error("--multilingual makes one dictionary for every language already: leave out --joined-dictionary")
     if args.tagged and not args.multilingual:
         parser.error("--tagged goes with --multilingual")
 
@@ -117,12 +119,14 @@ def main(argv=None):
             name = f"multi30k.{src}-{tgt}"
             if args.subword == "sentencepiece":
                 name += f".spm{args.sp_vocab_size}"
+            if args.joined_dictionary:
+                name += ".joined"
             dest = args.out_dir / name
             if not args.download:
                 check_dest_apart_from_inputs(dest, [source], "--out-dir")
             stats = prep.prepare(source, dest, src, tgt, SPLITS, args.min_count, args.subword,
                                  args.sp_vocab_size, args.sp_model_type, args.empty_lines,
-                                 args.workers, args.force, log=log)
+                                 args.workers, args.force, log=log, joined_dictionary=args.joined_dictionary)
             print(f"binarized {src}-{tgt} into {dest}")
             print(format_stats(stats))
     except prep.DataError as err:

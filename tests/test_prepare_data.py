@@ -233,3 +233,28 @@ def test_real_multi30k_en_de_word_level(tmp_path):
     assert stats["splits"]["test"]["de"]["sentences"] == 1000
     assert 0 < stats["splits"]["test"]["de"]["oov_rate"] < 0.05
     assert "binarized en-de" in result.stdout
+
+
+def test_a_joined_dictionary_serves_both_languages_and_shares_one_sentencepiece_model(tiny_raw, tmp_path):
+    """--joined-dictionary (fairseq's --share-all-embeddings needs it): one dictionary holding both languages'
+    tokens, and with sentencepiece one model trained on both sides, written under each language's name; without
+    it, each language its own."""
+    from fairseq.data import Dictionary
+
+    for subword in ("none", "sentencepiece"):
+        dest = tmp_path / subword
+        stats = prep.prepare(tiny_raw, dest, "src", "tgt", SPLITS, min_count=1, subword=subword, sp_vocab_size=200,
+                             log=lambda m: None, joined_dictionary=True)
+        assert stats["joined_dictionary"] is True
+        src, tgt = (Dictionary.load(str(dest / f"dict.{lang}.txt")) for lang in ("src", "tgt"))
+        assert src.symbols == tgt.symbols
+        text = (dest / ("subword" if subword == "sentencepiece" else "raw") / "train.src").read_text()
+        if subword == "none":  # every word of either side is in the one dictionary
+            words = set(text.split()) | set((dest / "raw" / "train.tgt").read_text().split())
+            assert words <= set(src.symbols)
+        else:
+            assert (dest / "spm.src.model").read_bytes() == (dest / "spm.tgt.model").read_bytes()
+        stats = prep.prepare(tiny_raw, tmp_path / f"{subword}-apart", "src", "tgt", SPLITS, subword=subword,
+                             sp_vocab_size=200, log=lambda m: None)
+        src, tgt = (Dictionary.load(str(tmp_path / f"{subword}-apart" / f"dict.{lang}.txt")) for lang in ("src", "tgt"))
+        assert src.symbols != tgt.symbols and stats["joined_dictionary"] is False

@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -193,14 +194,19 @@ def add_prepare_args(parser):
     parser.add_argument("--empty-lines", choices=["fail", "drop"], default="fail",
                         help="a sentence pair with an empty side: fail naming the line, or drop "
                              "it and report the count")
+    parser.add_argument("--joined-dictionary", action="store_true",
+                        help="one dictionary for both languages (needed by fairseq's --share-all-embeddings); with "
+                             "--subword sentencepiece, one model trained on both languages' training text")
     parser.add_argument("--workers", type=int_at_least(1), default=1, help="fairseq-preprocess's processes")
     parser.add_argument("--force", action="store_true", help="replace an existing output folder")
 
 
 def prepare(raw_dir, dest, src, tgt, splits, min_count=None, subword="none", sp_vocab_size=8000,
-            sp_model_type="unigram", empty_lines="fail", workers=1, force=False, log=print):
+            sp_model_type="unigram", empty_lines="fail", workers=1, force=False, log=print, joined_dictionary=False):
     """The work behind the CLI; ``splits`` maps train/valid/test to file
-    prefixes in ``raw_dir``.  Returns the statistics dict."""
+    prefixes in ``raw_dir``.  Returns the statistics dict.  ``joined_dictionary``:
+    one dictionary for both languages (and, with sentencepiece, one model,
+    written as both spm.SRC.model and spm.TGT.model)."""
     if src == tgt:
         raise DataError(f"source and target languages must differ (both {src!r})")
     if "train" not in splits:
@@ -232,16 +238,23 @@ def prepare(raw_dir, dest, src, tgt, splits, min_count=None, subword="none", sp_
         if subword == "sentencepiece":
             text_dir = tmp / "subword"
             text_dir.mkdir()
+            if joined_dictionary:  # one model, named for each language
+                model = train_sentencepiece(texts["train"][src] + texts["train"][tgt], tmp / f"spm.{src}",
+                                            sp_vocab_size, sp_model_type)
+                shutil.copyfile(model, tmp / f"spm.{tgt}.model")
             for lang in (src, tgt):
-                model = train_sentencepiece(texts["train"][lang], tmp / f"spm.{lang}",
-                                                 sp_vocab_size, sp_model_type)
+                model = (tmp / f"spm.{lang}.model" if joined_dictionary else
+                         train_sentencepiece(texts["train"][lang], tmp / f"spm.{lang}", sp_vocab_size, sp_model_type))
                 for role, sides in texts.items():
                     write_lines(text_dir / f"{role}.{lang}", encode_sentencepiece(model, sides[lang]))
-            log(f"sentencepiece ({sp_model_type}, {sp_vocab_size}) models: spm.{src}.model, spm.{tgt}.model")
+            log(f"sentencepiece ({sp_model_type}, {sp_vocab_size}) models: spm.{src}.model, spm.{tgt}.model"
+                + (" (one model, trained on both languages)" if joined_dictionary else ""))
         roles = {role: role for role in texts}
-        fairseq_preprocess(text_dir, tmp, src, tgt, roles, min_count=min_count, workers=workers)
+        fairseq_preprocess(text_dir, tmp, src, tgt, roles, min_count=min_count, workers=workers,
+                           joined_dictionary=joined_dictionary)
         stats = corpus_stats(text_dir, src, tgt, roles, dict_dir=tmp)
-        stats.update(min_count=min_count, subword=subword, dropped_pairs=dropped, source=str(raw_dir))
+        stats.update(min_count=min_count, subword=subword, dropped_pairs=dropped, source=str(raw_dir),
+                     joined_dictionary=joined_dictionary)
         if subword == "sentencepiece":
             stats.update(sp_vocab_size=sp_vocab_size, sp_model_type=sp_model_type)
         write_json(tmp / "stats.json", stats)
