@@ -107,11 +107,17 @@ printf '%s' "$record" >> "$STUB_LOG"
 case "$name" in
   fairseq-train) echo "done training" ;;
   fairseq-generate) printf 'H-0\t-0.5\tword\nGenerate test with beam=1: BLEU4 = 1.00\n' ;;
+  fairseq-interactive) printf 'H-0\t-0.5\tword\nD-0\t-0.5\tword\n' ;;
   sacrebleu) echo 1.0 ;;
 esac
 if [ "${1-}" = scripts/sweep_lenpen.py ]; then  # the record it writes (--out), as far as read
   prev=
   for arg in "$@"; do [ "$prev" = --out ] && echo '{"best_lenpen": 1.2}' > "$arg"; prev=$arg; done
+fi
+if [ "${1-}" = scripts/prepare_data.py ]; then  # the checked text it writes beside the data (DEST/raw), as far as read
+  prev=
+  for arg in "$@"; do case $prev in --dest) dest=$arg ;; --src) src=$arg ;; esac; prev=$arg; done
+  mkdir -p "$dest/raw" && echo "a sentence" > "$dest/raw/test.$src"
 fi
 if [ "${1-}" = scripts/prepare_multi30k.py ]; then  # the stats.json it writes (prep.py), as far as read
   out=data-bin; prev=
@@ -159,7 +165,7 @@ def test_example_scripts_dry_run(tmp_path):
     stubs.mkdir()
     (stubs / "stub").write_text(STUB)
     (stubs / "stub").chmod(0o755)
-    for name in ("fairseq-train", "fairseq-generate", "sacrebleu", "python"):
+    for name in ("fairseq-train", "fairseq-generate", "fairseq-interactive", "sacrebleu", "python"):
         os.symlink(stubs / "stub", stubs / name)
     failures = []
     logging.disable(logging.INFO)

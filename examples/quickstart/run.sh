@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# From your own raw parallel text to a tuned, scored and exported model, in one script:
+#   1. sentencepiece with one model and one dictionary for both languages (scripts/prepare_data.py)
+#   2. the vocabulary predictor, and its recall of the reference words at K
+#   3. a Transformer trained with CE inside each sentence's K candidates (embeddings shared)
+#   4. REINFORCE from its best checkpoint (RL_UPDATES updates at RL_LR; LAMBDA=1: CE continued, the control)
+#   5. test BLEU of both with sacrebleu on the raw references (beam BEAM, pieces joined back into words)
+#   6. fairseq-interactive on raw source lines (sentencepiece encodes them, the predictor gives the candidates)
+#   7. a CTranslate2 export of the tuned model, the predictor as its vocabulary map (skipped without ctranslate2)
+# RAW holds train, valid and test .SRC and .TGT files: one sentence per line, aligned.
+# Run from the project root with the project's environment active:
+#   source .venv/bin/activate && RAW=my-corpus SRC=en TGT=de bash examples/quickstart/run.sh
+# Each step is skipped once its output exists, so a stopped run continues where it was; another RL_LR, REWARD
+# or LAMBDA with its own RL_SAVE starts from the same CE checkpoint.
+# Settings: RAW, SRC, TGT, OUT (every output; default checkpoints/quickstart), SP_VOCAB (sentencepiece pieces),
+# K (candidates per sentence; 500, the paper's for up to 10,000 dictionary entries: 1000 above),
+# VP_EPOCHS, CE_EPOCHS, ARCH_ARGS (the Transformer's flags), RL_UPDATES, RL_LR, REWARD, SAMPLES, LAMBDA,
+# RL_SAVE (default OUT/rl), BEAM, THREADS, DEVICE (cpu or cuda), SEED.
+set -euo pipefail
+: "${RAW:?RAW: the folder of your train, valid and test .SRC/.TGT files}"
+SRC=${SRC:-en}
+TGT=${TGT:-de}
+OUT=${OUT:-checkpoints/quickstart}
+SP_VOCAB=${SP_VOCAB:-8000}
+K=${K:-500}
+VP_EPOCHS=${VP_EPOCHS:-10}
+CE_EPOCHS=${CE_EPOCHS:-30}
+ARCH_ARGS=${ARCH_ARGS:-"--arch transformer --encoder-layers 3 --decoder-layers 3 --encoder-embed-dim 256
+  --decoder-embed-dim 256 --encoder-ffn-embed-dim 1024 --decoder-ffn-embed-dim 1024 --encoder-attention-heads 4
+  --decoder-attention-heads 4 --share-all-embeddings --dropout 0.3"}
+RL_UPDATES=${RL_UPDATES:-500}
+RL_LR=${RL_LR:-3e-5}
+REWARD=${REWARD:-gleu}
+SAMPLES=${SAMPLES:-4}
+LAMBDA=${LAMBDA:-0.005}
+RL_SAVE=${RL_SAVE:-$OUT/rl}
+BEAM=${BEAM:-5}
+THREADS=${THREADS:-2}
+DEVICE=${DEVICE:-cpu}
+SEED=${SEED:-1}
+case $DEVICE in cpu) DEV_ARGS=--cpu ;; cuda) DEV_ARGS= ;; *) echo "DEVICE=$DEVICE: cpu or cuda" >&2; exit 2 ;; esac
+export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS
+DATA=$OUT/data-bin
+COMMON=(--user-dir fairseq_smallvocab $DEV_ARGS --num-workers 0 --seed "$SEED" --no-progress-bar --log-format simple
+        --log-interval 50)
+step() { echo "== $*" >&2; }
+mkdir -p "$OUT/vp" "$OUT/ce" "$RL_SAVE"
+
+step "1/7 sentencepiece ($SP_VOCAB pieces, one model for $SRC and $TGT) and binarizing: $DATA"
+if [ ! -f "$DATA/stats.json" ]; then
+  python scripts/prepare_data.py --raw-dir "$RAW" --src "$SRC" --tgt "$TGT" --dest "$DATA" \
+    --subword sentencepiece --sp-vocab-size "$SP_VOCAB" --joined-dictionary
+fi
+SMALL=(--task translation_smallvocab -s "$SRC" -t "$TGT" --vocab-predictor "$OUT/vp/checkpoint_best.pt"
+       --small-vocab-size "$K")
+
+step "2/7 the vocabulary predictor ($VP_EPOCHS epochs): $OUT/vp"
+if [ ! -f "$OUT/vp/checkpoint_best.pt" ]; then
+  fairseq-train "$DATA" "${COMMON[@]}" -s "$SRC" -t "$TGT" --task vocab_prediction --arch vocab_predictor \
+    --criterion vocab_prediction_bce --recall-at "$K" --optimizer adagrad --lr 0.08 --weight-decay 1e-6 \
+    --clip-norm 1.0 --batch-size 128 --max-epoch "$VP_EPOCHS" --best-checkpoint-metric "recall@$K" \
+    --maximize-best-checkpoint-metric --save-dir "$OUT/vp" --no-epoch-checkpoints 2>&1 \
+    | tee -a "$OUT/vp.train.log" | grep -E "valid on|done training"
+fi
+python scripts/recall_curve.py --run "predictor=$OUT/vp/checkpoint_best.pt" --split valid --ks "$K"
+
+step "3/7 CE inside the $K candidates ($CE_EPOCHS epochs): $OUT/ce"
+if [ ! -f "$OUT/ce/checkpoint_best.pt" ]; then
+  fairseq-train "$DATA" "${COMMON[@]}" "${SMALL[@]}" $ARCH_ARGS \
+    --criterion label_smoothed_cross_entropy --label-smoothing 0.1 --optimizer adam --adam-betas '(0.9, 0.98)' \
+    --lr 0.001 --lr-scheduler inverse_sqrt --warmup-updates 400 --clip-norm 1.0 --max-tokens 4096 \
+    --eval-bleu --eval-bleu-remove-bpe sentencepiece --eval-bleu-args '{"beam": 1, "max_len_a": 1.5, "max_len_b": 10}' \
+    --best-checkpoint-metric bleu --maximize-best-checkpoint-metric --max-epoch "$CE_EPOCHS" \
+    --save-dir "$OUT/ce" --no-epoch-checkpoints 2>&1 | tee -a "$OUT/ce.train.log" | grep -E "valid on|done training"
+fi
+
+step "4/7 REINFORCE ($REWARD, $SAMPLES samples, lambda $LAMBDA, Adam $RL_LR, $RL_UPDATES updates): $RL_SAVE"
+if [ ! -f "$RL_SAVE/checkpoint_best.pt" ]; then
+  fairseq-train "$DATA" "${COMMON[@]}" "${SMALL[@]}" $ARCH_ARGS \
+    --finetune-from-model "$OUT/ce/checkpoint_best.pt" --criterion reinforce_gleu --reward "$REWARD" \
+    --reward-post-process sentencepiece --rl-samples "$SAMPLES" --rl-baseline loo --rl-lambda "$LAMBDA" \
+    --max-sample-len 100 --sample-len-ratio 1.5 --optimizer adam --lr "$RL_LR" --clip-norm 1.0 --batch-size 64 \
+    --max-update "$RL_UPDATES" --validate-interval-updates 50 --save-interval-updates 50 --keep-interval-updates 1 \
+    --eval-bleu --eval-bleu-remove-bpe sentencepiece --eval-bleu-args '{"beam": 1, "max_len_a": 1.5, "max_len_b": 10}' \
+    --best-checkpoint-metric bleu --maximize-best-checkpoint-metric --save-dir "$RL_SAVE" --no-epoch-checkpoints \
+    2>&1 | tee -a "$RL_SAVE.train.log" | grep -E "valid on|done training"
+fi
+
+step "5/7 test BLEU, beam $BEAM, against the raw references ($DATA/raw/test.$TGT: $RAW's, checked)"
+for run in "$OUT/ce" "$RL_SAVE"; do
+  fairseq-generate "$DATA" "${COMMON[@]}" "${SMALL[@]}" --path "$run/checkpoint_best.pt" --gen-subset test \
+    --beam "$BEAM" --max-len-a 1.5 --max-len-b 10 --batch-size 64 --post-process sentencepiece > "$run/generate-test.txt"
+  grep "^H-" "$run/generate-test.txt" | sort -t- -k2,2n | cut -f3 > "$run/hyp-test.txt"
+  echo "$run: BLEU $(sacrebleu -b "$DATA/raw/test.$TGT" -i "$run/hyp-test.txt")"
+done
+
+step "6/7 fairseq-interactive: the first 3 test sources, as raw text"
+head -3 "$DATA/raw/test.$SRC" | fairseq-interactive "$DATA" "${COMMON[@]}" "${SMALL[@]}" \
+  --path "$RL_SAVE/checkpoint_best.pt" --bpe sentencepiece --sentencepiece-model "$DATA/spm.$SRC.model" \
+  --beam "$BEAM" --buffer-size 3 --batch-size 3 2>/dev/null | grep "^D-"
+
+step "7/7 CTranslate2: $OUT/ct2"
+if ! python -c "import ctranslate2" 2>/dev/null; then
+  echo "ctranslate2 is not installed (pip install ctranslate2): the export is skipped" >&2
+  exit 0
+fi
+python scripts/export_ctranslate2.py --path "$RL_SAVE/checkpoint_best.pt" --data "$DATA" --out "$OUT/ct2" \
+  --vmap-from "$OUT/vp/checkpoint_best.pt" --k "$K" --force
+echo "translate with it: README.md, Deploy (sources as sentencepiece pieces: $DATA/spm.$SRC.model)"

@@ -1,0 +1,46 @@
+"""examples/quickstart/run.sh, the README's quick start, end to end on tiny raw text: sentencepiece with one model
+and one dictionary, the predictor and its recall beside the frequency list's, CE inside the candidates with
+every embedding shared, REINFORCE, test BLEU of both on the raw references, fairseq-interactive on raw lines and
+the CTranslate2 export; run again, it trains nothing and scores the same."""
+
+import json
+import re
+
+import pytest
+from helpers import REPO, run
+
+TINY = {"SP_VOCAB": "200", "K": "120", "VP_EPOCHS": "1", "CE_EPOCHS": "1", "RL_UPDATES": "2", "THREADS": "1",
+        "BEAM": "2", "ARCH_ARGS": "--arch transformer --encoder-layers 1 --decoder-layers 1 --encoder-embed-dim 16 "
+        "--decoder-embed-dim 16 --encoder-ffn-embed-dim 32 --decoder-ffn-embed-dim 32 --encoder-attention-heads 2 "
+        "--decoder-attention-heads 2 --share-all-embeddings"}
+
+
+@pytest.mark.slow
+def test_the_quick_start_runs_from_raw_text_to_an_exported_model(tiny_raw, tmp_path):
+    import sacrebleu
+
+    out = tmp_path / "qs"
+    env = {"RAW": str(tiny_raw), "SRC": "src", "TGT": "tgt", "OUT": str(out), **TINY}
+    first = run(["bash", "examples/quickstart/run.sh"], cwd=REPO, env=env)
+    data = out / "data-bin"
+    assert json.loads((data / "stats.json").read_text())["joined_dictionary"] is True
+    assert (data / "dict.src.txt").read_text() == (data / "dict.tgt.txt").read_text()
+    assert re.search(r"^\| 120 \| [\d.]+ \| [\d.]+ \|$", first.stdout, re.M)  # recall@K: predictor, frequency list
+    refs = (tiny_raw / "test.tgt").read_text().splitlines()
+    for name in ("ce", "rl"):
+        hyps = (out / name / "hyp-test.txt").read_text().splitlines()
+        assert len(hyps) == len(refs) and not any("\u2581" in h for h in hyps)  # words, not pieces
+        bleu = sacrebleu.corpus_bleu(hyps, [refs]).score
+        printed = re.search(rf"^{re.escape(str(out / name))}: BLEU ([\d.]+)$", first.stdout, re.M)
+        assert printed and float(printed.group(1)) == pytest.approx(bleu, abs=0.051), first.stdout
+    rl_log = (out / "rl.train.log").read_text()
+    assert "'reward': 'gleu'" in rl_log and "'reward_post_process': 'sentencepiece'" in rl_log
+    assert "'lr': [3e-05]" in rl_log and str(out / "ce" / "checkpoint_best.pt") in rl_log
+    assert len(re.findall(r"^D-\d+\t", first.stdout, re.M)) == 3  # fairseq-interactive on 3 raw source lines
+    assert (out / "ct2" / "model.bin").is_file() and (out / "ct2" / "vmap.txt").is_file()
+    logs = {name: (out / f"{name}.train.log").read_text() for name in ("vp", "ce", "rl")}
+    again = run(["bash", "examples/quickstart/run.sh"], cwd=REPO, env=env)
+    assert {name: (out / f"{name}.train.log").read_text() for name in ("vp", "ce", "rl")} == logs  # nothing retrained
+    assert re.findall(r"BLEU [\d.]+", again.stdout) == re.findall(r"BLEU [\d.]+", first.stdout)
+    missing = run(["bash", "examples/quickstart/run.sh"], cwd=REPO, check=False, env={"OUT": str(tmp_path / "x")})
+    assert missing.returncode != 0 and "RAW: the folder of your train, valid and test" in missing.stderr
