@@ -51,7 +51,16 @@ def test_stock_transformer_checkpoint_fine_tuned_with_reinforce_and_decoded(pred
     log = out.stdout + out.stderr
     valid = re.search(r"valid \| epoch 001 .*", log)
     assert valid and re.search(r"\| bleu [\d.]+", valid[0]), log[-3000:]
-    assert re.search(r"gold_outside_cands [\d.]+", valid[0])
+    outside = re.search(r"gold_outside_cands ([\d.]+)", valid[0])
+    assert outside
+    # said when valid loads: K, |V| and the share of its reference words outside the candidates, which is what
+    # validation measures; the warning about that share comes with it where it is high
+    fit = re.search(r"candidates for valid: K = 50 of \|V\| = (\d+) target entries \([\d.]+%\); ([\d.]+)% of the "
+                    r"reference words of its 40 sentences are outside", log)
+    assert fit and int(fit.group(1)) == len((tiny_bin / "dict.tgt.txt").read_text().splitlines()) + 4, log[-3000:]
+    assert float(fit.group(2)) == pytest.approx(float(outside.group(1)), abs=0.006)
+    assert ("of the reference words of valid are outside their K = 50 candidates" in log) == (
+        float(fit.group(2)) >= 5.0)
 
     rl = tmp_path / "rl"
     reinforce = ["fairseq-train", tiny_bin, *plugin, "--criterion", "reinforce_gleu", "--optimizer", "sgd",

@@ -6,6 +6,8 @@
 - ``source``: where a split's lists come from (``--vocab-predictor`` with its
   cache, ``--candidates-dir`` exports, the predictor a checkpoint records)
   and the checks that they belong to this very split;
+- ``fit``: whether K fits an evaluated split: K, |V| and the share of its
+  reference words outside the candidates, logged, with a warning and the fix;
 - ``dataset``: ``CandidateDataset``, which adds each batch's rows to its
   ``net_input``;
 - ``multilingual``: the rows of multilingual batches, predicted step by step
