@@ -55,10 +55,13 @@ def test_the_task_reduces_tensors_from_distributed_workers(tiny_bin):
 
 def test_the_predictor_criterion_reduces_tensors_from_distributed_workers():
     logs = [{"loss": torch.tensor(3.0 * i), "nsentences": 4, "ntokens": 20, "sample_size": 4,
-             "recall_tokens": 20, "recall_hits_50": 10 + i, "recall_hits_100": 15 + i} for i in (1, 2)]
+             "recall_tokens": 20, "recall_hits_50": 10 + i, "recall_hits_100": 15 + i, "freq_recall_hits_50": 5 + i,
+             "freq_recall_hits_100": 8 + i} for i in (1, 2)]
     values = _same_values(VocabPredictionBCECriterion.reduce_metrics, logs)
     assert values["recall@50"] == pytest.approx(100 * 23 / 40, abs=0.01)
     assert values["recall@100"] == pytest.approx(100 * 33 / 40, abs=0.01)
+    assert values["freq_recall@50"] == pytest.approx(100 * 13 / 40, abs=0.01)
+    assert values["freq_recall@100"] == pytest.approx(100 * 19 / 40, abs=0.01)
 
 
 def test_the_ce_control_reduces_tensors_from_distributed_workers(tiny_bin):

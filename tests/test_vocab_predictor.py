@@ -126,6 +126,12 @@ def test_short_training_run_beats_the_frequency_baseline(tmp_path):
     baseline = recall_at(model, task, "valid", ks, scores=frequency_scores(task))
     for k in ks:
         assert learned[k] > baseline[k] + 5, (k, learned, baseline)
+    # the frequency list's recall beside the predictor's at every validation: the baseline's
+    validations = [line for line in (result.stdout + result.stderr).splitlines() if "valid on 'valid' subset" in line]
+    assert validations
+    for k in ks:
+        logged = [float(re.search(rf"\| freq_recall@{k} ([\d.]+)", line).group(1)) for line in validations]
+        assert logged == pytest.approx([baseline[k]] * len(logged), abs=0.01), (k, logged, baseline)
 
 
 def _features_for(bin_dir, folder, dim=32, seed=0):

@@ -9,7 +9,10 @@ examples whose target contains word i (the model's ``prior`` buffer).  On
 validation it also counts recall@K for each K of ``--recall-at``: the share of
 target tokens (repeats counted, eos included) that fall in the example's K
 most probable words.  ``recall@K`` can serve as ``--best-checkpoint-metric``
-(with ``--maximize-best-checkpoint-metric``).
+(with ``--maximize-best-checkpoint-metric``).  Beside it, ``freq_recall@K``:
+the same recall of the frequency list (the K words most frequent in the
+training targets, for every example, no model), which a predictor worth its
+cost beats by a clear margin.
 """
 
 import logging
@@ -53,6 +56,7 @@ class VocabPredictionBCECriterion(FairseqCriterion):
         if not 0.0 <= label_smoothing < 1.0:
             raise ValueError(f"--label-smoothing must be in [0, 1), got {label_smoothing}")
         self.eps = label_smoothing
+        self._frequency = None  # the frequency list's scores, read from the training targets at the first validation
         vocab = len(task.target_dictionary)
         self.ks = parse_ks(recall_at)
         if str(recall_at) == DEFAULT_RECALL_AT:
@@ -89,10 +93,21 @@ class VocabPredictionBCECriterion(FairseqCriterion):
                           "sample_size": nsentences}
         if not model.training and self.ks:
             hits, tokens = recall_hits(logits.detach(), target, self.ks, self.padding_idx)
+            frequent, _ = recall_hits(self.frequency_scores().to(logits.device).expand_as(logits), target, self.ks,
+                                      self.padding_idx)
             logging_output["recall_tokens"] = tokens
-            for k, h in zip(self.ks, hits):
+            for k, h, f in zip(self.ks, hits, frequent):
                 logging_output[f"recall_hits_{k}"] = h
+                logging_output[f"freq_recall_hits_{k}"] = f
         return loss, nsentences, logging_output
+
+    def frequency_scores(self):
+        """The frequency list's scores: each target word's count in the training targets (read once)."""
+        if self._frequency is None:
+            from fairseq_smallvocab.predictor.inference import frequency_scores
+
+            self._frequency = frequency_scores(self.task).float()
+        return self._frequency
 
     @staticmethod
     def reduce_metrics(logging_outputs) -> None:
@@ -108,10 +123,11 @@ class VocabPredictionBCECriterion(FairseqCriterion):
                           key=lambda key: int(key.rsplit("_", 1)[1]))
             for key in keys:
                 k = key.rsplit("_", 1)[1]
-                metrics.log_scalar_sum(f"_recall_hits_{k}", total(key))
-                metrics.log_derived(f"recall@{k}", lambda meters, k=k: round(
-                    100.0 * meters[f"_recall_hits_{k}"].sum / meters["_recall_tokens"].sum, 2)
-                    if meters["_recall_tokens"].sum > 0 else math.nan)
+                for name in ("recall", "freq_recall"):
+                    metrics.log_scalar_sum(f"_{name}_hits_{k}", total(f"{name}_hits_{k}"))
+                    metrics.log_derived(f"{name}@{k}", lambda meters, name=name, k=k: round(
+                        100.0 * meters[f"_{name}_hits_{k}"].sum / meters["_recall_tokens"].sum, 2)
+                        if meters["_recall_tokens"].sum > 0 else math.nan)
 
     @staticmethod
     def logging_outputs_can_be_summed() -> bool:
