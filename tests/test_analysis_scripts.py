@@ -141,6 +141,21 @@ def test_recall_curve_refuses_when_every_k_is_above_the_vocabulary(monkeypatch, 
     assert computed == []
 
 
+def test_recall_curve_warns_where_the_predictor_barely_beats_the_frequency_list(monkeypatch, capsys):
+    """A predictor less than 3 points above the frequency list at some K: a warning per such K, naming both
+    recalls and what to do; none where it is clearly above."""
+    mod = _recall_curve(monkeypatch, vocab=300)
+    gains = {50: 2.5, 100: 6.0}
+    monkeypatch.setattr(mod, "recall_at", lambda model, task, split, ks, batch_size=256, scores=None: {
+        k: 100.0 * k / 300 + (0.0 if scores is not None else gains[k]) for k in ks})
+    monkeypatch.setattr(mod, "frequency_scores", lambda task: "frequency")
+    mod.main(["--run", "vp=ckpt.pt", "--ks", "50,100"])
+    out, err = capsys.readouterr()
+    assert "| 50 | 19.17 | 16.67 |" in out
+    assert err.count("warning:") == 1 and "warning: vp: recall@50 19.17% is within 3 points of the frequency " \
+        "list's 16.67%" in err and "the full softmax (--small-vocab-size 0)" in err
+
+
 @pytest.mark.parametrize("where", ["missing folder", "a file as folder", "a folder as the file", "format"])
 def test_recall_curve_checks_the_png_path_before_computing(monkeypatch, capsys, tmp_path, where):
     computed = []

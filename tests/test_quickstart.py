@@ -1,7 +1,8 @@
 """examples/quickstart/run.sh, the README's quick start, end to end on tiny raw text: sentencepiece with one model
 and one dictionary, the predictor and its recall beside the frequency list's, CE inside the candidates with
 every embedding shared, REINFORCE, test BLEU of both on the raw references, fairseq-interactive on raw lines and
-the CTranslate2 export; run again, it trains nothing and scores the same."""
+the CTranslate2 export; run again, it trains nothing and scores the same, and a step not marked finished
+goes on from where it stopped."""
 
 import json
 import re
@@ -42,5 +43,14 @@ def test_the_quick_start_runs_from_raw_text_to_an_exported_model(tiny_raw, tmp_p
     again = run(["bash", "examples/quickstart/run.sh"], cwd=REPO, env=env)
     assert {name: (out / f"{name}.train.log").read_text() for name in ("vp", "ce", "rl")} == logs  # nothing retrained
     assert re.findall(r"BLEU [\d.]+", again.stdout) == re.findall(r"BLEU [\d.]+", first.stdout)
+    # a finished step says so (FOLDER/.quickstart-done); without it the step's training goes on from its
+    # checkpoint_last.pt: here CE for a second epoch, the rest left as they are
+    assert all((out / name / ".quickstart-done").is_file() for name in ("vp", "ce", "rl"))
+    (out / "ce" / ".quickstart-done").unlink()
+    run(["bash", "examples/quickstart/run.sh"], cwd=REPO, env={**env, "CE_EPOCHS": "2"})
+    ce_log = (out / "ce.train.log").read_text()
+    assert ce_log.startswith(logs["ce"]) and "epoch 002 | valid on 'valid' subset" in ce_log[len(logs["ce"]):]
+    assert "epoch 001 | valid on" not in ce_log[len(logs["ce"]):]
+    assert (out / "rl.train.log").read_text() == logs["rl"]
     missing = run(["bash", "examples/quickstart/run.sh"], cwd=REPO, check=False, env={"OUT": str(tmp_path / "x")})
     assert missing.returncode != 0 and "RAW: the folder of your train, valid and test" in missing.stderr

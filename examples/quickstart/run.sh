@@ -10,8 +10,10 @@
 # RAW holds train, valid and test .SRC and .TGT files: one sentence per line, aligned.
 # Run from the project root with the project's environment active:
 #   source .venv/bin/activate && RAW=my-corpus SRC=en TGT=de bash examples/quickstart/run.sh
-# Each step is skipped once its output exists, so a stopped run continues where it was; another RL_LR, REWARD
-# or LAMBDA with its own RL_SAVE starts from the same CE checkpoint.
+# Each step is skipped once done (a training, once it has finished: FOLDER/.quickstart-done), so a stopped run
+# continues where it was (a stopped training from its checkpoint_last.pt); another RL_LR, REWARD or LAMBDA with
+# its own RL_SAVE starts from the same CE checkpoint. To train a finished step further (a larger CE_EPOCHS),
+# delete its .quickstart-done.
 # Settings: RAW, SRC, TGT, OUT (every output; default checkpoints/quickstart), SP_VOCAB (sentencepiece pieces),
 # K (candidates per sentence; 500, the paper's for up to 10,000 dictionary entries: 1000 above),
 # VP_EPOCHS, CE_EPOCHS, ARCH_ARGS (the Transformer's flags), RL_UPDATES, RL_LR, REWARD, SAMPLES, LAMBDA,
@@ -55,27 +57,29 @@ SMALL=(--task translation_smallvocab -s "$SRC" -t "$TGT" --vocab-predictor "$OUT
        --small-vocab-size "$K")
 
 step "2/7 the vocabulary predictor ($VP_EPOCHS epochs): $OUT/vp"
-if [ ! -f "$OUT/vp/checkpoint_best.pt" ]; then
+if [ ! -f "$OUT/vp/.quickstart-done" ]; then
   fairseq-train "$DATA" "${COMMON[@]}" -s "$SRC" -t "$TGT" --task vocab_prediction --arch vocab_predictor \
     --criterion vocab_prediction_bce --recall-at "$K" --optimizer adagrad --lr 0.08 --weight-decay 1e-6 \
     --clip-norm 1.0 --batch-size 128 --max-epoch "$VP_EPOCHS" --best-checkpoint-metric "recall@$K" \
     --maximize-best-checkpoint-metric --save-dir "$OUT/vp" --no-epoch-checkpoints 2>&1 \
     | tee -a "$OUT/vp.train.log" | grep -E "valid on|done training"
+  touch "$OUT/vp/.quickstart-done"
 fi
 python scripts/recall_curve.py --run "predictor=$OUT/vp/checkpoint_best.pt" --split valid --ks "$K"
 
 step "3/7 CE inside the $K candidates ($CE_EPOCHS epochs): $OUT/ce"
-if [ ! -f "$OUT/ce/checkpoint_best.pt" ]; then
+if [ ! -f "$OUT/ce/.quickstart-done" ]; then
   fairseq-train "$DATA" "${COMMON[@]}" "${SMALL[@]}" $ARCH_ARGS \
     --criterion label_smoothed_cross_entropy --label-smoothing 0.1 --optimizer adam --adam-betas '(0.9, 0.98)' \
     --lr 0.001 --lr-scheduler inverse_sqrt --warmup-updates 400 --clip-norm 1.0 --max-tokens 4096 \
     --eval-bleu --eval-bleu-remove-bpe sentencepiece --eval-bleu-args '{"beam": 1, "max_len_a": 1.5, "max_len_b": 10}' \
     --best-checkpoint-metric bleu --maximize-best-checkpoint-metric --max-epoch "$CE_EPOCHS" \
     --save-dir "$OUT/ce" --no-epoch-checkpoints 2>&1 | tee -a "$OUT/ce.train.log" | grep -E "valid on|done training"
+  touch "$OUT/ce/.quickstart-done"
 fi
 
 step "4/7 REINFORCE ($REWARD, $SAMPLES samples, lambda $LAMBDA, Adam $RL_LR, $RL_UPDATES updates): $RL_SAVE"
-if [ ! -f "$RL_SAVE/checkpoint_best.pt" ]; then
+if [ ! -f "$RL_SAVE/.quickstart-done" ]; then
   fairseq-train "$DATA" "${COMMON[@]}" "${SMALL[@]}" $ARCH_ARGS \
     --finetune-from-model "$OUT/ce/checkpoint_best.pt" --criterion reinforce_gleu --reward "$REWARD" \
     --reward-post-process sentencepiece --rl-samples "$SAMPLES" --rl-baseline loo --rl-lambda "$LAMBDA" \
@@ -84,6 +88,7 @@ if [ ! -f "$RL_SAVE/checkpoint_best.pt" ]; then
     --eval-bleu --eval-bleu-remove-bpe sentencepiece --eval-bleu-args '{"beam": 1, "max_len_a": 1.5, "max_len_b": 10}' \
     --best-checkpoint-metric bleu --maximize-best-checkpoint-metric --save-dir "$RL_SAVE" --no-epoch-checkpoints \
     2>&1 | tee -a "$RL_SAVE.train.log" | grep -E "valid on|done training"
+  touch "$RL_SAVE/.quickstart-done"
 fi
 
 step "5/7 test BLEU, beam $BEAM, against the raw references ($DATA/raw/test.$TGT: $RAW's, checked)"

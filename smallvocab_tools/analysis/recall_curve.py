@@ -35,11 +35,17 @@ def _listed(ks):
     return ", ".join(map(str, ks))
 
 
+# judgement: on Multi30k the predictor is 10 points above the frequency list at K = 500; a new user's, 1.5 points
+# above it, bought nothing
+WEAK_MARGIN = 3.0
+
+
 def measure(runs, split, ks, batch_size=256, log=print):
     """{label: {K: recall}} for each run and each data folder's baseline.  A
     K above a run's vocabulary size |V| is left out of its curve (noted with
     ``log``); a run with no K left is an error, raised before any
-    computation."""
+    computation.  A run less than WEAK_MARGIN points above the frequency
+    list at some K gets a warning (``log``) with what to do."""
     loaded = []
     for label, predictor, data in runs:
         model, task = load_predictor(predictor, data)
@@ -59,6 +65,12 @@ def measure(runs, split, ks, batch_size=256, log=print):
         folder = str(task.cfg.data)
         if folder not in baselines:
             baselines[folder] = recall_at(model, task, split, run_ks, batch_size, scores=frequency_scores(task))
+        for k in run_ks:
+            if curves[label][k] - baselines[folder][k] < WEAK_MARGIN:
+                log(f"warning: {label}: recall@{k} {curves[label][k]:.2f}% is within {WEAK_MARGIN:g} points of the "
+                    f"frequency list's {baselines[folder][k]:.2f}% (the {k} most frequent training words for every "
+                    "input): the predictor adds little. Train it longer or on more data, raise K, or use the full "
+                    "softmax (--small-vocab-size 0)")
     for folder, curve in baselines.items():
         name = "frequency baseline" if len(baselines) == 1 else f"frequency baseline ({folder})"
         curves[name] = curve
