@@ -196,6 +196,12 @@ def test_exported_model_translates_as_fairseq_and_inside_its_map(tuned, predicto
             differs += " ".join(hyp) != want[i]
     assert differs > 0  # the map restricted some translation: the allowance check above has teeth
 
+    # without --k, the coverage is measured at the K the checkpoint was trained with (50; the paper's rule: 500)
+    run(["python", EXPORT, "--path", tuned, "--data", tiny_bin, "--out", tmp_path / "ct2-k", "--vmap-from", predictor,
+         "--vmap-per-token", "10", "--vmap-always", "20"])
+    meta = json.loads((tmp_path / "ct2-k" / "smallvocab_export.json").read_text())
+    assert meta["vmap"]["coverage"]["k"] == 50 and meta["small_vocab_size"] == 50
+
     for quantization, compute in (("int8", "int8"), ("float16", "float32")):  # float16 computes on a GPU
         folder = tmp_path / f"ct2-{quantization}"
         run(["python", EXPORT, "--path", tuned, "--data", tiny_bin, "--out", folder, "--quantization", quantization])
@@ -238,6 +244,10 @@ def test_what_cannot_be_exported_is_refused(tuned, predictor, tiny_bin, tmp_path
     assert "--force" in err
     assert "not a CTranslate2 model folder" in refused("--path", tuned, "--data", tiny_bin, "--out", folder,
                                                        "--force")
+    # told before the map is computed
+    mapped = run(["python", EXPORT, "--path", tuned, "--data", tiny_bin, "--out", folder, "--vmap-from", predictor],
+                 check=False)
+    assert mapped.returncode != 0 and "--force" in mapped.stderr and "vocabulary map" not in mapped.stdout
     assert (folder / "notes.txt").read_text() == "keep me"
 
     other = tmp_path / "other-bin"  # another corpus: other dictionaries

@@ -38,8 +38,8 @@ class ExportError(ValueError):
 
 
 def _checkpoint_config(path):
-    """(task name, arch, its fairseq model name, model config) of a fairseq checkpoint, read with the plugin's
-    loader (fairseq's, through torch's weights-only unpickler and the plugin's allow-list)."""
+    """(task name, arch, its fairseq model name, model config, task config) of a fairseq checkpoint, read with the
+    plugin's loader (fairseq's, through torch's weights-only unpickler and the plugin's allow-list)."""
     from fairseq import checkpoint_utils
     from fairseq.models import ARCH_MODEL_NAME_REGISTRY
 
@@ -54,14 +54,15 @@ def _checkpoint_config(path):
     cfg = state.get("cfg")
     model_cfg = (cfg.get("model") if cfg else None) or state.get("args")
     arch = getattr(model_cfg, "arch", None) or getattr(model_cfg, "_name", None)
-    task = getattr(getattr(cfg, "task", None), "_name", None) or getattr(model_cfg, "task", None)
-    return task, arch, ARCH_MODEL_NAME_REGISTRY.get(arch), model_cfg
+    task_cfg = cfg.get("task") if cfg else None
+    task = getattr(task_cfg, "_name", None) or getattr(model_cfg, "task", None)
+    return task, arch, ARCH_MODEL_NAME_REGISTRY.get(arch), model_cfg, task_cfg
 
 
 def check_exportable(path) -> dict:
-    """What the checkpoint is (task, arch, whether it is multilingual), or an ``ExportError`` saying why
-    CTranslate2 cannot run it."""
-    task, arch, model_name, model_cfg = _checkpoint_config(path)
+    """What the checkpoint is (task, arch, whether it is multilingual, the K it was trained with: None where its
+    task has none, 0 for the full softmax), or an ``ExportError`` saying why CTranslate2 cannot run it."""
+    task, arch, model_name, model_cfg, task_cfg = _checkpoint_config(path)
     if arch == "vocab_predictor":
         raise ExportError(f"{path} is a vocabulary predictor, not a translation model: export the translation "
                           "checkpoint (--path) and give the predictor to --vmap-from")
@@ -74,7 +75,8 @@ def check_exportable(path) -> dict:
                           "fairseq-generate / fairseq-interactive and the plugin (--user-dir fairseq_smallvocab)")
     return {"task": task, "arch": arch, "multilingual": task in MULTILINGUAL_TASKS,
             "source_lang": getattr(model_cfg, "source_lang", None),
-            "target_lang": getattr(model_cfg, "target_lang", None)}
+            "target_lang": getattr(model_cfg, "target_lang", None),
+            "small_vocab_size": getattr(task_cfg, "small_vocab_size", None)}
 
 
 def refuse_map_for_multilingual(path, info):
@@ -115,12 +117,7 @@ def export(path, data, out, quantization: str = "float32", vmap=None, force: boo
             from None
     if quantization not in QUANTIZATIONS:
         raise ExportError(f"--quantization {quantization}: one of {', '.join(QUANTIZATIONS)}")
-    out = Path(out)
-    if out.exists() and not force:
-        raise ExportError(f"{out} exists: give --force to replace it, or another --out")
-    if out.exists() and not (out / "model.bin").is_file():
-        raise ExportError(f"{out} exists and is not a CTranslate2 model folder (no model.bin): it is not "
-                          "replaced, even with --force; give another --out")
+    out = check_out(out, force)
     info = info or check_exportable(path)
     if vmap is not None:
         refuse_map_for_multilingual(path, info)
@@ -146,6 +143,18 @@ def export(path, data, out, quantization: str = "float32", vmap=None, force: boo
     return out
 
 
+def check_out(out, force: bool) -> Path:
+    """``out`` as a Path, or an ``ExportError`` where it may not be written: it exists and ``force`` is not
+    given, or it exists and is no CTranslate2 model folder (told before anything is computed)."""
+    out = Path(out)
+    if out.exists() and not force:
+        raise ExportError(f"{out} exists: give --force to replace it, or another --out")
+    if out.exists() and not (out / "model.bin").is_file():
+        raise ExportError(f"{out} exists and is not a CTranslate2 model folder (no model.bin): it is not "
+                          "replaced, even with --force; give another --out")
+    return out
+
+
 def predictor_vmap(predictor, path, info, data, per_token, always, bigrams, split, k, batch):
     """The vocabulary map of ``predictor`` for the model ``path`` (``check_exportable``'s ``info``; data
     ``data``), and its size and coverage on ``split`` (``vmap.coverage``)."""
@@ -164,7 +173,7 @@ def predictor_vmap(predictor, path, info, data, per_token, always, bigrams, spli
         raise ExportError(f"--vmap-from {predictor} predicts {mine[1]} words from {mine[0]}; {path} translates "
                           f"{langs[0]} into {langs[1]}: give the predictor of the model's language pair")
     vmap = build_vmap(model, task, per_token=per_token, always=always, bigrams=bigrams)
-    k = k or default_small_vocab_size(len(task.target_dictionary))
+    k = k or info.get("small_vocab_size") or default_small_vocab_size(len(task.target_dictionary))
     stats = {"predictor": os.path.abspath(predictor), "per_token": per_token, "always": always,
              "bigrams": bigrams, "size": map_size(vmap)}
     if split:
@@ -194,7 +203,8 @@ def main(argv=None):
     parser.add_argument("--coverage-split", default="valid",
                         help="the split the map's coverage is measured on ('' for none)")
     parser.add_argument("--k", type=int, help="K of the predicted candidates the coverage is measured against "
-                                              "(default: the plugin's default K for the vocabulary)")
+                                              "(default: the K the checkpoint was trained with; for a full-softmax "
+                                              "or stock checkpoint, the plugin's default K for the vocabulary)")
     parser.add_argument("--batch", type=int, default=32, help="sentences per batch of the allowance measured")
     parser.add_argument("--force", action="store_true",
                         help="replace --out if it is a CTranslate2 model folder holding only what an export writes")
@@ -202,6 +212,7 @@ def main(argv=None):
     try:
         with exit_on_sigterm():  # so that the cleanup runs: the new model's temporary folder removed
             info = check_exportable(args.path)  # before the map: a model that cannot be exported stops first
+            check_out(args.out, args.force)  # and so does an --out that cannot be written
             vmap, record = None, {}
             if args.vmap_from:
                 vmap, stats = predictor_vmap(args.vmap_from, args.path, info, args.data, args.vmap_per_token,
