@@ -10,13 +10,9 @@ sentences, not on the mean over seeds alone."""
 
 from pathlib import Path
 
+from smallvocab_tools.analysis.paired_bleu import read
 from smallvocab_tools.analysis.recipe_runs import RECIPE_STAGES, decode_name, run_folders
 from smallvocab_tools.analysis.recipe_tables import cell
-
-
-def _read(path: Path):
-    lines = path.read_text(encoding="utf-8").split("\n")
-    return lines[:-1] if lines and lines[-1] == "" else lines
 
 
 def significance_rows(folder: Path, data: Path, tgt: str, decode: str = "test.beam5", n_samples: int = 1000):
@@ -28,18 +24,19 @@ def significance_rows(folder: Path, data: Path, tgt: str, decode: str = "test.be
     from sacrebleu.significance import PairedTest
 
     split = decode.split(".")[0]
-    refs = _read(data / "raw" / f"{split}.{tgt}")
+    refs = read(data / "raw" / f"{split}.{tgt}")
     runs = run_folders(folder)
     rows = []
-    for (stage, k, seed), path in sorted(runs.items(), key=lambda item: (-item[0][1], item[0][2])):
-        systems = [("rl", path)] + [(s, runs.get((s, k, seed))) for s in RECIPE_STAGES if s != "rl"]
-        systems = [(s, p / f"hyp-{decode}.txt") for s, p in systems if p is not None]
+    for k, seed in sorted(((k, seed) for stage, k, seed in runs if stage == "rl"), key=lambda ks: (-ks[0], ks[1])):
+        # REINFORCE first, then each other stage of its K and seed; only those with the decode
+        stages = ["rl"] + [s for s in RECIPE_STAGES if s != "rl"]
+        systems = [(s, runs[s, k, seed] / f"hyp-{decode}.txt") for s in stages if (s, k, seed) in runs]
         systems = [(s, hyp) for s, hyp in systems if hyp.is_file()]
-        if stage != "rl" or len(systems) < 2 or systems[0][0] != "rl":  # REINFORCE's decode and another's
+        if len(systems) < 2 or systems[0][0] != "rl":  # REINFORCE's decode and at least one other's
             continue
         named = []
         for s, hyp in systems:
-            hyps = _read(hyp)
+            hyps = read(hyp)
             if len(hyps) != len(refs):
                 raise SystemExit(f"{hyp}: {len(hyps)} lines, but {data / 'raw' / f'{split}.{tgt}'} has {len(refs)}")
             named.append((s, hyps))
