@@ -219,6 +219,74 @@ def test_scripts_run_in_process_on_tiny_settings(tmp_path, capsys):
     assert {"train.npy", "train.index", "train.en", "test.index"} <= written, written
 
 
+README_OWN_MODEL = ["OWN_VP", "OWN_CE", "OWN_REINFORCE", "OWN_GENERATE", "OWN_GENERATE_STOCK", "OWN_EXPORT"]
+TINY_TRANSFORMER = ["--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "16",
+                    "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32", "--decoder-ffn-embed-dim", "32",
+                    "--encoder-attention-heads", "2", "--decoder-attention-heads", "2"]
+QUIET = ["--cpu", "--num-workers", "0", "--no-progress-bar"]
+
+
+def _readme_section(title):
+    text = (REPO / "README.md").read_text()
+    start = text.index(f"\n{title}\n")
+    end = re.search(r"\n#{2,3} ", text[start + len(title) + 2:])  # the next heading (a shell comment has one #)
+    return text[start:start + len(title) + 2 + (end.start() if end else len(text))]
+
+
+@pytest.mark.slow
+def test_readme_own_model_then_deploy_run_in_the_readme_s_order(tiny_raw, tmp_path):
+    """README's "A stock Transformer" and "Deploy with CTranslate2" as a user types them (#61: run "elsewhere",
+    six of them failed a user), in the README's order, from the user's own folder (so --user-dir is the whole
+    path, as the README says there): the user's raw text binarized with one dictionary (the README's
+    prepare_data.py --joined-dictionary), their stock Transformer trained with --share-all-embeddings, then the
+    predictor, CE inside the candidates, REINFORCE, both decodings, the export and the README's Python lines.
+    Each command is shrunk only in sizes (epochs, updates, d), at the README's own K."""
+    pytest.importorskip("ctranslate2")
+    shown = [command for _, command in markdown_commands(_readme_section("### A stock Transformer"))]
+    shown += [command for _, command in markdown_commands(_readme_section("## Deploy with CTranslate2"))]
+    assert shown == [NAMED[name] for name in README_OWN_MODEL]  # the order a user reads them in
+
+    user = tmp_path / "user"  # the user's folder, outside the repository
+    raw = user / "my-corpus"
+    raw.mkdir(parents=True)
+    for split in ("train", "valid", "test"):
+        for side, lang in (("src", "en"), ("tgt", "de")):
+            (raw / f"{split}.{lang}").write_bytes((tiny_raw / f"{split}.{side}").read_bytes())
+    data = user / "data-bin" / "wmt.en-de"
+    run([REPO / "scripts" / "prepare_data.py", "--raw-dir", raw, "--src", "en", "--tgt", "de", "--dest", data,
+         "--min-count", "1", "--joined-dictionary"], cwd=user)
+    run(["fairseq-train", "data-bin/wmt.en-de", "--task", "translation", "--arch", "transformer",
+         "--share-all-embeddings", *TINY_TRANSFORMER, "--criterion", "label_smoothed_cross_entropy",
+         "--label-smoothing", "0.1", "--optimizer", "adam", "--lr", "0.005", "--max-epoch", "3", "--batch-size", "32",
+         *QUIET, "--save-dir", "checkpoints/transformer"], cwd=user)  # the user's model, stock fairseq
+
+    def readme(name, values=None, extra=()):
+        whole_path = {"--user-dir": USER_DIR} if "--user-dir" in NAMED[name] else {}
+        return run(adapt(NAMED[name], {**whole_path, **(values or {})}, extra=extra), cwd=user)
+
+    out = readme("OWN_VP", {"--max-epoch": 2}, extra=QUIET)
+    assert (user / "checkpoints" / "vp" / "checkpoint_best.pt").exists()
+    out = readme("OWN_CE", extra=[*TINY_TRANSFORMER, "--max-epoch", "1", *QUIET])
+    assert re.search(r"candidates for valid: K = \d+ of \|V\| = \d+", out.stdout + out.stderr), out.stderr[-3000:]
+    out = readme("OWN_REINFORCE", {"--max-update": 4, "--validate-interval-updates": 2, "--save-interval-updates": 2,
+                                   "--batch-size": 16}, extra=[*TINY_TRANSFORMER, *QUIET])
+    log = out.stdout + out.stderr
+    assert re.search(r"valid on 'valid' subset .*\| bleu [\d.]+", log) and " reward " in log, log[-3000:]
+    tests = len((raw / "test.de").read_text().splitlines())
+    for name, least in (("OWN_GENERATE", tests), ("OWN_GENERATE_STOCK", 20)):  # stock generate leaves some out
+        out = readme(name, extra=["--cpu"])                                   # (as in test_stock_transformer.py)
+        hypotheses = len(re.findall(r"^H-\d+\t", out.stdout, re.M))
+        assert least <= hypotheses <= tests and "BLEU" in out.stdout, out.stderr[-3000:]
+    out = readme("OWN_EXPORT", extra=["--vmap-per-token", "10", "--vmap-always", "20"])
+    assert "use_vmap=True" in out.stdout and (user / "ct2-en-de" / "model.bin").exists(), out.stdout + out.stderr
+
+    python = re.search(r"```python\n(.*?)```", _readme_section("## Deploy with CTranslate2"), re.S).group(1)
+    script = user / "readme_deploy.py"
+    script.write_text(python)
+    out = run(["python", script], cwd=user)
+    assert out.stdout.strip(), out.stderr[-3000:]  # one translation printed
+
+
 @pytest.mark.slow
 def test_translation_recipe_runs_on_tiny_data(predictor, tiny_bin, tiny_raw, tmp_path):
     """examples/vocab_predictor's export and examples/translation's CE training, decoding (fairseq-generate on
