@@ -20,7 +20,7 @@ import torch
 from helpers import REPO, USER_DIR, make_dictionary, run, sigint_default
 
 from fairseq_smallvocab.models.vocab_predictor import VocabPredictor, VocabPredictorConfig
-from smallvocab_tools.deploy.vmap import VocabMap, build_vmap, coverage
+from smallvocab_tools.deploy.vmap import VocabMap, build_vmap, coverage, describe_coverage, sized_vmap
 
 EXPORT = str(REPO / "scripts" / "export_ctranslate2.py")
 BENCH = str(REPO / "scripts" / "bench_ctranslate2.py")
@@ -196,11 +196,18 @@ def test_exported_model_translates_as_fairseq_and_inside_its_map(tuned, predicto
             differs += " ".join(hyp) != want[i]
     assert differs > 0  # the map restricted some translation: the allowance check above has teeth
 
-    # without --k, the coverage is measured at the K the checkpoint was trained with (50; the paper's rule: 500)
-    run(["python", EXPORT, "--path", tuned, "--data", tiny_bin, "--out", tmp_path / "ct2-k", "--vmap-from", predictor,
-         "--vmap-per-token", "10", "--vmap-always", "20"])
+    # without --k, the coverage is measured at the K the checkpoint was trained with (50; the paper's rule: 500);
+    # without --vmap-per-token, the lines are sized on valid from 20 words, and the coverage is said in words
+    done = run(["python", EXPORT, "--path", tuned, "--data", tiny_bin, "--out", tmp_path / "ct2-k", "--vmap-from",
+                predictor, "--vmap-always", "20"])
     meta = json.loads((tmp_path / "ct2-k" / "smallvocab_export.json").read_text())
-    assert meta["vmap"]["coverage"]["k"] == 50 and meta["small_vocab_size"] == 50
+    cover, per_token = meta["vmap"]["coverage"], meta["vmap"]["per_token"]
+    assert cover["k"] == 50 and meta["small_vocab_size"] == 50
+    assert meta["vmap"]["per_token_tried"][0]["per_token"] == 20 and per_token in (20, 40, 50)
+    assert f"vocabulary map: {per_token} words per source word; on valid (40 sentences) it allows " \
+           f"{cover['reference_in_map']:.1f}% of the reference words" in done.stdout
+    assert ("warning: the map allows" in done.stderr) == (
+        cover["reference_in_map"] < cover["reference_in_candidates"] - 1.0)
 
     for quantization, compute in (("int8", "int8"), ("float16", "float32")):  # float16 computes on a GPU
         folder = tmp_path / f"ct2-{quantization}"
@@ -453,3 +460,30 @@ def test_coverage_of_a_map_that_allows_everything_and_of_one_that_allows_little(
     longest = max(len(task.dataset("valid").src[i]) for i in range(40)) if "valid" in task.datasets else 0
     assert little["allowed_per_sentence"] <= tgt.nspecial + punctuation + longest
     assert little["allowed_per_sentence"] <= little["allowed_per_batch_8"] < len(tgt)
+
+
+def test_the_map_is_sized_until_it_allows_what_the_candidates_allow(tiny_bin):
+    """#61: the default map allowed 87% of a user's reference words where the K candidates held 95% (-12 BLEU).
+    Per-token lines double from the start until the map allows, on the split, the reference words within a point
+    of the candidates, or reach K; each size tried is the coverage of the map built at that size."""
+    task = _vp_task(tiny_bin)
+    model = _predictor(task.source_dictionary, task.target_dictionary)
+    vmap, per_token, cover, tried = sized_vmap(model, task, "valid", 40, start=1, always=0, batch=8)
+    target = cover["reference_in_candidates"] - 1.0
+    sizes = [n for n, _ in tried]
+    assert len(sizes) >= 3 and sizes == [min(2 ** i, 40) for i in range(len(sizes))]
+    for n, allowed in tried:
+        built = build_vmap(model, task, per_token=n, always=0)
+        assert allowed == coverage(built, model, task, "valid", 40, batch=8)["reference_in_map"]
+    assert all(allowed < target for _, allowed in tried[:-1])  # stopped at the first size that does
+    assert tried[-1][1] >= target or per_token == 40
+    assert per_token == sizes[-1] and vmap == build_vmap(model, task, per_token=per_token, always=0)
+    assert cover == coverage(vmap, model, task, "valid", 40, batch=8)
+
+    said = describe_coverage(cover, "valid", per_token, tried)
+    assert f"{per_token} words per source word" in said[0] and "raised" in said[1]
+    assert not any(line.startswith("warning") for line in said) == (tried[-1][1] >= target)
+    short = dict(cover, reference_in_map=cover["reference_in_candidates"] - 1.5)
+    assert describe_coverage(short, "valid", 1)[-1].startswith("warning: the map allows 1.5 points fewer")
+    close = dict(cover, reference_in_map=cover["reference_in_candidates"] - 0.5)
+    assert len(describe_coverage(close, "valid", 1)) == 1  # within a point: no warning, nothing raised

@@ -23,6 +23,7 @@ from smallvocab_tools.data.prep import exit_on_sigterm
 
 PLUGIN_DIR = os.path.dirname(os.path.abspath(fairseq_smallvocab.__file__))
 QUANTIZATIONS = ("int8", "float16", "float32")
+DEFAULT_PER_TOKEN = 20  # the map's per-token words where they are not sized on a split
 MULTILINGUAL_TASKS = ("translation_multi_simple_epoch", "translation_multi_smallvocab")
 # CTranslate2's fairseq converter's model names (fairseq's model registry name of the --arch)
 CONVERTIBLE = ("transformer", "transformer_align", "bart", "multilingual_transformer")
@@ -157,10 +158,11 @@ def check_out(out, force: bool) -> Path:
 
 def predictor_vmap(predictor, path, info, data, per_token, always, bigrams, split, k, batch):
     """The vocabulary map of ``predictor`` for the model ``path`` (``check_exportable``'s ``info``; data
-    ``data``), and its size and coverage on ``split`` (``vmap.coverage``)."""
+    ``data``), its size and coverage on ``split`` (``vmap.coverage``), and that coverage as sentences to print.
+    ``per_token`` None: the map's lines sized on ``split`` (``vmap.sized_vmap``; 20 words where no split)."""
     from fairseq_smallvocab.candidates.space import default_small_vocab_size
     from fairseq_smallvocab.predictor.inference import PredictorError, load_predictor
-    from smallvocab_tools.deploy.vmap import build_vmap, coverage, map_size
+    from smallvocab_tools.deploy.vmap import build_vmap, coverage, describe_coverage, map_size, sized_vmap
 
     try:
         model, task = load_predictor(predictor, data=data)
@@ -172,13 +174,25 @@ def predictor_vmap(predictor, path, info, data, per_token, always, bigrams, spli
     if None not in langs and langs != mine:
         raise ExportError(f"--vmap-from {predictor} predicts {mine[1]} words from {mine[0]}; {path} translates "
                           f"{langs[0]} into {langs[1]}: give the predictor of the model's language pair")
-    vmap = build_vmap(model, task, per_token=per_token, always=always, bigrams=bigrams)
     k = k or info.get("small_vocab_size") or default_small_vocab_size(len(task.target_dictionary))
+    tried, cover = [], None
+    if per_token is None and split:
+        vmap, per_token, cover, tried = sized_vmap(model, task, split, k, start=DEFAULT_PER_TOKEN, always=always,
+                                                   bigrams=bigrams, batch=batch)
+    else:
+        per_token = DEFAULT_PER_TOKEN if per_token is None else per_token
+        vmap = build_vmap(model, task, per_token=per_token, always=always, bigrams=bigrams)
+        if split:
+            cover = coverage(vmap, model, task, split, k, batch)
     stats = {"predictor": os.path.abspath(predictor), "per_token": per_token, "always": always,
              "bigrams": bigrams, "size": map_size(vmap)}
-    if split:
-        stats["coverage"] = {"split": split, **coverage(vmap, model, task, split, k, batch)}
-    return vmap, stats
+    if tried:
+        stats["per_token_tried"] = [{"per_token": n, "reference_in_map": pct} for n, pct in tried]
+    said = []
+    if cover is not None:
+        stats["coverage"] = {"split": split, **cover}
+        said = describe_coverage(cover, split, per_token, tried)
+    return vmap, stats, said
 
 
 def main(argv=None):
@@ -194,8 +208,10 @@ def main(argv=None):
     parser.add_argument("--vmap-from", metavar="PREDICTOR",
                         help="a vocab_predictor checkpoint of the model's data: its vocabulary map goes into the "
                              "model (translate with use_vmap=True)")
-    parser.add_argument("--vmap-per-token", type=int, default=20,
-                        help="target words per source word (and at most per bigram) in the map")
+    parser.add_argument("--vmap-per-token", type=int,
+                        help="target words per source word (and at most per bigram) in the map (default: "
+                             f"{DEFAULT_PER_TOKEN}, doubled until the map allows, on --coverage-split, the "
+                             "reference words within a point of what the K candidates allow, at most K)")
     parser.add_argument("--vmap-always", type=int, default=100,
                         help="the words in the most training targets, always allowed (punctuation always is)")
     parser.add_argument("--vmap-bigrams", type=int, default=0,
@@ -215,10 +231,12 @@ def main(argv=None):
             check_out(args.out, args.force)  # and so does an --out that cannot be written
             vmap, record = None, {}
             if args.vmap_from:
-                vmap, stats = predictor_vmap(args.vmap_from, args.path, info, args.data, args.vmap_per_token,
-                                             args.vmap_always, args.vmap_bigrams, args.coverage_split, args.k,
-                                             args.batch)
+                vmap, stats, said = predictor_vmap(args.vmap_from, args.path, info, args.data,
+                                                   args.vmap_per_token, args.vmap_always, args.vmap_bigrams,
+                                                   args.coverage_split, args.k, args.batch)
                 record = {"vmap": stats}
+                for line in said:
+                    print(line, file=sys.stderr if line.startswith("warning") else sys.stdout, flush=True)
                 print("vocabulary map: " + json.dumps(stats), flush=True)
             out = export(args.path, args.data, args.out, args.quantization, vmap=vmap, force=args.force,
                          record=record, info=info)
