@@ -17,7 +17,8 @@ from helpers import REPO, USER_DIR
 
 # -- reading the commands out of the documentation -------------------------------------------------------------------
 
-MARKDOWN = ["README.md", *sorted(str(p.relative_to(REPO)) for pattern in ("docs/*.md", "examples/**/*.md")
+MARKDOWN = ["README.md", *sorted(str(p.relative_to(REPO))
+                                 for pattern in ("docs/*.md", "docs/runs/*.md", "examples/**/*.md")
                                  for p in REPO.glob(pattern))]
 COMMENTED = sorted(str(p.relative_to(REPO)) for pattern in ("examples/**/*.sh", "examples/**/*.yaml")
                    for p in REPO.glob(pattern))

@@ -219,7 +219,8 @@ def test_scripts_run_in_process_on_tiny_settings(tmp_path, capsys):
     assert {"train.npy", "train.index", "train.en", "test.index"} <= written, written
 
 
-README_OWN_MODEL = ["OWN_VP", "OWN_CE", "OWN_REINFORCE", "OWN_GENERATE", "OWN_GENERATE_STOCK", "OWN_EXPORT"]
+README_OWN_MODEL = ["OWN_FLAGS", "OWN_VP", "OWN_CE", "OWN_REINFORCE", "OWN_GENERATE", "OWN_GENERATE_STOCK",
+                    "OWN_EXPORT"]
 TINY_TRANSFORMER = ["--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "16",
                     "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32", "--decoder-ffn-embed-dim", "32",
                     "--encoder-attention-heads", "2", "--decoder-attention-heads", "2"]
@@ -242,8 +243,8 @@ def test_readme_own_model_then_deploy_run_in_the_readme_s_order(tiny_raw, tmp_pa
     predictor, CE inside the candidates, REINFORCE, both decodings, the export and the README's Python lines.
     Each command is shrunk only in sizes (epochs, updates, d), at the README's own K."""
     pytest.importorskip("ctranslate2")
-    shown = [command for _, command in markdown_commands(_readme_section("### A stock Transformer"))]
-    shown += [command for _, command in markdown_commands(_readme_section("## Deploy with CTranslate2"))]
+    shown = [command for _, command in sorted(markdown_commands(_readme_section("### A stock Transformer")))]
+    shown += [command for _, command in sorted(markdown_commands(_readme_section("## Deploy with CTranslate2")))]
     assert shown == [NAMED[name] for name in README_OWN_MODEL]  # the order a user reads them in
 
     user = tmp_path / "user"  # the user's folder, outside the repository
@@ -264,12 +265,16 @@ def test_readme_own_model_then_deploy_run_in_the_readme_s_order(tiny_raw, tmp_pa
         whole_path = {"--user-dir": USER_DIR} if "--user-dir" in NAMED[name] else {}
         return run(adapt(NAMED[name], {**whole_path, **(values or {})}, extra=extra), cwd=user)
 
+    flags = readme("OWN_FLAGS").stdout.split()  # the model's flags, which the strict loads below check
+    assert flags[:2] == ["--arch", "transformer"] and "--share-all-embeddings" in flags
+    # the arch sets the decoder's dims from the encoder's
+    assert set(TINY_TRANSFORMER[::2]) - set(flags) == {"--decoder-embed-dim", "--decoder-ffn-embed-dim"}
     out = readme("OWN_VP", {"--max-epoch": 2}, extra=QUIET)
     assert (user / "checkpoints" / "vp" / "checkpoint_best.pt").exists()
-    out = readme("OWN_CE", extra=[*TINY_TRANSFORMER, "--max-epoch", "1", *QUIET])
+    out = readme("OWN_CE", extra=[*flags, "--max-epoch", "1", *QUIET])
     assert re.search(r"candidates for valid: K = \d+ of \|V\| = \d+", out.stdout + out.stderr), out.stderr[-3000:]
     out = readme("OWN_REINFORCE", {"--max-update": 4, "--validate-interval-updates": 2, "--save-interval-updates": 2,
-                                   "--batch-size": 16}, extra=[*TINY_TRANSFORMER, *QUIET])
+                                   "--batch-size": 16}, extra=[*flags, *QUIET])
     log = out.stdout + out.stderr
     assert re.search(r"valid on 'valid' subset .*\| bleu [\d.]+", log) and " reward " in log, log[-3000:]
     tests = len((raw / "test.de").read_text().splitlines())

@@ -509,8 +509,8 @@ def test_prepare_multi30k_multilingual_and_tagged_from_a_folder(tmp_path):
 
 @pytest.mark.slow
 def test_a_predictor_told_the_language_trains_and_serves_decoding(trained, ml_bin, tmp_path):
-    """The tagged predictor as results.md trains it (valid and valid1: recall per pair), then decoding both
-    pairs with it alone (--vocab-predictor CKPT) loads it with its own dictionaries."""
+    """The tagged predictor as examples/translation/README.md trains it (valid and valid1: recall per pair), then
+    decoding both pairs with it alone (--vocab-predictor CKPT) loads it with its own dictionaries."""
     from smallvocab_tools.data.multilingual_prep import prepare_target_tagged
 
     out, _ = trained
