@@ -21,7 +21,9 @@ line, or ``import fairseq_smallvocab`` from Python.  Importing the package
   0.12, makes its copies to checkpoint_last/best atomic and keeps one trainer
   per --save-dir (``compat/train_checkpoints.py``), and
 * in fairseq-interactive, says so when its input is not UTF-8
-  (``compat/interactive_input.py``).
+  (``compat/interactive_input.py``), and
+* leaves out the hydra deprecation warnings fairseq 0.12 causes on every
+  command, and repeats of sacrebleu's warnings (``compat/quiet_logs.py``).
 """
 
 __version__ = "0.1.0"
@@ -42,6 +44,7 @@ from fairseq_smallvocab.compat import (  # noqa: E402
     evaluated_config,
     grad_clip,
     interactive_input,
+    quiet_logs,
     train_checkpoints,
 )
 
@@ -51,5 +54,6 @@ checkpoint_loading.install_checkpoint_loader()
 grad_clip.install()
 train_checkpoints.install()
 interactive_input.install()
+quiet_logs.install()
 
 from fairseq_smallvocab import criterions, models, tasks  # noqa: E402,F401

@@ -272,6 +272,7 @@ def test_readme_own_model_then_deploy_run_in_the_readme_s_order(tiny_raw, tmp_pa
     out = readme("OWN_VP", {"--max-epoch": 2}, extra=QUIET)
     assert (user / "checkpoints" / "vp" / "checkpoint_best.pt").exists()
     out = readme("OWN_CE", extra=[*flags, "--max-epoch", "1", *QUIET])
+    assert "no longer experimental" not in out.stderr and "ConfigStore" not in out.stderr  # compat/quiet_logs.py
     assert re.search(r"candidates for valid: K = \d+ of \|V\| = \d+", out.stdout + out.stderr), out.stderr[-3000:]
     out = readme("OWN_REINFORCE", {"--max-update": 4, "--validate-interval-updates": 2, "--save-interval-updates": 2,
                                    "--batch-size": 16}, extra=[*flags, *QUIET])
