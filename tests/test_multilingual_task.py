@@ -377,7 +377,14 @@ def trained(ml_bin, tmp_path_factory):
                   str(K), "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
                   "--finetune-from-model", out / "stock" / "checkpoint_last.pt", "--max-epoch", "2",
                   "--save-dir", out / "ce"])
-    assert "gold_outside_cands" in result.stderr + result.stdout  # validation inside predicted candidates
+    log = result.stderr + result.stdout
+    outside = re.search(r"valid on 'valid' subset .*gold_outside_cands ([\d.]+)", log)
+    assert outside, log[-3000:]  # validation inside predicted candidates
+    # said when valid loads: K, |V| and the share of its references outside the rows the predictors make, which is
+    # what validation measures
+    fit = re.search(rf"candidates for valid: K = {K} of \|V\| = [\d,]+ target entries \([\d.]+%\); ([\d.]+)% of "
+                    r"the reference words", log)
+    assert fit and float(fit.group(1)) == pytest.approx(float(outside.group(1)), abs=0.006), log[-3000:]
     return out, spec
 
 

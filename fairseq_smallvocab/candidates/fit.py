@@ -1,4 +1,5 @@
-"""Whether K fits the data: said once per evaluated split when a task loads it.
+"""Whether K fits the data: said once per evaluated split when a task loads it (by the translation task from
+the split's lists, by the multilingual one from the rows its predictors make for the split's first batches).
 
 One log line gives K, the target vocabulary |V| and K's share of it, and the
 share of the split's reference words outside their sentence's K candidates
@@ -60,10 +61,22 @@ def fit_messages(split: str, k: int, vocab: int, sentences: int, tokens: int, ou
     return line, warnings
 
 
-def log_fit(split: str, rows: np.ndarray, targets, k: int, tgt_dict):
-    """Log how K fits ``split`` (its candidate rows and targets), with a warning where it does not."""
-    sentences, tokens, outside = reference_outside(rows, targets, tgt_dict)
-    line, warnings = fit_messages(split, k, len(tgt_dict), sentences, tokens, outside)
+def log_fit(split: str, k: int, vocab: int, sentences: int, tokens: int, outside: int):
+    """Log how K fits ``split`` (``fit_messages``' line), with a warning where it does not."""
+    line, warnings = fit_messages(split, k, vocab, sentences, tokens, outside)
     logger.info(line)
     for warning in warnings:
         logger.warning(warning)
+
+
+def batches_outside(batches, rows_of, tgt_dict, limit: int = MEASURED) -> Tuple[int, int, int]:
+    """``reference_outside`` for a task whose rows are made per batch (the multilingual one): (sentences,
+    reference tokens, outside their rows) over collated ``batches`` until ``limit`` sentences; ``rows_of(batch)``
+    gives a batch's candidate rows as validation gives them."""
+    sentences = tokens = outside = 0
+    for batch in batches:
+        if sentences >= limit:
+            break
+        counted, missed = gold_outside_candidates(rows_of(batch), batch["target"], tgt_dict)
+        sentences, tokens, outside = sentences + batch["nsentences"], tokens + counted, outside + missed
+    return sentences, tokens, outside

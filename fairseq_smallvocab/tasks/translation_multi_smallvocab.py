@@ -37,6 +37,7 @@ from fairseq.tasks import FairseqTask, register_task
 from fairseq.tasks.translation_multi_simple_epoch import TranslationMultiSimpleEpochTask
 
 from fairseq_smallvocab.binarized import load_binarized
+from fairseq_smallvocab.candidates.fit import MEASURED, batches_outside, log_fit
 from fairseq_smallvocab.candidates.multilingual import PairPredictors, key_of, parse_predictors
 from fairseq_smallvocab.candidates.space import default_small_vocab_size
 from fairseq_smallvocab.compat.precision import check_training_precision
@@ -112,7 +113,24 @@ class TranslationMultiSmallVocabTask(SmallVocabTaskState, TranslationMultiSimple
         if isinstance(self.datasets.get(split), KeepLastBatchDataset):  # fairseq's own reloading reads its own
             self.datasets[split] = self.datasets[split].dataset
         super().load_dataset(split, epoch, combine, **kwargs)
+        if self.small_vocab and self.spec and split != getattr(self.args, "train_subset", "train"):
+            self.log_fit(split)  # K, |V|, the references it leaves out (training rows hold every gold word)
         self.datasets[split] = KeepLastBatchDataset(self.datasets[split])
+
+    def log_fit(self, split, batch: int = 256):
+        """``candidates.fit``'s line and warnings for an evaluated split, measured on the rows this task makes for
+        the split's first sentences, batch by batch as validation makes them."""
+        dataset = self.datasets[split]
+        n = min(len(dataset), MEASURED)
+        batches = (dataset.collater([dataset[i] for i in range(start, min(n, start + batch))])
+                   for start in range(0, n, batch))
+
+        def rows_of(sample):
+            pairs, langtoks = self.row_pairs(sample)
+            return self.predictors().rows(sample["net_input"]["src_tokens"], pairs, langtoks)
+
+        log_fit(split, self.k, len(self.target_dictionary),
+                *batches_outside(batches, rows_of, self.target_dictionary, limit=n))
 
     # -- the model -------------------------------------------------------------------------------
 

@@ -38,7 +38,7 @@ from omegaconf import II, DictConfig, open_dict
 
 from fairseq_smallvocab.binarized import check_langpair
 from fairseq_smallvocab.candidates.dataset import CandidateDataset
-from fairseq_smallvocab.candidates.fit import log_fit
+from fairseq_smallvocab.candidates.fit import log_fit, reference_outside
 from fairseq_smallvocab.candidates.source import CandidateSource
 from fairseq_smallvocab.candidates.space import default_small_vocab_size
 from fairseq_smallvocab.compat.precision import check_training_precision
@@ -139,7 +139,8 @@ class TranslationSmallVocabTask(SmallVocabTaskState, TranslationTask):
             return
         rows = self.candidates.split_rows(split, dataset, len(dataset))
         if not self.candidates.trains_on(split) and getattr(dataset, "tgt", None) is not None:
-            log_fit(split, rows, dataset.tgt, self.k, self.tgt_dict)  # K, |V|, the references it leaves out
+            # K, |V|, the references it leaves out
+            log_fit(split, self.k, len(self.tgt_dict), *reference_outside(rows, dataset.tgt, self.tgt_dict))
         self.datasets[split] = CandidateDataset(dataset, rows)
 
     @classmethod
