@@ -42,6 +42,29 @@ def test_generate_finds_the_predictor_in_the_checkpoint_and_k_is_a_decoding_opti
 
 
 @pytest.mark.slow
+def test_a_moved_predictor_is_named_and_given_by_its_new_path(predictor, tiny_bin, tmp_path):
+    """A checkpoint names its predictor by its absolute path at training time: moved (another folder or machine),
+    decoding says so and how to give it; given by its new path, it decodes as before, its cache beside it."""
+    old, new = tmp_path / "vp", tmp_path / "moved" / "vp"
+    old.mkdir()
+    shutil.copy(predictor, old / "checkpoint.pt")
+    run(["fairseq-train", tiny_bin, *TRAIN, "--max-epoch", "1", "--vocab-predictor", old / "checkpoint.pt",
+         "--small-vocab-size", "60", "--save-dir", tmp_path / "mt"])
+    ckpt = tmp_path / "mt" / "checkpoint_last.pt"
+    decode = ["fairseq-generate", tiny_bin, *DECODE, "--path", ckpt, "--beam", "2", "--small-vocab-size", "60"]
+    before = _hypotheses(run(decode).stdout)
+    new.parent.mkdir()
+    old.rename(new)
+    out = run(decode, check=False)
+    assert out.returncode != 0
+    assert f"the predictor recorded in the checkpoint, {old / 'checkpoint.pt'}, not found" in out.stderr
+    assert "by the absolute path it had when it was trained" in out.stderr
+    out = run([*decode, "--vocab-predictor", new / "checkpoint.pt"])
+    assert _hypotheses(out.stdout) == before and len(before) == 30
+    assert (new / "candidates" / "test.k60.npy").exists()  # the moved cache, found where the predictor is
+
+
+@pytest.mark.slow
 def test_full_softmax_checkpoint_decodes_inside_predicted_candidates(tiny_bin, predictor, tmp_path):
     run(["fairseq-train", tiny_bin, *TRAIN, "--small-vocab-size", "0", "--save-dir", tmp_path / "full"])
     ckpt = tmp_path / "full" / "checkpoint_last.pt"

@@ -248,7 +248,10 @@ class CandidateSource:
         if folder:
             raise PredictorError(folder)
         if not predictor.is_file():
-            raise FileNotFoundError(f"{given}, {predictor}, not found; give its location with --vocab-predictor")
+            moved = (" (a checkpoint names its predictor by the absolute path it had when it was trained: after "
+                     "moving them, give the predictor's new path)") if not self.cfg.vocab_predictor else ""
+            raise FileNotFoundError(f"{given}, {predictor}, not found; give its location with --vocab-predictor"
+                                    + moved)
         cache = Path(self.cfg.candidates_dir or predictor.parent / "candidates")
         if self._predictor_sha256 is None:
             self._predictor_sha256 = file_sha256(predictor)
