@@ -37,6 +37,8 @@ def test_the_quick_start_runs_from_raw_text_to_an_exported_model(tiny_raw, tmp_p
     rl_log = (out / "rl.train.log").read_text()
     assert "'reward': 'gleu'" in rl_log and "'reward_post_process': 'sentencepiece'" in rl_log
     assert "'lr': [3e-05]" in rl_log and str(out / "ce" / "checkpoint_best.pt") in rl_log
+    ce_log = (out / "ce.train.log").read_text()  # CE's budget: updates and patience, a warmup that fits them
+    assert "'max_update': 4000" in ce_log and "'patience': 10" in ce_log and "'warmup_updates': 400" in ce_log
     assert len(re.findall(r"^D-\d+\t", first.stdout, re.M)) == 3  # fairseq-interactive on 3 raw source lines
     assert (out / "ct2" / "model.bin").is_file() and (out / "ct2" / "vmap.txt").is_file()
     logs = {name: (out / f"{name}.train.log").read_text() for name in ("vp", "ce", "rl")}

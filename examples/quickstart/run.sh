@@ -2,7 +2,9 @@
 # From your own raw parallel text to a tuned, scored and exported model, in one script:
 #   1. sentencepiece with one model and one dictionary for both languages (scripts/prepare_data.py)
 #   2. the vocabulary predictor, and its recall of the reference words at K
-#   3. a Transformer trained with CE inside each sentence's K candidates (embeddings shared)
+#   3. a Transformer trained with CE inside each sentence's K candidates (embeddings shared), until its dev BLEU
+#      stops rising (CE_PATIENCE validations, one per epoch) or CE_UPDATES updates (a budget in updates: a small
+#      corpus makes few updates an epoch, and 30 epochs of 3,000 sentence pairs ended before the warmup had)
 #   4. REINFORCE from its best checkpoint (RL_UPDATES updates at RL_LR; LAMBDA=1: CE continued, the control)
 #   5. test BLEU of both with sacrebleu on the raw references (beam BEAM, pieces joined back into words)
 #   6. fairseq-interactive on raw source lines (sentencepiece encodes them, the predictor gives the candidates)
@@ -12,12 +14,13 @@
 #   source .venv/bin/activate && RAW=my-corpus SRC=en TGT=de bash examples/quickstart/run.sh
 # Each step is skipped once done (a training, once it has finished: FOLDER/.quickstart-done), so a stopped run
 # continues where it was (a stopped training from its checkpoint_last.pt); another RL_LR, REWARD or LAMBDA with
-# its own RL_SAVE starts from the same CE checkpoint. To train a finished step further (a larger CE_EPOCHS),
+# its own RL_SAVE starts from the same CE checkpoint. To train a finished step further (a larger CE_UPDATES),
 # delete its .quickstart-done.
 # Settings: RAW, SRC, TGT, OUT (every output; default checkpoints/quickstart), SP_VOCAB (sentencepiece pieces),
 # K (candidates per sentence; 500, the paper's for up to 10,000 dictionary entries: 1000 above),
-# VP_EPOCHS, CE_EPOCHS, ARCH_ARGS (the Transformer's flags), RL_UPDATES, RL_LR, REWARD, SAMPLES, LAMBDA,
-# RL_SAVE (default OUT/rl), BEAM, THREADS, DEVICE (cpu or cuda), SEED.
+# VP_EPOCHS, CE_UPDATES, CE_PATIENCE, CE_EPOCHS (a cap; 0: none), WARMUP (CE's warmup updates; default 400,
+# or a tenth of CE_UPDATES where that is less), ARCH_ARGS (the Transformer's flags), RL_UPDATES, RL_LR, REWARD,
+# SAMPLES, LAMBDA, RL_SAVE (default OUT/rl), BEAM, THREADS, DEVICE (cpu or cuda), SEED.
 set -euo pipefail
 : "${RAW:?RAW: the folder of your train, valid and test .SRC/.TGT files}"
 SRC=${SRC:-en}
@@ -26,7 +29,10 @@ OUT=${OUT:-checkpoints/quickstart}
 SP_VOCAB=${SP_VOCAB:-8000}
 K=${K:-500}
 VP_EPOCHS=${VP_EPOCHS:-10}
-CE_EPOCHS=${CE_EPOCHS:-30}
+CE_UPDATES=${CE_UPDATES:-4000}
+CE_PATIENCE=${CE_PATIENCE:-10}
+CE_EPOCHS=${CE_EPOCHS:-0}
+WARMUP=${WARMUP:-$(( CE_UPDATES / 10 < 400 ? (CE_UPDATES < 20 ? 1 : CE_UPDATES / 10) : 400 ))}
 ARCH_ARGS=${ARCH_ARGS:-"--arch transformer --encoder-layers 3 --decoder-layers 3 --encoder-embed-dim 256
   --decoder-embed-dim 256 --encoder-ffn-embed-dim 1024 --decoder-ffn-embed-dim 1024 --encoder-attention-heads 4
   --decoder-attention-heads 4 --share-all-embeddings --dropout 0.3"}
@@ -67,13 +73,15 @@ if [ ! -f "$OUT/vp/.quickstart-done" ]; then
 fi
 python scripts/recall_curve.py --run "predictor=$OUT/vp/checkpoint_best.pt" --split valid --ks "$K"
 
-step "3/7 CE inside the $K candidates ($CE_EPOCHS epochs): $OUT/ce"
+step "3/7 CE inside the $K candidates (until dev BLEU stops rising for $CE_PATIENCE epochs, at most" \
+  "$CE_UPDATES updates): $OUT/ce"
 if [ ! -f "$OUT/ce/.quickstart-done" ]; then
   fairseq-train "$DATA" "${COMMON[@]}" "${SMALL[@]}" $ARCH_ARGS \
     --criterion label_smoothed_cross_entropy --label-smoothing 0.1 --optimizer adam --adam-betas '(0.9, 0.98)' \
-    --lr 0.001 --lr-scheduler inverse_sqrt --warmup-updates 400 --clip-norm 1.0 --max-tokens 4096 \
+    --lr 0.001 --lr-scheduler inverse_sqrt --warmup-updates "$WARMUP" --clip-norm 1.0 --max-tokens 4096 \
     --eval-bleu --eval-bleu-remove-bpe sentencepiece --eval-bleu-args '{"beam": 1, "max_len_a": 1.5, "max_len_b": 10}' \
     --best-checkpoint-metric bleu --maximize-best-checkpoint-metric --max-epoch "$CE_EPOCHS" \
+    --max-update "$CE_UPDATES" --patience "$CE_PATIENCE" \
     --save-dir "$OUT/ce" --no-epoch-checkpoints 2>&1 | tee -a "$OUT/ce.train.log" | grep -E "valid on|done training"
   touch "$OUT/ce/.quickstart-done"
 fi
