@@ -129,8 +129,12 @@ class TranslationMultiSmallVocabTask(SmallVocabTaskState, TranslationMultiSimple
             pairs, langtoks = self.row_pairs(sample)
             return self.predictors().rows(sample["net_input"]["src_tokens"], pairs, langtoks)
 
-        log_fit(split, self.k, len(self.target_dictionary),
-                *batches_outside(batches, rows_of, self.target_dictionary, limit=n))
+        try:
+            counts = batches_outside(batches, rows_of, self.target_dictionary, limit=n)
+        except ValueError as err:  # a predictor refused for some pair's rows: said where a batch of it needs rows
+            logger.info(f"candidates for {split}: how K fits is not measured ({err})")
+            return
+        log_fit(split, self.k, len(self.target_dictionary), *counts)
 
     # -- the model -------------------------------------------------------------------------------
 
