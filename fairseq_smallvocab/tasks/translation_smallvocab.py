@@ -100,17 +100,22 @@ def split_batch(sample, splits: int, pad: int):
                "net_input": part, "target": tgt}
 
 
-TRAINED_K = "trained_small_vocab_size"  # the K a model was trained with, in its config (0: the full softmax)
-
-
 @register_task("translation_smallvocab", dataclass=TranslationSmallVocabConfig)
 class TranslationSmallVocabTask(SmallVocabTaskState, TranslationTask):
     cfg: TranslationSmallVocabConfig
 
     def __init__(self, cfg, src_dict, tgt_dict):
         super().__init__(cfg, src_dict, tgt_dict)
-        k = self._checked_k(cfg.small_vocab_size if cfg.small_vocab_size is not None
-                            else default_small_vocab_size(len(tgt_dict)))
+        vocab = len(tgt_dict)
+        k = cfg.small_vocab_size if cfg.small_vocab_size is not None else default_small_vocab_size(vocab)
+        if k < 0:
+            raise ValueError(f"--small-vocab-size must be >= 0, got {k}")
+        if 0 < k <= tgt_dict.nspecial:
+            raise ValueError(f"--small-vocab-size {k} leaves no room for words beside the "
+                             f"{tgt_dict.nspecial} special symbols")
+        if k >= vocab:
+            logger.warning(f"--small-vocab-size {k} >= the target vocabulary ({vocab}): using the full softmax")
+            k = 0
         self.k = k
         if cfg.batch_splits < 1:
             raise ValueError(f"--batch-splits must be >= 1, got {cfg.batch_splits}")
@@ -118,27 +123,6 @@ class TranslationSmallVocabTask(SmallVocabTaskState, TranslationTask):
         # features is refused)
         self.candidates = CandidateSource(cfg, k, tgt_dict, predictor_overrides={"source_features": None})
         self.init_state()
-
-    def _checked_k(self, k: int) -> int:
-        vocab, nspecial = len(self.tgt_dict), self.tgt_dict.nspecial
-        if k < 0:
-            raise ValueError(f"--small-vocab-size must be >= 0, got {k}")
-        if 0 < k <= nspecial:
-            raise ValueError(f"--small-vocab-size {k} leaves no room for words beside the {nspecial} special symbols")
-        if k >= vocab:
-            logger.warning(f"--small-vocab-size {k} >= the target vocabulary ({vocab}): using the full softmax")
-            k = 0
-        return k
-
-    def _decode_at_trained_k(self, model_cfg):
-        """Decoding without --small-vocab-size: the K the checkpoint was trained with (recorded in its model
-        config; checkpoints written before it was recorded keep the paper's rule)."""
-        trained = model_cfg.get(TRAINED_K) if isinstance(model_cfg, DictConfig) else getattr(model_cfg, TRAINED_K,
-                                                                                             None)
-        if self.cfg.small_vocab_size is None and trained is not None and int(trained) != self.k:
-            self.k = self.candidates.k = self._checked_k(int(trained))
-            logger.info(f"K = {self.k}, the K the checkpoint was trained with (--small-vocab-size to decode at "
-                        "another)")
 
     @property
     def small_vocab(self) -> bool:
@@ -169,13 +153,12 @@ class TranslationSmallVocabTask(SmallVocabTaskState, TranslationTask):
         # on the CPU), but fairseq's trainer fails where the flags cannot work: refuse before it does
         if not from_checkpoint:
             check_training_precision(self.cfg)
-        if from_checkpoint:  # decoding: the predictor behind the training candidates and its K, unless given
+        if from_checkpoint:  # decoding: the predictor behind the training candidates, unless one is given
             self.check_dictionaries(cfg)
             self.candidates.loaded_model(cfg)
-            self._decode_at_trained_k(cfg)
-        else:  # training: record them and the dictionaries in the model's config (saved with every checkpoint)
+        else:  # training: record it and the dictionaries in the model's config (saved with every checkpoint)
             path = self.candidates.predictor_to_record()
-            recorded = {"vocab_predictor": os.path.abspath(path) if path else None, TRAINED_K: self.k,
+            recorded = {"vocab_predictor": os.path.abspath(path) if path else None,
                         **{key: dictionary_fingerprint(d) if d is not None else None
                            for key, d in self._dictionaries()}}
             if isinstance(cfg, DictConfig):
