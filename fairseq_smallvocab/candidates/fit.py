@@ -69,14 +69,12 @@ def log_fit(split: str, k: int, vocab: int, sentences: int, tokens: int, outside
         logger.warning(warning)
 
 
-def batches_outside(batches, rows_of, tgt_dict, limit: int = MEASURED) -> Tuple[int, int, int]:
+def batches_outside(batches, rows_of, tgt_dict) -> Tuple[int, int, int]:
     """``reference_outside`` for a task whose rows are made per batch (the multilingual one): (sentences,
-    reference tokens, outside their rows) over collated ``batches`` until ``limit`` sentences; ``rows_of(batch)``
-    gives a batch's candidate rows as validation gives them."""
+    reference tokens, outside their rows) over collated ``batches`` (the caller's first sentences of a split);
+    ``rows_of(batch)`` gives a batch's candidate rows as validation gives them."""
     sentences = tokens = outside = 0
     for batch in batches:
-        if sentences >= limit:
-            break
         counted, missed = gold_outside_candidates(rows_of(batch), batch["target"], tgt_dict)
         sentences, tokens, outside = sentences + batch["nsentences"], tokens + counted, outside + missed
     return sentences, tokens, outside

@@ -122,6 +122,22 @@ class CheckpointLoadError(RuntimeError):
     """A checkpoint file that cannot be loaded, with the file and the fix."""
 
 
+def checkpoint_configs(path):
+    """(model config, task config) of a fairseq checkpoint, read with fairseq's loader (through
+    ``load_checkpoint_file``): the model config is the argparse Namespace of a checkpoint written before fairseq's
+    dataclass configs, whose task config is then None.  A missing file raises ``FileNotFoundError``, one that
+    cannot be read safely ``CheckpointLoadError``; both say which file."""
+    import os
+
+    from fairseq import checkpoint_utils
+
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"checkpoint not found: {path}")
+    state = checkpoint_utils.load_checkpoint_to_cpu(str(path))
+    cfg = state.get("cfg")
+    return (cfg.get("model") if cfg else None) or state.get("args"), (cfg.get("task") if cfg else None)
+
+
 def load_checkpoint_file(f, *args, **kwargs):
     """``torch.load`` as fairseq's checkpoint loading calls it, always with
     ``weights_only=True`` (the allow-list above), and with errors that name

@@ -130,7 +130,7 @@ class TranslationMultiSmallVocabTask(SmallVocabTaskState, TranslationMultiSimple
             return self.predictors().rows(sample["net_input"]["src_tokens"], pairs, langtoks)
 
         try:
-            counts = batches_outside(batches, rows_of, self.target_dictionary, limit=n)
+            counts = batches_outside(batches, rows_of, self.target_dictionary)
         except ValueError as err:  # a predictor refused for some pair's rows: said where a batch of it needs rows
             logger.info(f"candidates for {split}: how K fits is not measured ({err})")
             return

@@ -8,7 +8,6 @@ asks fairseq's registry for the arch's own values (its model's flags, filled by 
 the flags that differ, as one line to paste."""
 
 import argparse
-import os
 import shlex
 import sys
 from typing import List
@@ -19,19 +18,13 @@ class FlagsError(ValueError):
 
 
 def _model_config(path):
-    from fairseq import checkpoint_utils
-
     import fairseq_smallvocab  # noqa: F401  (the plugin's archs, and torch >= 2.6 reading fairseq checkpoints)
-    from fairseq_smallvocab.compat.checkpoint_loading import CheckpointLoadError
+    from fairseq_smallvocab.compat.checkpoint_loading import CheckpointLoadError, checkpoint_configs
 
-    if not os.path.isfile(path):
-        raise FlagsError(f"checkpoint not found: {path}")
     try:
-        state = checkpoint_utils.load_checkpoint_to_cpu(str(path))
-    except CheckpointLoadError as err:
+        model, _ = checkpoint_configs(path)
+    except (FileNotFoundError, CheckpointLoadError) as err:
         raise FlagsError(str(err)) from None
-    cfg = state.get("cfg")
-    model = (cfg.get("model") if cfg else None) or state.get("args")
     if model is None:
         raise FlagsError(f"{path} holds no model config (not a fairseq checkpoint?)")
     return model

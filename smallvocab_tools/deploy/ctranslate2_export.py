@@ -41,21 +41,15 @@ class ExportError(ValueError):
 def _checkpoint_config(path):
     """(task name, arch, its fairseq model name, model config, task config) of a fairseq checkpoint, read with the
     plugin's loader (fairseq's, through torch's weights-only unpickler and the plugin's allow-list)."""
-    from fairseq import checkpoint_utils
     from fairseq.models import ARCH_MODEL_NAME_REGISTRY
 
-    from fairseq_smallvocab.compat.checkpoint_loading import CheckpointLoadError
+    from fairseq_smallvocab.compat.checkpoint_loading import CheckpointLoadError, checkpoint_configs
 
-    if not os.path.isfile(path):
-        raise ExportError(f"checkpoint not found: {path}")
     try:
-        state = checkpoint_utils.load_checkpoint_to_cpu(str(path))
-    except CheckpointLoadError as err:
+        model_cfg, task_cfg = checkpoint_configs(path)
+    except (FileNotFoundError, CheckpointLoadError) as err:
         raise ExportError(str(err)) from None
-    cfg = state.get("cfg")
-    model_cfg = (cfg.get("model") if cfg else None) or state.get("args")
     arch = getattr(model_cfg, "arch", None) or getattr(model_cfg, "_name", None)
-    task_cfg = cfg.get("task") if cfg else None
     task = getattr(task_cfg, "_name", None) or getattr(model_cfg, "task", None)
     return task, arch, ARCH_MODEL_NAME_REGISTRY.get(arch), model_cfg, task_cfg
 

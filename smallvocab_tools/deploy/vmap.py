@@ -191,8 +191,13 @@ def map_size(vmap: VocabMap) -> Dict[str, float]:
             "words_per_bigram_line": float(np.mean([len(v) for v in bigram])) if bigram else 0.0}
 
 
+# how many points fewer reference words than the K candidates a map may allow (sized_vmap's target, the warning's
+# threshold)
+WITHIN = 1.0
+
+
 def sized_vmap(model, task, split: str, k: int, start: int = 20, always: int = 100, bigrams: int = 0,
-               batch: int = 32, within: float = 1.0):
+               batch: int = 32, within: float = WITHIN):
     """The map whose per-token lines are the shortest of ``start``, 2 ``start``, 4 ``start``, ... (at most K, or
     every word) that allows, on ``split``, the reference words within ``within`` points of what the predictor's K
     candidates allow: a map of fixed lines can hold far fewer of them than whole-sentence candidates (a user's
@@ -219,7 +224,7 @@ def sized_vmap(model, task, split: str, k: int, start: int = 20, always: int = 1
 
 
 def describe_coverage(cover: Dict[str, float], split: str, per_token: int, tried=(),
-                      within: float = 1.0) -> List[str]:
+                      within: float = WITHIN) -> List[str]:
     """The map's coverage as sentences for the export's output, and a warning where the map allows more than
     ``within`` points fewer reference words than the K candidates do."""
     batch = next(key for key in cover if key.startswith("allowed_per_batch_"))
