@@ -78,12 +78,13 @@ def test_benchmark_on_real_batches_of_a_corpus(tiny_raw, tiny_bin, predictor, tm
     bad = run([*common, "--modes", "ce"], check=False)
     assert bad.returncode != 0 and "--data needs --candidates-dir" in bad.stderr
 
-    # a flat limit of 3 tokens (the recipe's untrained samples: about 30); every phase timed
+    # a flat limit of 3 tokens (the recipe's untrained samples: about 30), every sample exactly 3 long
+    # (tests/test_benchmark_flat_limit.py); every phase timed
     out = run([*common, "--modes", "reinforce", "--k", "50", "--candidates-dir", tmp_path / "cands", "--no-full",
                "--sample-limit", "flat", "--max-sample-len", "3", "--phases", "--json", tmp_path / "f.json"]).stdout
     flat, = json.loads((tmp_path / "f.json").read_text())
     assert flat["sample_limit"] == "flat" and flat["max_sample_len"] == 3 and small["sample_limit"] == "recipe"
-    assert 2 < flat["sample_len"] <= 3 < 10 < small["sample_len"] <= longest * 1.5 + 5
+    assert flat["sample_len"] == 3 < 10 < small["sample_len"] <= longest * 1.5 + 5
     from smallvocab_tools.bench.phases import PHASES
 
     assert list(flat["phases"]) == list(PHASES) and "phases" not in small

@@ -13,7 +13,8 @@ baseline's greedy decode is captured the same way.
 Shape buckets.  A graph has fixed shapes and addresses, so one is captured
 per bucket: rows, steps, source length and |U| rounded up (``bucket``: at
 most 50% padding), the candidates' K, greedy or sampled, the temperature,
-whether probabilities are kept, the device and dtype, and the
+whether probabilities are kept, whether eos may be drawn (``to_limit``),
+the device and dtype, and the
 ``EngineSettings`` it runs under.  A training run
 captures a handful of graphs, not one per batch.  Each batch is loaded into
 the front of its bucket's tensors (``buckets.Slots``, ``Loop.load``):
@@ -105,13 +106,14 @@ class _Bucket:
 
     def __init__(self, decoder, encoder_out, union: UnionScorer, rows: int, steps: int, src_len: int,
                  union_size: int, width: int, k: int, greedy: bool, temperature: float, store_probs: bool,
-                 compile_mode: str):
+                 compile_mode: str, to_limit: bool = False):
         device = union.weight.device
         self.slots = Slots(rows, src_len)
         self.shape = f"rows x steps x source x union {rows} x {steps} x {src_len} x {union_size}"
         self.union_size = union_size
         self.state = static_state(decoder, encoder_out, steps, slots=self.slots)
-        self.loop = Loop(decoder.dictionary, rows, steps, width, device, greedy, temperature, store_probs, k=k)
+        self.loop = Loop(decoder.dictionary, rows, steps, width, device, greedy, temperature, store_probs, k=k,
+                         to_limit=to_limit)
         # the bucket's own scorer, whose tensors ``_load_union`` points at the slots: not the batch's, whose
         # tensors a second load of the same batch (after a capture) would then copy from the slots they were just
         # zeroed in.  The union's slots are made here, so that the bucket's bytes count them
@@ -192,10 +194,11 @@ def forget(decoder):
 
 def sample(decoder, encoder_out, weight: Tensor, bias: Optional[Tensor], candidates: Optional[Tensor],
            max_lens: Tensor, steps: int, uniforms: Optional[Tensor], greedy: bool, temperature: float,
-           store_probs: bool, settings: EngineSettings) -> Samples:
+           store_probs: bool, settings: EngineSettings, to_limit: bool = False) -> Samples:
     """``sampling.sample`` on the batch's shape bucket: each step replays the bucket's captured graph
     ("cuda-graphs"), or runs its step eagerly ("buckets"), for at most ``steps`` steps (the longest of
-    ``max_lens``); the loop asks whether any row is still going every ``settings.stop_check_every`` steps.
+    ``max_lens``; with ``to_limit`` eos is never drawn); the loop asks whether any row is still going every
+    ``settings.stop_check_every`` steps.
     The samples are copies (the next batch reuses the bucket).  ``settings.stored_probs_max_elements``: the
     most probabilities a bucket may keep (its padded rows x steps x width: about 2.25 times the batch's at
     most, above the buckets' floor of 8 rows and steps), else none are kept."""
@@ -210,11 +213,11 @@ def sample(decoder, encoder_out, weight: Tensor, bias: Optional[Tensor], candida
     bucket_steps = max(steps, min(bucket(steps), int(decoder.max_positions())))
     if rows * bucket_steps * width > settings.stored_probs_max_elements:
         store_probs = False  # ``sampling.score`` makes the logits again instead: the same gradient
-    key = (rows, bucket_steps, src_len, union_size, width, greedy, temperature, store_probs,
+    key = (rows, bucket_steps, src_len, union_size, width, greedy, temperature, store_probs, to_limit,
            weight.dtype, str(weight.device), settings.capture, settings.compile, settings.transposed_min_rows)
     entry = _BUCKETS.get(decoder, key, lambda: _Bucket(
         decoder, encoder_out, union, rows, bucket_steps, src_len, union_size, width, k, greedy, temperature,
-        store_probs, settings.compile), settings.capture_max_buckets, settings.capture_max_mib * 2 ** 20)
+        store_probs, settings.compile, to_limit), settings.capture_max_buckets, settings.capture_max_mib * 2 ** 20)
     entry.load(encoder_out, union, max_lens, candidates, uniforms)
     if settings.capture == "cuda-graphs" and settings.compile != "reduce-overhead":  # (which makes its own)
         params = _fingerprint(decoder, weight, bias)

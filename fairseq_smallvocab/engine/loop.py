@@ -5,7 +5,8 @@ draw (``sample_categorical``) and what the loop returns (``Samples``).
 Step t of row b, with s_bt the decoder state that the step's token feeds:
 
     z_b = scores of s_bt over the row's K candidates (or V words), pad and bos at -inf
-          (and at t = 0, where the row's first token is forced, every other word)
+          (and at t = 0, where the row's first token is forced, every other word;
+          eos too, where every sample runs to its limit: ``to_limit``)
     y_bt = the index where u_bt * sum exp(z_b) falls in the cumulative exp(z_b)
            (u_bt uniform in [0, 1), drawn for the whole batch at once), or argmax z_b
     H_b += entropy of softmax(z_b);  greedy_b &= (y_bt == argmax z_b)   while b is alive
@@ -71,9 +72,11 @@ def sample_categorical(logits: Tensor, with_entropy: bool = False, with_probs: b
     return (choice, entropy, weights.div_(total)) if with_probs else (choice, entropy)
 
 
-def excluded_ids(dictionary):
-    """The ids no step may draw (pad, bos)."""
-    return [dictionary.pad(), dictionary.bos()]  # candidate-space ids equal dictionary ids for specials
+def excluded_ids(dictionary, to_limit: bool = False):
+    """The ids no step may draw (pad, bos; with ``to_limit`` also eos, so that every sample runs to its
+    limit: ``SampleRequest.to_limit``)."""
+    ids = [dictionary.pad(), dictionary.bos()]  # candidate-space ids equal dictionary ids for specials
+    return ids + [dictionary.eos()] if to_limit else ids
 
 
 def _column(buffer: Tensor, t) -> Tensor:
@@ -97,10 +100,11 @@ class Loop:
     ``k``: each row's candidates (0: the full softmax).  ``step`` advances
     every row by one token; with t a 0-d device tensor it reads and writes
     only fixed addresses (a captured step, ``capture.py``, which makes one
-    Loop per shape bucket and ``load``s each batch)."""
+    Loop per shape bucket and ``load``s each batch); with ``to_limit`` no step draws eos, so every row runs
+    to its max_len."""
 
     def __init__(self, dictionary, rows: int, steps: int, width: int, device, greedy: bool, temperature: float,
-                 store_probs: bool, k: int = 0, forced: bool = False):
+                 store_probs: bool, k: int = 0, forced: bool = False, to_limit: bool = False):
         self.eos, self.pad = dictionary.eos(), dictionary.pad()
         self.greedy, self.temperature, self.store_probs = greedy, temperature, store_probs
         long = dict(dtype=torch.long, device=device)
@@ -116,7 +120,8 @@ class Loop:
         # pages of the buffer are touched only by the steps that run
         self.probs = torch.empty(rows, steps, width, dtype=torch.float, device=device) if store_probs else None
         self.chosen = torch.zeros(rows, steps, dtype=torch.float, device=device) if store_probs else None
-        self.excluded = torch.tensor(excluded_ids(dictionary), **long)  # on the device once, not a list per step
+        # on the device once, not a list per step
+        self.excluded = torch.tensor(excluded_ids(dictionary, to_limit), **long)
         # with ``forced``: the words each row may not draw at t = 0 (all but its forced first token)
         self.not_first = torch.empty(rows, width, dtype=torch.bool, device=device) if forced else None
 

@@ -195,5 +195,5 @@ def run(model, net_input: dict, prev_output_tokens: Tensor, candidates: Optional
     if scored:
         samples.features = features[bsz: real, : samples.tokens.size(1)]
     drawn.out["samples"] = sampling.score(model.decoder, drawn.encoder_out, weight, bias, drawn.candidates, samples,
-                                          settings)
+                                          settings, request.to_limit)
     return out, {"attn": [None]}, drawn.out

@@ -71,7 +71,12 @@ class SampleRequest:
     ``first``: each example's forced first token (B, its index in the row's
     candidates, or its id for the full softmax; -1: drawn), as fairseq's
     multilingual decoding forces the target language token;
-    ``settings``: how the step runs on the device (the criterion's)."""
+    ``settings``: how the step runs on the device (the criterion's);
+    ``to_limit``: no step draws eos, so that every sequence (the greedy decode
+    too) is exactly ``max_lens[b]`` tokens, and the log-probabilities are
+    those of the policy drawn from (eos excluded): ``benchmark.py
+    --sample-limit flat``, where steps compare per sampled token whatever the
+    weights have learned of eos; training never asks for it."""
 
     max_lens: Tensor
     num_samples: int = 1
@@ -79,6 +84,7 @@ class SampleRequest:
     temperature: float = 1.0
     settings: EngineSettings = DEFAULT
     first: Optional[Tensor] = None
+    to_limit: bool = False
 
 
 class _IncrementalState:
@@ -108,7 +114,7 @@ def captures(decoder, encoder_out, device, settings: EngineSettings = DEFAULT, f
 def sample(decoder, encoder_out, weight: Tensor, bias: Optional[Tensor], candidates: Optional[Tensor],
            max_lens: Tensor, greedy: bool = False, keep_graph: bool = False,
            temperature: float = 1.0, keep_probs: bool = False, settings: EngineSettings = DEFAULT,
-           first: Optional[Tensor] = None) -> Samples:
+           first: Optional[Tensor] = None, to_limit: bool = False) -> Samples:
     """A sequence per example from the decoder (multinomial from
     softmax(logits / temperature), or argmax with ``greedy``), as ``Samples``:
     unless ``greedy`` with ``is_greedy`` and ``entropy``; with ``keep_graph``
@@ -116,8 +122,9 @@ def sample(decoder, encoder_out, weight: Tensor, bias: Optional[Tensor], candida
     with ``keep_probs`` (not greedy, and at most the settings'
     ``stored_probs_max_elements`` entries) with ``probs`` and ``chosen_lprobs``, which ``score`` then uses
     instead of making the logits again.  ``first`` (B): each row's forced
-    first token (see ``SampleRequest``).  On CUDA, where ``capture`` applies,
-    the steps replay a captured graph."""
+    first token (see ``SampleRequest``); ``to_limit``: eos never drawn (see
+    ``SampleRequest``).  On CUDA, where ``capture`` applies, the steps replay
+    a captured graph."""
     bsz = max_lens.size(0)
     steps = int(max_lens.max()) if bsz else 0
     # the uniform draws of every step at once: the same draws whatever the loop's shape (tested: a bucket's
@@ -129,9 +136,9 @@ def sample(decoder, encoder_out, weight: Tensor, bias: Optional[Tensor], candida
         and not (candidates is None and settings.full_softmax == "chunked")
     if not keep_graph and captures(decoder, encoder_out, max_lens.device, settings, first):
         return capture.sample(decoder, encoder_out, weight, bias, candidates, max_lens, steps, uniforms, greedy,
-                              temperature, store_probs, settings)
+                              temperature, store_probs, settings, to_limit=to_limit)
     loop = Loop(decoder.dictionary, bsz, steps, width, max_lens.device, greedy, temperature, store_probs,
-                k=0 if candidates is None else candidates.size(1), forced=first is not None)
+                k=0 if candidates is None else candidates.size(1), forced=first is not None, to_limit=to_limit)
     loop.load(max_lens, candidates, uniforms, first)
     scorer = UnionScorer(weight, bias, candidates, settings.transposed_min_rows)
     kept = keep_graph and torch.is_grad_enabled()
@@ -157,9 +164,9 @@ def sample(decoder, encoder_out, weight: Tensor, bias: Optional[Tensor], candida
 
 
 def score(decoder, encoder_out, weight: Tensor, bias: Optional[Tensor], candidates: Optional[Tensor],
-          samples: Samples, settings: EngineSettings = DEFAULT) -> Samples:
+          samples: Samples, settings: EngineSettings = DEFAULT, to_limit: bool = False) -> Samples:
     """Fills ``samples.lprobs`` (log p(y_t) under the restrictions of
-    sampling, 0 after the end), differentiable, and sets ``features`` to the
+    sampling, ``to_limit``'s included, 0 after the end), differentiable, and sets ``features`` to the
     decoder states that scored each step, detached: from the states
     ``sample`` kept or from one teacher-forced pass over the samples."""
     mask, tokens = samples.mask, samples.tokens
@@ -171,7 +178,7 @@ def score(decoder, encoder_out, weight: Tensor, bias: Optional[Tensor], candidat
     else:
         prev = torch.cat([tokens.new_full((tokens.size(0), 1), d.eos()), tokens[:, :-1]], dim=1)
         s, _ = graphed_pass.extract_features(decoder, prev, encoder_out, settings)
-    lprobs = candidate_log_probs(s, weight, bias, candidates, samples.positions, excluded_ids(d),
+    lprobs = candidate_log_probs(s, weight, bias, candidates, samples.positions, excluded_ids(d, to_limit),
                                  probs=samples.probs, chosen=samples.chosen_lprobs)
     samples.lprobs, samples.features = lprobs.masked_fill(~mask, 0.0), s.detach()
     return samples
@@ -192,7 +199,7 @@ def policy(model, net_input: Dict, candidates: Optional[Tensor], request: Sample
     weight, bias = model.output_weights()
     drawn = draw(model, model.encoder(**net_input), candidates, request, keep_graph)
     drawn.out["samples"] = score(model.decoder, drawn.encoder_out, weight, bias, drawn.candidates, drawn.samples,
-                                 request.settings)
+                                 request.settings, request.to_limit)
     return drawn.out
 
 
@@ -216,7 +223,7 @@ def draw(model, encoder_out, candidates: Optional[Tensor], request: SampleReques
     if request.greedy_too:
         with torch.no_grad():
             out["greedy"] = sample(model.decoder, encoder_out, weight, bias, candidates, max_lens, greedy=True,
-                                   settings=settings, first=first)
+                                   settings=settings, first=first, to_limit=request.to_limit)
     if n > 1:
         order = torch.arange(max_lens.size(0), device=max_lens.device).repeat_interleave(n)
         encoder_out = model.encoder.reorder_encoder_out(encoder_out, order)
@@ -227,5 +234,5 @@ def draw(model, encoder_out, candidates: Optional[Tensor], request: SampleReques
     keep_graph = keep_graph and not captures(model.decoder, encoder_out, max_lens.device, settings, first)
     samples = sample(model.decoder, encoder_out, weight, bias, candidates, max_lens, keep_graph=keep_graph,
                      temperature=request.temperature, keep_probs=torch.is_grad_enabled(), settings=settings,
-                     first=first)
+                     first=first, to_limit=request.to_limit)
     return Drawn(out, samples, encoder_out, candidates)

@@ -10,7 +10,8 @@ Its modules, in the order a run goes through them:
 - ``train_worker`` / ``decode_worker``: one configuration measured inside
   that process (training steps, or decoding), its record returned;
 - ``workload``: what a configuration measures: its task, model, criterion
-  and batches (synthetic, or a binarized corpus's);
+  and batches (synthetic, or a binarized corpus's); ``flat_limit``: the
+  criterion under ``--sample-limit flat``, every sample to the limit;
 - ``ab`` (``--ab``), ``phases`` (``--phases``), ``floor`` (``--floor``):
   the workers' optional ways of timing;
 - ``report``: the records as markdown tables.

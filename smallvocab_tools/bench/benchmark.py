@@ -32,9 +32,10 @@ batches of B sentences in fairseq's shuffled order (seed 1), with the K
 candidates of ``--candidates-dir`` (lists from scripts/export_candidates.py;
 gold words included, as in training); samples are limited as the Multi30k
 recipe limits them (1.5 x the source length + 5 tokens, at most 100), or,
-with ``--sample-limit flat --max-sample-len N``, may all run to N tokens (an
-untrained model's do: the setting in which the steps of two implementations
-compare per sampled token).  Small
+with ``--sample-limit flat --max-sample-len N``, all run to exactly N tokens
+(no step draws eos, whatever the timed steps' updates teach the model:
+``flat_limit.py``; the setting in which the steps of two implementations, or
+two versions, compare per sampled token; on synthetic batches too).  Small
 and full softmax see the same batches; |V| is the corpus's target dictionary.
 ``--captions`` reads a captioning folder (scripts/prepare_captions.py) with
 captioning_smallvocab and lstm_caption_smallvocab (samples up to 50 tokens).
@@ -279,9 +280,9 @@ def parse_args(argv=None, runnable=False):
                         help="reinforce: the baseline (loo needs --rl-samples >= 2)")
     parser.add_argument("--sample-limit", choices=["recipe", "flat"], default="recipe",
                         help="reinforce: how long samples may run. recipe: as the recipes limit them (with --data "
-                             "translation, ceil(1.5 x source length) + 5 and at most --max-sample-len); flat: every "
-                             "sample may run to --max-sample-len tokens (an untrained model does), the setting in "
-                             "which steps of different implementations compare")
+                             "translation, ceil(1.5 x source length) + 5 and at most --max-sample-len), each ending "
+                             "at its eos; flat: every sample runs to exactly --max-sample-len tokens (eos never "
+                             "drawn), the setting in which steps of different implementations and versions compare")
     parser.add_argument("--max-sample-len", type=POSITIVE, default=None,
                         help="reinforce: the longest sample, eos included (default: 100 with --data, 50 with "
                              "--captions, --max-len otherwise)")

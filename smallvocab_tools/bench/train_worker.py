@@ -63,8 +63,14 @@ def train_worker(cfg: dict) -> dict:
         if cfg["mode"] == "ce":
             criterion = CrossEntropyCriterion(task, sentence_avg=False)
         else:
-            criterion = ReinforceGleuCriterion(task, ReinforceGleuConfig(max_sample_len=cfg["max_sample_len"],
-                                               rl_samples=cfg["rl_samples"], rl_baseline=cfg["rl_baseline"])).to(device)
+            config = ReinforceGleuConfig(max_sample_len=cfg["max_sample_len"], rl_samples=cfg["rl_samples"],
+                                         rl_baseline=cfg["rl_baseline"])
+            if cfg["sample_limit"] == "flat":  # every sample exactly the limit long (flat_limit.py)
+                from smallvocab_tools.bench.flat_limit import to_the_limit
+
+                criterion = to_the_limit(task, config).to(device)
+            else:
+                criterion = ReinforceGleuCriterion(task, config).to(device)
         samples = [_synthetic_batch(cfg, cfg["batch"], device)] * count
         epoch_sentences = cfg["epoch_sentences"]
     cfg["d"] = cfg["d"] or model.output_weights()[0].size(1)  # a fairseq arch's (or --model-args') own d

@@ -134,7 +134,8 @@ def build_model(cfg: dict, task):
 def real_setup(cfg: dict, count: int):
     """The task, model and criterion as fairseq-train builds them for a
     binarized corpus (``cfg["data"]``), and the first ``count`` training
-    batches in fairseq's shuffled order (seed 1)."""
+    batches in fairseq's shuffled order (seed 1).  Under the flat sample
+    limit the criterion runs every sample to it (``flat_limit.py``)."""
     import torch
     from fairseq import options, tasks
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
@@ -169,7 +170,12 @@ def real_setup(cfg: dict, count: int):
         from fairseq import checkpoint_utils
 
         model.load_state_dict(checkpoint_utils.load_checkpoint_to_cpu(cfg["checkpoint"])["model"], strict=True)
-    criterion = task.build_criterion(fcfg.criterion)
+    if cfg["mode"] == "reinforce" and cfg["sample_limit"] == "flat":  # every sample to the limit: flat_limit.py
+        from smallvocab_tools.bench.flat_limit import to_the_limit
+
+        criterion = to_the_limit(task, fcfg.criterion)
+    else:
+        criterion = task.build_criterion(fcfg.criterion)
     task.load_dataset("train")
     dataset = task.dataset("train")
     itr = task.get_batch_iterator(dataset, max_sentences=cfg["batch"], seed=1,
