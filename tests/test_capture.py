@@ -20,6 +20,7 @@ from test_static_state import STATIC, TRANSFORMERS, _inputs
 from fairseq_smallvocab.engine import capture, graphed_pass
 from fairseq_smallvocab.engine import sampling as sampler
 from fairseq_smallvocab.engine.buckets import BucketStore, bucket
+from fairseq_smallvocab.engine.sampling import SampleRequest
 from fairseq_smallvocab.engine.settings import EngineSettings
 from fairseq_smallvocab.engine.transformer_state import TransformerStaticState
 from fairseq_smallvocab.restricted_model import restrict
@@ -38,11 +39,10 @@ def _model(name, device="cpu"):
 
 def _draw(model, encoder_out, candidates, max_lens, mode, seed=1, settings=sampler.DEFAULT, **options):
     """``sampler.sample`` under ``settings`` with their capture ``mode``."""
-    weight, bias = model.output_weights()
     torch.manual_seed(seed)
     with torch.no_grad():
-        return sampler.sample(model.decoder, encoder_out, weight, bias, candidates, max_lens,
-                              settings=settings.changed(capture=mode), **options)
+        return sampler.sample(model, encoder_out, candidates,
+                              SampleRequest(max_lens, settings=settings.changed(capture=mode)), **options)
 
 
 def _assert_same(a, b):
@@ -424,11 +424,10 @@ def test_a_compiled_step_replays_what_the_eager_loop_draws(name, compile_mode):
 def test_a_replayed_step_never_waits_for_the_host(name):
     model = _model(name, "cuda")
     encoder_out, _ = _inputs(model, 3, 1)
-    weight, bias = model.output_weights()
     max_lens = torch.full((15,), 12, device="cuda")
     settings = EngineSettings(capture="cuda-graphs", stop_check_every=10 ** 9)
     with torch.no_grad():
-        sampler.sample(model.decoder, encoder_out, weight, bias, None, max_lens, settings=settings)  # captured here
+        sampler.sample(model, encoder_out, None, SampleRequest(max_lens, settings=settings))  # captured here
         (entry,) = capture._BUCKETS.of(model.decoder).values()
         entry.t.zero_()  # the batch's 12 steps again (t past the bucket's steps would index out of its tensors)
         torch.cuda.set_sync_debug_mode("error")

@@ -14,6 +14,7 @@ from test_any_model import FAMILIES, LSTM, TRANSFORMER, V_SRC, _stock, raise_eos
 from fairseq_smallvocab.engine import sampling as sampler
 from fairseq_smallvocab.engine.families import static_state
 from fairseq_smallvocab.engine.recurrent_state import RecurrentStaticState
+from fairseq_smallvocab.engine.sampling import SampleRequest
 from fairseq_smallvocab.engine.settings import EngineSettings
 from fairseq_smallvocab.engine.transformer_state import TransformerStaticState
 from fairseq_smallvocab.models.lstm_caption_smallvocab import (
@@ -135,7 +136,6 @@ def test_the_sampler_draws_the_same_on_the_static_state_as_on_fairseqs(name, sma
     rows = tokens.size(0)
     candidates = candidate_batch(12, len(model.decoder.dictionary), bsz=rows) if small else None
     max_lens = torch.tensor([6, 3, 8, 1, 5] * 3).view(3, 5).t().reshape(-1)
-    weight, bias = model.output_weights()
     draws, built = {}, []
 
     def spy(*args, **kwargs):  # the static path is taken where it is on
@@ -146,8 +146,8 @@ def test_the_sampler_draws_the_same_on_the_static_state_as_on_fairseqs(name, sma
     for static in (True, False):
         settings = EngineSettings(static_state=static)
         torch.manual_seed(1)
-        draws[static] = [sampler.sample(model.decoder, encoder_out, weight, bias, candidates, max_lens,
-                                        greedy=greedy, keep_probs=True, settings=settings) for greedy in (False, True)]
+        draws[static] = [sampler.sample(model, encoder_out, candidates, SampleRequest(max_lens, settings=settings),
+                                        greedy=greedy, keep_probs=True) for greedy in (False, True)]
     for a, b in zip(draws[True], draws[False]):
         for field in ("tokens", "positions", "mask", "lengths", "is_greedy"):
             assert torch.equal(getattr(a, field), getattr(b, field)) if getattr(b, field) is not None else True
@@ -172,7 +172,6 @@ def test_asking_whether_rows_are_going_less_often_gives_the_same_samples(name, e
     with torch.no_grad():
         for param in model.parameters():
             param.normal_(0, 0.5)
-        weight, bias = model.output_weights()
     encoder_out, tokens = _inputs(model, 2, 4)
     rows = tokens.size(0)
     max_lens = torch.full((rows,), 40)
@@ -180,7 +179,7 @@ def test_asking_whether_rows_are_going_less_often_gives_the_same_samples(name, e
         mean = model.decoder.extract_features(tokens, encoder_out)[0].mean((0, 1))
         for _ in range(40):  # eos likelier step by step until every row ends early, at different steps
             torch.manual_seed(1)
-            drawn = sampler.sample(model.decoder, encoder_out, weight, bias, None, max_lens)
+            drawn = sampler.sample(model, encoder_out, None, SampleRequest(max_lens))
             if 2 < drawn.tokens.size(1) < 40 and drawn.lengths.min() < drawn.lengths.max():
                 break
             raise_eos(model, mean)
@@ -188,9 +187,9 @@ def test_asking_whether_rows_are_going_less_often_gives_the_same_samples(name, e
     for check in (1, every):
         settings = EngineSettings(stop_check_every=check)
         torch.manual_seed(1)
-        drawn = sampler.sample(model.decoder, encoder_out, weight, bias, None, max_lens,
-                               keep_graph=model.sample_keeps_graph, keep_probs=True, settings=settings)
-        draws.append((drawn, sampler.score(model.decoder, encoder_out, weight, bias, None, drawn, settings)))
+        request = SampleRequest(max_lens, settings=settings)
+        drawn = sampler.sample(model, encoder_out, None, request, keep_graph=model.sample_keeps_graph, keep_probs=True)
+        draws.append((drawn, sampler.score(model, encoder_out, None, drawn, request)))
     (a, scored_a), (b, scored_b) = draws
     assert 1 < a.tokens.size(1) < 40 and a.lengths.min() < a.lengths.max()  # rows ended, early and apart
     for field in ("tokens", "positions", "mask", "lengths", "is_greedy"):

@@ -55,7 +55,7 @@ the comparison the issue asks for).  A bucket compiles at its first step
 import copy
 import logging
 import weakref
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import torch
 from torch import Tensor
@@ -73,6 +73,9 @@ from fairseq_smallvocab.engine.families import family_of, has_static_state, stat
 from fairseq_smallvocab.engine.loop import Loop, Samples
 from fairseq_smallvocab.engine.settings import EngineSettings, flag
 from fairseq_smallvocab.output.union_scorer import UnionScorer
+
+if TYPE_CHECKING:  # (sampling imports this module)
+    from fairseq_smallvocab.engine.sampling import SampleRequest
 
 logger = logging.getLogger(__name__)
 
@@ -192,16 +195,18 @@ def forget(decoder):
     _POOLS.pop(decoder, None)
 
 
-def sample(decoder, encoder_out, weight: Tensor, bias: Optional[Tensor], candidates: Optional[Tensor],
-           max_lens: Tensor, steps: int, uniforms: Optional[Tensor], greedy: bool, temperature: float,
-           store_probs: bool, settings: EngineSettings, to_limit: bool = False) -> Samples:
+def sample(model, encoder_out, candidates: Optional[Tensor], request: "SampleRequest", steps: int,
+           uniforms: Optional[Tensor], greedy: bool, store_probs: bool) -> Samples:
     """``sampling.sample`` on the batch's shape bucket: each step replays the bucket's captured graph
-    ("cuda-graphs"), or runs its step eagerly ("buckets"), for at most ``steps`` steps (the longest of
-    ``max_lens``; with ``to_limit`` eos is never drawn); the loop asks whether any row is still going every
-    ``settings.stop_check_every`` steps.
+    ("cuda-graphs"), or runs its step eagerly ("buckets"), for at most ``steps`` steps (the longest of the
+    request's ``max_lens``; with its ``to_limit`` eos is never drawn); the loop asks whether any row is still
+    going every ``settings.stop_check_every`` steps.
     The samples are copies (the next batch reuses the bucket).  ``settings.stored_probs_max_elements``: the
     most probabilities a bucket may keep (its padded rows x steps x width: about 2.25 times the batch's at
     most, above the buckets' floor of 8 rows and steps), else none are kept."""
+    decoder, (weight, bias) = model.decoder, model.output_weights()
+    max_lens, settings, temperature, to_limit = request.max_lens, request.settings, request.temperature, \
+        request.to_limit
     bsz = max_lens.size(0)
     union = UnionScorer(weight, bias, candidates, settings.transposed_min_rows)
     k = 0 if candidates is None else candidates.size(1)

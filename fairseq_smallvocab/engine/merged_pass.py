@@ -194,6 +194,5 @@ def run(model, net_input: dict, prev_output_tokens: Tensor, candidates: Optional
     out = gold if features_only else restricted_logits(gold, weight, bias, candidates, settings.union_max_ratio)
     if scored:
         samples.features = features[bsz: real, : samples.tokens.size(1)]
-    drawn.out["samples"] = sampling.score(model.decoder, drawn.encoder_out, weight, bias, drawn.candidates, samples,
-                                          settings, request.to_limit)
+    drawn.out["samples"] = sampling.score(model, drawn.encoder_out, drawn.candidates, samples, drawn.request)
     return out, {"attn": [None]}, drawn.out

@@ -45,7 +45,7 @@ the caller arranges (``restricted_model``).
 """
 
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Dict, Optional
 
 import torch
@@ -111,20 +111,18 @@ def captures(decoder, encoder_out, device, settings: EngineSettings = DEFAULT, f
     return first is None and settings.static_state and capture.applies(decoder, encoder_out, device, settings)
 
 
-def sample(decoder, encoder_out, weight: Tensor, bias: Optional[Tensor], candidates: Optional[Tensor],
-           max_lens: Tensor, greedy: bool = False, keep_graph: bool = False,
-           temperature: float = 1.0, keep_probs: bool = False, settings: EngineSettings = DEFAULT,
-           first: Optional[Tensor] = None, to_limit: bool = False) -> Samples:
-    """A sequence per example from the decoder (multinomial from
-    softmax(logits / temperature), or argmax with ``greedy``), as ``Samples``:
-    unless ``greedy`` with ``is_greedy`` and ``entropy``; with ``keep_graph``
-    with ``features``, the states that chose each token, with their graph;
-    with ``keep_probs`` (not greedy, and at most the settings'
+def sample(model, encoder_out, candidates: Optional[Tensor], request: SampleRequest, *, greedy: bool = False,
+           keep_graph: bool = False, keep_probs: bool = False) -> Samples:
+    """A sequence per row of ``request.max_lens`` from the restricted ``model``'s decoder (multinomial from
+    softmax(logits / ``request.temperature``), or argmax with ``greedy``), as ``Samples``: unless ``greedy``
+    with ``is_greedy`` and ``entropy``; with ``keep_graph`` with ``features``, the states that chose each
+    token, with their graph; with ``keep_probs`` (not greedy, and at most the settings'
     ``stored_probs_max_elements`` entries) with ``probs`` and ``chosen_lprobs``, which ``score`` then uses
-    instead of making the logits again.  ``first`` (B): each row's forced
-    first token (see ``SampleRequest``); ``to_limit``: eos never drawn (see
-    ``SampleRequest``).  On CUDA, where ``capture`` applies, the steps replay
-    a captured graph."""
+    instead of making the logits again.  The request's ``first`` and ``to_limit`` apply (``SampleRequest``);
+    its ``num_samples`` and ``greedy_too`` are ``draw``'s, which repeats the rows.  On CUDA, where
+    ``capture`` applies, the steps replay a captured graph."""
+    decoder, (weight, bias) = model.decoder, model.output_weights()
+    max_lens, settings, first = request.max_lens, request.settings, request.first
     bsz = max_lens.size(0)
     steps = int(max_lens.max()) if bsz else 0
     # the uniform draws of every step at once: the same draws whatever the loop's shape (tested: a bucket's
@@ -135,10 +133,10 @@ def sample(decoder, encoder_out, weight: Tensor, bias: Optional[Tensor], candida
     store_probs = keep_probs and not greedy and bsz * steps * width <= settings.stored_probs_max_elements \
         and not (candidates is None and settings.full_softmax == "chunked")
     if not keep_graph and captures(decoder, encoder_out, max_lens.device, settings, first):
-        return capture.sample(decoder, encoder_out, weight, bias, candidates, max_lens, steps, uniforms, greedy,
-                              temperature, store_probs, settings, to_limit=to_limit)
-    loop = Loop(decoder.dictionary, bsz, steps, width, max_lens.device, greedy, temperature, store_probs,
-                k=0 if candidates is None else candidates.size(1), forced=first is not None, to_limit=to_limit)
+        return capture.sample(model, encoder_out, candidates, request, steps, uniforms, greedy, store_probs)
+    loop = Loop(decoder.dictionary, bsz, steps, width, max_lens.device, greedy, request.temperature, store_probs,
+                k=0 if candidates is None else candidates.size(1), forced=first is not None,
+                to_limit=request.to_limit)
     loop.load(max_lens, candidates, uniforms, first)
     scorer = UnionScorer(weight, bias, candidates, settings.transposed_min_rows)
     kept = keep_graph and torch.is_grad_enabled()
@@ -163,12 +161,12 @@ def sample(decoder, encoder_out, weight: Tensor, bias: Optional[Tensor], candida
     return result
 
 
-def score(decoder, encoder_out, weight: Tensor, bias: Optional[Tensor], candidates: Optional[Tensor],
-          samples: Samples, settings: EngineSettings = DEFAULT, to_limit: bool = False) -> Samples:
-    """Fills ``samples.lprobs`` (log p(y_t) under the restrictions of
-    sampling, ``to_limit``'s included, 0 after the end), differentiable, and sets ``features`` to the
-    decoder states that scored each step, detached: from the states
-    ``sample`` kept or from one teacher-forced pass over the samples."""
+def score(model, encoder_out, candidates: Optional[Tensor], samples: Samples, request: SampleRequest) -> Samples:
+    """Fills ``samples.lprobs`` (log p(y_t) under the restrictions of sampling, the request's ``to_limit``
+    included, 0 after the end), differentiable, and sets ``features`` to the decoder states that scored each
+    step, detached: from the states ``sample`` kept or from one teacher-forced pass over the samples (run as
+    the request's settings say)."""
+    decoder, (weight, bias) = model.decoder, model.output_weights()
     mask, tokens = samples.mask, samples.tokens
     d = decoder.dictionary
     if samples.features is not None:
@@ -177,8 +175,8 @@ def score(decoder, encoder_out, weight: Tensor, bias: Optional[Tensor], candidat
         s = weight.new_zeros(tokens.size(0), 0, weight.size(1))
     else:
         prev = torch.cat([tokens.new_full((tokens.size(0), 1), d.eos()), tokens[:, :-1]], dim=1)
-        s, _ = graphed_pass.extract_features(decoder, prev, encoder_out, settings)
-    lprobs = candidate_log_probs(s, weight, bias, candidates, samples.positions, excluded_ids(d, to_limit),
+        s, _ = graphed_pass.extract_features(decoder, prev, encoder_out, request.settings)
+    lprobs = candidate_log_probs(s, weight, bias, candidates, samples.positions, excluded_ids(d, request.to_limit),
                                  probs=samples.probs, chosen=samples.chosen_lprobs)
     samples.lprobs, samples.features = lprobs.masked_fill(~mask, 0.0), s.detach()
     return samples
@@ -196,43 +194,39 @@ def policy(model, net_input: Dict, candidates: Optional[Tensor], request: Sample
     steps may keep their graph (unless the step is captured).  The caller
     puts the model in eval mode.  A device mode not yet tested on a GPU is refused on one
     (``EngineSettings.check_device``)."""
-    weight, bias = model.output_weights()
     drawn = draw(model, model.encoder(**net_input), candidates, request, keep_graph)
-    drawn.out["samples"] = score(model.decoder, drawn.encoder_out, weight, bias, drawn.candidates, drawn.samples,
-                                 request.settings, request.to_limit)
+    drawn.out["samples"] = score(model, drawn.encoder_out, drawn.candidates, drawn.samples, drawn.request)
     return drawn.out
 
 
 @dataclass
 class Drawn:
     """What ``draw`` gives: ``out`` (``"greedy"`` where asked), the unscored ``samples``, and the encoder
-    output and candidates repeated to their rows (what ``score`` reads)."""
+    output, candidates and request repeated to their rows (what ``score`` reads)."""
 
     out: Dict[str, Samples]
     samples: Samples
     encoder_out: object
     candidates: Optional[Tensor]
+    request: SampleRequest
 
 
 def draw(model, encoder_out, candidates: Optional[Tensor], request: SampleRequest, keep_graph: bool) -> Drawn:
     """``policy`` from the encoder's output (eval mode's) up to the samples drawn, unscored."""
-    weight, bias = model.output_weights()
     max_lens, n, settings, first = request.max_lens, request.num_samples, request.settings, request.first
     settings.check_device(max_lens.device)
     out = {}
     if request.greedy_too:
         with torch.no_grad():
-            out["greedy"] = sample(model.decoder, encoder_out, weight, bias, candidates, max_lens, greedy=True,
-                                   settings=settings, first=first, to_limit=request.to_limit)
+            out["greedy"] = sample(model, encoder_out, candidates, request, greedy=True)
     if n > 1:
         order = torch.arange(max_lens.size(0), device=max_lens.device).repeat_interleave(n)
         encoder_out = model.encoder.reorder_encoder_out(encoder_out, order)
         candidates = None if candidates is None else candidates.index_select(0, order)
-        max_lens = max_lens.index_select(0, order)
         first = None if first is None else first.index_select(0, order)
+        request = replace(request, max_lens=max_lens.index_select(0, order), first=first)
     # a captured sampling step keeps no graph: its samples are scored by a teacher-forced pass
     keep_graph = keep_graph and not captures(model.decoder, encoder_out, max_lens.device, settings, first)
-    samples = sample(model.decoder, encoder_out, weight, bias, candidates, max_lens, keep_graph=keep_graph,
-                     temperature=request.temperature, keep_probs=torch.is_grad_enabled(), settings=settings,
-                     first=first, to_limit=request.to_limit)
-    return Drawn(out, samples, encoder_out, candidates)
+    samples = sample(model, encoder_out, candidates, request, keep_graph=keep_graph,
+                     keep_probs=torch.is_grad_enabled())
+    return Drawn(out, samples, encoder_out, candidates, request)
