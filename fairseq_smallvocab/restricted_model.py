@@ -28,7 +28,7 @@ module's flag restored afterwards): one forward, so that REINFORCE works
 through fairseq's distributed wrappers.  How it samples is the engine's
 (``engine.sampling.policy``), as the request's settings say; with their
 ``merged_pass`` the CE term's pass and the samples' scoring pass (and the
-encoder's two) run as one (``engine.merged_pass``).
+encoder's two) run as one (``engine.device_modes.merged_pass``).
 """
 
 import inspect
@@ -40,7 +40,8 @@ from fairseq.models import FairseqEncoderDecoderModel
 from torch import Tensor
 
 from fairseq_smallvocab.candidates.space import candidate_positions
-from fairseq_smallvocab.engine import graphed_pass, merged_pass, sampling
+from fairseq_smallvocab.engine import sampling
+from fairseq_smallvocab.engine.device_modes import graphed_pass, merged_pass
 from fairseq_smallvocab.engine.families import is_recurrent
 from fairseq_smallvocab.engine.sampling import SampleRequest, Samples
 from fairseq_smallvocab.engine.settings import EngineSettings
@@ -95,13 +96,13 @@ class CandidateModel:
         settings = policy.settings if policy is not None else engine_settings or self.engine_settings
         with gathered_embedding_grads(self) if gathered else nullcontext():
             if policy is not None and merged_pass.applies(self, settings):
-                # one encoder and one decoder pass for the CE term and the samples' scores (engine/merged_pass.py)
+                # one encoder and one decoder pass for the CE term and the samples' scores (device_modes/merged_pass.py)
                 out, extra, drawn = merged_pass.run(self, net_input, prev_output_tokens, candidates, policy,
                                                     keep_graph=self.sample_keeps_graph, features_only=features_only)
                 extra["candidates"] = [] if candidates is None else [candidates]
                 return out, {**extra, **drawn}
             encoder_out = self.encoder(**net_input)
-            # with gradient, a recurrent decoder's pass may replay CUDA graphs (engine/graphed_pass.py)
+            # with gradient, a recurrent decoder's pass may replay CUDA graphs (engine/device_modes/graphed_pass.py)
             features, extra = graphed_pass.extract_features(self.decoder, prev_output_tokens, encoder_out, settings)
             extra = _extra_dict(extra)
             weight, bias = self.output_weights()

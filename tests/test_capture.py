@@ -1,4 +1,4 @@
-"""The captured sampling step (engine/capture.py).  On the CPU, the
+"""The captured sampling step (engine/device_modes/capture.py).  On the CPU, the
 bucketed step with its device step index run eagerly (capture="buckets",
 the program a CUDA graph records): a bucket's padding (rows, steps, source
 length, candidate union) changes no example's sample, probabilities or
@@ -17,9 +17,9 @@ import torch
 from helpers import B, _setup, assert_same_step, candidate_batch, reinforce_step
 from test_static_state import STATIC, TRANSFORMERS, _inputs
 
-from fairseq_smallvocab.engine import capture, graphed_pass
 from fairseq_smallvocab.engine import sampling as sampler
-from fairseq_smallvocab.engine.buckets import BucketStore, bucket
+from fairseq_smallvocab.engine.device_modes import capture, graphed_pass
+from fairseq_smallvocab.engine.device_modes.buckets import BucketStore, bucket
 from fairseq_smallvocab.engine.sampling import SampleRequest
 from fairseq_smallvocab.engine.settings import EngineSettings
 from fairseq_smallvocab.engine.transformer_state import TransformerStaticState

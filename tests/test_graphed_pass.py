@@ -1,5 +1,5 @@
 """A recurrent decoder's teacher-forced pass on its shape bucket
-(engine/graphed_pass.py).  On the CPU, the padded pass run eagerly
+(engine/device_modes/graphed_pass.py).  On the CPU, the padded pass run eagerly
 (graphed_pass="buckets", the program the CUDA graphs record): a bucket's
 padding (rows, steps, source length) changes no example's features and no
 gradient, for the plugin's LSTM and fairseq's (one and two layers, bidirectional encoder),
@@ -15,7 +15,7 @@ import torch
 from helpers import _setup, assert_same_step, reinforce_step
 from test_static_state import STATIC, _inputs
 
-from fairseq_smallvocab.engine import capture, graphed_pass
+from fairseq_smallvocab.engine.device_modes import capture, graphed_pass
 from fairseq_smallvocab.engine.settings import EngineSettings
 from fairseq_smallvocab.output.gathered_grad import gathered_embedding_grads, suspended
 from fairseq_smallvocab.restricted_model import restrict

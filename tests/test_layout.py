@@ -52,9 +52,36 @@ def test_no_plugin_module_is_over_350_lines():
                 "fairseq_smallvocab.criterions", "fairseq_smallvocab.reinforce")),
 ])
 def test_the_algorithm_and_the_engine_import_no_models(package, forbidden):
-    found = {f"{p.name}: {name}" for p in (PACKAGE / package).glob("*.py") for name in _imports(p)
+    found = {f"{p.name}: {name}" for p in (PACKAGE / package).rglob("*.py") for name in _imports(p)
              if name.startswith(forbidden)}
     assert not found
+
+
+CUDA_GRAPH_CALLS = ("torch.cuda.graph", "torch.cuda.CUDAGraph", "torch.cuda.make_graphed_callables",
+                    "torch.cuda.graph_pool_handle", "torch.compile")
+
+
+def _calls(path: Path):
+    """The dotted names ``path`` calls (``torch.cuda.graph(...)``: "torch.cuda.graph")."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call):
+            parts, func = [], node.func
+            while isinstance(func, ast.Attribute):
+                parts.append(func.attr)
+                func = func.value
+            if isinstance(func, ast.Name):
+                yield ".".join([func.id] + parts[::-1])
+
+
+def test_cuda_graphs_and_compilation_live_in_the_device_modes_only():
+    """The optional device modes (off by default) are apart from the default path: no module outside
+    engine/device_modes/ captures, replays or compiles; the modes do (the check can fail)."""
+    modes = PACKAGE / "engine" / "device_modes"
+    outside = {f"{p.relative_to(PACKAGE)}: {name}" for p in _modules() if modes not in p.parents
+               for name in _calls(p) if name.startswith(CUDA_GRAPH_CALLS)}
+    assert not outside
+    inside = {name for p in modes.glob("*.py") for name in _calls(p) if name.startswith(CUDA_GRAPH_CALLS)}
+    assert {"torch.cuda.graph", "torch.compile"} <= inside, inside
 
 
 def test_no_module_level_setting_is_written_in_the_source():
@@ -151,7 +178,7 @@ def test_a_bad_setting_text_is_named(name, text, message):
 def test_every_pass_of_the_criterion_runs_with_its_settings(rl_lambda, monkeypatch):
     """The CE control (lambda = 1: no sample request) as the mixed loss: the teacher-forced passes get the
     criterion's settings, not the model's defaults."""
-    from fairseq_smallvocab.engine import graphed_pass
+    from fairseq_smallvocab.engine.device_modes import graphed_pass
 
     model, task, sample = _setup()
     seen, real = [], graphed_pass.extract_features

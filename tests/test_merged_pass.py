@@ -1,4 +1,4 @@
-"""One teacher-forced pass for the CE term and the samples' scores (engine/merged_pass.py,
+"""One teacher-forced pass for the CE term and the samples' scores (engine/device_modes/merged_pass.py,
 --rl-merged-pass on), against today's two passes: without dropout, the same loss and every parameter's
 gradient from the same seed, for every model family, both softmaxes, N samples and each baseline; with
 dropout, the same loss and gradients when the two passes are given the masks the merged pass drew for its
@@ -15,7 +15,7 @@ from test_any_model import FAMILIES
 from test_chunked_full_softmax import _family_setup
 from torch.overrides import TorchFunctionMode
 
-from fairseq_smallvocab.engine import merged_pass
+from fairseq_smallvocab.engine.device_modes import merged_pass
 
 RECURRENT = [name for name in FAMILIES if name.startswith("lstm")]
 STEPS = [("learned", 1), ("loo", 3), ("self-critical", 2)]

@@ -85,7 +85,7 @@ import torch.nn.functional as F
 from fairseq.criterions import FairseqCriterion, register_criterion
 
 from fairseq_smallvocab.candidates.space import candidate_positions
-from fairseq_smallvocab.engine.buckets import autocast_on
+from fairseq_smallvocab.engine.device_modes.buckets import autocast_on
 from fairseq_smallvocab.engine.sampling import SampleRequest
 from fairseq_smallvocab.engine.settings import flag
 from fairseq_smallvocab.output.chunked_ce import full_cross_entropy

@@ -10,11 +10,9 @@ scored with gradient.
 - ``families``: what the engine asks of a decoder family (registered
   adapters: ``transformer_state`` and ``recurrent_state`` for fairseq's
   decoders, ``models/`` for the plugin's);
-- ``capture``: the sampling step captured as a CUDA graph per shape bucket;
-- ``graphed_pass``: a recurrent decoder's teacher-forced pass captured with
-  its backward;
-- ``buckets``: what both kinds of capture share (buckets, their store,
-  padding, errors).
+- ``device_modes/``: the optional modes, off by default (the sampling step
+  captured per shape bucket as CUDA graphs, a recurrent decoder's graphed
+  teacher-forced pass, one merged pass for the CE term and the scores).
 
 The algorithm that uses it (rewards, baselines, the loss) is ``reinforce/``.
 """

@@ -17,7 +17,7 @@ from fairseq.models.lstm import LSTMDecoder
 from torch import Tensor
 
 from fairseq_smallvocab.engine import families
-from fairseq_smallvocab.engine.buckets import Slots, unmask_first_position
+from fairseq_smallvocab.engine.device_modes.buckets import Slots, unmask_first_position
 from fairseq_smallvocab.engine.families import EncoderParts, Part
 
 

@@ -51,7 +51,7 @@ from typing import Dict, Optional
 import torch
 from torch import Tensor
 
-from fairseq_smallvocab.engine import capture, graphed_pass
+from fairseq_smallvocab.engine.device_modes import capture, graphed_pass
 from fairseq_smallvocab.engine.families import static_state
 from fairseq_smallvocab.engine.loop import Loop, Samples, excluded_ids
 from fairseq_smallvocab.engine.settings import EngineSettings

@@ -36,7 +36,7 @@ from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 from torch import Tensor
 
 from fairseq_smallvocab.engine import families
-from fairseq_smallvocab.engine.buckets import Slots
+from fairseq_smallvocab.engine.device_modes.buckets import Slots
 
 
 def _unsupported(decoder) -> Optional[str]:

@@ -196,7 +196,7 @@ def _synthetic_batch(cfg: dict, sentences: int, device):
 
 def _largest_batch(cfg: dict, model, step, optimizer, device) -> dict:
     """The largest batch (sentences) whose training step fits the GPU (``largest_batch.py``)."""
-    from fairseq_smallvocab.engine import capture, graphed_pass
+    from fairseq_smallvocab.engine.device_modes import capture, graphed_pass
 
     def reset():
         optimizer.zero_grad(set_to_none=True)

@@ -60,7 +60,7 @@ from typing import TYPE_CHECKING, Optional
 import torch
 from torch import Tensor
 
-from fairseq_smallvocab.engine.buckets import (
+from fairseq_smallvocab.engine.device_modes.buckets import (
     CAPTURE_ERROR_MODE,
     BucketStore,
     Slots,

@@ -57,7 +57,7 @@ from typing import Callable, List, Optional, Tuple
 import torch
 from torch import Tensor, nn
 
-from fairseq_smallvocab.engine.buckets import (
+from fairseq_smallvocab.engine.device_modes.buckets import (
     CAPTURE_ERROR_MODE,
     BucketStore,
     addresses,
