@@ -86,15 +86,21 @@ def test_full_softmax_checkpoint_decodes_inside_predicted_candidates(tiny_bin, p
 
 @pytest.mark.slow
 def test_interactive_decodes_raw_text_and_empty_lines(small_model, tiny_bin, tiny_raw):
+    """Inside K = 60 of the 304 target words (the default K, 500, would be the full softmax here, where any
+    candidates decode alike): each line's candidates are predicted as fairseq-generate's cached lists are, and
+    reach the generator (fairseq-interactive hands it only src_tokens and src_lengths of its batches)."""
     lines = (tiny_raw / "test.src").read_text().splitlines()[:3]
     stdin = "\n".join([lines[0], "", lines[1], lines[2]]) + "\n"
     out = run(["fairseq-interactive", tiny_bin, *DECODE, "--path", small_model, "--beam", "2",
-               "--buffer-size", "4", "--batch-size", "4"], stdin=stdin)
+               "--small-vocab-size", "60", "--buffer-size", "4", "--batch-size", "4"], stdin=stdin)
     hyps = _hypotheses(out.stdout)
     assert sorted(hyps) == [0, 1, 2, 3] and hyps[1] == "" and all(hyps[i] for i in (0, 2, 3))
-    generated = _hypotheses(run(["fairseq-generate", tiny_bin, *DECODE, "--path", small_model, "--beam", "2",
-                                 "--batch-size", "1"]).stdout)
-    assert hyps[0] == generated[0]  # the same candidates and decode as fairseq-generate's
+    gen = run(["fairseq-generate", tiny_bin, *DECODE, "--path", small_model, "--beam", "2",
+               "--small-vocab-size", "60", "--batch-size", "1"])
+    assert "using the full softmax" not in out.stderr + gen.stderr
+    generated = _hypotheses(gen.stdout)
+    # the same candidates and decode as fairseq-generate's
+    assert [hyps[0], hyps[2], hyps[3]] == [generated[0], generated[1], generated[2]]
 
 
 @pytest.mark.slow

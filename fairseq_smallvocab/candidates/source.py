@@ -46,7 +46,6 @@ from fairseq_smallvocab.predictor.inference import (
     load_predictor,
     longer_than,
     predict_lists,
-    token_batches,
 )
 from fairseq_smallvocab.predictor.lists import (
     DataMismatch,
@@ -291,18 +290,17 @@ class CandidateSource:
                                              **self.predictor_overrides)
         return self._predictor
 
-    def inference_rows(self, dataset, where="fairseq-interactive input") -> np.ndarray:
-        """Rows for a dataset of raw input (fairseq-interactive), predicted
-        on the fly by the predictor (loaded once), in the dataset's order."""
+    def inference_rows(self, src_tokens: torch.Tensor, where="fairseq-interactive input") -> torch.Tensor:
+        """(B, K) int64 rows, on ``src_tokens``' device, for a batch of raw
+        input that has none (fairseq-interactive, the hub interface),
+        predicted by the predictor (loaded once, on the CPU) from the batch's
+        source tokens, as a cached split's lists are."""
         self.require()
         if not self.predictor_path():
             raise ValueError("decoding raw text inside a small vocabulary needs the predictor (--vocab-predictor), "
                              "not exported lists")
         model, _ = self.load_predictor()
-        lists = np.zeros((len(dataset), self.k), dtype=np.int64)
-        order = dataset.ordered_indices()
         with torch.no_grad():
-            for batch in token_batches(order, dataset.num_tokens_vec(order)):
-                sample = dataset.collater([dataset[i] for i in batch])
-                lists[sample["id"].numpy()] = predict_lists(model, sample["net_input"], self.k, self.tgt_dict).numpy()
-        return candidate_rows(lists, self.k, self.tgt_dict.nspecial, where)
+            lists = predict_lists(model, {"src_tokens": src_tokens.cpu()}, self.k, self.tgt_dict).numpy()
+        rows = candidate_rows(lists, self.k, self.tgt_dict.nspecial, where)
+        return torch.from_numpy(rows.astype(np.int64)).to(src_tokens.device)

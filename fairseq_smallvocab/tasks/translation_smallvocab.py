@@ -210,18 +210,16 @@ class TranslationSmallVocabTask(SmallVocabTaskState, TranslationTask):
                                        extra_gen_cls_kwargs=extra_gen_cls_kwargs,
                                        prefix_allowed_tokens_fn=prefix_allowed_tokens_fn)
 
-    def build_dataset_for_inference(self, src_tokens, src_lengths, constraints=None):
-        """fairseq-interactive's batches, with each line's candidates predicted
-        on the fly (the predictor is loaded once)."""
-        dataset = super().build_dataset_for_inference(src_tokens, src_lengths, constraints)
-        if not self.small_vocab:
-            return dataset
-        rows = self.candidates.inference_rows(dataset)
-        return CandidateDataset(dataset, rows)
-
     def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
-        """fairseq's decoding; an input without words (an empty line) gets an
-        empty translation."""
+        """fairseq's decoding; a batch of raw input (fairseq-interactive, the
+        hub interface) gets each line's candidates predicted here, because
+        fairseq-interactive hands over only src_tokens and src_lengths of its
+        batches (candidates attached to them would never reach the generator,
+        which would then decode with the full softmax); an input without
+        words (an empty line) gets an empty translation."""
+        net = sample["net_input"]
+        if self.small_vocab and "candidates" not in net and "src_tokens" in net:
+            net["candidates"] = self.candidates.inference_rows(net["src_tokens"])
         hypos = super().inference_step(generator, models, sample, prefix_tokens, constraints)
         if "src_tokens" not in sample["net_input"]:  # image features
             return hypos
