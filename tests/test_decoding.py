@@ -39,6 +39,11 @@ def test_generate_finds_the_predictor_in_the_checkpoint_and_k_is_a_decoding_opti
                "--beam", "3"])
     assert _hypotheses(out.stdout) == hyps
     assert (predictor.parent / "candidates" / "test.k40.npy").exists()
+    # without --small-vocab-size: the K it was trained with (60; the paper's rule would say 500, which is more
+    # than this |V| and so the full softmax)
+    out = run(["fairseq-generate", tiny_bin, *DECODE, "--path", small_model, "--beam", "3"])
+    assert "K = 60, the K the checkpoint was trained with" in out.stderr
+    assert re.search(r"candidates for test: K = 60 of", out.stderr), out.stderr[-2000:]
 
 
 @pytest.mark.slow
@@ -91,8 +96,10 @@ def test_interactive_decodes_raw_text_and_empty_lines(small_model, tiny_bin, tin
     reach the generator (fairseq-interactive hands it only src_tokens and src_lengths of its batches)."""
     lines = (tiny_raw / "test.src").read_text().splitlines()[:3]
     stdin = "\n".join([lines[0], "", lines[1], lines[2]]) + "\n"
+    # without --small-vocab-size: the K the model was trained with, 60
     out = run(["fairseq-interactive", tiny_bin, *DECODE, "--path", small_model, "--beam", "2",
-               "--small-vocab-size", "60", "--buffer-size", "4", "--batch-size", "4"], stdin=stdin)
+               "--buffer-size", "4", "--batch-size", "4"], stdin=stdin)
+    assert "K = 60, the K the checkpoint was trained with" in out.stderr
     hyps = _hypotheses(out.stdout)
     assert sorted(hyps) == [0, 1, 2, 3] and hyps[1] == "" and all(hyps[i] for i in (0, 2, 3))
     gen = run(["fairseq-generate", tiny_bin, *DECODE, "--path", small_model, "--beam", "2",

@@ -21,3 +21,6 @@ class TaskRecords(FairseqDataclass):
     target_dict_fingerprint: Optional[int] = field(
         default=None, metadata={"help": "set by the plugin's task when training: the fingerprint of the target "
                                         "dictionary (decoding refuses another)"})
+    trained_small_vocab_size: Optional[int] = field(
+        default=None, metadata={"help": "set by the plugin's task when training: the K it trained with, 0 for the "
+                                        "full softmax (decoding without --small-vocab-size uses it)"})

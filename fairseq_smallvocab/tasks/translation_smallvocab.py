@@ -100,22 +100,17 @@ def split_batch(sample, splits: int, pad: int):
                "net_input": part, "target": tgt}
 
 
+TRAINED_K = "trained_small_vocab_size"  # the K a model was trained with, in its config (0: the full softmax)
+
+
 @register_task("translation_smallvocab", dataclass=TranslationSmallVocabConfig)
 class TranslationSmallVocabTask(SmallVocabTaskState, TranslationTask):
     cfg: TranslationSmallVocabConfig
 
     def __init__(self, cfg, src_dict, tgt_dict):
         super().__init__(cfg, src_dict, tgt_dict)
-        vocab = len(tgt_dict)
-        k = cfg.small_vocab_size if cfg.small_vocab_size is not None else default_small_vocab_size(vocab)
-        if k < 0:
-            raise ValueError(f"--small-vocab-size must be >= 0, got {k}")
-        if 0 < k <= tgt_dict.nspecial:
-            raise ValueError(f"--small-vocab-size {k} leaves no room for words beside the "
-                             f"{tgt_dict.nspecial} special symbols")
-        if k >= vocab:
-            logger.warning(f"--small-vocab-size {k} >= the target vocabulary ({vocab}): using the full softmax")
-            k = 0
+        k = self._checked_k(cfg.small_vocab_size if cfg.small_vocab_size is not None
+                            else default_small_vocab_size(len(tgt_dict)), given=cfg.small_vocab_size is not None)
         self.k = k
         if cfg.batch_splits < 1:
             raise ValueError(f"--batch-splits must be >= 1, got {cfg.batch_splits}")
@@ -123,6 +118,33 @@ class TranslationSmallVocabTask(SmallVocabTaskState, TranslationTask):
         # features is refused)
         self.candidates = CandidateSource(cfg, k, tgt_dict, predictor_overrides={"source_features": None})
         self.init_state()
+
+    def _checked_k(self, k: int, given: bool = True) -> int:
+        """``k`` checked; a K of |V| or more is the full softmax (warned where --small-vocab-size gave it; the
+        paper's rule's, which a checkpoint's trained K replaces when decoding, only logged)."""
+        vocab, nspecial = len(self.tgt_dict), self.tgt_dict.nspecial
+        if k < 0:
+            raise ValueError(f"--small-vocab-size must be >= 0, got {k}")
+        if 0 < k <= nspecial:
+            raise ValueError(f"--small-vocab-size {k} leaves no room for words beside the {nspecial} special symbols")
+        if k >= vocab:
+            if given:
+                logger.warning(f"--small-vocab-size {k} >= the target vocabulary ({vocab}): using the full softmax")
+            else:
+                logger.info(f"no --small-vocab-size: the paper's rule's K = {k} is the target vocabulary ({vocab}) "
+                            "or more, so the full softmax (decoding: unless the checkpoint was trained with a K)")
+            k = 0
+        return k
+
+    def _decode_at_trained_k(self, model_cfg):
+        """Decoding without --small-vocab-size: the K the checkpoint was trained with (recorded in its model
+        config; checkpoints written before it was recorded keep the paper's rule)."""
+        trained = model_cfg.get(TRAINED_K) if isinstance(model_cfg, DictConfig) else getattr(model_cfg, TRAINED_K,
+                                                                                             None)
+        if self.cfg.small_vocab_size is None and trained is not None and int(trained) != self.k:
+            self.k = self.candidates.k = self._checked_k(int(trained))
+            logger.info(f"K = {self.k}, the K the checkpoint was trained with (--small-vocab-size to decode at "
+                        "another)")
 
     @property
     def small_vocab(self) -> bool:
@@ -153,12 +175,13 @@ class TranslationSmallVocabTask(SmallVocabTaskState, TranslationTask):
         # on the CPU), but fairseq's trainer fails where the flags cannot work: refuse before it does
         if not from_checkpoint:
             check_training_precision(self.cfg)
-        if from_checkpoint:  # decoding: the predictor behind the training candidates, unless one is given
+        if from_checkpoint:  # decoding: the predictor behind the training candidates and its K, unless given
             self.check_dictionaries(cfg)
             self.candidates.loaded_model(cfg)
-        else:  # training: record it and the dictionaries in the model's config (saved with every checkpoint)
+            self._decode_at_trained_k(cfg)
+        else:  # training: record them and the dictionaries in the model's config (saved with every checkpoint)
             path = self.candidates.predictor_to_record()
-            recorded = {"vocab_predictor": os.path.abspath(path) if path else None,
+            recorded = {"vocab_predictor": os.path.abspath(path) if path else None, TRAINED_K: self.k,
                         **{key: dictionary_fingerprint(d) if d is not None else None
                            for key, d in self._dictionaries()}}
             if isinstance(cfg, DictConfig):
