@@ -54,37 +54,13 @@ from torch import Tensor
 from fairseq_smallvocab.engine.device_modes import capture, graphed_pass
 from fairseq_smallvocab.engine.families import static_state
 from fairseq_smallvocab.engine.loop import Loop, Samples, excluded_ids
+from fairseq_smallvocab.engine.request import DEFAULT, SampleRequest
 from fairseq_smallvocab.engine.settings import EngineSettings
 from fairseq_smallvocab.output.gathered_grad import gathered_embedding_grads
 from fairseq_smallvocab.output.restricted import candidate_log_probs
 from fairseq_smallvocab.output.union_scorer import UnionScorer
 
-DEFAULT = EngineSettings()
-
-
-@dataclass(frozen=True)
-class SampleRequest:
-    """What REINFORCE asks of the restricted model's forward besides its
-    teacher-forced pass (``restricted_model``): ``num_samples`` sequences per
-    example, each at most ``max_lens[b]`` tokens (B), drawn at
-    ``temperature``, and with ``greedy_too`` each example's greedy decode;
-    ``first``: each example's forced first token (B, its index in the row's
-    candidates, or its id for the full softmax; -1: drawn), as fairseq's
-    multilingual decoding forces the target language token;
-    ``settings``: how the step runs on the device (the criterion's);
-    ``to_limit``: no step draws eos, so that every sequence (the greedy decode
-    too) is exactly ``max_lens[b]`` tokens, and the log-probabilities are
-    those of the policy drawn from (eos excluded): ``benchmark.py
-    --sample-limit flat``, where steps compare per sampled token whatever the
-    weights have learned of eos; training never asks for it."""
-
-    max_lens: Tensor
-    num_samples: int = 1
-    greedy_too: bool = False
-    temperature: float = 1.0
-    settings: EngineSettings = DEFAULT
-    first: Optional[Tensor] = None
-    to_limit: bool = False
+__all__ = ["DEFAULT", "SampleRequest", "policy", "sample", "score", "draw", "captures"]
 
 
 class _IncrementalState:

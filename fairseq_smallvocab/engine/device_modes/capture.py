@@ -55,7 +55,7 @@ the comparison the issue asks for).  A bucket compiles at its first step
 import copy
 import logging
 import weakref
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 import torch
 from torch import Tensor
@@ -71,11 +71,9 @@ from fairseq_smallvocab.engine.device_modes.buckets import (
 )
 from fairseq_smallvocab.engine.families import family_of, has_static_state, static_state
 from fairseq_smallvocab.engine.loop import Loop, Samples
+from fairseq_smallvocab.engine.request import SampleRequest
 from fairseq_smallvocab.engine.settings import EngineSettings, flag
 from fairseq_smallvocab.output.union_scorer import UnionScorer
-
-if TYPE_CHECKING:  # (sampling imports this module)
-    from fairseq_smallvocab.engine.sampling import SampleRequest
 
 logger = logging.getLogger(__name__)
 
@@ -195,7 +193,7 @@ def forget(decoder):
     _POOLS.pop(decoder, None)
 
 
-def sample(model, encoder_out, candidates: Optional[Tensor], request: "SampleRequest", steps: int,
+def sample(model, encoder_out, candidates: Optional[Tensor], request: SampleRequest, steps: int,
            uniforms: Optional[Tensor], greedy: bool, store_probs: bool) -> Samples:
     """``sampling.sample`` on the batch's shape bucket: each step replays the bucket's captured graph
     ("cuda-graphs"), or runs its step eagerly ("buckets"), for at most ``steps`` steps (the longest of the

@@ -48,7 +48,7 @@ from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
 from fairseq_smallvocab.engine import sampling
-from fairseq_smallvocab.engine.sampling import SampleRequest
+from fairseq_smallvocab.engine.request import SampleRequest
 from fairseq_smallvocab.output.restricted import restricted_logits
 from fairseq_smallvocab.output.weights import eval_mode
 
