@@ -139,8 +139,7 @@ class TranslationSmallVocabTask(SmallVocabTaskState, TranslationTask):
     def _decode_at_trained_k(self, model_cfg):
         """Decoding without --small-vocab-size: the K the checkpoint was trained with (recorded in its model
         config; checkpoints written before it was recorded keep the paper's rule)."""
-        trained = model_cfg.get(TRAINED_K) if isinstance(model_cfg, DictConfig) else getattr(model_cfg, TRAINED_K,
-                                                                                             None)
+        trained = getattr(model_cfg, TRAINED_K, None)  # (as check_dictionaries and loaded_model read theirs)
         if self.cfg.small_vocab_size is None and trained is not None and int(trained) != self.k:
             self.k = self.candidates.k = self._checked_k(int(trained))
             logger.info(f"K = {self.k}, the K the checkpoint was trained with (--small-vocab-size to decode at "
