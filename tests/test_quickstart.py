@@ -35,7 +35,7 @@ def test_the_quick_start_runs_from_raw_text_to_an_exported_model(tiny_raw, tmp_p
         printed = re.search(rf"^{re.escape(str(out / name))}: BLEU ([\d.]+)$", first.stdout, re.M)
         assert printed and float(printed.group(1)) == pytest.approx(bleu, abs=0.051), first.stdout
     rl_log = (out / "rl.train.log").read_text()
-    assert "'reward': 'gleu'" in rl_log and "'reward_post_process': 'sentencepiece'" in rl_log
+    assert "'reward': 'gleu_bp'" in rl_log and "'reward_post_process': 'sentencepiece'" in rl_log
     assert "'lr': [3e-05]" in rl_log and str(out / "ce" / "checkpoint_best.pt") in rl_log
     ce_log = (out / "ce.train.log").read_text()  # CE's budget: updates and patience, a warmup that fits them
     assert "'max_update': 4000" in ce_log and "'patience': 10" in ce_log and "'warmup_updates': 400" in ce_log

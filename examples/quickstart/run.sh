@@ -38,7 +38,7 @@ ARCH_ARGS=${ARCH_ARGS:-"--arch transformer --encoder-layers 3 --decoder-layers 3
   --decoder-attention-heads 4 --share-all-embeddings --dropout 0.3"}
 RL_UPDATES=${RL_UPDATES:-500}
 RL_LR=${RL_LR:-3e-5}
-REWARD=${REWARD:-gleu}
+REWARD=${REWARD:-gleu_bp}
 SAMPLES=${SAMPLES:-4}
 LAMBDA=${LAMBDA:-0.005}
 RL_SAVE=${RL_SAVE:-$OUT/rl}

@@ -34,7 +34,7 @@
 # other seed's ce-kK-sSEED is a link to it (its REINFORCE and controls sample with their own seed).
 # Settings: DATA, CANDS, OUT, CE_FROM, CE_SEED, SEEDS, KS, CE_EPOCHS, RL_EPOCHS, OPTIMIZER, LR, LAMBDA,
 # SAMPLES, BASELINE, REWARD, TEMP, LS, VALIDATE (0: once an epoch), CONTROLS,
-# BEAMS, THREADS (per run), DEVICE (cpu or cuda: where every run trains and decodes), PARALLEL (1: each K's runs
+# BEAMS, LENPEN, THREADS (per run), DEVICE (cpu or cuda: where every run trains and decodes), PARALLEL (1: each K's runs
 # side by side with the other K's, each with THREADS threads), SRC, TGT, ARCH_ARGS (the model's flags; default:
 # transformer_multi30k.args).
 set -euo pipefail
@@ -52,12 +52,13 @@ LR=${LR:-3e-5}
 LAMBDA=${LAMBDA:-0.005}
 SAMPLES=${SAMPLES:-4}
 BASELINE=${BASELINE:-loo}
-REWARD=${REWARD:-gleu}
+REWARD=${REWARD:-gleu_bp}  # chosen on dev: docs/results.md, "REINFORCE rewards and the length penalty"
 TEMP=${TEMP:-1.0}
 LS=${LS:-0}
 VALIDATE=${VALIDATE:-50}
 CONTROLS=${CONTROLS-ce constant}  # empty: none
 BEAMS=${BEAMS:-1 5}
+LENPEN=${LENPEN:-dev}  # a beam search's length penalty: chosen on val for each run, or a number for all
 THREADS=${THREADS:-1}
 DEVICE=${DEVICE:-cpu}
 PARALLEL=${PARALLEL:-1}
@@ -95,7 +96,7 @@ decode() {  # decode SAVE K: the best checkpoint with each beam (greedy written 
   for beam in $BEAMS; do
     [ "$beam" = 1 ] && [ -f "$1/hyp-test.txt" ] && continue
     [ -f "$1/hyp-test.beam$beam.txt" ] && continue
-    DATA=$DATA CANDS=$CANDS K=$2 SAVE=$1 SRC=$SRC TGT=$TGT BEAM=$beam DEVICE=$DEVICE bash "$HERE/decode_multi30k.sh" >> "$1/decode.log"
+    DATA=$DATA CANDS=$CANDS K=$2 SAVE=$1 SRC=$SRC TGT=$TGT BEAM=$beam LENPEN=$LENPEN DEVICE=$DEVICE bash "$HERE/decode_multi30k.sh" >> "$1/decode.log"
   done
 }
 
