@@ -124,9 +124,19 @@ def test_the_transformer_rl_recipe_runs_end_to_end_on_tiny_data(tiny_bin, predic
     assert "rl_loss 0 |" not in constant and "rl_loss 0 |" not in rl_log
     assert (out / "dev_bleu.png").stat().st_size > 1000
     logs = {name: (out / name / "train.log").read_text() for name in names}
+    decoded = (out / "rl-k60-s1" / "hyp-test.beam5.txt").stat().st_mtime_ns
     again = run(["bash", "examples/translation/run_transformer_rl_multi30k.sh"], cwd=REPO, env=env)
     assert {name: (out / name / "train.log").read_text() for name in names} == logs  # nothing retrained
     assert "| small (K = 60) | CE (best checkpoint) | 1 |" in again.stdout
+    # another length penalty: nothing retrained, and every beam decode it asks for is made again under it
+    record, beam5 = out / "rl-k60-s1" / "hyp.beam5.settings", out / "rl-k60-s1" / "hyp-test.beam5.txt"
+    assert record.read_text().startswith("lenpen=dev lenpens=0.6,") and beam5.stat().st_mtime_ns == decoded
+    run(["bash", "examples/translation/run_transformer_rl_multi30k.sh"], cwd=REPO,
+        env={**env, "KS": "60", "CONTROLS": "", "LENPEN": "1"})
+    assert record.read_text() == "lenpen=1\n" and (out / "ce-k60-s1" / "hyp.beam5.settings").read_text() == "lenpen=1\n"
+    assert beam5.stat().st_mtime_ns != decoded
+    assert (out / "ctl-ce-k60-s1" / "hyp.beam5.settings").read_text().startswith("lenpen=dev")  # not asked for
+    assert {name: (out / name / "train.log").read_text() for name in names} == logs
     run(["bash", "examples/translation/run_transformer_rl_multi30k.sh"], cwd=REPO, env={**env, "CE_FROM": str(out)})
     assert not (out / "ce-k60-s1").is_symlink()  # CE_FROM = OUT: its own CE runs, used as they are
     # another setting for finished runs: refused before any training, nothing touched

@@ -8,7 +8,11 @@
 # scripts/sweep_lenpen.py over LENPENS, the best by val BLEU, recorded in
 # SAVE/lenpen.beamN.json), so that every model a recipe compares decodes test2016
 # at its own best; LENPEN=1 is fairseq's default (the results page's tables
-# before 2026-11-28 decoded with it).
+# before 2026-11-28 decoded with it).  What a beam decode was asked for
+# (lenpen=dev with its LENPENS, or lenpen=N) is kept in SAVE/hyp.beamN.settings,
+# written once both splits are; with SKIP_DONE=1 a decode whose hypotheses and
+# record are today's is skipped, and any other is made again (so the recipes'
+# tables never show a decode under a length penalty it did not have).
 # Used by run_multi30k.sh, run_reinforce_multi30k.sh, run_transformer_multi30k.sh and
 # run_transformer_rl_multi30k.sh (same settings;
 # DEVICE=cuda decodes on the GPU; CKPT, default SAVE/checkpoint_best.pt; SRC
@@ -28,7 +32,16 @@ GEN=(--user-dir fairseq_smallvocab --task translation_smallvocab -s "$SRC" -t "$
      --small-vocab-size "$K" --max-len-a 1.5 --max-len-b 10 --batch-size 128 $DEV_ARGS)
 if [ "$BEAM" = 1 ]; then
   LENPEN=1  # greedy: no finished hypotheses to rank
-elif [ "$LENPEN" = dev ]; then
+fi
+ASKED="lenpen=$LENPEN"
+if [ "$LENPEN" = dev ]; then ASKED="$ASKED lenpens=$LENPENS"; fi
+RECORD=$SAVE/hyp$TAG.settings
+if [ "${SKIP_DONE:-0}" = 1 ] && [ -f "$SAVE/hyp-test$TAG.txt" ] && [ -f "$RECORD" ] && [ "$(cat "$RECORD")" = "$ASKED" ]
+then
+  exit 0
+fi
+rm -f "$RECORD"  # until both splits are written again
+if [ "$LENPEN" = dev ]; then
   python scripts/sweep_lenpen.py --path "$CKPT" --data "$DATA" --beam "$BEAM" --subset valid --lenpens "$LENPENS" \
     --ref "$DATA/raw/valid.$TGT" --out "$SAVE/lenpen$TAG.json" -- "${GEN[@]}"
   LENPEN=$(python -c "import json, sys; print(json.load(open(sys.argv[1]))['best_lenpen'])" "$SAVE/lenpen$TAG.json")
@@ -45,3 +58,4 @@ for split in valid test; do
   echo "$split$TAG, raw references: $(sacrebleu -tok none -b "$DATA/raw/$split.$TGT" -i "$SAVE/hyp-$split$TAG.txt" \
     2>/dev/null)"
 done
+echo "$ASKED" > "$RECORD"

@@ -90,13 +90,14 @@ each_k() {
   for pid in "${pids[@]}"; do wait "$pid"; done
 }
 
-decode() {  # decode SAVE K: the best checkpoint with each beam (greedy written by the training scripts)
+decode() {  # decode SAVE K: the best checkpoint with each beam (greedy written by the training scripts); a beam
+  # decode made under another LENPEN (its SAVE/hyp.beamN.settings) is made again, one under today's is kept
   if [ "$CHECKING" = 1 ]; then return; fi
   local beam
   for beam in $BEAMS; do
     [ "$beam" = 1 ] && [ -f "$1/hyp-test.txt" ] && continue
-    [ -f "$1/hyp-test.beam$beam.txt" ] && continue
-    DATA=$DATA CANDS=$CANDS K=$2 SAVE=$1 SRC=$SRC TGT=$TGT BEAM=$beam LENPEN=$LENPEN DEVICE=$DEVICE bash "$HERE/decode_multi30k.sh" >> "$1/decode.log"
+    DATA=$DATA CANDS=$CANDS K=$2 SAVE=$1 SRC=$SRC TGT=$TGT BEAM=$beam LENPEN=$LENPEN DEVICE=$DEVICE SKIP_DONE=1 \
+      bash "$HERE/decode_multi30k.sh" >> "$1/decode.log"
   done
 }
 
@@ -164,7 +165,7 @@ train() {  # train SAVE EPOCHS SETTINGS SCRIPT [VAR=VALUE ...]: the run unless d
     *) echo "$save $now. Move it away (or set OUT to another folder) to train it again." >&2; exit 2 ;;
   esac
   mkdir -p "$save"
-  rm -f "$save"/hyp-*.txt "$save"/generate-*.txt  # an extended run's best may change
+  rm -f "$save"/hyp-*.txt "$save"/hyp*.settings "$save"/generate-*.txt  # an extended run's best may change
   echo "epochs=$epochs $settings" > "$save/recipe.settings"
   inputs "$save" > "$save/recipe.inputs"
   env "$@" SAVE="$save" EPOCHS="$epochs" bash "$HERE/$script" > "$save.out"
