@@ -32,8 +32,11 @@ def test_the_quick_start_runs_from_raw_text_to_an_exported_model(tiny_raw, tmp_p
         hyps = (out / name / "hyp-test.txt").read_text().splitlines()
         assert len(hyps) == len(refs) and not any("\u2581" in h for h in hyps)  # words, not pieces
         bleu = sacrebleu.corpus_bleu(hyps, [refs]).score
-        printed = re.search(rf"^{re.escape(str(out / name))}: BLEU ([\d.]+)$", first.stdout, re.M)
+        printed = re.search(rf"^{re.escape(str(out / name))}: BLEU ([\d.]+) \(lenpen ([\d.]+)\)$", first.stdout, re.M)
         assert printed and float(printed.group(1)) == pytest.approx(bleu, abs=0.051), first.stdout
+        # each model decoded test at its own length penalty, the best on dev (LENPEN=dev, the default)
+        chosen = json.loads((out / name / "lenpen.json").read_text())
+        assert float(printed.group(2)) == chosen["best_lenpen"] and chosen["subset"] == "valid"
     rl_log = (out / "rl.train.log").read_text()
     assert "'reward': 'gleu_bp'" in rl_log and "'reward_post_process': 'sentencepiece'" in rl_log
     assert "'lr': [3e-05]" in rl_log and str(out / "ce" / "checkpoint_best.pt") in rl_log

@@ -6,7 +6,9 @@
 #      stops rising (CE_PATIENCE validations, one per epoch) or CE_UPDATES updates (a budget in updates: a small
 #      corpus makes few updates an epoch, and 30 epochs of 3,000 sentence pairs ended before the warmup had)
 #   4. REINFORCE from its best checkpoint (RL_UPDATES updates at RL_LR; LAMBDA=1: CE continued, the control)
-#   5. test BLEU of both with sacrebleu on the raw references (beam BEAM, pieces joined back into words)
+#   5. test BLEU of both with sacrebleu on the raw references (beam BEAM, pieces joined back into words), each at
+#      its own length penalty chosen on dev (LENPEN=dev: scripts/sweep_lenpen.py, the best by dev BLEU, recorded
+#      in FOLDER/lenpen.json; or LENPEN=N for both)
 #   6. fairseq-interactive on raw source lines (sentencepiece encodes them, the predictor gives the candidates)
 #   7. a CTranslate2 export of the tuned model, the predictor as its vocabulary map (skipped without ctranslate2)
 # RAW holds train, valid and test .SRC and .TGT files: one sentence per line, aligned.
@@ -20,7 +22,7 @@
 # K (candidates per sentence; 500, the paper's for up to 10,000 dictionary entries: 1000 above),
 # VP_EPOCHS, CE_UPDATES, CE_PATIENCE, CE_EPOCHS (a cap; 0: none), WARMUP (CE's warmup updates; default 400,
 # or a tenth of CE_UPDATES where that is less), ARCH_ARGS (the Transformer's flags), RL_UPDATES, RL_LR, REWARD,
-# SAMPLES, LAMBDA, RL_SAVE (default OUT/rl), BEAM, THREADS, DEVICE (cpu or cuda), SEED.
+# SAMPLES, LAMBDA, RL_SAVE (default OUT/rl), BEAM, LENPEN, THREADS, DEVICE (cpu or cuda), SEED.
 set -euo pipefail
 : "${RAW:?RAW: the folder of your train, valid and test .SRC/.TGT files}"
 SRC=${SRC:-en}
@@ -43,6 +45,7 @@ SAMPLES=${SAMPLES:-4}
 LAMBDA=${LAMBDA:-0.005}
 RL_SAVE=${RL_SAVE:-$OUT/rl}
 BEAM=${BEAM:-5}
+LENPEN=${LENPEN:-dev}
 THREADS=${THREADS:-2}
 DEVICE=${DEVICE:-cpu}
 SEED=${SEED:-1}
@@ -99,18 +102,28 @@ if [ ! -f "$RL_SAVE/.quickstart-done" ]; then
   touch "$RL_SAVE/.quickstart-done"
 fi
 
-step "5/7 test BLEU, beam $BEAM, against the raw references ($DATA/raw/test.$TGT: $RAW's, checked)"
+step "5/7 test BLEU, beam $BEAM (length penalty: $LENPEN), against the raw references ($DATA/raw/test.$TGT: $RAW's," \
+  "checked)"
+GEN=(--max-len-a 1.5 --max-len-b 10 --batch-size 64 --post-process sentencepiece)
 for run in "$OUT/ce" "$RL_SAVE"; do
+  lenpen=$LENPEN
+  if [ "$LENPEN" = dev ] && [ "$BEAM" -gt 1 ]; then  # every model at its own best on dev, so none is favoured
+    python scripts/sweep_lenpen.py --path "$run/checkpoint_best.pt" --data "$DATA" --beam "$BEAM" --subset valid \
+      --ref "$DATA/raw/valid.$TGT" --tokenize 13a --out "$run/lenpen.json" -- "${COMMON[@]}" "${SMALL[@]}" "${GEN[@]}"
+    lenpen=$(python -c "import json, sys; print(json.load(open(sys.argv[1]))['best_lenpen'])" "$run/lenpen.json")
+  elif [ "$LENPEN" = dev ]; then
+    lenpen=1  # greedy: no finished hypotheses to rank
+  fi
   fairseq-generate "$DATA" "${COMMON[@]}" "${SMALL[@]}" --path "$run/checkpoint_best.pt" --gen-subset test \
-    --beam "$BEAM" --max-len-a 1.5 --max-len-b 10 --batch-size 64 --post-process sentencepiece > "$run/generate-test.txt"
+    --beam "$BEAM" --lenpen "$lenpen" "${GEN[@]}" > "$run/generate-test.txt"
   grep "^H-" "$run/generate-test.txt" | sort -t- -k2,2n | cut -f3 > "$run/hyp-test.txt"
-  echo "$run: BLEU $(sacrebleu -b "$DATA/raw/test.$TGT" -i "$run/hyp-test.txt")"
+  echo "$run: BLEU $(sacrebleu -b "$DATA/raw/test.$TGT" -i "$run/hyp-test.txt") (lenpen $lenpen)"
 done
 
 step "6/7 fairseq-interactive: the first 3 test sources, as raw text"
 head -3 "$DATA/raw/test.$SRC" | fairseq-interactive "$DATA" "${COMMON[@]}" "${SMALL[@]}" \
   --path "$RL_SAVE/checkpoint_best.pt" --bpe sentencepiece --sentencepiece-model "$DATA/spm.$SRC.model" \
-  --beam "$BEAM" --buffer-size 3 --batch-size 3 2>/dev/null | grep "^D-"
+  --beam "$BEAM" --lenpen "$lenpen" --buffer-size 3 --batch-size 3 2>/dev/null | grep "^D-"
 
 step "7/7 CTranslate2: $OUT/ct2"
 if ! python -c "import ctranslate2" 2>/dev/null; then
