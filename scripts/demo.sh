@@ -10,7 +10,8 @@
 #   DEMO_DIR (default demo), DEMO_VOCAB (target words, default 10000),
 #   DEMO_TRAIN (training sentences, default 25000), DEMO_VP_EPOCHS (predictor
 #   epochs, default 5), DEMO_DIM (model size d, default 256), DEMO_CE_UPDATES
-#   (default 600), DEMO_RL_UPDATES (default 150), DEMO_BENCH_STEPS (timed
+#   (default 600), DEMO_RL_UPDATES (default 150), DEMO_REWARD (REINFORCE's
+#   --reward, default gleu_bp), DEMO_BENCH_STEPS (timed
 #   REINFORCE steps per softmax and round, default 2), DEMO_BENCH_ROUNDS
 #   (interleaved small/full rounds of the speed line, default 3),
 #   DEMO_THREADS (torch threads, default 2).
@@ -24,6 +25,7 @@ DEMO_VP_EPOCHS=${DEMO_VP_EPOCHS:-5}
 DEMO_DIM=${DEMO_DIM:-256}
 DEMO_CE_UPDATES=${DEMO_CE_UPDATES:-600}
 DEMO_RL_UPDATES=${DEMO_RL_UPDATES:-150}
+DEMO_REWARD=${DEMO_REWARD:-gleu_bp}
 DEMO_BENCH_STEPS=${DEMO_BENCH_STEPS:-2}
 DEMO_BENCH_ROUNDS=${DEMO_BENCH_ROUNDS:-3}
 DEMO_THREADS=${DEMO_THREADS:-2}
@@ -84,9 +86,9 @@ step "5/8 decoding the test split inside the predicted vocabulary (greedy)"
 BLEU_CE=$(decode "$DEMO_DIR/ce/checkpoint_last.pt" "$DEMO_DIR/test-ce")
 echo "  BLEU after CE: $BLEU_CE"
 
-step "6/8 REINFORCE with the small vocabulary ($DEMO_RL_UPDATES updates; GLEU reward, learned baseline, lambda 0.005) into $DEMO_DIR/rl"
+step "6/8 REINFORCE with the small vocabulary ($DEMO_RL_UPDATES updates; reward $DEMO_REWARD, learned baseline, lambda 0.005) into $DEMO_DIR/rl"
 fairseq-train "$DEMO_DIR/data-bin" "${COMMON[@]}" "${DATA[@]}" \
-  --arch lstm_smallvocab --embed-dim "$DEMO_DIM" --criterion reinforce_gleu --rl-lambda 0.005 \
+  --arch lstm_smallvocab --embed-dim "$DEMO_DIM" --criterion reinforce_gleu --reward "$DEMO_REWARD" --rl-lambda 0.005 \
   --max-sample-len 100 --sample-len-ratio 1.5 --finetune-from-model "$DEMO_DIR/ce/checkpoint_last.pt" \
   --optimizer sgd --lr 0.1 --clip-norm 1.0 --batch-size 128 --max-update "$DEMO_RL_UPDATES" \
   --save-dir "$DEMO_DIR/rl" --no-epoch-checkpoints --log-interval 10 2>&1 | tee "$DEMO_DIR/rl/train.log" | progress

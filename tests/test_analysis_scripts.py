@@ -411,3 +411,17 @@ def test_rl_logs_recipe_tests_reinforce_against_each_comparison_per_seed(tmp_pat
     (out / "ctl-ce-k5-s1" / "hyp-test.beam5.txt").write_text("a dog\n")
     with pytest.raises(SystemExit, match=r"ctl-ce-k5-s1/hyp-test.beam5.txt: 1 lines, but .*test.de has 60"):
         rl_logs.main(["recipe", str(out), "--data", str(tmp_path / "data")])
+
+
+def test_demo_summary_length_ratio_counts_words_and_refuses_misaligned_decodes(tmp_path):
+    from smallvocab_tools.analysis.demo_summary import length_ratio
+
+    refs = tmp_path / "test.tgt"
+    refs.write_text("a b c d\ne f\n")  # 6 words
+    hyps = tmp_path / "test-rl.txt"
+    hyps.write_text("a b c\ne\n")  # 4 words
+    assert length_ratio(hyps, refs) == round(4 / 6, 3)
+    assert length_ratio(tmp_path / "missing.txt", refs) is None
+    hyps.write_text("a b c\n")
+    with pytest.raises(ValueError, match="1 lines"):
+        length_ratio(hyps, refs)

@@ -39,6 +39,10 @@ def test_demo_script_end_to_end_small(tmp_path):
     assert summary["K"] == 500 and summary["vocab_size"] == 704
     assert 0 < summary["recall_at_k_test"] <= 100 and 0 <= summary["bleu_test_after_ce"] <= 100
     assert summary["bleu_gain"] == round(summary["bleu_test_after_reinforce"] - summary["bleu_test_after_ce"], 2)
+    ref_words = sum(len(line.split()) for line in (demo / "raw" / "test.tgt").read_text().splitlines())
+    assert summary["length_ratio_test_after_reinforce"] == round(sum(len(h.split()) for h in hyps) / ref_words, 3)
+    assert summary["length_ratio_test_after_ce"] > 0 and "length ratio on test" in out
+    assert "reward gleu_bp" in out and "'reward': 'gleu_bp'" in (demo / "rl" / "train.log").read_text()
     times = summary["reinforce_sec_per_step"]
     assert times["small"] > 0 and times["full"] > 0
     # the speed line: small and full alternated (DEMO_BENCH_ROUNDS = 2), the median of the rounds' ratios

@@ -2,8 +2,9 @@
 """The closing summary of `make demo` (scripts/demo.sh): recall@K of the
 vocabulary predictor, BLEU before and after REINFORCE, and REINFORCE seconds
 per step and peak memory, small vocabulary vs full softmax.  Reads what the
-demo wrote into --demo-dir (recall.md, bench.json, the REINFORCE log) and
-writes DEMO_DIR/summary.json beside the printed summary."""
+demo wrote into --demo-dir (recall.md, bench.json, the REINFORCE log, the test
+decodes test-ce.txt / test-rl.txt beside raw/test.tgt) and writes
+DEMO_DIR/summary.json beside the printed summary."""
 
 import argparse
 import json
@@ -27,15 +28,30 @@ def first_last_reward(log: str):
     return (rewards[0], rewards[-1]) if rewards else None
 
 
+def length_ratio(hyps: Path, refs: Path):
+    """Words of the hypotheses over words of the references (BLEU's corpus length ratio, -tok none);
+    None where the decode is missing."""
+    if not hyps.is_file():
+        return None
+    hyp_lines, ref_lines = hyps.read_text().splitlines(), refs.read_text().splitlines()
+    if len(hyp_lines) != len(ref_lines):
+        raise ValueError(f"{hyps} has {len(hyp_lines)} lines, {refs} {len(ref_lines)}")
+    ref_words = sum(len(line.split()) for line in ref_lines)
+    return round(sum(len(line.split()) for line in hyp_lines) / ref_words, 3) if ref_words else None
+
+
 def summarize(demo_dir: Path, k: int, bleu_ce: float, bleu_rl: float) -> dict:
     recall, baseline = recall_at((demo_dir / "recall.md").read_text(), k)
     records = {r["softmax"]: r for r in json.loads((demo_dir / "bench.json").read_text())}
     small, full = records["small"], records["full"]
     log = demo_dir / "rl" / "train.log"
     rewards = first_last_reward(log.read_text()) if log.is_file() else None
+    refs = demo_dir / "raw" / "test.tgt"
+    ratios = {stage: length_ratio(demo_dir / f"test-{stage}.txt", refs) for stage in ("ce", "rl")}
     return {"vocab_size": full["vocab_size"], "K": k, "recall_at_k_test": recall,
             "frequency_baseline_recall_at_k_test": baseline, "bleu_test_after_ce": bleu_ce,
             "bleu_test_after_reinforce": bleu_rl, "bleu_gain": round(bleu_rl - bleu_ce, 2),
+            "length_ratio_test_after_ce": ratios["ce"], "length_ratio_test_after_reinforce": ratios["rl"],
             "reward_first_last": rewards,
             "reinforce_sec_per_step": {"small": small["sec_per_step"], "full": full["sec_per_step"]},
             "reinforce_peak_mem_mb": {"small": small["peak_mem_mb"], "full": full["peak_mem_mb"]},
@@ -60,13 +76,15 @@ def main(argv=None):
     gain = s["bleu_gain"]
     verdict = "REINFORCE raised BLEU" if gain > 0 else "REINFORCE did NOT raise BLEU"
     memory = f" ({s['memory_ratio']:.1f}x less)" if s["memory_ratio"] else ""
+    before, after = s["length_ratio_test_after_ce"], s["length_ratio_test_after_reinforce"]
+    lengths = f"\n  length ratio on test (words over the references'): {before} -> {after}" if before and after else ""
     print(f"""
 == summary ({args.demo_dir / 'summary.json'})
   target vocabulary |V| = {s['vocab_size']:,} entries; small vocabulary K = {s['K']}
   vocabulary predictor, recall@{s['K']} on test: {s['recall_at_k_test']:.2f}% \
 (frequency baseline {s['frequency_baseline_recall_at_k_test']:.2f}%)
   BLEU on test (greedy, inside the predicted vocabulary): after CE {s['bleu_test_after_ce']:.2f}, \
-after REINFORCE {s['bleu_test_after_reinforce']:.2f} ({gain:+.2f}: {verdict})
+after REINFORCE {s['bleu_test_after_reinforce']:.2f} ({gain:+.2f}: {verdict}){lengths}
   REINFORCE step (batch {s['batch']}, d = {s['d']}, {s['threads']} threads): \
 small {s['reinforce_sec_per_step']['small']:.3f} s, full softmax {s['reinforce_sec_per_step']['full']:.3f} s \
 -> {s['speedup']:.2f}x faster
