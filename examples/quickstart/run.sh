@@ -121,6 +121,7 @@ for run in "$OUT/ce" "$RL_SAVE"; do
 done
 
 step "6/7 fairseq-interactive: the first 3 test sources, as raw text"
+# (the tuned model at its own length penalty: lenpen is the loop's last, RL_SAVE's)
 head -3 "$DATA/raw/test.$SRC" | fairseq-interactive "$DATA" "${COMMON[@]}" "${SMALL[@]}" \
   --path "$RL_SAVE/checkpoint_best.pt" --bpe sentencepiece --sentencepiece-model "$DATA/spm.$SRC.model" \
   --beam "$BEAM" --lenpen "$lenpen" --buffer-size 3 --batch-size 3 2>/dev/null | grep "^D-"
