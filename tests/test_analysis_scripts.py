@@ -423,5 +423,5 @@ def test_demo_summary_length_ratio_counts_words_and_refuses_misaligned_decodes(t
     assert length_ratio(hyps, refs) == round(4 / 6, 3)
     assert length_ratio(tmp_path / "missing.txt", refs) is None
     hyps.write_text("a b c\n")
-    with pytest.raises(ValueError, match="1 lines"):
+    with pytest.raises(SystemExit, match="1 lines, but .* has 2"):
         length_ratio(hyps, refs)

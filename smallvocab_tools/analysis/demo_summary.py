@@ -12,6 +12,8 @@ import re
 import sys
 from pathlib import Path
 
+from smallvocab_tools.analysis.recipe_runs import corpus_scores
+
 
 def recall_at(table: str, k: int):
     """(predictor, frequency baseline) recall@k from recall_curve.py's markdown table."""
@@ -29,15 +31,9 @@ def first_last_reward(log: str):
 
 
 def length_ratio(hyps: Path, refs: Path):
-    """Words of the hypotheses over words of the references (BLEU's corpus length ratio, -tok none);
-    None where the decode is missing."""
-    if not hyps.is_file():
-        return None
-    hyp_lines, ref_lines = hyps.read_text().splitlines(), refs.read_text().splitlines()
-    if len(hyp_lines) != len(ref_lines):
-        raise ValueError(f"{hyps} has {len(hyp_lines)} lines, {refs} {len(ref_lines)}")
-    ref_words = sum(len(line.split()) for line in ref_lines)
-    return round(sum(len(line.split()) for line in hyp_lines) / ref_words, 3) if ref_words else None
+    """Words of the hypotheses over words of the references (BLEU's corpus length ratio, -tok none, as the
+    recipes' records count it); None where the decode is missing."""
+    return round(corpus_scores(hyps, refs)[1], 3) if hyps.is_file() else None
 
 
 def summarize(demo_dir: Path, k: int, bleu_ce: float, bleu_rl: float) -> dict:
