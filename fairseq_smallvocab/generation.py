@@ -31,6 +31,7 @@ a small vocabulary, and a refusal at start beats one at the first batch.
 """
 
 import math
+from dataclasses import replace
 from typing import Dict, List, Optional
 
 import torch
@@ -40,6 +41,8 @@ from fairseq.sequence_generator import EnsembleModel, SequenceGenerator
 from torch import Tensor
 
 from fairseq_smallvocab.candidates.space import candidate_positions
+from fairseq_smallvocab.engine.loop import Samples
+from fairseq_smallvocab.engine.request import SampleRequest
 from fairseq_smallvocab.output.union_scorer import TRANSPOSED_MIN_ROWS, UnionScorer
 from fairseq_smallvocab.output.weights import find_output_weights
 
@@ -210,3 +213,38 @@ class SmallVocabSequenceGenerator(SequenceGenerator):
                              "the example's candidates; raise --small-vocab-size or decode with the full softmax")
         return positions
 
+
+def beam_candidates(model, net_input, rows: Optional[Tensor], request: SampleRequest):
+    """Sequence-level risk's candidates by beam search (``SampleRequest.beam``): each example's N best
+    hypotheses of a beam of width N inside its candidates, as Edunov et al. 2018 generate theirs, without
+    gradient, as ``Samples`` (B * N rows, example b's in rows b * N ... b * N + N - 1, best first), with the
+    encoder output, candidates and request repeated to those rows: (samples, encoder output, candidates,
+    request), for ``engine.sampling.score``.  ``rows``: the B x K candidates, or None for the full softmax.
+    The hypotheses are limited by the batch's longest limit (``request.max_lens.max()`` tokens, eos included:
+    the generator has one limit per batch), hold a word before eos (its ``min_len``), and are distinct; a
+    forced first token (a multilingual task's language token) is not supported.  The model is in eval mode
+    (the caller's)."""
+    if request.first is not None:
+        raise ValueError("candidates by beam search (--risk-candidates beam) cannot force a first token (a "
+                         "multilingual task's language token): use --risk-candidates sample")
+    n, d = request.num_samples, model.decoder.dictionary
+    limit = int(request.max_lens.max())
+    generator = SmallVocabSequenceGenerator([model], d, beam_size=n, max_len_a=0, max_len_b=max(limit - 1, 1))
+    given = dict(net_input) if rows is None else {**net_input, "candidates": rows}
+    with torch.no_grad():
+        hypotheses = generator.generate([model], {"net_input": given})
+    if hasattr(model.decoder, "set_beam_size"):  # what the search left in the decoder's attention
+        model.decoder.set_beam_size(1)
+    found = [h["tokens"] for per_example in hypotheses for h in per_example[:n]]
+    order = torch.arange(len(hypotheses), device=request.max_lens.device).repeat_interleave(n)
+    steps = max(len(t) for t in found)
+    tokens = request.max_lens.new_full((len(found), steps), d.pad())
+    for row, t in enumerate(found):
+        tokens[row, : len(t)] = t
+    mask = tokens.ne(d.pad())
+    repeated = None if rows is None else rows.index_select(0, order)
+    positions = tokens if repeated is None else candidate_positions(repeated, tokens, d.unk())
+    samples = Samples(tokens=tokens, positions=positions.masked_fill(~mask, d.eos()), mask=mask,
+                      lengths=mask.sum(1) - 1)
+    encoder_out = model.encoder.reorder_encoder_out(model.encoder(**net_input), order)
+    return samples, encoder_out, repeated, replace(request, max_lens=request.max_lens.index_select(0, order))

@@ -45,6 +45,7 @@ from fairseq_smallvocab.engine.device_modes import graphed_pass, merged_pass
 from fairseq_smallvocab.engine.families import is_recurrent
 from fairseq_smallvocab.engine.sampling import SampleRequest, Samples
 from fairseq_smallvocab.engine.settings import EngineSettings
+from fairseq_smallvocab.generation import beam_candidates
 from fairseq_smallvocab.output.gathered_grad import gathered_embedding_grads
 from fairseq_smallvocab.output.restricted import restricted_logits
 from fairseq_smallvocab.output.weights import OutputWeights, RestrictionError, eval_mode, find_output_weights
@@ -115,8 +116,12 @@ class CandidateModel:
 
     def sample_and_score(self, net_input, candidates, policy: SampleRequest) -> Dict[str, Samples]:
         """REINFORCE's policy (the engine's ``policy``: samples and the greedy decode, drawn and scored) with
-        the whole model in eval mode."""
+        the whole model in eval mode; for a request of a beam's candidates (``policy.beam``), those
+        (``generation.beam_candidates``), scored by the engine's ``score``."""
         with eval_mode(self):
+            if policy.beam:  # the N best of a beam search instead of N samples, scored as samples are
+                samples, encoder_out, rows, request = beam_candidates(self, net_input, candidates, policy)
+                return {"samples": sampling.score(self, encoder_out, rows, samples, request)}
             return sampling.policy(self, net_input, candidates, policy, keep_graph=self.sample_keeps_graph)
 
     def get_targets(self, sample, net_output):

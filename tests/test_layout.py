@@ -134,7 +134,7 @@ def test_the_settings_come_from_the_criterions_flags():
     assert "static_state=off (set)" in settings.describe() and "compile=off," in settings.describe()
     assert "capture=buckets (set)" in settings.changed(capture="buckets").describe()
     assert set(NAMES) == {name[3:] for name in vars(ReinforceGleuConfig()) if name.startswith("rl_")} - {
-        "lambda", "baseline", "samples"}  # every setting has its flag
+        "lambda", "baseline", "samples", "objective"}  # every setting has its flag (the rest: the algorithm's)
 
 
 def test_the_criterion_carries_its_settings_into_the_sample_request():

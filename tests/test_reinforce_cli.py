@@ -214,3 +214,24 @@ def test_learned_baseline_stays_identical_across_workers(tmp_path):
     assert w0.abs().sum() > 0 and torch.equal(w0, w1)
     for rank in (0, 1):  # (0.1 + ... + 0.4 + 0.5 + ... + 0.8) / 8
         torch.testing.assert_close(torch.load(tmp_path / f"start{rank}.pt"), torch.full((4, 3), 0.45))
+
+
+@pytest.mark.slow
+def test_fairseq_train_with_risk_logs_it_and_distributed_workers_validate_as_one(tiny_bin, ce_checkpoint, tmp_path):
+    """--rl-objective risk through fairseq-train: the risk (x 100) and the distinct samples per input logged, no
+    baseline; two gloo workers (the logs summed as tensors) validate as one process does at learning rate 0."""
+    risk = ["--rl-objective", "risk", "--rl-samples", "3", "--risk-sharpness", "2", "--rl-lambda", "0.1",
+            "--lr", "0"]
+    one = run(["fairseq-train", tiny_bin, *MT, "--small-vocab-size", "0", "--criterion", "reinforce_gleu",
+               "--optimizer", "sgd", "--max-epoch", "1", "--batch-size", "16", "--max-sample-len", "30",
+               "--finetune-from-model", ce_checkpoint, "--save-dir", tmp_path / "one", *risk])
+    log = one.stdout + one.stderr
+    assert "--rl-objective risk: the expected cost over each input's distinct samples" in log
+    train = re.search(r"train \| epoch 001 \| (.*)", log).group(1)
+    stats = dict(part.strip().split(" ", 1) for part in train.split(" | "))
+    assert 0 < float(stats["risk"]) <= 100 and 1 <= float(stats["distinct"]) <= 3 and "baseline" not in stats
+    outs = _launch_two(tiny_bin, ce_checkpoint, tmp_path / "rl", ["--cpu", "--distributed-backend", "gloo",
+                                                                  "--ddp-backend", "legacy_ddp", *risk])
+    assert re.search(r"train \| epoch 001 .*risk .*distinct .*bsz 3\d", outs[0])
+    single, both = _valid_stats(log), _valid_stats(outs[0])
+    assert float(both["ce"]) == float(single["ce"]), (single, both)

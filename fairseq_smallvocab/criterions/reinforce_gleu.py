@@ -13,6 +13,13 @@ was expected, and the loss is (``reinforce/objective.py``)
     L_r   = - sum_b (1/N) sum_j sum_t A_bjt log p(y_bjt)   (steps after the sampled eos excluded)
     L     = lambda L_c + (1 - lambda) L_r                  (L_c: CE of the gold target)
 
+With ``--rl-objective risk`` L_r is instead the expected cost (1 - reward)
+over each example's distinct samples, weighted by the softmax of their
+length-normalised log-probabilities times ``--risk-sharpness`` (Edunov et
+al. 2018's sequence-level risk; ``objective.expected_risk``): no baseline,
+N >= 2, logged as ``risk`` (x 100) with ``distinct`` (distinct samples per
+input).
+
 (``--label-smoothing eps`` makes L_c fairseq's label-smoothed CE, as a model
 trained with ``label_smoothed_cross_entropy`` was; the paper's is eps = 0.)
 The sample size is the number of sentences, so N samples give the average
@@ -109,8 +116,14 @@ class ReinforceGleuCriterion(FairseqCriterion):
         self.cfg = cfg
         self.reward = build_reward(str(cfg.reward), task.target_dictionary, cfg.reward_post_process,
                                    cfg.gleu_max_order)
-        self.baseline = build_baseline(str(cfg.rl_baseline), cfg.baseline_lr)
-        if str(cfg.rl_baseline) == "learned" and hasattr(task, "add_checkpoint_state"):  # a bare test task has none
+        self.risk = str(cfg.rl_objective) == "risk"
+        # risk centres each cost on the candidates' expected cost itself: no baseline (--rl-baseline unused)
+        self.baseline = build_baseline("none" if self.risk else str(cfg.rl_baseline), cfg.baseline_lr)
+        if self.risk:
+            logger.info(f"--rl-objective risk: the expected cost over each input's distinct samples "
+                        f"(--rl-samples {cfg.rl_samples}, --risk-sharpness {cfg.risk_sharpness:g}); no baseline, "
+                        f"--rl-baseline is not used")
+        elif str(cfg.rl_baseline) == "learned" and hasattr(task, "add_checkpoint_state"):  # a bare test task has none
             task.add_checkpoint_state("reinforce_gleu.baseline", self.baseline)
         logger.info(f"reinforce_gleu: the step runs with {self.settings.describe()}")
         self._capped_to_positions = False  # whether the log has said that the decoder's positions cap samples
@@ -148,18 +161,24 @@ class ReinforceGleuCriterion(FairseqCriterion):
                 extra.update(by_language.sums(self.languages, row_langs, reward, n))
             if n > 1:
                 extra["reward_std"] = reward.double().view(-1, n).std(1).sum().item()
-            # baseline
-            base = self.baseline.values(samples.features, mask, reward, greedy_reward, n) * mask
-            # logged per sample as the reward is: each sample's mean over its steps (a learned baseline's
-            # varies along the sample; the others' is one number per sample)
-            sample_base = base.sum(1) / mask.sum(1).clamp(min=1)
+            if not self.risk:  # baseline
+                base = self.baseline.values(samples.features, mask, reward, greedy_reward, n) * mask
+                # logged per sample as the reward is: each sample's mean over its steps (a learned baseline's
+                # varies along the sample; the others' is one number per sample)
+                extra["baseline"] = (base.sum(1) / mask.sum(1).clamp(min=1)).sum().item()
         # loss
         ce = self.ce_term(model, sample, net_output, from_features)
         chosen = mask  # the steps that chose: a forced first token is no action (it leaves the policy gradient)
         if request.first is not None and mask.size(1):
             chosen = mask.clone()
             chosen[:, 0] &= request.first.lt(0).repeat_interleave(n)
-        rl = objective.policy_gradient(objective.advantage(reward, base, mask), samples.lprobs, chosen, n)
+        if self.risk:  # the expected cost over each example's distinct samples
+            keep = objective.distinct(samples.tokens, n)
+            scores = objective.candidate_scores(samples.lprobs, chosen, self.cfg.risk_sharpness)
+            rl, _ = objective.expected_risk(reward, scores, keep, n)
+            extra.update(risk=rl.item(), distinct=keep.sum().item())
+        else:
+            rl = objective.policy_gradient(objective.advantage(reward, base, mask), samples.lprobs, chosen, n)
         loss = objective.mixed(ce, rl, self.cfg.rl_lambda)
         finite = objective.is_finite(reward, loss)
         if not finite:
@@ -171,10 +190,9 @@ class ReinforceGleuCriterion(FairseqCriterion):
         # log
         return loss, sample["target"].size(0), self.logging_output(
             sample, finite, loss=loss.data, ce=ce.data, rl=rl.data, finite_samples=reward.numel(),
-            reward=reward.sum().item(), baseline=sample_base.sum().item(), steps=mask.sum().item(),
+            reward=reward.sum().item(), steps=mask.sum().item(),
             sample_words=words.sum().item(), ref_words=ref_words.sum().item(),
-            sample_len=samples.lengths.sum().item(), greedy_samples=samples.is_greedy.sum().item(),
-            entropy=samples.entropy.sum().item(), **extra)
+            sample_len=samples.lengths.sum().item(), **self.drawn_logs(samples), **extra)
 
     def ce_only(self, model, sample):
         """lambda = 1 (the CE control): the CE term alone, normalized as the
@@ -213,7 +231,7 @@ class ReinforceGleuCriterion(FairseqCriterion):
             check_memory(sample, limits, vocab, self.cfg.rl_samples)
         return SampleRequest(limits, num_samples=self.cfg.rl_samples, greedy_too=self.baseline.needs_greedy,
                              temperature=self.cfg.sample_temperature, settings=self.settings,
-                             first=self.forced_first(sample))
+                             first=self.forced_first(sample), beam=str(self.cfg.risk_candidates) == "beam")
 
     def forced_first(self, sample) -> Optional[torch.Tensor]:
         """Each example's forced first token where the task forces one (a multilingual task's target language
@@ -225,6 +243,13 @@ class ReinforceGleuCriterion(FairseqCriterion):
             return first
         return candidate_positions(candidates, first.view(-1, 1).to(candidates), self.task.target_dictionary.unk()
                                    ).view(-1)
+
+    @staticmethod
+    def drawn_logs(samples):
+        """What only drawn samples log (a beam's candidates have neither): greedy ones, entropy."""
+        if samples.is_greedy is None:
+            return {}
+        return {"greedy_samples": samples.is_greedy.sum().item(), "entropy": samples.entropy.sum().item()}
 
     def check_temperature(self, samples):
         """The model's own distribution finite and the one divided by the temperature not: refused."""

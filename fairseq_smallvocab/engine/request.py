@@ -25,7 +25,10 @@ class SampleRequest:
     too) is exactly ``max_lens[b]`` tokens, and the log-probabilities are
     those of the policy drawn from (eos excluded): ``benchmark.py
     --sample-limit flat``, where steps compare per sampled token whatever the
-    weights have learned of eos; training never asks for it."""
+    weights have learned of eos; training never asks for it; ``beam``: the
+    ``num_samples`` sequences are instead the best of a beam search of that
+    width (``generation.beam_candidates``: sequence-level risk's candidates), scored as
+    samples are."""
 
     max_lens: Tensor
     num_samples: int = 1
@@ -34,3 +37,4 @@ class SampleRequest:
     settings: EngineSettings = DEFAULT
     first: Optional[Tensor] = None
     to_limit: bool = False
+    beam: bool = False

@@ -169,7 +169,8 @@ def policy(model, net_input: Dict, candidates: Optional[Tensor], request: Sample
     gradient.  ``keep_graph``: the decoder is recurrent and its sampling
     steps may keep their graph (unless the step is captured).  The caller
     puts the model in eval mode.  A device mode not yet tested on a GPU is refused on one
-    (``EngineSettings.check_device``)."""
+    (``EngineSettings.check_device``).  (A request for a beam's candidates, ``request.beam``, the restricted
+    model answers with ``generation.beam_candidates`` and ``score``.)"""
     drawn = draw(model, model.encoder(**net_input), candidates, request, keep_graph)
     drawn.out["samples"] = score(model, drawn.encoder_out, drawn.candidates, drawn.samples, drawn.request)
     return drawn.out

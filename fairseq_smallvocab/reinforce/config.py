@@ -26,11 +26,27 @@ COMPILE_CHOICES = ChoiceEnum(list(COMPILE_MODES))
 GRAPHED_PASS_CHOICES = ChoiceEnum(list(GRAPHED_PASS_MODES))
 FULL_SOFTMAX_CHOICES = ChoiceEnum(list(FULL_SOFTMAX_MODES))
 ON_OFF = ChoiceEnum(["on", "off"])
+OBJECTIVES = ChoiceEnum(["reinforce", "risk"])
+RISK_CANDIDATES = ChoiceEnum(["sample", "beam"])
 MAX_BASELINE_LR = 1.0  # the learned baseline's Adam: see check_config
 
 
 @dataclass
 class ReinforceGleuConfig(FairseqDataclass):
+    rl_objective: OBJECTIVES = field(
+        default="reinforce", metadata={"help": "the sequence-level term: reinforce (the policy gradient, with "
+                                               "--rl-baseline; the paper's) or risk (the expected cost, 1 - reward, "
+                                               "under the softmax of each source's distinct samples' "
+                                               "length-normalised log-probabilities times --risk-sharpness; needs "
+                                               "--rl-samples >= 2, uses no baseline: Edunov et al. 2018's risk)"})
+    risk_sharpness: float = field(
+        default=1.0, metadata={"help": "risk: alpha, the factor of the length-normalised log-probabilities whose "
+                                       "softmax over a source's distinct samples weighs their costs (larger: the "
+                                       "likeliest samples weigh more)"})
+    risk_candidates: RISK_CANDIDATES = field(
+        default="sample", metadata={"help": "risk's N candidates per input: sample (--rl-samples samples, a repeat "
+                                            "counted once) or beam (the --rl-samples best of a beam search of that "
+                                            "width inside the candidates, as Edunov et al.'s)"})
     rl_lambda: float = field(default=0.005, metadata={"help": "lambda: weight of the CE term, 1 - lambda: RL's"})
     label_smoothing: float = field(
         default=0.0, metadata={"help": "eps: label smoothing of the CE term, as label_smoothed_cross_entropy's "
@@ -121,6 +137,21 @@ def check_config(cfg: ReinforceGleuConfig) -> EngineSettings:
     if not 0 < cfg.sample_temperature < math.inf:
         raise ValueError(f"--sample-temperature must be a finite number > 0, got {cfg.sample_temperature}: for "
                          "greedy sequences use --rl-baseline self-critical, whose baseline is the greedy decode")
+    if str(cfg.rl_objective) not in ("reinforce", "risk"):
+        raise ValueError(f"unknown objective '{cfg.rl_objective}': --rl-objective must be reinforce or risk")
+    if not 0 < cfg.risk_sharpness < math.inf:
+        raise ValueError(f"--risk-sharpness must be a finite number > 0, got {cfg.risk_sharpness}")
+    if str(cfg.risk_candidates) not in ("sample", "beam"):
+        raise ValueError(f"unknown --risk-candidates '{cfg.risk_candidates}': sample or beam")
+    if str(cfg.risk_candidates) == "beam" and str(cfg.rl_objective) != "risk":
+        raise ValueError("--risk-candidates beam is risk's (--rl-objective risk): REINFORCE's gradient needs "
+                         "samples drawn from the model")
+    if str(cfg.risk_candidates) == "beam" and cfg.sample_temperature != 1.0:
+        raise ValueError("--sample-temperature does not apply to --risk-candidates beam (a beam search draws "
+                         "nothing): leave it at 1")
+    if str(cfg.rl_objective) == "risk" and cfg.rl_samples < 2:
+        raise ValueError(f"--rl-objective risk needs --rl-samples >= 2 (the softmax over one sample is 1 whatever "
+                         f"its cost, so it would learn nothing), got {cfg.rl_samples}")
     if not 0.0 <= cfg.rl_lambda <= 1.0:
         raise ValueError(f"--rl-lambda must be in [0, 1], got {cfg.rl_lambda}")
     if not 0.0 <= cfg.label_smoothing < 1.0:
@@ -140,7 +171,11 @@ def check_config(cfg: ReinforceGleuConfig) -> EngineSettings:
         raise ValueError(f"unknown baseline '{cfg.rl_baseline}': --rl-baseline must be one of "
                          f"{', '.join(BASELINE_CLASSES)}")
     needed = BASELINE_CLASSES[str(cfg.rl_baseline)].min_samples
-    if cfg.rl_samples < needed:
+    if str(cfg.rl_objective) == "reinforce" and cfg.rl_samples < needed:
         raise ValueError(f"--rl-baseline {cfg.rl_baseline} needs --rl-samples >= {needed} (the other samples of "
                          f"the same input make the baseline), got {cfg.rl_samples}")
-    return EngineSettings.from_config(cfg)  # (which checks the engine's settings, naming their flags)
+    settings = EngineSettings.from_config(cfg)  # (which checks the engine's settings, naming their flags)
+    if str(cfg.risk_candidates) == "beam" and settings.merged_pass:
+        raise ValueError("--rl-merged-pass on merges the CE pass with drawing samples, which --risk-candidates beam "
+                         "does not draw: use one or the other")
+    return settings

@@ -40,7 +40,11 @@ def reduce(logging_outputs) -> None:
         return
     metrics.log_scalar("reward", 100.0 * total("reward") / samples, samples, round=2)
     by_language.log(logging_outputs[0].keys(), total)
-    metrics.log_scalar("baseline", 100.0 * total("baseline") / samples, samples, round=2)
+    if any("baseline" in log for log in logging_outputs):  # REINFORCE's (risk has none)
+        metrics.log_scalar("baseline", 100.0 * total("baseline") / samples, samples, round=2)
+    if any("risk" in log for log in logging_outputs):  # risk's expected cost, x 100, and its distinct samples
+        metrics.log_scalar("risk", 100.0 * total("risk") / sentences, sentences, round=2)
+        metrics.log_scalar("distinct", total("distinct") / sentences, sentences, round=2)
     metrics.log_scalar("sample_len", total("sample_len") / samples, samples, round=2)
     if total("ref_words"):  # the samples' words over their references' (BLEU's length ratio, on samples)
         metrics.log_scalar("len_ratio", total("sample_words") / total("ref_words"), total("ref_words"), round=3)

@@ -11,6 +11,19 @@ log p(y_bjt):
 
 summed over the batch: N samples give the average of N single-sample
 gradients, not N times one.
+
+Sequence-level risk (``--rl-objective risk``; Shen et al. 2016, Edunov et
+al. 2018) weighs the distinct samples U_b of example b (a repeated sample
+counts once) by the softmax of their length-normalised log-probabilities,
+sharpened by alpha (``--risk-sharpness``):
+
+    s_bj  = alpha * sum_t log p(y_bjt) / |y_bj|      (|y_bj|: its steps, the eos included)
+    q_bj  = exp(s_bj) / sum_{k in U_b} exp(s_bk)
+    L_r   = sum_b sum_{j in U_b} q_bj (1 - R_bj)      (the expected cost; no baseline)
+
+and is mixed with L_c as REINFORCE is.  Its gradient,
+dL_r/ds_bj = q_bj ((1 - R_bj) - sum_k q_bk (1 - R_bk)), centres each cost on
+the candidates' expectation, which is why it needs no baseline.
 """
 
 import torch
@@ -37,6 +50,31 @@ def advantage(reward: Tensor, baseline: Tensor, mask: Tensor) -> Tensor:
 def policy_gradient(advantages: Tensor, lprobs: Tensor, mask: Tensor, num_samples: int) -> Tensor:
     """L_r = - sum (1/N) sum_t A_t log p(y_t): the REINFORCE term (``advantages``, ``lprobs``: rows x T)."""
     return -(advantages * lprobs * mask).sum() / num_samples
+
+
+def distinct(tokens: Tensor, num_samples: int) -> Tensor:
+    """Rows (B * N, the N samples of example b in rows b * N ... b * N + N - 1) that no earlier sample of the
+    same example repeats: every token equal (``tokens`` end in pad, so equal rows are equal sequences)."""
+    rows, steps = tokens.shape
+    grouped = tokens.view(-1, num_samples, steps)
+    same = (grouped.unsqueeze(2) == grouped.unsqueeze(1)).all(-1)  # B x N x N: sample j equals sample i
+    earlier = torch.ones(num_samples, num_samples, dtype=torch.bool, device=tokens.device).tril(-1)
+    return ~(same & earlier).any(-1).view(-1)
+
+
+def candidate_scores(lprobs: Tensor, mask: Tensor, sharpness: float) -> Tensor:
+    """s_bj = alpha * sum_t log p(y_bjt) / |y_bj| over the steps of ``mask`` (rows x T -> rows)."""
+    steps = mask.sum(1).clamp(min=1)
+    return sharpness * (lprobs * mask).sum(1) / steps
+
+
+def expected_risk(reward: Tensor, scores: Tensor, keep: Tensor, num_samples: int):
+    """(L_r = sum_b sum_j q_bj (1 - R_bj), summed over the batch; q, rows): q_b the softmax of ``scores`` over
+    example b's rows in ``keep`` (the distinct samples), 0 elsewhere."""
+    logits = scores.view(-1, num_samples).masked_fill(~keep.view(-1, num_samples), float("-inf"))
+    q = torch.softmax(logits, dim=1)
+    cost = 1.0 - reward.to(q.dtype).view(-1, num_samples)
+    return (q * cost).sum(), q.view(-1)
 
 
 def mixed(ce: Tensor, rl: Tensor, rl_lambda: float) -> Tensor:
