@@ -12,7 +12,12 @@
 # Settings: K, DATA, CANDS, SAVE, EPOCHS, THREADS, DEVICE (cpu or cuda), LR, WARMUP, SEED, SRC and TGT (the
 # languages), ARCH_ARGS (the model's flags; default: transformer_multi30k.args), EXTRA
 # (more fairseq-train flags, e.g. EXTRA="--stop-time-hours 0.3" for a fixed
-# time budget).
+# time budget), SCHEDULE and AVERAGE:
+#   SCHEDULE=inverse_sqrt (the default): LR warmed up for WARMUP updates, then falling as 1/sqrt(update); the
+#     checkpoint of best dev BLEU is decoded.
+#   SCHEDULE=anneal: a converged start for fine-tuning: LR warmed up, then falling linearly to 0 at the end of
+#     epoch EPOCHS (polynomial_decay, sized by scripts/updates_per_epoch.py), the last AVERAGE (default 5) epoch
+#     checkpoints averaged into SAVE/checkpoint_avg.pt (scripts/average_checkpoints.py), which is decoded.
 set -euo pipefail
 K=${K:-500}
 DATA=${DATA:-data-bin/multi30k.en-de}
@@ -28,22 +33,39 @@ SRC=${SRC:-en}
 TGT=${TGT:-de}
 ARCH_ARGS=${ARCH_ARGS:-$(cat "$(dirname "$0")/transformer_multi30k.args")}
 EXTRA=${EXTRA:-}
+SCHEDULE=${SCHEDULE:-inverse_sqrt}
+AVERAGE=${AVERAGE:-5}
 export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS
 case $DEVICE in cpu) DEV_ARGS=--cpu ;; cuda) DEV_ARGS= ;; *) echo "DEVICE=$DEVICE: cpu or cuda" >&2; exit 2 ;; esac
 
+TASK=(--user-dir fairseq_smallvocab --task translation_smallvocab -s "$SRC" -t "$TGT" --candidates-dir "$CANDS"
+      --small-vocab-size "$K" $ARCH_ARGS --max-tokens 4096 --seed "$SEED")
+case $SCHEDULE in
+  inverse_sqrt) SCHEDULE_ARGS=(--lr-scheduler inverse_sqrt --no-epoch-checkpoints) ;;
+  anneal)
+    UPDATES=$(( EPOCHS * $(python scripts/updates_per_epoch.py "$DATA" "${TASK[@]}" 2> /dev/null) ))
+    SCHEDULE_ARGS=(--lr-scheduler polynomial_decay --total-num-update "$UPDATES" --end-learning-rate 0
+                   --keep-last-epochs "$AVERAGE") ;;
+  *) echo "SCHEDULE=$SCHEDULE: inverse_sqrt or anneal" >&2; exit 2 ;;
+esac
+
 mkdir -p "$SAVE"
 start=$(date +%s)
-fairseq-train "$DATA" --user-dir fairseq_smallvocab --task translation_smallvocab -s "$SRC" -t "$TGT" \
-  --candidates-dir "$CANDS" --small-vocab-size "$K" \
-  $ARCH_ARGS \
+fairseq-train "$DATA" "${TASK[@]}" \
   --criterion label_smoothed_cross_entropy --label-smoothing 0.1 \
-  --optimizer adam --adam-betas '(0.9, 0.98)' --lr "$LR" --lr-scheduler inverse_sqrt \
-  --warmup-updates "$WARMUP" --clip-norm 1.0 --max-tokens 4096 \
+  --optimizer adam --adam-betas '(0.9, 0.98)' --lr "$LR" "${SCHEDULE_ARGS[@]}" \
+  --warmup-updates "$WARMUP" --clip-norm 1.0 \
   --eval-bleu --eval-bleu-args '{"beam": 1, "max_len_a": 1.5, "max_len_b": 10}' \
   --best-checkpoint-metric bleu --maximize-best-checkpoint-metric \
-  --max-epoch "$EPOCHS" --save-dir "$SAVE" --no-epoch-checkpoints \
-  $DEV_ARGS --num-workers 0 --seed "$SEED" --no-progress-bar --log-format simple --log-interval 50 $EXTRA \
+  --max-epoch "$EPOCHS" --save-dir "$SAVE" \
+  $DEV_ARGS --num-workers 0 --no-progress-bar --log-format simple --log-interval 50 $EXTRA \
   2>&1 | tee -a "$SAVE/train.log" | grep -E "valid on|done training"
 echo "training wall time: $(( $(date +%s) - start )) s"
 
-DATA=$DATA CANDS=$CANDS K=$K SAVE=$SAVE DEVICE=$DEVICE SRC=$SRC TGT=$TGT bash "$(dirname "$0")/decode_multi30k.sh"
+CKPT=$SAVE/checkpoint_best.pt
+if [ "$SCHEDULE" = anneal ]; then
+  CKPT=$SAVE/checkpoint_avg.pt
+  python scripts/average_checkpoints.py --inputs "$SAVE" --num-epoch-checkpoints "$AVERAGE" --output "$CKPT"
+fi
+DATA=$DATA CANDS=$CANDS K=$K SAVE=$SAVE CKPT=$CKPT DEVICE=$DEVICE SRC=$SRC TGT=$TGT \
+  bash "$(dirname "$0")/decode_multi30k.sh"

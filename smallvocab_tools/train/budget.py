@@ -1,0 +1,166 @@
+"""Equal wall-clock budgets for fine-tuning arms that cost different seconds per update.
+
+Arms that share a machine (or run at different times, on a machine whose speed drifts) cannot be given the same
+budget by their own clocks.  So each arm's seconds per update are measured once, quietly and interleaved with the
+other arms': ``probe`` runs every arm's own fairseq-train command for a few updates (``--max-update``, nothing
+saved, no validation; fairseq-train's own main in a process that times each ``Trainer.train_step`` call,
+``timed_train``: fairseq's logged ``train_wall`` is rounded to seconds), the arms in order, then in reverse order,
+for ``rounds`` rounds, so that the machine's drift falls alike on all; an arm's seconds per update are the median
+of its rounds' medians over the updates after the first ``skip`` (start-up).  ``updates_for`` then turns a budget
+in seconds into each arm's number of updates, which it runs wherever and however slowly it is run after.
+
+    python scripts/budget_probe.py --arm ce="--rl-lambda 1" --arm rf4="--rl-samples 4 --rl-baseline loo" \
+      --updates 8 --rounds 2 --json OUT/speed.json -- DATA --user-dir fairseq_smallvocab ... (the common flags)
+    python scripts/budget_probe.py --json OUT/speed.json --budget 3600 --arm-updates rf4
+"""
+
+import argparse
+import json
+import math
+import platform
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+TIMED = re.compile(r"^probe_update_seconds ([\d.]+)$", re.M)
+
+
+def timed_train(argv: List[str]):
+    """fairseq-train ARGV in this process, printing each update's seconds (``Trainer.train_step``, the device
+    synchronised) as a line ``probe_update_seconds S``."""
+    import torch
+    from fairseq.trainer import Trainer
+    from fairseq_cli import train
+
+    step = Trainer.train_step
+
+    def timed(self, *args, **kwargs):
+        start = time.perf_counter()
+        out = step(self, *args, **kwargs)
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        print(f"probe_update_seconds {time.perf_counter() - start:.6f}", flush=True)
+        return out
+
+    Trainer.train_step = timed
+    sys.argv = ["fairseq-train", *argv]
+    train.cli_main()
+
+
+def update_seconds(log: str, updates: int, skip: int) -> List[float]:
+    """Each update's seconds after the first ``skip``, from ``timed_train``'s lines."""
+    seconds = [float(s) for s in TIMED.findall(log)]
+    if len(seconds) != updates:
+        raise ValueError(f"the probe timed {len(seconds)} updates, not the {updates} asked for: does the arm's "
+                         f"training split give that many (one epoch at least), or did it stop early?")
+    return seconds[skip:]
+
+
+def probe_command(common: Sequence[str], arm: Sequence[str], updates: int, save_dir: str) -> List[str]:
+    """An arm's fairseq-train command (through ``timed_train``), cut to ``updates`` updates, saving nothing and
+    validating nothing."""
+    return [sys.executable, "-m", "smallvocab_tools.train.budget", "--timed-train", *common, *arm,
+            "--max-update", str(updates), "--no-save", "--disable-validation", "--save-dir", save_dir]
+
+
+def probe(arms: Dict[str, List[str]], common: Sequence[str], updates: int, rounds: int, skip: int,
+          runner=None, log=print) -> dict:
+    """Each arm's median seconds per update, measured interleaved (see the module)."""
+    if updates <= skip:
+        raise ValueError(f"--updates must exceed --skip (updates timed after start-up), got {updates} and {skip}")
+    runner = runner or _run
+    per_round: Dict[str, List[float]] = {name: [] for name in arms}
+    with tempfile.TemporaryDirectory() as save_dir:
+        for r in range(rounds):
+            for name in (list(arms) if r % 2 == 0 else list(reversed(arms))):
+                seconds = update_seconds(runner(probe_command(common, arms[name], updates, save_dir)), updates,
+                                         skip)
+                per_round[name].append(statistics.median(seconds))
+                log(f"round {r + 1}: {name}: {per_round[name][-1]:.3f} s/update (median of {len(seconds)})")
+    return {"arms": {name: {"seconds_per_update": statistics.median(values), "rounds": values,
+                            "flags": shlex.join(arms[name])} for name, values in per_round.items()},
+            "common": shlex.join(str(c) for c in common), "updates": updates, "skip": skip, "rounds": rounds,
+            "date": time.strftime("%Y-%m-%d %H:%M"), "machine": machine()}
+
+
+def machine() -> str:
+    import os
+
+    return f"{platform.machine()}, {os.cpu_count()} cores, {platform.processor() or platform.system()}"
+
+
+def _run(command: List[str]) -> str:
+    out = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"{shlex.join(command)} failed (exit {out.returncode}):\n{out.stdout[-3000:]}")
+    return out.stdout
+
+
+def updates_for(record: dict, budget: float) -> Dict[str, int]:
+    """Each arm's updates in ``budget`` seconds at its measured pace (at least 1)."""
+    return {name: max(1, math.floor(budget / arm["seconds_per_update"])) for name, arm in record["arms"].items()}
+
+
+def _arm(text: str):
+    name, sep, flags = text.partition("=")
+    if not sep or not re.fullmatch(r"[\w.+-]+", name):
+        raise argparse.ArgumentTypeError(f"--arm takes NAME='FLAGS' (NAME: letters, digits, _ . + -), got {text!r}")
+    return name, shlex.split(flags)
+
+
+def main(argv: Optional[List[str]] = None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--timed-train"]:  # the probe's worker (see probe_command)
+        return timed_train(argv[1:])
+    common = []
+    if "--" in argv:
+        at = argv.index("--")
+        argv, common = argv[:at], argv[at + 1:]
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--arm", type=_arm, action="append", default=[],
+                        help="NAME='FLAGS': an arm, its flags added to the common ones (after --)")
+    parser.add_argument("--updates", type=int, default=8, help="updates per probe run")
+    parser.add_argument("--skip", type=int, default=2, help="first updates of each run left untimed")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds (arms in order, then in reverse)")
+    parser.add_argument("--json", required=True, help="the record: written by a probe, read by --arm-updates")
+    parser.add_argument("--budget", type=float, default=None, help="seconds: with --arm-updates")
+    parser.add_argument("--arm-updates", default=None,
+                        help="print this arm's updates in --budget seconds, from the record (no probe)")
+    args = parser.parse_args(argv)
+    if args.arm_updates is not None:
+        if args.budget is None or not 0 < args.budget < math.inf:
+            parser.error("--arm-updates needs --budget SECONDS > 0")
+        record = json.loads(Path(args.json).read_text())
+        if args.arm_updates not in record["arms"]:
+            parser.error(f"{args.json} has no arm {args.arm_updates!r} (it has {', '.join(record['arms'])})")
+        print(updates_for(record, args.budget)[args.arm_updates])
+        return
+    if not args.arm or not common:
+        parser.error("a probe needs --arm NAME='FLAGS' (one or more) and the common fairseq-train flags after --")
+    if len({name for name, _ in args.arm}) != len(args.arm):
+        parser.error("two --arm share a name")
+    if args.rounds < 1:
+        parser.error(f"--rounds must be >= 1, got {args.rounds}")
+    out = Path(args.json)
+    if not out.parent.is_dir():
+        parser.error(f"--json {out}: the folder {out.parent} does not exist")
+    try:
+        record = probe(dict(args.arm), common, args.updates, args.rounds, args.skip)
+    except (ValueError, RuntimeError) as err:
+        sys.exit(f"error: {err}")
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(json.dumps(record, indent=1) + "\n")
+    tmp.replace(out)
+    for name, arm in record["arms"].items():
+        print(f"{name}: {arm['seconds_per_update']:.3f} s/update")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,109 @@
+"""The tools around fairseq-train: updates per epoch (what a schedule that ends at an epoch's end is sized by),
+averaging a run's last epoch checkpoints, and the interleaved probe that turns a budget in seconds into each
+fine-tuning arm's updates."""
+
+import json
+import re
+
+import pytest
+import torch
+from helpers import USER_DIR, run
+
+import fairseq_smallvocab  # noqa: F401  (its allow-list is what torch.load(weights_only=True) reads below)
+from smallvocab_tools.train import budget
+
+MODEL = ["--user-dir", USER_DIR, "--task", "translation_smallvocab", "--arch", "lstm_smallvocab", "--embed-dim", "16",
+         "--small-vocab-size", "0", "--cpu", "--num-workers", "0", "--no-progress-bar", "--log-format", "simple"]
+
+
+def test_update_seconds_reads_the_timed_lines_after_start_up():
+    log = "x\nprobe_update_seconds 3.5\nprobe_update_seconds 1.25\nprobe_update_seconds 1.5\ny\n"
+    assert budget.update_seconds(log, 3, 1) == [1.25, 1.5]
+    with pytest.raises(ValueError, match="timed 3 updates, not the 4"):
+        budget.update_seconds(log, 4, 1)
+
+
+def test_probe_interleaves_the_arms_and_takes_medians():
+    """Round 1 runs the arms in order, round 2 in reverse; an arm's pace is the median of its rounds' medians;
+    a budget becomes each arm's updates at that pace."""
+    calls = []
+    pace = {"--a": [1.0, 3.0], "--b": [10.0, 30.0]}
+
+    def runner(command):
+        arm = next(flag for flag in ("--a", "--b") if flag in command)
+        calls.append(arm)
+        seconds = pace[arm][sum(c == arm for c in calls) - 1]
+        return "".join(f"probe_update_seconds {seconds if u else 99.0}\n" for u in range(5))
+
+    record = budget.probe({"a": ["--a"], "b": ["--b"]}, ["DATA"], updates=5, rounds=2, skip=1, runner=runner,
+                          log=lambda m: None)
+    assert calls == ["--a", "--b", "--b", "--a"]
+    assert record["arms"]["a"]["rounds"] == [1.0, 3.0] and record["arms"]["a"]["seconds_per_update"] == 2.0
+    assert record["arms"]["b"]["seconds_per_update"] == 20.0
+    assert budget.updates_for(record, 100) == {"a": 50, "b": 5}
+    assert budget.updates_for(record, 1) == {"a": 1, "b": 1}
+
+
+@pytest.mark.slow
+def test_updates_per_epoch_is_what_fairseq_train_makes_in_an_epoch(tiny_bin, tmp_path):
+    flags = [*MODEL, "--batch-size", "8"]
+    got = run(["scripts/updates_per_epoch.py", tiny_bin, *flags]).stdout.strip()
+    out = run(["fairseq-train", tiny_bin, *flags, "--criterion", "cross_entropy", "--optimizer", "sgd", "--lr", "0.1",
+               "--max-epoch", "1", "--save-dir", tmp_path, "--no-save", "--disable-validation"])
+    logged = re.search(r"train \| epoch 001 \|.* num_updates (\d+)", out.stdout + out.stderr).group(1)
+    assert got == logged and int(got) > 1
+
+
+@pytest.mark.slow
+def test_averaged_checkpoint_holds_the_mean_of_the_last_epochs_and_decodes(tiny_bin, tmp_path):
+    """fairseq-train with --keep-last-epochs 3 over 4 epochs; the average of the last 3 (checkpoint4/3/2.pt) holds
+    each parameter's mean and the newest one's other fields, and fairseq-generate decodes with it; asking for
+    more epochs than the folder holds, or writing over an input, is refused."""
+    save = tmp_path / "ce"
+    run(["fairseq-train", tiny_bin, *MODEL, "--batch-size", "8", "--criterion", "cross_entropy", "--optimizer", "adam",
+         "--lr", "0.01", "--max-epoch", "4", "--keep-last-epochs", "3", "--save-dir", save, "--disable-validation"])
+    assert sorted(p.name for p in save.glob("checkpoint[0-9]*.pt")) == ["checkpoint2.pt", "checkpoint3.pt",
+                                                                         "checkpoint4.pt"]
+    out = run(["scripts/average_checkpoints.py", "--inputs", save, "--num-epoch-checkpoints", "3", "--output",
+               save / "checkpoint_avg.pt"])
+    assert "averaged 3 checkpoints (checkpoint4.pt, checkpoint3.pt, checkpoint2.pt)" in out.stdout
+    states = [torch.load(save / f"checkpoint{e}.pt", weights_only=True) for e in (2, 3, 4)]
+    avg = torch.load(save / "checkpoint_avg.pt", weights_only=True)
+    assert avg["extra_state"]["train_iterator"]["epoch"] == states[2]["extra_state"]["train_iterator"]["epoch"]
+    for key, value in avg["model"].items():
+        torch.testing.assert_close(value, sum(s["model"][key] for s in states) / 3)
+    assert not torch.equal(avg["model"][key], states[2]["model"][key])
+    generated = run(["fairseq-generate", tiny_bin, "--user-dir", USER_DIR, "--task", "translation_smallvocab",
+                     "--small-vocab-size", "0", "--path", save / "checkpoint_avg.pt", "--gen-subset", "valid",
+                     "--batch-size", "8", "--beam", "1", "--cpu"])
+    assert "Generate valid with beam=1" in generated.stdout + generated.stderr
+    refused = run(["scripts/average_checkpoints.py", "--inputs", save, "--num-epoch-checkpoints", "5", "--output",
+                   tmp_path / "x.pt"], check=False)
+    assert refused.returncode != 0 and "holds 3 epoch checkpoints" in refused.stderr and "--keep-last-epochs" in \
+        refused.stderr and not (tmp_path / "x.pt").exists()
+    refused = run(["scripts/average_checkpoints.py", "--inputs", save / "checkpoint2.pt", save / "checkpoint3.pt",
+                   "--output", save / "checkpoint3.pt"], check=False)
+    assert refused.returncode != 0 and "is one of the inputs" in refused.stderr
+
+
+@pytest.mark.slow
+def test_budget_probe_times_each_arms_own_fairseq_train_and_sizes_the_budget(tiny_bin, tmp_path):
+    """Two arms of the reinforce_gleu criterion (the CE control and risk over 3 samples) probed for 4 updates each,
+    2 rounds: the record holds each arm's flags and positive paces, and --arm-updates turns a budget into updates."""
+    record = tmp_path / "speed.json"
+    common = [tiny_bin, *MODEL, "--batch-size", "8", "--criterion", "reinforce_gleu", "--optimizer", "adam",
+              "--lr", "1e-4", "--max-sample-len", "20"]
+    out = run(["scripts/budget_probe.py", "--arm", "ce=--rl-lambda 1", "--arm",
+               "risk3=--rl-objective risk --rl-samples 3", "--updates", "4", "--skip", "1", "--rounds", "2",
+               "--json", record, "--", *common])
+    assert re.search(r"risk3: [\d.]+ s/update", out.stdout)
+    data = json.loads(record.read_text())
+    assert set(data["arms"]) == {"ce", "risk3"} and data["arms"]["risk3"]["flags"] == "--rl-objective risk " \
+        "--rl-samples 3"
+    assert all(len(arm["rounds"]) == 2 and arm["seconds_per_update"] > 0 for arm in data["arms"].values())
+    want = int(100 // data["arms"]["risk3"]["seconds_per_update"])
+    got = run(["scripts/budget_probe.py", "--json", record, "--budget", "100", "--arm-updates", "risk3"])
+    assert int(got.stdout) == max(1, want)
+    refused = run(["scripts/budget_probe.py", "--json", record, "--budget", "100", "--arm-updates", "rf9"],
+                  check=False)
+    assert refused.returncode != 0 and "has no arm 'rf9' (it has ce, risk3)" in refused.stderr
