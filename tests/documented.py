@@ -286,6 +286,12 @@ def check_argv(argv, cwd=REPO):
             data = argv[argv.index("--data") + 1] if "--data" in argv[:at] else "data-bin"
             check_argv(["fairseq-generate", data, *argv[at + 1:]], cwd)
             argv = argv[:at]
+        if script.name == "budget_probe.py" and "--" in argv:  # fairseq-train's flags after '--', each arm's added
+            at = argv.index("--")
+            arms = [argv[i + 1].partition("=")[2] for i in range(2, at) if argv[i] == "--arm"]
+            for arm in arms or [""]:
+                check_argv(["fairseq-train", *argv[at + 1:], *shlex.split(arm)], cwd)
+            argv = argv[:at]
         _first_parse(lambda: runpy.run_path(str(script), run_name="__main__"), [str(script), *argv[2:]], argv[1])
     else:
         raise AssertionError(f"no parse check for {program}")

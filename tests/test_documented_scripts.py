@@ -114,6 +114,16 @@ if [ "${1-}" = scripts/sweep_lenpen.py ]; then  # the record it writes (--out), 
   prev=
   for arg in "$@"; do [ "$prev" = --out ] && echo '{"best_lenpen": 1.2}' > "$arg"; prev=$arg; done
 fi
+if [ "${1-}" = scripts/updates_per_epoch.py ]; then echo 113; fi  # what it prints: the updates of an epoch
+if [ "${1-}" = scripts/budget_probe.py ]; then  # the record a probe writes (--json), the updates it reads back
+  prev=; json=; arms=()
+  for arg in "$@"; do case $prev in --json) json=$arg ;; --arm) arms+=("${arg%%=*}") ;; esac; prev=$arg; done
+  case " $* " in
+    *" --arm-updates "*) echo 10 ;;
+    *) "$REAL_PYTHON" -c 'import json, sys; json.dump({"arms": {a: {"seconds_per_update": 1.0} for a in sys.argv[2:]}},
+open(sys.argv[1], "w"))' "$json" "${arms[@]}" ;;
+  esac
+fi
 if [ "${1-}" = scripts/prepare_data.py ]; then  # the checked text it writes beside the data (DEST/raw), as far as read
   prev=
   for arg in "$@"; do case $prev in --dest) dest=$arg ;; --src) src=$arg ;; esac; prev=$arg; done

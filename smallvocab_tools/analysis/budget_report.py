@@ -1,0 +1,187 @@
+"""The report of examples/translation/run_rl_budget_multi30k.sh: fine-tuning arms given the same seconds from one
+converged CE start (runs named ARM-kK-sSEED, each with its recipe.settings; the start's decodes in start-kK).
+
+- ``runs``: one record per run: its arm, K and seed, seconds per update (the probe's, ``budget.py``) and
+  updates, its decodes' BLEU (dev and test2016, greedy and beam 5, against the raw references) with the length
+  ratio, and its curve: the greedy dev BLEU of each validation against the budget's seconds (updates x seconds
+  per update, so that runs that shared the cores compare), starting at the start's own dev BLEU.
+- ``comparisons``: each arm against the control arm on test2016 beam 5 (each at its dev length penalty): per seed
+  (the same seed's run of each) and pooled over the seeds (their sentences concatenated), BLEU and chrF gains with
+  sacrebleu's paired bootstrap, the dev gain beside it.
+- ``table`` / ``plot``: the page's table and figure.
+
+    python scripts/rl_budget_report.py checkpoints/rl-budget-multi30k.en-de --data data-bin/multi30k.en-de --tgt de \
+      --control ce-k500 --markdown table.md --png dev_bleu_seconds.png --json runs.json
+"""
+
+import argparse
+import json
+import re
+import statistics
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from smallvocab_tools.analysis.paired_bleu import read
+from smallvocab_tools.analysis.recipe_runs import DECODES, corpus_scores, decode_name
+from smallvocab_tools.analysis.train_logs import parse
+
+_RUN = re.compile(r"^(\w+)-k(\d+)-s(\d+)$")
+
+
+def settings(path: Path) -> dict:
+    """A run's recipe.settings: KEY=VALUE words, ``flags=`` last and taking the rest of the line."""
+    text = path.read_text().strip()
+    head, _, flags = text.partition(" flags=")
+    out = dict(word.split("=", 1) for word in head.split())
+    out["flags"] = flags
+    return out
+
+
+def _decodes(folder: Path, data: Path, tgt: str) -> dict:
+    out = {}
+    for split, tag in DECODES:
+        hyp = folder / f"hyp-{split}{tag}.txt"
+        if hyp.is_file():
+            bleu, ratio = corpus_scores(hyp, data / "raw" / f"{split}.{tgt}")
+            out[decode_name(split, tag)] = {"bleu": round(bleu, 2), "length_ratio": round(ratio, 4)}
+    return out
+
+
+def runs(folder: Path, data: Path, tgt: str) -> List[dict]:
+    """Every run of the folder (see the module), the start's decodes as arm "start" (seed 0)."""
+    out = []
+    starts = {}
+    for path in sorted(folder.glob("start-k*")):
+        k = int(path.name[len("start-k"):])
+        starts[k] = _decodes(path, data, tgt)
+        out.append({"arm": "start", "k": k, "seed": 0, "decodes": starts[k], "curve": []})
+    for path in sorted(folder.iterdir()):
+        match = _RUN.match(path.name)
+        if not match or not (path / "recipe.settings").is_file() or not (path / "train.log").is_file():
+            continue
+        arm, k, seed = f"{match.group(1)}-k{match.group(2)}", int(match.group(2)), int(match.group(3))
+        record = settings(path / "recipe.settings")
+        pace = float(record["seconds_per_update"])
+        start = starts.get(k, {}).get("dev greedy", {}).get("bleu")
+        curve = [(0.0, start)] if start is not None else []
+        curve += [(v["num_updates"] * pace, v["bleu"]) for v in parse(path / "train.log")["valid"] if "bleu" in v]
+        out.append({"arm": arm, "k": k, "seed": seed, "seconds_per_update": pace,
+                    "updates": int(record["updates"]), "budget": float(record["budget"]),
+                    "flags": record["flags"], "decodes": _decodes(path, data, tgt), "curve": curve})
+    return out
+
+
+def comparisons(folder: Path, data: Path, tgt: str, control: str, decode: str = "test.beam5",
+                n_samples: int = 1000) -> List[dict]:
+    """Each arm against ``control`` on ``decode`` (hyp-DECODE.txt), per seed and pooled over the seeds both have."""
+    from sacrebleu.metrics import BLEU, CHRF
+    from sacrebleu.significance import PairedTest
+
+    split = decode.split(".")[0]
+    refs = read(data / "raw" / f"{split}.{tgt}")
+    found: Dict[str, Dict[int, List[str]]] = {}
+    for path in sorted(folder.iterdir()):
+        match = _RUN.match(path.name)
+        hyp = path / f"hyp-{decode}.txt"
+        if match and hyp.is_file():
+            hyps = read(hyp)
+            if len(hyps) != len(refs):
+                raise SystemExit(f"{hyp}: {len(hyps)} lines, but {data / 'raw' / f'{split}.{tgt}'} has {len(refs)}")
+            found.setdefault(f"{match.group(1)}-k{match.group(2)}", {})[int(match.group(3))] = hyps
+    if control not in found:
+        return []
+    rows = []
+    for arm in sorted(a for a in found if a != control):
+        seeds = sorted(set(found[arm]) & set(found[control]))
+        groups = [(str(s), [s]) for s in seeds] + ([("pooled", seeds)] if len(seeds) > 1 else [])
+        for name, group in groups:
+            pooled_refs = [r for _ in group for r in refs]
+            systems = [(control, [h for s in group for h in found[control][s]]),
+                       (arm, [h for s in group for h in found[arm][s]])]
+            metrics = {"BLEU": BLEU(tokenize="none", force=True), "chrF": CHRF()}
+            _, results = PairedTest(systems, metrics, [pooled_refs], test_type="bs", n_samples=n_samples)()
+            results = dict(zip(metrics, (value for key, value in results.items() if key != "System")))
+            stats = BLEU(tokenize="none", force=True).corpus_score(systems[1][1], [pooled_refs])
+            rows.append({"arm": arm, "control": control, "seeds": name, "bleu": results["BLEU"][1].score,
+                         "control_bleu": results["BLEU"][0].score,
+                         "bleu_gain": results["BLEU"][1].score - results["BLEU"][0].score,
+                         "bleu_p": results["BLEU"][1].p_value,
+                         "chrf_gain": results["chrF"][1].score - results["chrF"][0].score,
+                         "chrf_p": results["chrF"][1].p_value, "length_ratio": stats.sys_len / stats.ref_len})
+    return rows
+
+
+def _cell(record: dict, column: str) -> str:
+    value = record["decodes"].get(column)
+    return f"{value['bleu']:.2f}" if value else "-"
+
+
+def table(records: List[dict], rows: List[dict], decode: str = "test beam 5") -> str:
+    head = ("| arm | K | seed | s / update | updates | best dev greedy in training | "
+            + " | ".join(decode_name(split, tag) for split, tag in DECODES) + f" | {decode} length ratio |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in sorted(records, key=lambda r: (r["arm"] != "start", r["arm"], r["k"], r["seed"])):
+        ratio = r["decodes"].get(decode, {}).get("length_ratio")
+        if r["arm"] == "start":
+            cells = ["the start (CE, converged)", str(r["k"]), "-", "-", "-", "-"]
+        else:
+            best = max((b for _, b in r["curve"][1:]), default=None)
+            cells = [r["arm"], str(r["k"]), str(r["seed"]), f"{r['seconds_per_update']:.2f}", str(r["updates"]),
+                     f"{best:.2f}" if best is not None else "-"]
+        cells += [_cell(r, decode_name(split, tag)) for split, tag in DECODES]
+        cells.append(f"{ratio:.3f}" if ratio is not None else "-")
+        lines.append("| " + " | ".join(cells) + " |")
+    if rows:
+        lines += ["", f"| arm | against | seeds | {decode} BLEU | its BLEU | gain (p) | chrF gain (p) | length ratio |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for r in rows:
+            lines.append(f"| {r['arm']} | {r['control']} | {r['seeds']} | {r['bleu']:.2f} | {r['control_bleu']:.2f} | "
+                         f"{r['bleu_gain']:+.2f} ({r['bleu_p']:.4f}) | {r['chrf_gain']:+.2f} ({r['chrf_p']:.4f}) | "
+                         f"{r['length_ratio']:.3f} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(records: List[dict], path, title: str = "Greedy dev BLEU against the budget's seconds"):
+    from smallvocab_tools.analysis.plotting import finish, new_figure
+
+    plt, fig, ax = new_figure((7, 4.5))
+    arms = sorted({r["arm"] for r in records if r["arm"] != "start"})
+    for i, arm in enumerate(arms):
+        runs_of_arm = [r for r in records if r["arm"] == arm and r["curve"]]
+        for j, r in enumerate(runs_of_arm):
+            xs, ys = zip(*r["curve"])
+            ax.plot([x / 60 for x in xs], ys, marker="o", markersize=3, color=f"C{i}",
+                    linestyle="-" if r["k"] else "--", alpha=0.9 if j == 0 else 0.5,
+                    label=f"{arm} ({'small' if r['k'] else 'full'})" if j == 0 else None)
+    return finish(plt, fig, ax, path, "minutes of the budget (updates x the arm's probed seconds per update)",
+                  "dev BLEU (greedy)", title)
+
+
+def main(argv: Optional[List[str]] = None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("folder", type=Path, help="the recipe's OUT")
+    parser.add_argument("--data", type=Path, required=True, help="the binarized corpus (its raw/ references)")
+    parser.add_argument("--tgt", required=True, help="the target language")
+    parser.add_argument("--control", default="ce-k500", help="the arm every other is compared with")
+    parser.add_argument("--bootstrap", type=int, default=1000, help="paired bootstrap resamples")
+    parser.add_argument("--markdown", type=Path, default=None)
+    parser.add_argument("--png", type=Path, default=None)
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args(argv)
+    if not args.folder.is_dir():
+        parser.error(f"{args.folder}: no such folder")
+    records = runs(args.folder, args.data, args.tgt)
+    rows = comparisons(args.folder, args.data, args.tgt, args.control, n_samples=args.bootstrap)
+    text = table(records, rows)
+    print(text, end="")
+    if args.markdown:
+        args.markdown.write_text(text)
+    if args.png:
+        plot(records, args.png)
+    if args.json:
+        args.json.write_text(json.dumps({"runs": records, "comparisons": rows}, indent=1) + "\n")
+    paces = [r["seconds_per_update"] for r in records if r["arm"] != "start"]
+    if paces:
+        print(f"{len(paces)} runs; seconds per update {min(paces):.2f}-{statistics.median(paces):.2f}-"
+              f"{max(paces):.2f} (min-median-max)")
