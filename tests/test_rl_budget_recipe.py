@@ -69,6 +69,12 @@ def test_the_budget_recipe_runs_end_to_end_on_tiny_data(tiny_bin, predictor, tmp
     assert all(len(c) >= 3 and c[0][0] == 0 for c in curves)  # the start, then the validations
     again = run(["bash", "examples/translation/run_rl_budget_multi30k.sh"], cwd=REPO, env=env)
     assert "fairseq_cli.train" not in again.stdout + again.stderr
+    # an arm added later: probed beside the recorded ones, which keep their pace (their runs stay as they are)
+    run(["bash", "examples/translation/run_rl_budget_multi30k.sh"], cwd=REPO, env={**env, "ARMS": "rf2-k60",
+                                                                                   "SEEDS": "1"})
+    extended = json.loads((out / "speed.json").read_text())
+    assert {a: extended["arms"][a] for a in speed["arms"]} == speed["arms"] and extended["arms"]["rf2-k60"]["drift"] > 0
+    assert (out / "rf2-k60-s1" / "hyp-test.beam5.txt").is_file() and not (out / "rf2-k60-s2").exists()
     changed = run(["bash", "examples/translation/run_rl_budget_multi30k.sh"], cwd=REPO, check=False,
                   env={**env, "LR": "1e-4"})
     assert changed.returncode != 0 and "was trained with" in changed.stderr

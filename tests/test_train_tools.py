@@ -44,6 +44,25 @@ def test_probe_interleaves_the_arms_and_takes_medians():
     assert budget.updates_for(record, 1) == {"a": 1, "b": 1}
 
 
+def test_an_arm_added_later_is_probed_beside_the_known_ones_and_scaled_by_the_drift():
+    """The machine got twice as slow since the record: the known arm keeps its recorded pace, the new arm's
+    measured pace is halved; an arm of the record with other flags, or no known arm beside, is refused."""
+    record = {"arms": {"a": {"seconds_per_update": 1.0, "rounds": [1.0], "flags": "--a"}}}
+
+    def runner(command):
+        seconds = 2.0 if "--a" in command else 8.0
+        return "".join(f"probe_update_seconds {seconds}\n" for _ in range(3))
+
+    out = budget.extend(record, {"a": ["--a"], "b": ["--b"]}, ["DATA"], updates=3, rounds=2, skip=1,
+                        runner=runner, log=lambda m: None)
+    assert out["arms"]["a"] == record["arms"]["a"]
+    assert out["arms"]["b"]["seconds_per_update"] == 4.0 and out["arms"]["b"]["drift"] == 0.5
+    with pytest.raises(ValueError, match="probed with other flags: a"):
+        budget.extend(record, {"a": ["--a", "--x"], "b": ["--b"]}, ["DATA"], 3, 2, 1, runner=runner, log=print)
+    with pytest.raises(ValueError, match="needs one the record has"):
+        budget.extend(record, {"b": ["--b"]}, ["DATA"], 3, 2, 1, runner=runner, log=print)
+
+
 @pytest.mark.slow
 def test_updates_per_epoch_is_what_fairseq_train_makes_in_an_epoch(tiny_bin, tmp_path):
     flags = [*MODEL, "--batch-size", "8"]

@@ -103,12 +103,17 @@ COMMON=("$DATA" --user-dir fairseq_smallvocab --task translation_smallvocab -s "
         --max-sample-len 100 --sample-len-ratio 1.5 --finetune-from-model "$START"
         --optimizer adam --lr "$LR" --clip-norm 1.0 --batch-size "$BATCH" $DEV_ARGS --num-workers 0)
 
-# 2. each arm's pace, probed once for all ARMS together (again if an arm is new to the record)
+# 2. each arm's pace, probed once for all ARMS together; an arm new to the record is probed beside the record's
+# arms, which keep their recorded pace (budget_probe.py scales the new one's by the machine's drift since)
 probed() { python -c "import json, sys; a = json.load(open(sys.argv[1]))['arms']; sys.exit(any(x not in a \
 for x in sys.argv[2:]))" "$OUT/speed.json" $ARMS 2> /dev/null; }
 if ! probed; then
+  recorded=$([ -f "$OUT/speed.json" ] && python -c "import json, sys; print(' '.join(json.load(open(sys.argv[1]))\
+['arms']))" "$OUT/speed.json" || true)
   probe_arms=()
-  for arm in $ARMS; do probe_arms+=(--arm "$arm=$(arm_flags "$arm")"); done
+  for arm in $(printf '%s\n' $recorded $ARMS | awk '!seen[$0]++'); do
+    probe_arms+=(--arm "$arm=$(arm_flags "$arm")")
+  done
   OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS python scripts/budget_probe.py "${probe_arms[@]}" \
     --updates "$PROBE_UPDATES" --rounds 2 --json "$OUT/speed.json" -- "${COMMON[@]}" --seed 1 | tee "$OUT/probe.log"
 fi

@@ -8,6 +8,9 @@ saved, no validation; fairseq-train's own main in a process that times each ``Tr
 for ``rounds`` rounds, so that the machine's drift falls alike on all; an arm's seconds per update are the median
 of its rounds' medians over the updates after the first ``skip`` (start-up).  ``updates_for`` then turns a budget
 in seconds into each arm's number of updates, which it runs wherever and however slowly it is run after.
+Arms added to a record later (``extend``) are probed beside the record's arms again: those keep their recorded
+pace, so the runs made with it stay valid, and each new arm's pace is scaled by the machine's drift since the
+record (the known arms' recorded over re-measured paces).
 
     python scripts/budget_probe.py --arm ce="--rl-lambda 1" --arm rf4="--rl-samples 4 --rl-baseline loo" \
       --updates 8 --rounds 2 --json OUT/speed.json -- DATA --user-dir fairseq_smallvocab ... (the common flags)
@@ -89,6 +92,29 @@ def probe(arms: Dict[str, List[str]], common: Sequence[str], updates: int, round
             "date": time.strftime("%Y-%m-%d %H:%M"), "machine": machine()}
 
 
+def extend(record: dict, arms: Dict[str, List[str]], common: Sequence[str], updates: int, rounds: int, skip: int,
+           runner=None, log=print) -> dict:
+    """``record`` with the arms of ``arms`` it lacks added: every arm of ``arms`` probed again, interleaved, the
+    known ones keeping their recorded pace (the runs made with it stay valid) and each new one's measured pace
+    scaled by the machine's drift since the record, the median over the known arms of recorded / measured now."""
+    known = [name for name in arms if name in record["arms"]]
+    if not known:
+        raise ValueError("an arm to add needs one the record has, probed beside it: give the record's arms too")
+    if [name for name in known if record["arms"][name]["flags"] != shlex.join(arms[name])]:
+        raise ValueError(f"arms of the record were probed with other flags: "
+                         f"{', '.join(n for n in known if record['arms'][n]['flags'] != shlex.join(arms[n]))}")
+    now = probe(arms, common, updates, rounds, skip, runner=runner, log=log)
+    drift = statistics.median(record["arms"][name]["seconds_per_update"] / now["arms"][name]["seconds_per_update"]
+                              for name in known)
+    out = json.loads(json.dumps(record))
+    for name in arms:
+        if name not in record["arms"]:
+            added = now["arms"][name]
+            out["arms"][name] = {**added, "seconds_per_update": added["seconds_per_update"] * drift, "drift": drift,
+                                 "probed": now["date"], "measured_beside": known}
+    return out
+
+
 def machine() -> str:
     import os
 
@@ -152,7 +178,10 @@ def main(argv: Optional[List[str]] = None):
     if not out.parent.is_dir():
         parser.error(f"--json {out}: the folder {out.parent} does not exist")
     try:
-        record = probe(dict(args.arm), common, args.updates, args.rounds, args.skip)
+        if out.is_file():  # arms added to a record: probed beside its arms, whose paces stay as recorded
+            record = extend(json.loads(out.read_text()), dict(args.arm), common, args.updates, args.rounds, args.skip)
+        else:
+            record = probe(dict(args.arm), common, args.updates, args.rounds, args.skip)
     except (ValueError, RuntimeError) as err:
         sys.exit(f"error: {err}")
     tmp = out.with_name(out.name + ".tmp")
