@@ -72,7 +72,9 @@ def test_the_sweep_refuses_flags_it_owns_and_a_beam_of_one(model, tiny_bin, tmp_
                                   ([], ["--nbest", "2"], "--nbest after '--'"),
                                   (["--beam", "1"], [], "give --beam >= 2"),
                                   (["--lenpens", "a,b"], [], "--lenpens 'a,b': give comma-separated numbers"),
-                                  (["--ref", tmp_path / "none.txt"], [], "no such file")):
+                                  (["--ref", tmp_path / "none.txt"], [], "no such file"),
+                                  (["--out", tmp_path / "gone" / "r.json"], [], f"--out: the folder {tmp_path / 'gone'}"
+                                                                              " does not exist")):
         bad = run([SWEEP, "--path", model, "--data", tiny_bin, *flags, "--", *GENERATE, *extra], check=False)
         assert bad.returncode != 0 and message in bad.stderr, bad.stderr[-2000:]
     (tmp_path / "short.txt").write_text("one line\n")

@@ -173,6 +173,8 @@ def main(argv=None):
             raise SystemExit(f"--ref {args.ref}: no such file")
         refs = args.ref.read_text(encoding="utf-8").splitlines()
     out = args.out or default_out(args.path, args.subset)
+    if not out.parent.is_dir():  # said before the beam search, not after it
+        raise SystemExit(f"--out: the folder {out.parent} does not exist: make it first, or give another")
 
     command = ["fairseq-generate", args.data, "--path", str(args.path), "--gen-subset", args.subset,
                "--beam", str(args.beam), "--nbest", str(args.beam), "--unnormalized", *extra]
