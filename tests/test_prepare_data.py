@@ -101,6 +101,22 @@ def test_carriage_return_inside_a_line_keeps_pairs_aligned(tiny_raw, tmp_path):
     assert src_dict.string(ds[2]) == " ".join(words)
 
 
+def test_a_byte_order_mark_is_dropped_from_every_copy(tiny_raw, tmp_path):
+    """A file that starts with a UTF-8 byte-order mark (as some editors save): no copy keeps it, neither the
+    binarized first sentence nor the raw reference copy that decodes are scored against."""
+    from fairseq.data import Dictionary, data_utils
+
+    raw = copy_raw(tiny_raw, tmp_path / "raw")
+    for name in ("valid.src", "valid.tgt"):
+        (raw / name).write_bytes(b"\xef\xbb\xbf" + (raw / name).read_bytes())
+    prep.prepare(raw, tmp_path / "bin", "src", "tgt", SPLITS, min_count=1, log=lambda m: None)
+    kept = (tmp_path / "bin" / "raw" / "valid.tgt").read_text(encoding="utf-8")
+    assert "\ufeff" not in kept and kept.splitlines() == (tiny_raw / "valid.tgt").read_text().splitlines()
+    tgt_dict = Dictionary.load(str(tmp_path / "bin" / "dict.tgt.txt"))
+    ds = data_utils.load_indexed_dataset(str(tmp_path / "bin" / "valid.src-tgt.tgt"), tgt_dict)
+    assert tgt_dict.string(ds[0]) == (tiny_raw / "valid.tgt").read_text().splitlines()[0]
+
+
 def test_non_utf8_input_names_the_line(tiny_raw, tmp_path):
     raw = copy_raw(tiny_raw, tmp_path / "raw")
     lines = (raw / "valid.tgt").read_bytes().split(b"\n")

@@ -18,8 +18,10 @@ def read_lines(path) -> List[str]:
     try:
         # fairseq-preprocess reads with universal newlines, where a lone "\r"
         # also ends a line: inside a line it becomes a space, so both programs
-        # see the same sentence pairs
-        with open(path, encoding="utf-8", newline="\n") as f:
+        # see the same sentence pairs; a UTF-8 byte-order mark at the start
+        # is no text (utf-8-sig drops it): every copy made of the lines,
+        # the raw references scored against included, is without it
+        with open(path, encoding="utf-8-sig", newline="\n") as f:
             return [line.rstrip("\r\n").replace("\r", " ") for line in f]
     except UnicodeDecodeError:
         raise DataError(f"{path}: {first_non_utf8_line(path)}; convert the file to UTF-8 "
