@@ -3,7 +3,7 @@
 ``restrict(model, arch)`` is what the plugin's tasks do to the model fairseq
 builds (``transformer``, fairseq's ``lstm``, the plugin's LSTMs, ...): it
 finds the decoder's linear output layer (``output.weights``), and
-gives the model instance the ``CandidateModel`` behaviour below by making it
+gives the model instance the ``RestrictedModel`` behaviour below by making it
 an instance of a subclass of its own class (``RestrictedTransformerModel`` for
 a ``TransformerModel``).  No parameter, buffer or
 submodule is added, so the state-dict keys stay the stock ones (a checkpoint
@@ -21,14 +21,14 @@ ids to candidate positions, so fairseq's ``cross_entropy`` and
 its mass over the K candidates, not over V).  ``candidates=None`` is the full
 softmax through the same code.
 
-With a ``policy`` request (``engine.sampling.SampleRequest``) the same
-forward also samples N sequences per example for REINFORCE and scores them,
-with the whole model in eval mode (every dropout and LayerDrop off; each
-module's flag restored afterwards): one forward, so that REINFORCE works
-through fairseq's distributed wrappers.  How it samples is the engine's
-(``engine.sampling.policy``), as the request's settings say; with their
-``merged_pass`` the CE term's pass and the samples' scoring pass (and the
-encoder's two) run as one (``engine.device_modes.merged_pass``).
+With a ``sample_request`` (``engine.sampling.SampleRequest``) the same
+forward also samples N sequences per example for REINFORCE and scores them
+(``sample_and_score``), with the whole model in eval mode (every dropout and
+LayerDrop off; each module's flag restored afterwards): one forward, so that
+REINFORCE works through fairseq's distributed wrappers.  How it samples is the
+engine's (``engine.sampling.sample_and_score``), and each pass runs as the
+settings' passes say (``engine.passes``: the decoder's own calls by
+default).
 """
 
 import inspect
@@ -40,8 +40,7 @@ from fairseq.models import FairseqEncoderDecoderModel
 from torch import Tensor
 
 from fairseq_smallvocab.candidates.space import candidate_positions
-from fairseq_smallvocab.engine import sampling
-from fairseq_smallvocab.engine.device_modes import graphed_pass, merged_pass
+from fairseq_smallvocab.engine import passes, sampling
 from fairseq_smallvocab.engine.families import is_recurrent
 from fairseq_smallvocab.engine.sampling import SampleRequest, Samples
 from fairseq_smallvocab.engine.settings import EngineSettings
@@ -58,7 +57,7 @@ def _extra_dict(extra) -> Dict:
     return {"attn": [extra]}
 
 
-class CandidateModel:
+class RestrictedModel:
     """The behaviour ``restrict`` gives a model (listed first in its class's bases)."""
 
     _output_weights: OutputWeights
@@ -78,12 +77,12 @@ class CandidateModel:
             raise TypeError(f"{type(self).__name__}.forward takes {len(names)} positional inputs ({names})")
         return {**dict(zip(names, args)), **kwargs}
 
-    def forward(self, *args, candidates: Optional[Tensor] = None, policy: Optional[SampleRequest] = None,
+    def forward(self, *args, candidates: Optional[Tensor] = None, sample_request: Optional[SampleRequest] = None,
                 features_only: bool = False, engine_settings: Optional[EngineSettings] = None, **kwargs):
         """Teacher-forced decoder output (B x T x K logits inside ``candidates``,
         B x T x V without) and its extra dict, with ``"candidates"``; with a
-        ``policy`` request (REINFORCE's) also ``"samples"`` (``Samples`` of
-        ``engine.sampling.policy``: B * N rows, example b's N
+        ``sample_request`` (REINFORCE's) also ``"samples"`` (``Samples`` of
+        ``sample_and_score``: B * N rows, example b's N
         samples in rows b * N ... b * N + N - 1) and, with its
         ``greedy_too``, ``"greedy"`` (B greedy decodes, without gradient)."""
         net_input = self._net_input(args, kwargs)
@@ -92,37 +91,39 @@ class CandidateModel:
             self.decoder.set_beam_size(1)
         # REINFORCE uses the embeddings and the output layer several times (the CE pass and the policy): their
         # weight gradients are gathered into one tensor per weight (see output/gathered_grad.py)
-        gathered = policy is not None and torch.is_grad_enabled()
+        request = sample_request
+        gathered = request is not None and torch.is_grad_enabled()
         # how the passes run: the REINFORCE request's settings, else the caller's, else the model's own
-        settings = policy.settings if policy is not None else engine_settings or self.engine_settings
+        settings = request.settings if request is not None else engine_settings or self.engine_settings
+        step = passes.of(settings)  # the decoder's own calls unless a device mode is on (engine/passes.py)
         with gathered_embedding_grads(self) if gathered else nullcontext():
-            if policy is not None and merged_pass.applies(self, settings):
-                # one encoder and one decoder pass for the CE term and the samples' scores (device_modes/merged_pass.py)
-                out, extra, drawn = merged_pass.run(self, net_input, prev_output_tokens, candidates, policy,
-                                                    keep_graph=self.sample_keeps_graph, features_only=features_only)
+            merged = None if request is None else step.merged_forward(
+                self, net_input, prev_output_tokens, candidates, request, keep_graph=self.sample_keeps_graph,
+                features_only=features_only)
+            if merged is not None:  # one encoder and one decoder pass for the CE term and the samples' scores
+                out, extra, drawn = merged
                 extra["candidates"] = [] if candidates is None else [candidates]
                 return out, {**extra, **drawn}
             encoder_out = self.encoder(**net_input)
-            # with gradient, a recurrent decoder's pass may replay CUDA graphs (engine/device_modes/graphed_pass.py)
-            features, extra = graphed_pass.extract_features(self.decoder, prev_output_tokens, encoder_out, settings)
+            features, extra = step.features(self.decoder, prev_output_tokens, encoder_out, settings)
             extra = _extra_dict(extra)
             weight, bias = self.output_weights()
             out = features if features_only else restricted_logits(features, weight, bias, candidates,
                                                                    settings.union_max_ratio)
             extra["candidates"] = [] if candidates is None else [candidates]
-            if policy is not None:
-                extra.update(self.sample_and_score(net_input, candidates, policy))
+            if request is not None:
+                extra.update(self.sample_and_score(net_input, candidates, request))
         return out, extra
 
-    def sample_and_score(self, net_input, candidates, policy: SampleRequest) -> Dict[str, Samples]:
-        """REINFORCE's policy (the engine's ``policy``: samples and the greedy decode, drawn and scored) with
-        the whole model in eval mode; for a request of a beam's candidates (``policy.beam``), those
+    def sample_and_score(self, net_input, candidates, request: SampleRequest) -> Dict[str, Samples]:
+        """REINFORCE's samples and greedy decode, drawn and scored (``engine.sampling.sample_and_score``),
+        with the whole model in eval mode; for a request of a beam's candidates (``request.beam``), those
         (``generation.beam_candidates``), scored by the engine's ``score``."""
         with eval_mode(self):
-            if policy.beam:  # the N best of a beam search instead of N samples, scored as samples are
-                samples, encoder_out, rows, request = beam_candidates(self, net_input, candidates, policy)
+            if request.beam:  # the N best of a beam search instead of N samples, scored as samples are
+                samples, encoder_out, rows, request = beam_candidates(self, net_input, candidates, request)
                 return {"samples": sampling.score(self, encoder_out, rows, samples, request)}
-            return sampling.policy(self, net_input, candidates, policy, keep_graph=self.sample_keeps_graph)
+            return sampling.sample_and_score(self, net_input, candidates, request, keep_graph=self.sample_keeps_graph)
 
     def get_targets(self, sample, net_output):
         """Gold ids as positions in the example's candidates (unchanged for the
@@ -144,7 +145,7 @@ _RESTRICTED = {}
 def _positional_names(cls):
     """The stock forward's positional inputs (e.g. src_tokens, src_lengths, prev_output_tokens)."""
     if cls not in _POSITIONAL:
-        stock = next(c for c in cls.__mro__[1:] if "forward" in c.__dict__ and c is not CandidateModel)
+        stock = next(c for c in cls.__mro__[1:] if "forward" in c.__dict__ and c is not RestrictedModel)
         params = list(inspect.signature(stock.forward).parameters.values())[1:]
         _POSITIONAL[cls] = [p.name for p in params if p.kind == p.POSITIONAL_OR_KEYWORD and p.default is p.empty]
     return _POSITIONAL[cls]
@@ -155,16 +156,16 @@ def _restricted_class(cls):
     restricted model is restricted); ``isinstance`` of the stock class still holds."""
     if cls not in _RESTRICTED:
         name = f"Restricted{cls.__name__}"
-        _RESTRICTED[cls] = type(name, (CandidateModel, cls), {
+        _RESTRICTED[cls] = type(name, (RestrictedModel, cls), {
             "__module__": __name__, "__qualname__": name,
             "__doc__": f"fairseq's {cls.__qualname__}, restricted to each example's candidates (``restrict``)."})
     return _RESTRICTED[cls]
 
 
 def restrict(model, arch: Optional[str] = None):
-    """Give ``model`` (in place) the ``CandidateModel`` behaviour; returns it.
+    """Give ``model`` (in place) the ``RestrictedModel`` behaviour; returns it.
     Refuses, naming the arch and the reason, a model that cannot be restricted."""
-    if isinstance(model, CandidateModel):
+    if isinstance(model, RestrictedModel):
         return model
     arch = arch or type(model).__name__
     if not isinstance(model, FairseqEncoderDecoderModel):

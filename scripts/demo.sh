@@ -88,7 +88,7 @@ echo "  BLEU after CE: $BLEU_CE"
 
 step "6/8 REINFORCE with the small vocabulary ($DEMO_RL_UPDATES updates; reward $DEMO_REWARD, learned baseline, lambda 0.005) into $DEMO_DIR/rl"
 fairseq-train "$DEMO_DIR/data-bin" "${COMMON[@]}" "${DATA[@]}" \
-  --arch lstm_smallvocab --embed-dim "$DEMO_DIM" --criterion reinforce_gleu --reward "$DEMO_REWARD" --rl-lambda 0.005 \
+  --arch lstm_smallvocab --embed-dim "$DEMO_DIM" --criterion smallvocab_reinforce --reward "$DEMO_REWARD" --ce-weight 0.005 \
   --max-sample-len 100 --sample-len-ratio 1.5 --finetune-from-model "$DEMO_DIR/ce/checkpoint_last.pt" \
   --optimizer sgd --lr 0.1 --clip-norm 1.0 --batch-size 128 --max-update "$DEMO_RL_UPDATES" \
   --save-dir "$DEMO_DIR/rl" --no-epoch-checkpoints --log-interval 10 2>&1 | tee "$DEMO_DIR/rl/train.log" | progress

@@ -290,9 +290,12 @@ V_SRC, V_TGT, B, T_SRC, T_TGT, K, D = 30, 50, 6, 6, 5, 14, 10
 
 def _crit(task, **options):
     """The criterion as fairseq builds it: from its config (fairseq's defaults but for ``options``)."""
-    from fairseq_smallvocab.criterions.reinforce_gleu import ReinforceGleuConfig, ReinforceGleuCriterion
+    from fairseq_smallvocab.criterions.smallvocab_reinforce import (
+        SmallVocabReinforceConfig,
+        SmallVocabReinforceCriterion,
+    )
 
-    return ReinforceGleuCriterion(task, ReinforceGleuConfig(**options))
+    return SmallVocabReinforceCriterion(task, SmallVocabReinforceConfig(**options))
 
 
 def reinforce_step(model, task, sample, baseline, n, seed=6, **flags):
@@ -302,8 +305,9 @@ def reinforce_step(model, task, sample, baseline, n, seed=6, **flags):
     import torch
 
     params = [p for p in model.parameters() if p.requires_grad]
-    flags.setdefault("rl_untested_cuda_modes", "on")  # the tests of a device mode run it on a GPU (see settings)
-    crit = _crit(task, rl_lambda=0.3, rl_baseline=baseline, max_sample_len=7, rl_samples=n, **flags)
+    # the tests of a device mode run it on a GPU (see settings)
+    flags["rl_engine"] = ",".join(filter(None, [flags.get("rl_engine"), "untested_cuda_modes=on"]))
+    crit = _crit(task, ce_weight=0.3, rl_baseline=baseline, max_sample_len=7, rl_samples=n, **flags)
     model.zero_grad()
     torch.manual_seed(seed)
     loss, _, log = crit(model, sample)

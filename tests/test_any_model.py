@@ -218,7 +218,7 @@ def test_samples_stay_inside_candidates_and_stepwise_logprobs_equal_rescoring(fa
         for keep in (True, False):
             model.sample_keeps_graph = keep
             torch.manual_seed(5)
-            out, extra = model(**family.net, candidates=family.cands, policy=SampleRequest(lens))
+            out, extra = model(**family.net, candidates=family.cands, sample_request=SampleRequest(lens))
             results[keep] = extra["samples"]
     finally:
         model.sample_keeps_graph = default
@@ -254,7 +254,7 @@ def _reinforce_grads(model, net, cands, gathered, monkeypatch):
                       staticmethod(lambda ctx, g: gathers.append(1) or backward(ctx, g)))
         model.zero_grad(set_to_none=True)
         torch.manual_seed(7)
-        out, extra = model(**net, candidates=cands, policy=SampleRequest(torch.full((B,), 8)))
+        out, extra = model(**net, candidates=cands, sample_request=SampleRequest(torch.full((B,), 8)))
         loss = out.float().log_softmax(-1).mean() + extra["samples"].lprobs.sum()
         loss.backward()
     return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}, len(gathers)
@@ -301,7 +301,7 @@ def test_several_samples_per_input_are_scored_against_their_own_source(family):
     model = family.model.train()
     torch.manual_seed(4)
     extra = model(**family.net, candidates=family.cands,
-                  policy=SampleRequest(torch.full((B,), 8), num_samples=n, greedy_too=True, temperature=5.0))[1]
+                  sample_request=SampleRequest(torch.full((B,), 8), num_samples=n, greedy_too=True, temperature=5.0))[1]
     samples, d = extra["samples"], family.tgt_dict
     assert samples.tokens.size(0) == B * n and extra["greedy"].tokens.size(0) == B
     assert all(m.training for m in model.modules())
@@ -342,7 +342,7 @@ def test_recurrent_layers_sample_in_training_mode_with_their_dropout_off(monkeyp
 
     monkeypatch.setattr(torch.nn.LSTM, "forward", spy)
     torch.manual_seed(3)
-    samples = model(**net, candidates=cands, policy=SampleRequest(torch.full((B,), 6)))[1]["samples"]
+    samples = model(**net, candidates=cands, sample_request=SampleRequest(torch.full((B,), 6)))[1]["samples"]
     assert seen == [(True, 0.5), (True, 0.0)]  # the CE pass with its dropout, the policy without
     assert all(m.training and m.dropout == 0.5 for m in rnns)
     samples.lprobs.sum().backward()  # what cuDNN would refuse after an eval-mode forward
@@ -401,9 +401,12 @@ def test_extra_special_symbols_and_language_tags():
 
 def test_mixed_precision_small_output_layer_and_reinforce():
     """--amp (autocast) and --bf16/--fp16 (fairseq converts model and criterion):
-    the small output layer and reinforce_gleu run, values close to float32,
+    the small output layer and smallvocab_reinforce run, values close to float32,
     and the learned baseline stays float32 and learns."""
-    from fairseq_smallvocab.criterions.reinforce_gleu import ReinforceGleuConfig, ReinforceGleuCriterion
+    from fairseq_smallvocab.criterions.smallvocab_reinforce import (
+        SmallVocabReinforceConfig,
+        SmallVocabReinforceCriterion,
+    )
 
     torch.manual_seed(0)
     model = restrict(_stock("transformer", **TRANSFORMER), "transformer").train()
@@ -425,7 +428,7 @@ def test_mixed_precision_small_output_layer_and_reinforce():
     task = SimpleNamespace(target_dictionary=tgt_dict, source_dictionary=model.encoder.dictionary)
     model.train()
     for precision in ("autocast", "bf16"):
-        crit = ReinforceGleuCriterion(task, ReinforceGleuConfig(max_sample_len=6))
+        crit = SmallVocabReinforceCriterion(task, SmallVocabReinforceConfig(max_sample_len=6))
         if precision == "bf16":  # what fairseq's trainer does with --bf16 / --fp16
             model, crit = model.to(torch.bfloat16), crit.to(torch.bfloat16)
         model.zero_grad()
@@ -473,7 +476,10 @@ def test_samples_stop_at_the_decoders_learned_positions(caplog):
     there, and the log says so once (an IndexError in the sampler before)."""
     import logging
 
-    from fairseq_smallvocab.criterions.reinforce_gleu import ReinforceGleuConfig, ReinforceGleuCriterion
+    from fairseq_smallvocab.criterions.smallvocab_reinforce import (
+        SmallVocabReinforceConfig,
+        SmallVocabReinforceCriterion,
+    )
 
     torch.manual_seed(0)
     model = restrict(_stock("transformer", decoder_learned_pos=True, max_target_positions=3, **TRANSFORMER),
@@ -483,7 +489,8 @@ def test_samples_stop_at_the_decoders_learned_positions(caplog):
     src, prev, tgt, cands = translation_batch(lengths, T_SRC, 3, K, V_SRC, tgt_dict)
     sample = {"net_input": {"src_tokens": src, "src_lengths": lengths, "prev_output_tokens": prev,
                             "candidates": cands}, "target": tgt, "ntokens": int(tgt.ne(1).sum())}
-    crit = ReinforceGleuCriterion(SimpleNamespace(target_dictionary=tgt_dict), ReinforceGleuConfig(rl_baseline="none"))
+    crit = SmallVocabReinforceCriterion(SimpleNamespace(target_dictionary=tgt_dict),
+                                        SmallVocabReinforceConfig(rl_baseline="none"))
     with caplog.at_level(logging.INFO):
         for _ in range(2):
             loss, _, log = crit(model.train(), sample)

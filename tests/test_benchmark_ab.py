@@ -82,7 +82,8 @@ def test_ab_refuses_what_it_cannot_compare(spec, problem):
     name, values = parse_ab("stored_probs_max_elements=0, 268435456")
     assert name == "stored_probs_max_elements" and values == (0, 2 ** 28)
     assert parse_ab("static_state=off,on") == ("static_state", (False, True))
-    with pytest.raises(ValueError, match=re.escape("--ab stop_check_every=0,1: --rl-stop-check-every must be >= 1")):
+    problem = "--ab stop_check_every=0,1: --rl-engine stop_check_every must be >= 1"
+    with pytest.raises(ValueError, match=re.escape(problem)):
         parse_ab("stop_check_every=0,1")  # a value the settings refuse: on the command line, not in the worker
 
 
@@ -120,19 +121,19 @@ def test_set_applies_each_setting_in_the_worker_before_it_measures(monkeypatch):
     and the report say so."""
     import torch
 
-    from fairseq_smallvocab.criterions.reinforce_gleu import ReinforceGleuCriterion
+    from fairseq_smallvocab.criterions.smallvocab_reinforce import SmallVocabReinforceCriterion
     from fairseq_smallvocab.engine.settings import EngineSettings
     from smallvocab_tools.bench import benchmark
     from smallvocab_tools.bench.report import markdown
 
     seen = []
-    loss = ReinforceGleuCriterion.loss
+    loss = SmallVocabReinforceCriterion.loss
 
     def spy(self, model, sample):
         seen.append((self.settings, model.engine_settings))
         return loss(self, model, sample)
 
-    monkeypatch.setattr(ReinforceGleuCriterion, "loss", spy)
+    monkeypatch.setattr(SmallVocabReinforceCriterion, "loss", spy)
     specs = ["capture=buckets", "stop_check_every=8"]
     tiny = ["--vocab-sizes", "300", "--k", "40", "--no-full", "--batch", "2", "--max-len", "4", "--embed-dim", "8",
             "--steps", "1", "--warmup", "1", "--threads", str(torch.get_num_threads())]

@@ -6,7 +6,7 @@ samples as training does (eos drawn, the training criterion itself)."""
 import pytest
 import torch
 
-from fairseq_smallvocab.criterions.reinforce_gleu import ReinforceGleuCriterion
+from fairseq_smallvocab.criterions.smallvocab_reinforce import SmallVocabReinforceCriterion
 from fairseq_smallvocab.engine import sampling
 from smallvocab_tools.bench.flat_limit import SamplesToTheLimit
 from smallvocab_tools.bench.train_worker import train_worker
@@ -71,7 +71,8 @@ def test_flat_limit_samples_run_to_the_limit_and_the_recipes_end_at_eos(drawn, s
     assert recipe["sample_len"] == round(sum(timed) / len(timed), 1)
 
 
-@pytest.mark.parametrize("sample_limit, criterion", [("flat", SamplesToTheLimit), ("recipe", ReinforceGleuCriterion)])
+@pytest.mark.parametrize("sample_limit, criterion", [("flat", SamplesToTheLimit),
+                                                     ("recipe", SmallVocabReinforceCriterion)])
 def test_real_batches_get_the_criterion_of_their_limit(tiny_bin, drawn, sample_limit, criterion):
     """--data: the flat limit's criterion runs the corpus's samples to the limit; the recipe's is the training
     criterion itself, as fairseq-train builds it (its samples limited by the source's length)."""
@@ -106,7 +107,7 @@ def test_samples_to_the_limit_are_scored_under_the_policy_they_were_drawn_from(k
         torch.manual_seed(3)
         request = sampling.SampleRequest(limits, greedy_too=True, to_limit=to_limit,
                                          settings=sampling.DEFAULT.changed(**settings))
-        return model(**net_input, policy=request)[1]
+        return model(**net_input, sample_request=request)[1]
 
     kept, again = policy(True), policy(True, stored_probs_max_elements=0)
     assert kept["samples"].probs is not None and again["samples"].probs is None

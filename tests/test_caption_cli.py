@@ -45,7 +45,7 @@ def test_train_generate_and_multi_reference_bleu(cap_model, cap_bin, cap_predict
 
 @pytest.mark.slow
 def test_reinforce_through_fairseq_train(cap_model, cap_bin, cap_predictor, tmp_path):
-    out = run(["fairseq-train", cap_bin, *CAP, *TRAIN, "--criterion", "reinforce_gleu", "--max-sample-len", "30",
+    out = run(["fairseq-train", cap_bin, *CAP, *TRAIN, "--criterion", "smallvocab_reinforce", "--max-sample-len", "30",
                "--finetune-from-model", cap_model, "--small-vocab-size", "40", "--max-epoch", "1",
                "--vocab-predictor", cap_predictor,
                "--optimizer", "sgd", "--lr", "0.05", "--save-dir", tmp_path / "rl", "--log-interval", "1"])

@@ -59,7 +59,10 @@ def test_feature_width_is_checked_by_the_model():
 
 
 def test_reinforce_samples_inside_candidates_and_needs_no_source_length():
-    from fairseq_smallvocab.criterions.reinforce_gleu import ReinforceGleuConfig, ReinforceGleuCriterion
+    from fairseq_smallvocab.criterions.smallvocab_reinforce import (
+        SmallVocabReinforceConfig,
+        SmallVocabReinforceCriterion,
+    )
 
     model, d = _model()
     task = SimpleNamespace(target_dictionary=d)
@@ -69,12 +72,12 @@ def test_reinforce_samples_inside_candidates_and_needs_no_source_length():
     sample = {"net_input": {"features": torch.randn(bsz, 20), "padding_mask": torch.zeros(bsz, 1, dtype=torch.bool),
                             "prev_output_tokens": torch.tensor([[2, 8, 9]] * bsz), "candidates": cands},
               "target": target, "ntokens": 3 * bsz}
-    crit = ReinforceGleuCriterion(task, ReinforceGleuConfig(max_sample_len=7))
+    crit = SmallVocabReinforceCriterion(task, SmallVocabReinforceConfig(max_sample_len=7))
     model.train()
     loss, size, log = crit(model, sample)
     loss.backward()
     assert size == bsz and torch.isfinite(loss) and 0 < log["sample_len"] <= 7 * bsz
     assert model.encoder.feature_proj.weight.grad.abs().sum() > 0
     with pytest.raises(ValueError, match="--sample-len-ratio needs source sentences"):
-        ReinforceGleuCriterion(task, ReinforceGleuConfig(sample_len_ratio=1.5))(model, sample)
+        SmallVocabReinforceCriterion(task, SmallVocabReinforceConfig(sample_len_ratio=1.5))(model, sample)
 

@@ -255,9 +255,10 @@ def test_where_the_bucketed_step_applies():
     assert sampler.captures(transformer.decoder, out, cpu, buckets)
     # the bucketed step runs on the static state
     assert not sampler.captures(transformer.decoder, out, cpu, buckets.changed(static_state=False))
-    with pytest.raises(ValueError, match="--rl-capture must be one of cuda-graphs, buckets, off, got 'graphs'"):
+    with pytest.raises(ValueError, match="--rl-engine capture must be one of cuda-graphs, buckets, off, got 'graphs'"):
         EngineSettings(capture="graphs")
-    with pytest.raises(ValueError, match="--rl-compile must be one of off, fuse, reduce-overhead, got 'max-autotune'"):
+    with pytest.raises(ValueError, match="--rl-engine compile must be one of off, fuse, reduce-overhead, got "
+                                         "'max-autotune'"):
         buckets.changed(compile="max-autotune")
 
 
@@ -292,7 +293,7 @@ def test_reinforce_loss_and_gradients_on_the_bucketed_step(small, baseline, n):
     model, task, sample = _setup(small)
     results = {}
     for mode in ("off", "buckets"):
-        results[mode] = reinforce_step(model, task, sample, baseline, n, rl_capture=mode)
+        results[mode] = reinforce_step(model, task, sample, baseline, n, rl_engine=f"capture={mode}")
     assert_same_step(results["buckets"], results["off"])
     log_a, log_b = results["off"][2], results["buckets"][2]
     assert log_a["sample_len"] == log_b["sample_len"] and log_a["sample_len"] < 7 * B * n  # some ended early
@@ -301,28 +302,28 @@ def test_reinforce_loss_and_gradients_on_the_bucketed_step(small, baseline, n):
 
 @pytest.mark.parametrize("small", [True, False])
 def test_the_criterions_flags_choose_the_step_for_its_batches_only(small):
-    """--rl-capture and --rl-graphed-pass: "buckets" runs the bucketed sampling step and teacher-forced pass
+    """--rl-engine capture and graphed_pass=buckets runs the bucketed sampling step and teacher-forced pass
     (the programs CUDA graphs record), with the loss and gradients of "off"; the model's own settings (those
     of its passes without a REINFORCE request) are as they were after each batch, and after a batch that
     failed."""
     model, task, sample = _setup(small)
     before = model.engine_settings
-    off = reinforce_step(model, task, sample, "loo", 3, rl_capture="off", rl_graphed_pass="off")
+    off = reinforce_step(model, task, sample, "loo", 3, rl_engine="capture=off,graphed_pass=off")
     assert not capture._BUCKETS.of(model.decoder) and not graphed_pass._BUCKETS.of(model.decoder)
-    on = reinforce_step(model, task, sample, "loo", 3, rl_capture="buckets", rl_graphed_pass="buckets")
+    on = reinforce_step(model, task, sample, "loo", 3, rl_engine="capture=buckets,graphed_pass=buckets")
     assert_same_step(on, off)
     assert capture._BUCKETS.of(model.decoder) and graphed_pass._BUCKETS.of(model.decoder)
     assert model.engine_settings == before
     with pytest.raises(KeyError):
-        reinforce_step(model, task, {**sample, "net_input": {}}, "loo", 3, rl_capture="buckets", rl_compile="fuse")
+        reinforce_step(model, task, {**sample, "net_input": {}}, "loo", 3, rl_engine="capture=buckets,compile=fuse")
     assert model.engine_settings == before
 
 
 @pytest.mark.parametrize("error,compile_mode,hint", [
     (RuntimeError("operation not permitted when stream is capturing"), "off",
-     "--rl-capture off samples without one"),
+     "--rl-engine capture=off samples without one"),
     (RuntimeError("operation not permitted when stream is capturing"), "fuse",
-     "--rl-capture off samples without one, and --rl-compile off compiles nothing"),
+     "--rl-engine capture=off samples without one, and --rl-engine compile=off compiles nothing"),
     (torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"), "off", None)])
 def test_a_capture_that_fails_names_the_flag_that_runs_without_one(error, compile_mode, hint, monkeypatch):
     """A capture that fails (on CUDA; here its failure is made on the CPU) says which flags sample without

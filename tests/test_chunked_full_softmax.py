@@ -92,7 +92,7 @@ def test_the_ce_control_under_the_chunked_full_softmax_equals_the_plain_one(name
     for mode in ("plain", "chunked"):
         model.zero_grad()
         torch.manual_seed(1)  # the same dropout masks (the paper's LSTM keeps its dropout)
-        loss, _, log = _crit(task, rl_lambda=1.0, rl_baseline="none", label_smoothing=0.1,
+        loss, _, log = _crit(task, ce_weight=1.0, rl_baseline="none", label_smoothing=0.1,
                              rl_full_softmax=mode)(model, sample)
         loss.backward()
         results.append((loss.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None], log))
@@ -128,7 +128,7 @@ def test_the_chunked_step_makes_no_tensor_as_large_as_the_tokens_logits(name, on
     for mode in ("plain", "chunked"):
         torch.manual_seed(1)
         with _Largest(vocab) as seen:
-            loss, _, _ = _crit(task, rl_lambda=0.3, rl_baseline="loo", rl_samples=2, max_sample_len=7,
+            loss, _, _ = _crit(task, ce_weight=0.3, rl_baseline="loo", rl_samples=2, max_sample_len=7,
                                rl_full_softmax=mode)(model, sample)
             loss.backward()
         largest[mode] = seen.largest

@@ -146,7 +146,8 @@ def tuned(predictor, tiny_bin, tmp_path_factory):
               "--candidates-dir", root / "cands", "--small-vocab-size", "50", *ARCH, *COMMON]
     run(["fairseq-train", tiny_bin, *plugin, "--criterion", "label_smoothed_cross_entropy", "--label-smoothing",
          "0.1", "--optimizer", "adam", "--lr", "0.005", "--max-epoch", "40", "--save-dir", root / "ce"])
-    run(["fairseq-train", tiny_bin, *plugin, "--criterion", "reinforce_gleu", "--optimizer", "sgd", "--lr", "0.01",
+    run(["fairseq-train", tiny_bin, *plugin, "--criterion", "smallvocab_reinforce", "--optimizer", "sgd",
+         "--lr", "0.01",
          "--max-sample-len", "30", "--max-epoch", "1", "--finetune-from-model", root / "ce" / "checkpoint_last.pt",
          "--save-dir", root / "rl"])
     return root / "rl" / "checkpoint_last.pt"

@@ -12,7 +12,7 @@ from fairseq import metrics
 from helpers import _setup
 from translation_helpers import mt_task
 
-from fairseq_smallvocab.criterions.reinforce_gleu import ReinforceGleuConfig, ReinforceGleuCriterion
+from fairseq_smallvocab.criterions.smallvocab_reinforce import SmallVocabReinforceConfig, SmallVocabReinforceCriterion
 from fairseq_smallvocab.criterions.vocab_prediction_bce import VocabPredictionBCECriterion
 
 
@@ -41,7 +41,7 @@ def test_the_task_reduces_tensors_from_distributed_workers(tiny_bin):
     workers' validation batches."""
     task = mt_task(tiny_bin, small_vocab_size=40)
     model, _, sample = _setup()
-    crit = ReinforceGleuCriterion(task, ReinforceGleuConfig(rl_baseline="none"))
+    crit = SmallVocabReinforceCriterion(task, SmallVocabReinforceConfig(rl_baseline="none"))
     crit.eval()
     logs = []
     for seed in (1, 2):
@@ -69,7 +69,7 @@ def test_the_ce_control_reduces_tensors_from_distributed_workers(tiny_bin):
     CE numbers alone, summed or not."""
     task = mt_task(tiny_bin, small_vocab_size=40)
     model, _, sample = _setup()
-    crit = ReinforceGleuCriterion(task, ReinforceGleuConfig(rl_lambda=1.0))
+    crit = SmallVocabReinforceCriterion(task, SmallVocabReinforceConfig(ce_weight=1.0))
     logs = [crit(model.eval(), sample)[2] for _ in range(2)]
     values = _same_values(lambda outs: task.reduce_metrics(outs, crit), logs)
     assert {"loss", "ce", "rl_loss"} <= set(values) and not {"reward", "baseline", "entropy"} & set(values)
@@ -83,7 +83,8 @@ def test_len_ratio_and_the_baseline_reduce_as_the_reward_does(tiny_bin):
     exactly the mean reward; summed across workers or not."""
     task = mt_task(tiny_bin, small_vocab_size=40)
     model, _, sample = _setup()
-    crit = ReinforceGleuCriterion(task, ReinforceGleuConfig(rl_baseline="loo", rl_samples=3, max_sample_len=9))
+    crit = SmallVocabReinforceCriterion(task, SmallVocabReinforceConfig(rl_baseline="loo", rl_samples=3,
+                                                                        max_sample_len=9))
     logs = []
     for seed in (3, 4):
         torch.manual_seed(seed)
@@ -103,7 +104,7 @@ def test_the_eval_bleu_length_ratio_reduces_from_distributed_workers(tiny_bin):
     """bleu_len_ratio: --eval-bleu's decodes' length over the references'."""
     task = mt_task(tiny_bin, small_vocab_size=40)
     task.cfg.eval_bleu = True
-    crit = ReinforceGleuCriterion(task, ReinforceGleuConfig(rl_lambda=1.0))
+    crit = SmallVocabReinforceCriterion(task, SmallVocabReinforceConfig(ce_weight=1.0))
     logs = []
     for sys_len, ref_len in ((9, 10), (12, 20)):
         log = {"loss": 1.0, "ce": 1.0, "rl": 0.0, "ntokens": 10, "nsentences": 2, "sample_size": 2, "nonfinite": 0,

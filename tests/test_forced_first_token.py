@@ -25,7 +25,7 @@ def test_every_sample_and_greedy_decode_starts_with_the_forced_token(small):
     request = SampleRequest(torch.full((B,), 6), num_samples=3, greedy_too=True, first=first)
     model.eval()
     torch.manual_seed(0)
-    out = model(**sample["net_input"], policy=request)[1]
+    out = model(**sample["net_input"], sample_request=request)[1]
     candidates = sample["net_input"].get("candidates")
     want = first if candidates is None else candidates.gather(1, first.clamp(min=0).view(-1, 1)).view(-1)
     for name, n in (("samples", 3), ("greedy", 1)):
@@ -47,7 +47,7 @@ def test_the_forced_step_leaves_the_policy_gradient(monkeypatch):
         return original(advantages, lprobs, mask, n)
 
     monkeypatch.setattr(objective, "policy_gradient", recording)
-    crit = _crit(task, rl_lambda=0.3, rl_baseline="loo", max_sample_len=7, rl_samples=2)
+    crit = _crit(task, ce_weight=0.3, rl_baseline="loo", max_sample_len=7, rl_samples=2)
     assert crit.sample_request(model, sample).first.tolist() == [7] * B
     torch.manual_seed(3)
     crit(model, sample)

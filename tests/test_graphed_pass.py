@@ -112,7 +112,8 @@ def test_where_it_applies():
     assert not graphed_pass.applies(caption.decoder, cpu, buckets)  # one nn.LSTM call over all steps
     with torch.no_grad():
         assert not graphed_pass.applies(lstm.decoder, cpu, buckets)  # validation and decoding: the decoder's own
-    with pytest.raises(ValueError, match="--rl-graphed-pass must be one of cuda-graphs, buckets, off, got 'graphs'"):
+    with pytest.raises(ValueError, match="--rl-engine graphed_pass must be one of cuda-graphs, buckets, off, got "
+                                         "'graphs'"):
         _settings("graphs")
 
 
@@ -146,7 +147,8 @@ def test_reinforce_loss_and_gradients_on_the_bucketed_passes(small, baseline, n,
     monkeypatch.setattr(graphed_pass._Pass, "forward", lambda self, *args: passes.append(self.decoder.training)
                         or forward(self, *args))
     for mode in ("off", "buckets"):
-        results[mode] = reinforce_step(model, task, sample, baseline, n, rl_capture="buckets", rl_graphed_pass=mode)
+        results[mode] = reinforce_step(model, task, sample, baseline, n,
+                                       rl_engine=f"capture=buckets,graphed_pass={mode}")
     assert_same_step(results["buckets"], results["off"])
     assert results["off"][2]["sample_len"] == results["buckets"][2]["sample_len"]
     assert passes == [True, False]  # bucketed: the CE pass (training mode) and the scoring pass (eval)
@@ -299,7 +301,7 @@ def test_a_second_backward_through_a_replay_is_refused(device, mode):
     encoder_out, tokens = _inputs(model, 2, 6)
     loss = graphed_pass.extract_features(model.decoder, tokens, encoder_out, _settings(mode))[0].sum()
     loss.backward(retain_graph=True)
-    with pytest.raises(RuntimeError, match="a second backward through a replayed pass.*--rl-graphed-pass off"):
+    with pytest.raises(RuntimeError, match="a second backward through a replayed pass.*--rl-engine graphed_pass=off"):
         loss.backward()
 
 
@@ -315,7 +317,7 @@ def test_a_capture_that_fails_names_the_flag_that_runs_without_one(monkeypatch):
     monkeypatch.setattr(graphed_pass, "applies", lambda *args: True)  # as on CUDA
     monkeypatch.setattr(graphed_pass._Bucket, "__init__", fail)
     with pytest.raises(RuntimeError, match=r"^preparing a CUDA graph \(warm-up and capture\) failed \(RuntimeError: "
-                                           r"operation not permitted .*\); --rl-graphed-pass off") as raised:
+                                           r"operation not permitted .*\); --rl-engine graphed_pass=off") as raised:
         _pass(model, 2, 6, "cuda-graphs")
     assert raised.value.__cause__ is error
     with pytest.raises(RuntimeError) as raised:  # the bucketed pass that runs eagerly: its own errors
@@ -337,7 +339,8 @@ def _on_cuda(small):
 def _steps(model, task, sample, mode):
     """Two REINFORCE steps (seeds 6 and 7), the sampling step captured, with the teacher-forced passes run
     as ``mode`` says."""
-    return [reinforce_step(model, task, sample, "loo", 3, seed=seed, rl_capture="cuda-graphs", rl_graphed_pass=mode)
+    return [reinforce_step(model, task, sample, "loo", 3, seed=seed,
+                           rl_engine=f"capture=cuda-graphs,graphed_pass={mode}")
             for seed in (6, 7)]
 
 

@@ -55,7 +55,7 @@ def test_the_search_is_refused_where_there_is_no_gpu_memory_to_search(extra, cap
 
 @pytest.mark.parametrize("error", ["MemoryError", "OutOfMemoryError"])
 def test_a_trial_that_runs_out_of_memory_does_not_fit(error, monkeypatch):
-    """Out of CUDA's memory, or refused ahead by reinforce_gleu's own estimate (MemoryError): no fit; any other
+    """Out of CUDA's memory, or refused ahead by smallvocab_reinforce's own estimate (MemoryError): no fit; any other
     error is the step's own and stops the search."""
     import torch
 

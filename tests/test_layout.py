@@ -9,16 +9,16 @@ import ast
 import dataclasses
 import importlib
 import pkgutil
+import re
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
 from helpers import _crit, _setup, reinforce_step
 
 import fairseq_smallvocab
-from fairseq_smallvocab.engine.settings import NAMES, EngineSettings, parse
-from fairseq_smallvocab.reinforce.config import ReinforceGleuConfig, check_config
+from fairseq_smallvocab.engine.settings import ENGINE_KEYS, NAMES, EngineSettings, parse
+from fairseq_smallvocab.reinforce.config import SmallVocabReinforceConfig, check_config
 
 PACKAGE = Path(fairseq_smallvocab.__file__).parent
 MAX_LINES = 350
@@ -55,6 +55,90 @@ def test_the_algorithm_and_the_engine_import_no_models(package, forbidden):
     found = {f"{p.name}: {name}" for p in (PACKAGE / package).rglob("*.py") for name in _imports(p)
              if name.startswith(forbidden)}
     assert not found
+
+
+def _unit(module: str, inside_engine: bool = False) -> str:
+    """The layer a plugin module belongs to: its top-level package (or root module), engine/device_modes/ a
+    layer of its own; ``inside_engine``: engine/'s modules one by one."""
+    parts = module.split(".")[1:]
+    if parts[:2] == ["engine", "device_modes"]:
+        return "engine.device_modes"
+    return ".".join(parts[:2]) if inside_engine and parts[:1] == ["engine"] and len(parts) > 1 else parts[0]
+
+
+def _import_graph(inside_engine: bool = False) -> dict:
+    graph = {}
+    for path in _modules():
+        if path.name == "__init__.py" and (path.parent == PACKAGE or inside_engine and path.parent.name == "engine"):
+            continue  # a package's registration of its modules (the plugin's of everything, engine/'s families)
+        name = ".".join(("fairseq_smallvocab",) + path.relative_to(PACKAGE).with_suffix("").parts)
+        name = name.removesuffix(".__init__")
+        if len(name.split(".")) < 2:
+            continue
+        here = _unit(name, inside_engine)
+        targets = {_unit(n, inside_engine) for n in _imports(path)
+                   if n.startswith("fairseq_smallvocab.") and not n.startswith("fairseq_smallvocab.__")}
+        graph.setdefault(here, set()).update(targets - {here, "engine" if inside_engine else None})
+    return graph
+
+
+def _cycle(graph: dict):
+    """A cycle of ``graph`` ({node: nodes it imports}) as a list of nodes, or None."""
+    state, path = {}, []
+
+    def visit(node):
+        state[node] = "open"
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        state[node] = "done"
+        path.pop()
+        return None
+
+    return next((found for node in sorted(graph) if node not in state and (found := visit(node))), None)
+
+
+@pytest.mark.parametrize("inside_engine", [False, True])
+def test_the_import_graph_has_no_cycle(inside_engine):
+    """Layers import downwards only: between the plugin's packages, and between engine/'s modules (its device
+    modes plug into ``engine.passes`` from above, and nothing below imports them back); the check can fail."""
+    graph = _import_graph(inside_engine)
+    assert "engine.device_modes" in graph and _cycle(graph) is None, _cycle(graph)
+    assert _cycle({**graph, "engine.passes" if inside_engine else "engine": {"engine.device_modes"}}) is not None
+
+
+def test_no_default_path_module_imports_the_device_modes():
+    """Only engine/device_modes/ imports itself; ``engine.passes`` loads it by name when settings ask."""
+    found = {f"{p.relative_to(PACKAGE)}: {name}" for p in _modules() if "device_modes" not in p.parts
+             for name in _imports(p) if name.startswith("fairseq_smallvocab.engine.device_modes")}
+    assert not found
+
+
+_LOADED_AFTER_A_STEP = """
+import sys
+sys.path.insert(0, {tests!r})
+from helpers import _setup, reinforce_step
+model, task, sample = _setup()
+reinforce_step(model, task, sample, "loo", 2{flags})
+print(sorted(m for m in sys.modules if m.startswith("fairseq_smallvocab.engine.device_modes")))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flags, loaded", [("", False), (", rl_engine='capture=buckets'", True),
+                                           (", rl_engine='merged_pass=on'", True)])
+def test_a_default_step_never_loads_the_device_modes(flags, loaded):
+    """A REINFORCE step with the default settings runs without the device modes' code ever imported (in a
+    fresh interpreter); a step that asks for one loads them."""
+    import subprocess
+    import sys
+    code = _LOADED_AFTER_A_STEP.format(tests=str(Path(__file__).parent), flags=flags)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    modules = ast.literal_eval(out.strip().splitlines()[-1])
+    assert bool(modules) == loaded, modules
 
 
 CUDA_GRAPH_CALLS = ("torch.cuda.graph", "torch.cuda.CUDAGraph", "torch.cuda.make_graphed_callables",
@@ -115,46 +199,64 @@ def _upper_case_globals():
 def test_a_step_under_other_settings_leaves_every_module_setting_as_it_was():
     before = _upper_case_globals()
     model, task, sample = _setup()
-    flags = dict(rl_capture="buckets", rl_graphed_pass="buckets", rl_static_state="off", rl_stop_check_every=3,
-                 rl_union_max_ratio=0.5, rl_transposed_min_rows=1, rl_stored_probs_max_elements=0)
+    flags = dict(rl_engine="capture=buckets,graphed_pass=buckets,static_state=off,stop_check_every=3,"
+                           "union_max_ratio=0.5,transposed_min_rows=1,stored_probs_max_elements=0")
     loss, _, _ = reinforce_step(model, task, sample, "learned", 2, **flags)
     assert torch.isfinite(loss)
     assert _upper_case_globals() == before
 
 
 def test_the_settings_come_from_the_criterions_flags():
-    cfg = ReinforceGleuConfig(rl_capture="off", rl_static_state="off", rl_stop_check_every=4, rl_union_max_ratio=1.5)
+    cfg = SmallVocabReinforceConfig(rl_engine="capture=off,static_state=off,stop_check_every=4,union_max_ratio=1.5")
     settings = check_config(cfg)
     assert settings == EngineSettings(capture="off", static_state=False, stop_check_every=4, union_max_ratio=1.5)
-    assert check_config(ReinforceGleuConfig()) == EngineSettings()  # unset flags: the defaults
+    assert check_config(SmallVocabReinforceConfig()) == EngineSettings()  # unset flags: the defaults
     assert {settings: 1}[EngineSettings(capture="off", static_state=False, stop_check_every=4,
                                         union_max_ratio=1.5)] == 1  # hashable: a bucket's key
     with pytest.raises(dataclasses.FrozenInstanceError):
         settings.capture = "buckets"
     assert "static_state=off (set)" in settings.describe() and "compile=off," in settings.describe()
     assert "capture=buckets (set)" in settings.changed(capture="buckets").describe()
-    assert set(NAMES) == {name[3:] for name in vars(ReinforceGleuConfig()) if name.startswith("rl_")} - {
-        "lambda", "baseline", "samples", "objective"}  # every setting has its flag (the rest: the algorithm's)
+    assert set(NAMES) == set(ENGINE_KEYS) | {"full_softmax"}  # every setting has its key or flag
 
 
 def test_the_criterion_carries_its_settings_into_the_sample_request():
     model, task, sample = _setup()
-    crit = _crit(task, rl_capture="buckets", rl_stop_check_every=2)
+    crit = _crit(task, rl_engine="capture=buckets,stop_check_every=2")
     request = crit.sample_request(model, sample)
     assert request.settings == EngineSettings(capture="buckets", stop_check_every=2) == crit.settings
 
 
 @pytest.mark.parametrize("flags, message", [
-    (dict(rl_stop_check_every=0), "--rl-stop-check-every must be >= 1, got 0"),
-    (dict(rl_capture_max_mib=0), "--rl-capture-max-mib must be >= 1, got 0"),
-    (dict(rl_union_max_ratio=float("nan")), "--rl-union-max-ratio must be a finite number > 0"),
-    (dict(rl_stored_probs_max_elements=-1), "--rl-stored-probs-max-elements and --rl-transposed-min-rows must"),
+    (dict(rl_engine="stop_check_every=0"), "--rl-engine stop_check_every must be >= 1, got 0"),
+    (dict(rl_engine="capture_max_mib=0"), "--rl-engine capture_max_mib must be >= 1, got 0"),
+    (dict(rl_engine="union_max_ratio=nan"), "--rl-engine union_max_ratio must be a finite number > 0"),
+    (dict(rl_engine="stored_probs_max_elements=-1"),
+     "--rl-engine stored_probs_max_elements and --rl-engine transposed_min_rows must"),
+    (dict(rl_engine="capture=graphs"), "--rl-engine: capture=graphs: capture takes one of cuda-graphs, buckets, off"),
+    (dict(rl_engine="capture"), "--rl-engine 'capture': give KEY=VALUE items, comma-separated (e.g. "
+                                "capture=buckets,stop_check_every=4); the keys are capture, compile,"),
+    (dict(rl_engine="capture=off,capture=buckets"), "--rl-engine gives capture twice"),
+    (dict(rl_engine="full_softmax=chunked"), "--rl-engine full_softmax: set it with --rl-full-softmax"),
+    (dict(rl_engine="catpure=off"), "--rl-engine: no setting 'catpure'; the settings are capture,"),
+    (dict(rl_engine="static_state=maybe"), "--rl-engine: static_state=maybe: static_state takes on or off"),
 ])
 def test_a_bad_setting_is_refused_naming_its_flag(flags, message):
-    with pytest.raises(ValueError, match=message.replace("(", r"\(")):
-        check_config(ReinforceGleuConfig(**flags))
-    with pytest.raises(ValueError, match="--rl-capture must be one of cuda-graphs, buckets, off, got 'graphs'"):
-        EngineSettings.from_config(SimpleNamespace(rl_capture="graphs"))
+    with pytest.raises(ValueError, match="^" + re.escape(message)):
+        check_config(SmallVocabReinforceConfig(**flags))
+
+
+def test_the_engine_settings_come_as_one_flag():
+    """``--rl-engine KEY=VALUE,...`` (spaces and an empty item ignored) and ``--rl-full-softmax`` make the
+    settings; the criterion has at most 16 options, the device's but these two gone."""
+    cfg = SmallVocabReinforceConfig(rl_engine=" capture = buckets, merged_pass=on,,untested_cuda_modes=on ",
+                              rl_full_softmax="chunked")
+    assert check_config(cfg) == EngineSettings(capture="buckets", merged_pass=True, untested_cuda_modes=True,
+                                               full_softmax="chunked")
+    options = [f.name for f in dataclasses.fields(SmallVocabReinforceConfig) if f.name != "_name"]
+    assert len(options) <= 16, options
+    assert {name for name in options if name.startswith("rl_")} == {
+        "rl_objective", "rl_baseline", "rl_samples", "rl_engine", "rl_full_softmax"}
 
 
 @pytest.mark.parametrize("name, text, value", [
@@ -174,8 +276,8 @@ def test_a_bad_setting_text_is_named(name, text, message):
         parse(name, text)
 
 
-@pytest.mark.parametrize("rl_lambda", [1.0, 0.5])
-def test_every_pass_of_the_criterion_runs_with_its_settings(rl_lambda, monkeypatch):
+@pytest.mark.parametrize("ce_weight", [1.0, 0.5])
+def test_every_pass_of_the_criterion_runs_with_its_settings(ce_weight, monkeypatch):
     """The CE control (lambda = 1: no sample request) as the mixed loss: the teacher-forced passes get the
     criterion's settings, not the model's defaults."""
     from fairseq_smallvocab.engine.device_modes import graphed_pass
@@ -185,6 +287,6 @@ def test_every_pass_of_the_criterion_runs_with_its_settings(rl_lambda, monkeypat
     monkeypatch.setattr(graphed_pass, "extract_features",
                         lambda decoder, prev, encoder_out, settings: seen.append(settings) or real(
                             decoder, prev, encoder_out, settings))
-    _crit(task, rl_lambda=rl_lambda, rl_graphed_pass="buckets", rl_capture="buckets")(model, sample)
+    _crit(task, ce_weight=ce_weight, rl_engine="graphed_pass=buckets,capture=buckets")(model, sample)
     assert seen and set(seen) == {EngineSettings(graphed_pass="buckets", capture="buckets")}
     assert model.engine_settings == EngineSettings()

@@ -1,5 +1,5 @@
 """One teacher-forced pass for the CE term and the samples' scores (engine/device_modes/merged_pass.py,
---rl-merged-pass on), against today's two passes: without dropout, the same loss and every parameter's
+--rl-engine merged_pass=on), against today's two passes: without dropout, the same loss and every parameter's
 gradient from the same seed, for every model family, both softmaxes, N samples and each baseline; with
 dropout, the same loss and gradients when the two passes are given the masks the merged pass drew for its
 gold rows (and the sample rows are left alone); where it cannot apply, the two passes run and the log
@@ -32,7 +32,9 @@ def _no_dropout(model):
 
 def _both(model, task, sample, baseline, n, **flags):
     """(two passes, merged) REINFORCE steps from the same seed."""
-    return [reinforce_step(model, task, sample, baseline, n, rl_merged_pass=mode, **flags) for mode in ("off", "on")]
+    more = "".join(f",{key}={value}" for key, value in flags.items())
+    return [reinforce_step(model, task, sample, baseline, n, rl_engine=f"merged_pass={mode}{more}")
+            for mode in ("off", "on")]
 
 
 @pytest.mark.parametrize("name", list(FAMILIES))
@@ -46,7 +48,7 @@ def test_without_dropout_the_merged_pass_gives_the_two_passes_step(name, baselin
     # a recurrent decoder's samples are scored by a pass where its sampling step is bucketed (as captured on
     # a GPU); without, its steps keep their graph and only the encoder's and the CE pass merge
     for capture in (["buckets", "off"] if name in RECURRENT else ["off"]):
-        two, merged = _both(model, task, sample, baseline, n, rl_capture=capture)
+        two, merged = _both(model, task, sample, baseline, n, capture=capture)
         assert_same_step(merged, two)
         assert merged[2]["reward"] == two[2]["reward"] and merged[2]["steps"] == two[2]["steps"] > 0
     assert len(runs) == (2 if name in RECURRENT else 1)
@@ -60,9 +62,10 @@ def test_the_merged_pass_serves_the_chunked_full_softmax_too(name, monkeypatch):
     _no_dropout(model)
     runs = []
     monkeypatch.setattr(merged_pass, "run", _counted(merged_pass.run, runs))
-    capture = {"rl_capture": "buckets"} if name in RECURRENT else {}
-    two = reinforce_step(model, task, sample, "loo", 2, rl_merged_pass="off", **capture)
-    merged = reinforce_step(model, task, sample, "loo", 2, rl_merged_pass="on", rl_full_softmax="chunked", **capture)
+    capture = ",capture=buckets" if name in RECURRENT else ""
+    two = reinforce_step(model, task, sample, "loo", 2, rl_engine="merged_pass=off" + capture)
+    merged = reinforce_step(model, task, sample, "loo", 2, rl_engine="merged_pass=on" + capture,
+                            rl_full_softmax="chunked")
     assert_same_step(merged, two)
     assert len(runs) == 1
 
@@ -113,15 +116,15 @@ class _Replay(TorchFunctionMode):
 def test_with_dropout_the_merged_pass_gives_the_two_passes_step_under_its_masks(name, baseline, n, monkeypatch):
     model, task, sample = _family_setup(name, small=True)
     assert any(getattr(m, "p", 0) > 0 for m in model.modules())  # the families' dropout 0.1
-    capture = {"rl_capture": "buckets"} if name in RECURRENT else {}
+    capture = ",capture=buckets" if name in RECURRENT else ""
     _Recording.log, _Recording.generator = [], torch.Generator().manual_seed(5)
     monkeypatch.setattr(merged_pass, "RowDropout", _Recording)
-    merged = reinforce_step(model, task, sample, baseline, n, rl_merged_pass="on", **capture)
+    merged = reinforce_step(model, task, sample, baseline, n, rl_engine="merged_pass=on" + capture)
     log = list(_Recording.log)
     assert log and all(rows.sum() < rows.numel() for rows, _, _ in log)  # some rows without dropout every time
     replay = _Replay(log)
     with replay:
-        two = reinforce_step(model, task, sample, baseline, n, rl_merged_pass="off", **capture)
+        two = reinforce_step(model, task, sample, baseline, n, rl_engine="merged_pass=off" + capture)
     # as many dropout calls, in the same order (a recurrent decoder's merged pass also steps over the gold rows'
     # padding, at the end: calls the two passes do not make)
     assert replay.log == [] or name in RECURRENT
@@ -147,7 +150,7 @@ def test_sample_rows_are_left_alone_and_a_doubtful_row_dimension_is_refused():
 @pytest.mark.parametrize("name, options, reason", [
     ("lstm_smallvocab", {}, "LSTM's dropout between its layers is drawn inside it"),
     ("transformer", {"attention": 0.1}, "attention dropout is drawn inside torch's fused attention"),
-    ("lstm", {"rl_graphed_pass": "buckets"}, "the graphed pass replays its own program"),
+    ("lstm", {"graphed_pass": "buckets"}, "the graphed pass replays its own program"),
 ])
 def test_where_it_cannot_apply_the_two_passes_run_and_the_log_says_why(name, options, reason, caplog, monkeypatch):
     model, task, sample = _family_setup(name, small=True)

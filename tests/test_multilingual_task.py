@@ -320,13 +320,16 @@ def test_each_target_language_logs_its_own_reward(ml_bin, tmp_path, monkeypatch)
     logs first; the mean reward is their mix."""
     from test_distributed_logs import _same_values
 
-    from fairseq_smallvocab.criterions.reinforce_gleu import ReinforceGleuConfig, ReinforceGleuCriterion
+    from fairseq_smallvocab.criterions.smallvocab_reinforce import (
+        SmallVocabReinforceConfig,
+        SmallVocabReinforceCriterion,
+    )
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "lang_reward.py").write_text(LANG_REWARD)
     task, _ = _task_with_predictors(ml_bin)
     model = task.build_model(task.args).eval()
-    crit = ReinforceGleuCriterion(task, ReinforceGleuConfig(rl_samples=3, rl_baseline="loo",
+    crit = SmallVocabReinforceCriterion(task, SmallVocabReinforceConfig(rl_samples=3, rl_baseline="loo",
                                                             reward="python:lang_reward.score"))
     task.load_dataset("valid")
     dataset, logs, langs = task.datasets["valid"], [], []
@@ -398,7 +401,7 @@ def test_reinforce_tunes_a_multilingual_model_with_a_reward_of_its_own(trained, 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "recording_reward.py").write_text(textwrap.dedent(RECORDING_REWARD))
     run(["fairseq-train", ml_bin, *OURS, *MODEL_ARGS, "--vocab-predictor", spec, "--small-vocab-size", str(K),
-         "--criterion", "reinforce_gleu", "--rl-samples", "2", "--rl-baseline", "loo",
+         "--criterion", "smallvocab_reinforce", "--rl-samples", "2", "--rl-baseline", "loo",
          "--reward", "python:recording_reward.score", "--finetune-from-model", out / "ce" / "checkpoint_last.pt",
          "--max-update", "3", "--save-dir", tmp_path / "rl"], cwd=tmp_path,
         env={"PYTHONPATH": str(tmp_path)})
@@ -422,7 +425,7 @@ def test_two_workers_log_each_languages_reward(trained, ml_bin, tmp_path):
     training and validation; the mean reward lies between the languages' (their mix)."""
     out, spec = trained
     outs = launch_two([ml_bin, *OURS, *MODEL_ARGS, "--vocab-predictor", spec, "--small-vocab-size", K,
-                       "--criterion", "reinforce_gleu", "--rl-samples", "2", "--rl-baseline", "loo",
+                       "--criterion", "smallvocab_reinforce", "--rl-samples", "2", "--rl-baseline", "loo",
                        "--finetune-from-model", out / "ce" / "checkpoint_last.pt", "--max-update", "2",
                        "--save-dir", tmp_path / "rl", "--distributed-backend", "gloo", "--ddp-backend", "legacy_ddp"])
     assert "as rank 1" in outs[1]

@@ -1,4 +1,4 @@
-"""reinforce_gleu's baselines: leave-one-out by hand, self-critical (the greedy
+"""smallvocab_reinforce's baselines: leave-one-out by hand, self-critical (the greedy
 decode's reward), and the learned one: it fits the rewards, its Adam state round
 trips through the criterion's state, it stays float32 under --fp16, and it reads
 states saved before its first step and by the checkpoints of 0.1.  (Its state
@@ -85,7 +85,8 @@ def test_self_critical_baseline_is_the_greedy_reward():
     crit = _crit(task, rl_baseline="self-critical", max_sample_len=8)
     _, _, log = crit(model, sample)
     with torch.no_grad():
-        greedy = model(**sample["net_input"], policy=SampleRequest(torch.full((B,), 8), greedy_too=True))[1]["greedy"]
+        greedy = model(**sample["net_input"],
+                       sample_request=SampleRequest(torch.full((B,), 8), greedy_too=True))[1]["greedy"]
     d = task.target_dictionary
     want = 0.0
     for b in range(B):

@@ -1,4 +1,4 @@
-"""reinforce_gleu through fairseq-train (slow): fine-tuning and resuming with the
+"""smallvocab_reinforce through fairseq-train (slow): fine-tuning and resuming with the
 learned baseline's state, several samples with a sacrebleu reward and a
 temperature, bad settings stopping the run; and distributed: DDP on CPU with gloo
 (validating as one process, a stock transformer), on 2 GPUs, and the learned
@@ -27,7 +27,7 @@ def ce_checkpoint(tiny_bin, tmp_path_factory):
 
 @pytest.mark.slow
 def test_fairseq_train_fine_tunes_and_resumes_with_the_baseline_state(tiny_bin, ce_checkpoint, tmp_path):
-    rl = [*MT, "--small-vocab-size", "0", "--criterion", "reinforce_gleu", "--optimizer", "sgd", "--lr", "0.01",
+    rl = [*MT, "--small-vocab-size", "0", "--criterion", "smallvocab_reinforce", "--optimizer", "sgd", "--lr", "0.01",
           "--save-dir", tmp_path / "rl", "--max-sample-len", "20"]
     run(["fairseq-train", tiny_bin, *rl, "--max-epoch", "1", "--finetune-from-model", ce_checkpoint])
     def baseline_state():
@@ -66,12 +66,43 @@ def test_fairseq_train_fine_tunes_and_resumes_with_the_baseline_state(tiny_bin, 
 
 
 @pytest.mark.slow
+def test_the_former_names_run_unchanged(tiny_bin, ce_checkpoint, tmp_path):
+    """``--criterion reinforce_gleu`` and ``--rl-lambda``, the first names of ``smallvocab_reinforce`` and
+    ``--ce-weight``, run as they did; a checkpoint written under the first names (its config and its optimizer
+    history's class name) resumes under the new ones, and the other way round."""
+    def rl(criterion, weight_flag, epochs, save="rl"):
+        return run(["fairseq-train", tiny_bin, *MT, "--small-vocab-size", "0", "--criterion", criterion,
+                    weight_flag, "0.5", "--optimizer", "sgd", "--lr", "0.01", "--save-dir", tmp_path / save,
+                    "--max-sample-len", "20", "--rl-samples", "2", "--rl-baseline", "loo", "--max-epoch", str(epochs),
+                    *(["--finetune-from-model", ce_checkpoint] if epochs == 1 else [])])
+
+    old = rl("reinforce_gleu", "--rl-lambda", 1)
+    new = rl("smallvocab_reinforce", "--ce-weight", 1, save="new")
+    losses = [re.findall(r"train_inner \| .* loss=([-\d.]+)", out.stdout + out.stderr) for out in (old, new)]
+    assert losses[0] and losses[0] == losses[1]  # the same run
+    # as written before the renames: the class name in the optimizer history, the config's keys
+    last = tmp_path / "rl" / "checkpoint_last.pt"
+    ckpt = torch.load(last, weights_only=False)
+    ckpt["optimizer_history"][-1]["criterion_name"] = "ReinforceGleuCriterion"
+    ckpt["cfg"]["criterion"]["_name"] = "reinforce_gleu"
+    ckpt["cfg"]["criterion"]["rl_lambda"] = ckpt["cfg"]["criterion"].pop("ce_weight")
+    torch.save(ckpt, last)
+    out = rl("smallvocab_reinforce", "--ce-weight", 2)
+    assert "Loaded checkpoint" in out.stdout + out.stderr and "epoch 002" in out.stdout + out.stderr
+    out = rl("reinforce_gleu", "--rl-lambda", 3)
+    assert "epoch 003" in out.stdout + out.stderr
+    bad = run(["fairseq-train", tiny_bin, *MT, "--criterion", "reinforce_gleu", "--rl-lambda", "2",
+               "--save-dir", tmp_path / "bad"], check=False)
+    assert bad.returncode != 0 and "--ce-weight must be in [0, 1], got 2.0" in bad.stderr
+
+
+@pytest.mark.slow
 def test_fairseq_train_with_several_samples_a_sacrebleu_reward_and_temperature(tiny_bin, ce_checkpoint, tmp_path):
     """--rl-samples 3 --rl-baseline loo --reward chrf --sample-temperature 0.8 through fairseq-train: the
     new metrics are logged, a resumed run continues (the leave-one-out baseline keeps no state; fairseq-train
-    takes --rl-capture and --rl-graphed-pass, whose effect test_capture.py checks), and bad settings stop
+    takes --rl-engine, whose device modes' effect test_capture.py checks), and bad settings stop
     fairseq-train at start-up with the criterion's message."""
-    rl = [*MT, "--small-vocab-size", "0", "--criterion", "reinforce_gleu", "--optimizer", "sgd", "--lr", "0.01",
+    rl = [*MT, "--small-vocab-size", "0", "--criterion", "smallvocab_reinforce", "--optimizer", "sgd", "--lr", "0.01",
           "--save-dir", tmp_path / "rl", "--max-sample-len", "20", "--rl-samples", "3", "--rl-baseline", "loo",
           "--reward", "chrf", "--sample-temperature", "0.8"]
     out = run(["fairseq-train", tiny_bin, *rl, "--max-epoch", "1", "--finetune-from-model", ce_checkpoint])
@@ -82,14 +113,15 @@ def test_fairseq_train_with_several_samples_a_sacrebleu_reward_and_temperature(t
     assert values["entropy"] > 0 and "baseline_mse" not in log
     ckpt = torch.load(tmp_path / "rl" / "checkpoint_last.pt", weights_only=False)
     assert "reinforce_gleu.baseline" not in str(ckpt["extra_state"].get("TranslationSmallVocabTask", {}))
-    out = run(["fairseq-train", tiny_bin, *rl, "--max-epoch", "2", "--rl-capture", "buckets",
-               "--rl-graphed-pass", "buckets"])
+    out = run(["fairseq-train", tiny_bin, *rl, "--max-epoch", "2", "--rl-engine",
+               "capture=buckets,graphed_pass=buckets"])
     assert "Loaded checkpoint" in out.stdout + out.stderr and "epoch 002" in out.stdout + out.stderr
     # (the others: test_bad_rl_settings)
     for flags, message in ((["--rl-samples", "1"], "--rl-baseline loo needs --rl-samples >= 2"),
                            (["--reward", "rouge"], "unknown reward 'rouge': --reward must be one of gleu, gleu_bp, "
                                                    "bleu, chrf, constant, or python:MODULE.FUNCTION"),
-                           (["--rl-capture", "graphs"], "invalid choice: 'graphs'")):
+                           (["--rl-engine", "capture=graphs"], "--rl-engine: capture=graphs: capture takes one of"),
+                           (["--rl-capture", "buckets"], "unrecognized arguments: --rl-capture buckets")):
         bad = run(["fairseq-train", tiny_bin, *rl, *flags, "--max-epoch", "3"], check=False)
         assert bad.returncode != 0 and message in bad.stderr, bad.stderr[-2000:]
 
@@ -97,7 +129,7 @@ def test_fairseq_train_with_several_samples_a_sacrebleu_reward_and_temperature(t
 def _launch_two(tiny_bin, ce_ckpt, save, extra, model=MT):
     """Two fairseq-train workers (ranks 0 and 1) of one distributed run
     (fine-tuning ``ce_ckpt``, or from scratch when None)."""
-    return launch_two([tiny_bin, *model, "--small-vocab-size", "0", "--criterion", "reinforce_gleu",
+    return launch_two([tiny_bin, *model, "--small-vocab-size", "0", "--criterion", "smallvocab_reinforce",
                        "--optimizer", "sgd", "--lr", "0.01", "--max-epoch", "1", "--batch-size", "16",
                        *(["--finetune-from-model", ce_ckpt] if ce_ckpt else []), "--save-dir", save,
                        "--max-sample-len", "30", *extra])
@@ -120,7 +152,7 @@ def test_distributed_data_parallel_on_cpu_with_gloo_validates_as_one_process(tin
     process's on the same data and weights (learning rate 0)."""
     small = ["--small-vocab-size", "100", "--vocab-predictor", predictor, "--candidates-dir", tmp_path / "cands",
              "--lr", "0"]
-    one = run(["fairseq-train", tiny_bin, *MT, "--criterion", "reinforce_gleu", "--optimizer", "sgd",
+    one = run(["fairseq-train", tiny_bin, *MT, "--criterion", "smallvocab_reinforce", "--optimizer", "sgd",
                "--max-epoch", "1", "--batch-size", "16", "--max-sample-len", "30", "--finetune-from-model",
                ce_checkpoint, "--save-dir", tmp_path / "one", *small])  # also writes the lists both workers read
     outs = _launch_two(tiny_bin, ce_checkpoint, tmp_path / "rl",
@@ -146,21 +178,20 @@ TRANSFORMER_MT = [*MT[:4], "--arch", "transformer", "--encoder-layers", "1", "--
 @pytest.mark.parametrize("small", [True, False])
 def test_fairseq_train_on_a_gpu_replays_what_the_eager_loop_computes(tiny_bin, predictor, tmp_path, arch, small):
     """fairseq-train on one GPU, the way a user runs it: the sampling step captured per bucket
-    (--rl-capture cuda-graphs with --rl-untested-cuda-modes on until this passes; for the LSTM its
-    teacher-forced passes too, --rl-graphed-pass cuda-graphs), while fairseq's
+    (--rl-engine capture=cuda-graphs with untested_cuda_modes=on until this passes; for the LSTM its
+    teacher-forced passes too, graphed_pass=cuda-graphs), while fairseq's
     DataLoader pins the next batches in a thread of its own, over two epochs of batches and validations.
     At learning rate 0 (the same weights and draws at every update) and without dropout (the graphed pass
     draws its masks in an order of its own) each update logs the loss and reward of the eager loop
-    (--rl-capture off), inside predicted vocabularies and with the full softmax."""
+    (--rl-engine capture=off), inside predicted vocabularies and with the full softmax."""
     model = [arg for arg in (MT if arch == "lstm_smallvocab" else TRANSFORMER_MT) if arg != "--cpu"]
-    args = ["fairseq-train", tiny_bin, *model, "--criterion", "reinforce_gleu", "--optimizer", "sgd", "--lr", "0",
+    args = ["fairseq-train", tiny_bin, *model, "--criterion", "smallvocab_reinforce", "--optimizer", "sgd", "--lr", "0",
             "--max-epoch", "2", "--max-sample-len", "20", "--rl-samples", "2", "--rl-baseline", "loo",
             "--seed", "3", "--no-save", "--dropout", "0",
             *(["--small-vocab-size", "100", "--vocab-predictor", predictor, "--candidates-dir", tmp_path / "cands"]
               if small else ["--small-vocab-size", "0"])]
-    graphed = ["--rl-untested-cuda-modes", "on"] + (["--rl-graphed-pass", "cuda-graphs"] if arch == "lstm_smallvocab"
-                                                     else [])
-    logs = {mode: run([*args, "--rl-capture", mode, *(graphed if mode == "cuda-graphs" else [])])
+    graphed = ",untested_cuda_modes=on" + (",graphed_pass=cuda-graphs" if arch == "lstm_smallvocab" else "")
+    logs = {mode: run([*args, "--rl-engine", f"capture={mode}" + (graphed if mode == "cuda-graphs" else "")])
             for mode in ("cuda-graphs", "off")}
 
     def updates(out):
@@ -220,9 +251,9 @@ def test_learned_baseline_stays_identical_across_workers(tmp_path):
 def test_fairseq_train_with_risk_logs_it_and_distributed_workers_validate_as_one(tiny_bin, ce_checkpoint, tmp_path):
     """--rl-objective risk through fairseq-train: the risk (x 100) and the distinct samples per input logged, no
     baseline; two gloo workers (the logs summed as tensors) validate as one process does at learning rate 0."""
-    risk = ["--rl-objective", "risk", "--rl-samples", "3", "--risk-sharpness", "2", "--rl-lambda", "0.1",
+    risk = ["--rl-objective", "risk", "--rl-samples", "3", "--risk-sharpness", "2", "--ce-weight", "0.1",
             "--lr", "0"]
-    one = run(["fairseq-train", tiny_bin, *MT, "--small-vocab-size", "0", "--criterion", "reinforce_gleu",
+    one = run(["fairseq-train", tiny_bin, *MT, "--small-vocab-size", "0", "--criterion", "smallvocab_reinforce",
                "--optimizer", "sgd", "--max-epoch", "1", "--batch-size", "16", "--max-sample-len", "30",
                "--finetune-from-model", ce_checkpoint, "--save-dir", tmp_path / "one", *risk])
     log = one.stdout + one.stderr

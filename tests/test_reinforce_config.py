@@ -1,4 +1,4 @@
-"""reinforce_gleu refuses bad settings with a message naming the flag: at start-up
+"""smallvocab_reinforce refuses bad settings with a message naming the flag: at start-up
 (the flags' ranges, the reward, the samples a baseline needs), and before drawing
 (a temperature whose scaled logits overflow, samples that cannot fit in memory)."""
 
@@ -81,36 +81,36 @@ def test_cuda_memory_the_allocator_holds_unused_counts_as_available(monkeypatch)
 def test_bad_settings_are_named():
     _, task, _ = _setup()
     for value in (-0.1, 1.5):
-        with pytest.raises(ValueError, match=r"--rl-lambda must be in \[0, 1\]"):
-            _crit(task, rl_lambda=value)
+        with pytest.raises(ValueError, match=r"--ce-weight must be in \[0, 1\]"):
+            _crit(task, ce_weight=value)
     for value in (-0.1, 1.0):
         with pytest.raises(ValueError, match=r"--label-smoothing must be in \[0, 1\) \(the CE term's\)"):
             _crit(task, label_smoothing=value)
 
 
 def test_a_cuda_only_mode_asked_for_on_the_cpu_is_said_to_run_as_off(caplog):
-    """--rl-capture / --rl-graphed-pass cuda-graphs ran eagerly on the CPU without a word: the log
+    """--rl-engine capture / graphed_pass=cuda-graphs ran eagerly on the CPU without a word: the log
     says once what runs instead; the other modes are not warned about."""
     import logging
 
     model, task, sample = _setup()
     with caplog.at_level(logging.WARNING):
-        _crit(task, rl_baseline="none", rl_capture="buckets", rl_graphed_pass="off")(model, sample)
+        _crit(task, rl_baseline="none", rl_engine="capture=buckets,graphed_pass=off")(model, sample)
         assert not caplog.records
-        crit = _crit(task, rl_baseline="none", rl_capture="cuda-graphs", rl_graphed_pass="cuda-graphs")
+        crit = _crit(task, rl_baseline="none", rl_engine="capture=cuda-graphs,graphed_pass=cuda-graphs")
         crit(model, sample)
         crit(model, sample)
     messages = [r.getMessage() for r in caplog.records]
     assert len(messages) == 2, messages  # once each, not per batch
-    assert messages[0].startswith("--rl-capture cuda-graphs: CUDA graphs cannot be captured on cpu, not a CUDA "
-                                  "device, so the sampling step runs as --rl-capture off")
-    assert messages[1].startswith("--rl-graphed-pass cuda-graphs: CUDA graphs cannot be captured on cpu")
+    assert messages[0].startswith("--rl-engine capture=cuda-graphs: CUDA graphs cannot be captured on cpu, not a "
+                                  "CUDA device, so the sampling step runs as --rl-engine capture=off")
+    assert messages[1].startswith("--rl-engine graphed_pass=cuda-graphs: CUDA graphs cannot be captured on cpu")
 
 
 def test_a_device_mode_not_yet_tested_on_a_gpu_is_refused_there_naming_its_flag():
-    """--rl-capture cuda-graphs, --rl-compile fuse / reduce-overhead and --rl-graphed-pass cuda-graphs have
+    """--rl-engine capture=cuda-graphs, compile=fuse / reduce-overhead and graphed_pass=cuda-graphs have
     not passed their tests on a GPU: off by default, refused on a CUDA device (by the criterion at its first
-    batch and by the engine's call), each named; --rl-untested-cuda-modes on runs them; the CPU refuses
+    batch and by the engine's call), each named; --rl-engine untested_cuda_modes=on runs them; the CPU refuses
     nothing (there they run as their CPU tests say)."""
     from fairseq_smallvocab.engine.settings import UNTESTED_ON_CUDA, EngineSettings
 
@@ -119,22 +119,21 @@ def test_a_device_mode_not_yet_tested_on_a_gpu_is_refused_there_naming_its_flag(
     assert all(getattr(default, name) != value for name, value in UNTESTED_ON_CUDA)
     default.check_device(cuda)
     for (name, value), seen in UNTESTED_ON_CUDA.items():
-        flag = "--rl-" + name.replace("_", "-")
         asked = default.changed(**{name: value})
-        with pytest.raises(ValueError, match=f"^{flag} {value} \\(.*: not yet passed its tests on a GPU, so it is not "
-                                             "run on cuda; leave it at its default, or pass "
-                                             "--rl-untested-cuda-modes on"):
+        with pytest.raises(ValueError, match=f"^--rl-engine {name}={value} \\(.*: not yet passed its tests on a GPU, "
+                                             "so it is not run on cuda; leave it at its default, or pass "
+                                             "--rl-engine untested_cuda_modes=on to run it"):
             asked.check_device(cuda)
         assert seen in asked.untested_on(cuda)[0]
         asked.check_device(cpu)
         asked.changed(untested_cuda_modes=True).check_device(cuda)
     both = default.changed(capture="cuda-graphs", graphed_pass="cuda-graphs")
-    assert [m.split(" (")[0] for m in both.untested_on(cuda)] == ["--rl-capture cuda-graphs",
-                                                                   "--rl-graphed-pass cuda-graphs"]
+    assert [m.split(" (")[0] for m in both.untested_on(cuda)] == [
+        "--rl-engine capture=cuda-graphs", "--rl-engine graphed_pass=cuda-graphs"]
     # the criterion: at its first batch, from its flags
     _, task, _ = _setup()
-    crit = _crit(task, rl_baseline="none", rl_compile="fuse")
-    with pytest.raises(ValueError, match="^--rl-compile fuse"):
+    crit = _crit(task, rl_baseline="none", rl_engine="compile=fuse")
+    with pytest.raises(ValueError, match="^--rl-engine compile=fuse"):
         crit.say_what_runs(cuda)
-    _crit(task, rl_baseline="none", rl_compile="fuse", rl_untested_cuda_modes="on").settings.check_device(cuda)
+    _crit(task, rl_baseline="none", rl_engine="compile=fuse,untested_cuda_modes=on").settings.check_device(cuda)
     assert _crit(task, rl_baseline="none").settings.capture == "off"

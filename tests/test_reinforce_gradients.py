@@ -1,4 +1,4 @@
-"""reinforce_gleu's loss and gradients: the policy gradient by hand (masking after
+"""smallvocab_reinforce's loss and gradients: the policy gradient by hand (masking after
 eos), N samples per input as the mean of N single-sample runs, the oracle cases
 (a constant reward with leave-one-out leaves the CE term; the CE term and the
 mixing), empty and non-finite batches, the backward on CUDA, and a tiny task
@@ -33,9 +33,9 @@ def test_policy_gradient_equals_hand_computation(small, baseline, n, keep_probs)
     b = logit(mean)), so every step counts, rewarded or not; the leave-one-out baseline of sample j is the mean
     reward of the other N - 1 samples of the same input.  With the sampler's
     kept step distributions (the default) and without (the logits made again: --rl-stored-probs-max-elements 0)."""
-    kept = {} if keep_probs else {"rl_stored_probs_max_elements": 0}
+    kept = {} if keep_probs else {"rl_engine": "stored_probs_max_elements=0"}
     model, task, sample = _setup(small)
-    crit = _crit(task, rl_lambda=0.0, rl_baseline=baseline, max_sample_len=7, rl_samples=n, **kept)
+    crit = _crit(task, ce_weight=0.0, rl_baseline=baseline, max_sample_len=7, rl_samples=n, **kept)
     assert (crit.settings.stored_probs_max_elements > 0) == keep_probs
     torch.manual_seed(6)
     loss, size, log = crit(model, sample)
@@ -45,7 +45,8 @@ def test_policy_gradient_equals_hand_computation(small, baseline, n, keep_probs)
 
     torch.manual_seed(6)  # the same samples again
     with torch.no_grad():
-        samples = model(**sample["net_input"], policy=SampleRequest(torch.full((B,), 7), num_samples=n))[1]["samples"]
+        samples = model(**sample["net_input"],
+                        sample_request=SampleRequest(torch.full((B,), 7), num_samples=n))[1]["samples"]
     tokens, mask = samples.tokens, samples.mask
     assert tokens.size(0) == B * n and size == B
     d = task.target_dictionary
@@ -115,7 +116,7 @@ def test_n_samples_give_the_average_of_n_single_sample_gradients(small, monkeypa
     params = [p for p in model.parameters() if p.requires_grad]
 
     def loss_and_grads(rl_samples):
-        crit = _crit(task, rl_lambda=lam, rl_baseline="none", max_sample_len=7,
+        crit = _crit(task, ce_weight=lam, rl_baseline="none", max_sample_len=7,
                                       rl_samples=rl_samples)
         model.zero_grad()
         loss, size, log = crit(model, sample)
@@ -141,14 +142,14 @@ def test_constant_reward_with_leave_one_out_leaves_only_the_ce_term(small):
     """Every sample rewarded 1, the others' mean is 1: zero advantage, so the
     loss and its gradients are lambda * CE alone."""
     model, task, sample = _setup(small)
-    crit = _crit(task, rl_lambda=0.3, rl_baseline="loo", rl_samples=4, reward="constant")
+    crit = _crit(task, ce_weight=0.3, rl_baseline="loo", rl_samples=4, reward="constant")
     loss, _, log = crit(model, sample)
     assert log["rl"] == 0.0 and log["reward"] == log["baseline"] == 4 * B and log["steps"] > 0
     model.zero_grad()
     loss.backward()
     got = [p.grad.clone() for p in model.parameters()]
     model.zero_grad()
-    (0.3 * _crit(task, rl_lambda=1.0, rl_baseline="none")(model, sample)[0]).backward()
+    (0.3 * _crit(task, ce_weight=1.0, rl_baseline="none")(model, sample)[0]).backward()
     for g, want in zip(got, [p.grad for p in model.parameters()]):
         torch.testing.assert_close(g, want)
 
@@ -169,14 +170,14 @@ def test_reinforce_backward_on_cuda(baseline, n):
 
 def test_ce_term_and_mixing():
     model, task, sample = _setup()
-    only_ce = _crit(task, rl_lambda=1.0, rl_baseline="none")
+    only_ce = _crit(task, ce_weight=1.0, rl_baseline="none")
     loss, _, log = only_ce(model, sample)
     lprobs = model.get_normalized_probs(model(**sample["net_input"]), log_probs=True)
     target = model.get_targets(sample, model(**sample["net_input"]))
     ce = F.nll_loss(lprobs.view(-1, K), target.view(-1), ignore_index=1, reduction="sum")
     torch.testing.assert_close(loss, ce)
     torch.manual_seed(3)
-    mixed, _, mlog = _crit(task, rl_lambda=0.25, rl_baseline="none")(model, sample)
+    mixed, _, mlog = _crit(task, ce_weight=0.25, rl_baseline="none")(model, sample)
     torch.testing.assert_close(mixed, 0.25 * mlog["ce"] + 0.75 * mlog["rl"])
 
 
@@ -193,16 +194,16 @@ def test_label_smoothed_ce_term_is_fairseqs_label_smoothed_cross_entropy(small):
     want.backward()
     want_grads = [p.grad.clone() for p in model.parameters()]
     model.zero_grad()
-    loss, _, log = _crit(task, rl_lambda=1.0, rl_baseline="none", label_smoothing=0.1)(model, sample)
+    loss, _, log = _crit(task, ce_weight=1.0, rl_baseline="none", label_smoothing=0.1)(model, sample)
     loss.backward()
     torch.testing.assert_close(loss, want)
     assert float(log["ce"]) == loss.item()
     for g, w in zip([p.grad for p in model.parameters()], want_grads):
         torch.testing.assert_close(g, w)
-    plain = _crit(task, rl_lambda=1.0, rl_baseline="none")(model, sample)[0]
+    plain = _crit(task, ce_weight=1.0, rl_baseline="none")(model, sample)[0]
     assert plain.item() < loss.item() - 1e-3  # smoothing adds the spread mass's cost: it is not the plain CE
     torch.manual_seed(3)
-    mixed, _, mlog = _crit(task, rl_lambda=0.25, rl_baseline="none", label_smoothing=0.1)(model, sample)
+    mixed, _, mlog = _crit(task, ce_weight=0.25, rl_baseline="none", label_smoothing=0.1)(model, sample)
     assert float(mlog["ce"]) == pytest.approx(loss.item(), rel=1e-6)  # the same CE term beside the samples
     torch.testing.assert_close(mixed, 0.25 * mlog["ce"] + 0.75 * mlog["rl"])
 
@@ -213,7 +214,7 @@ def test_lambda_one_is_the_ce_term_alone_and_samples_nothing(monkeypatch):
     a non-finite batch is skipped as a mixed one is."""
     model, task, sample = _setup()
     monkeypatch.setattr(model, "sample_and_score", lambda *a, **k: pytest.fail("lambda = 1 drew samples"))
-    crit = _crit(task, rl_lambda=1.0, rl_baseline="learned")
+    crit = _crit(task, ce_weight=1.0, rl_baseline="learned")
     loss, n, log = crit(model, sample)
     assert n == B and log["finite_samples"] == 0 and log["rl"] == 0.0 and "reward" not in log
     model.zero_grad()
@@ -287,7 +288,7 @@ def _learn_to_copy():
                 "net_input": {"src_tokens": src, "src_lengths": torch.full((n,), length + 1),
                               "prev_output_tokens": prev}}
 
-    rl = _crit(task, rl_lambda=0.0, rl_baseline="learned", baseline_lr=0.01, max_sample_len=8)
+    rl = _crit(task, ce_weight=0.0, rl_baseline="learned", baseline_lr=0.01, max_sample_len=8)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
 
     def train(criterion, steps):
@@ -307,7 +308,7 @@ def _learn_to_copy():
         torch.set_rng_state(rng)
         return total / 16
 
-    train(_crit(task, rl_lambda=1.0, rl_baseline="none"), 60)  # CE warm-up
+    train(_crit(task, ce_weight=1.0, rl_baseline="none"), 60)  # CE warm-up
     for group in optimizer.param_groups:
         group["lr"] = 0.003
     before = held_out_reward()

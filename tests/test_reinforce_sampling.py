@@ -1,4 +1,4 @@
-"""reinforce_gleu's samples, rewards and logged metrics: N samples per input stay
+"""smallvocab_reinforce's samples, rewards and logged metrics: N samples per input stay
 inside their example's candidates and the temperature explores, the sampler's
 entropy and kept softmax, GLEU on detokenized words, and the metrics logged over
 several samples and over skipped (non-finite) batches."""
@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from fairseq.data import Dictionary
 from helpers import V_TGT, B, _crit, _setup
 
-from fairseq_smallvocab.criterions.reinforce_gleu import ReinforceGleuCriterion
+from fairseq_smallvocab.criterions.smallvocab_reinforce import SmallVocabReinforceCriterion
 from fairseq_smallvocab.engine.sampling import SampleRequest
 from fairseq_smallvocab.reinforce.rewards import gleu
 
@@ -24,7 +24,7 @@ def test_n_samples_stay_inside_their_example_candidates_and_temperature_explores
     cold, hot = ({"samples": None} for _ in range(2))
     for out, temp in ((cold, 1e-4), (hot, 3.0)):
         torch.manual_seed(2)
-        out.update(model(**sample["net_input"], policy=SampleRequest(lens, num_samples=4, temperature=temp,
+        out.update(model(**sample["net_input"], sample_request=SampleRequest(lens, num_samples=4, temperature=temp,
                                                                      greedy_too=True))[1])
     for row in range(B * 4):
         allowed = set(sample["net_input"]["candidates"][row // 4].tolist()) if small else set(range(V_TGT))
@@ -73,7 +73,7 @@ def test_logged_metrics_of_several_samples():
     crit = _crit(task, rl_baseline="loo", rl_samples=3, reward="chrf", max_sample_len=7)
     logs = [crit(model, sample)[2] for _ in range(2)]
     with metrics.aggregate() as agg:
-        ReinforceGleuCriterion.reduce_metrics(logs)
+        SmallVocabReinforceCriterion.reduce_metrics(logs)
         got = agg.get_smoothed_values()
     samples = sum(log["finite_samples"] for log in logs)
     assert samples == 2 * 3 * B
@@ -100,7 +100,7 @@ def test_nonfinite_batches_do_not_pull_the_logged_averages(monkeypatch):
     def reduced(logs):
         summed = {key: sum(log[key] for log in logs) for key in logs[0]}  # as fairseq's trainer sums them
         with metrics.aggregate(new_root=True) as agg:
-            ReinforceGleuCriterion.reduce_metrics([summed])
+            SmallVocabReinforceCriterion.reduce_metrics([summed])
             return agg.get_smoothed_values()
 
     alone, mixed = reduced([good]), reduced([good, bad, bad])

@@ -14,7 +14,7 @@ from test_reinforce_gradients import _ranked_choices
 from translation_helpers import mt_task
 
 from fairseq_smallvocab.reinforce import objective
-from fairseq_smallvocab.reinforce.config import ReinforceGleuConfig, check_config
+from fairseq_smallvocab.reinforce.config import SmallVocabReinforceConfig, check_config
 from fairseq_smallvocab.reinforce.rewards import gleu
 
 
@@ -103,7 +103,7 @@ def test_risk_loss_and_gradients_equal_each_sample_scored_alone_on_the_masked_fu
     model, task, sample = _setup(small)
     params = [p for p in model.parameters() if p.requires_grad]
     _ranked_choices(monkeypatch, lambda r: [0, 1, 0, 2][r % n])  # samples 0 and 2 of each input are one
-    crit = _crit(task, rl_lambda=lam, rl_objective="risk", risk_sharpness=alpha, max_sample_len=7, rl_samples=n)
+    crit = _crit(task, ce_weight=lam, rl_objective="risk", risk_sharpness=alpha, max_sample_len=7, rl_samples=n)
     model.zero_grad()
     loss, size, log = crit(model, sample)
     loss.backward()
@@ -112,10 +112,11 @@ def test_risk_loss_and_gradients_equal_each_sample_scored_alone_on_the_masked_fu
 
     from fairseq_smallvocab.engine.sampling import SampleRequest
     with torch.no_grad():
-        samples = model(**sample["net_input"], policy=SampleRequest(torch.full((B,), 7), num_samples=n))[1]["samples"]
+        samples = model(**sample["net_input"],
+                        sample_request=SampleRequest(torch.full((B,), 7), num_samples=n))[1]["samples"]
     assert samples.mask.any(1).all() and (~samples.mask).any()  # samples of several lengths
     model.zero_grad()
-    ce = _crit(task, rl_lambda=1.0)(model, sample)[0]
+    ce = _crit(task, ce_weight=1.0)(model, sample)[0]
     risk, rewards, distinct = _hand_risk(model, task, sample, samples, n, alpha, small)
     want_loss = lam * ce + (1 - lam) * risk
     want_loss.backward()
@@ -134,14 +135,15 @@ def test_a_step_on_the_risk_lowers_the_risk_of_its_samples():
 
     n = 6
     model, task, sample = _setup(True)
-    crit = _crit(task, rl_lambda=0.0, rl_objective="risk", max_sample_len=7, rl_samples=n)
+    crit = _crit(task, ce_weight=0.0, rl_objective="risk", max_sample_len=7, rl_samples=n)
     torch.manual_seed(4)
     loss, _, log = crit(model, sample)
     model.zero_grad()
     loss.backward()
     torch.manual_seed(4)  # the same draws: the same samples
     with torch.no_grad():
-        samples = model(**sample["net_input"], policy=SampleRequest(torch.full((B,), 7), num_samples=n))[1]["samples"]
+        samples = model(**sample["net_input"],
+                        sample_request=SampleRequest(torch.full((B,), 7), num_samples=n))[1]["samples"]
         before = _hand_risk(model, task, sample, samples, n, 1.0, True)[0]
         assert before.item() == pytest.approx(log["risk"], abs=1e-5)
         for p in model.parameters():
@@ -176,7 +178,7 @@ def test_risk_logs_reduce_as_one_process_does(tiny_bin):
 ])
 def test_bad_risk_settings_are_refused_naming_the_flag(options, message):
     with pytest.raises(ValueError, match=message):
-        check_config(ReinforceGleuConfig(**options))
+        check_config(SmallVocabReinforceConfig(**options))
 
 
 def test_risk_takes_no_baseline_whatever_rl_baseline_says():
@@ -197,7 +199,7 @@ def test_beam_candidates_are_the_searchs_n_best_and_their_risk_equals_the_hand_c
     n, lam, alpha = 3, 0.2, 1.5
     model, task, sample = _setup(small)
     params = [p for p in model.parameters() if p.requires_grad]
-    crit = _crit(task, rl_lambda=lam, rl_objective="risk", risk_candidates="beam", risk_sharpness=alpha,
+    crit = _crit(task, ce_weight=lam, rl_objective="risk", risk_candidates="beam", risk_sharpness=alpha,
                  max_sample_len=7, rl_samples=n)
     model.zero_grad()
     loss, _, log = crit(model, sample)
@@ -205,7 +207,7 @@ def test_beam_candidates_are_the_searchs_n_best_and_their_risk_equals_the_hand_c
     got = [p.grad.clone() for p in params]
     assert log["distinct"] == n * B and "greedy_samples" not in log and "entropy" not in log
     with torch.no_grad():
-        samples = model(**sample["net_input"], policy=SampleRequest(torch.full((B,), 7), num_samples=n,
+        samples = model(**sample["net_input"], sample_request=SampleRequest(torch.full((B,), 7), num_samples=n,
                                                                     beam=True))[1]["samples"]
     net = sample["net_input"]
     for b in range(B):
@@ -220,7 +222,7 @@ def test_beam_candidates_are_the_searchs_n_best_and_their_risk_equals_the_hand_c
         if small:
             assert set(sum(rows, [])) <= set(net["candidates"][b].tolist())
     model.zero_grad()
-    ce = _crit(task, rl_lambda=1.0)(model, sample)[0]
+    ce = _crit(task, ce_weight=1.0)(model, sample)[0]
     risk, _, distinct = _hand_risk(model, task, sample, samples, n, alpha, small)
     want_loss = lam * ce + (1 - lam) * risk
     want_loss.backward()
@@ -234,9 +236,9 @@ def test_beam_candidates_are_the_searchs_n_best_and_their_risk_equals_the_hand_c
     (dict(rl_objective="reinforce", risk_candidates="beam", rl_samples=2), "--risk-candidates beam is risk's"),
     (dict(rl_objective="risk", risk_candidates="beam", rl_samples=2, sample_temperature=0.5),
      "--sample-temperature does not apply to --risk-candidates beam"),
-    (dict(rl_objective="risk", risk_candidates="beam", rl_samples=2, rl_merged_pass="on"),
-     "--rl-merged-pass on merges the CE pass with drawing samples"),
+    (dict(rl_objective="risk", risk_candidates="beam", rl_samples=2, rl_engine="merged_pass=on"),
+     "--rl-engine merged_pass=on merges the CE pass with drawing samples"),
 ])
 def test_beam_candidates_outside_risk_or_with_a_temperature_are_refused(options, message):
     with pytest.raises(ValueError, match=message):
-        check_config(ReinforceGleuConfig(**options))
+        check_config(SmallVocabReinforceConfig(**options))

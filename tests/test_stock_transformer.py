@@ -63,7 +63,7 @@ def test_stock_transformer_checkpoint_fine_tuned_with_reinforce_and_decoded(pred
         float(fit.group(2)) >= 5.0)
 
     rl = tmp_path / "rl"
-    reinforce = ["fairseq-train", tiny_bin, *plugin, "--criterion", "reinforce_gleu", "--optimizer", "sgd",
+    reinforce = ["fairseq-train", tiny_bin, *plugin, "--criterion", "smallvocab_reinforce", "--optimizer", "sgd",
                  "--lr", "0.01", "--max-sample-len", "20", "--save-dir", rl]
     out = run([*reinforce, "--max-epoch", "1", "--finetune-from-model", ce / "checkpoint_last.pt"])
     assert re.search(r"train \| epoch 001 .*reward [\d.]+ .*baseline_mse", out.stdout + out.stderr)

@@ -16,7 +16,7 @@ from translation_helpers import mt_task
 import fairseq_smallvocab  # noqa: F401  (installs the wrappers)
 from fairseq_smallvocab.compat import train_checkpoints
 from fairseq_smallvocab.compat.checkpoint_loading import CheckpointLoadError
-from fairseq_smallvocab.criterions.reinforce_gleu import ReinforceGleuConfig, ReinforceGleuCriterion
+from fairseq_smallvocab.criterions.smallvocab_reinforce import SmallVocabReinforceConfig, SmallVocabReinforceCriterion
 
 
 def test_the_plugin_does_not_rely_on_fairseqs_task_checkpoint_hooks(tiny_bin):
@@ -123,7 +123,7 @@ def _training_logs(task, crit, finite):
 
 def test_no_checkpoint_is_saved_when_every_batch_since_the_last_was_skipped(tiny_bin):
     task = mt_task(tiny_bin, small_vocab_size=0)
-    crit = ReinforceGleuCriterion(task, ReinforceGleuConfig(rl_baseline="none"))
+    crit = SmallVocabReinforceCriterion(task, SmallVocabReinforceConfig(rl_baseline="none"))
     values = _training_logs(task, crit, [False, False])
     assert values["loss"] == float("inf") and values["nonfinite"] == 2  # not fairseq's placeholder -1
     with pytest.raises(FloatingPointError, match=r"every training batch since the last checkpoint \(2\)"):

@@ -107,12 +107,13 @@ def test_averaged_checkpoint_holds_the_mean_of_the_last_epochs_and_decodes(tiny_
 
 @pytest.mark.slow
 def test_budget_probe_times_each_arms_own_fairseq_train_and_sizes_the_budget(tiny_bin, tmp_path):
-    """Two arms of the reinforce_gleu criterion (the CE control and risk over 3 samples) probed for 4 updates each,
-    2 rounds: the record holds each arm's flags and positive paces, and --arm-updates turns a budget into updates."""
+    """Two arms of the smallvocab_reinforce criterion (the CE control and risk over 3 samples) probed for 4
+    updates each, 2 rounds: the record holds each arm's flags and positive paces, and --arm-updates turns a
+    budget into updates."""
     record = tmp_path / "speed.json"
-    common = [tiny_bin, *MODEL, "--batch-size", "8", "--criterion", "reinforce_gleu", "--optimizer", "adam",
+    common = [tiny_bin, *MODEL, "--batch-size", "8", "--criterion", "smallvocab_reinforce", "--optimizer", "adam",
               "--lr", "1e-4", "--max-sample-len", "20"]
-    out = run(["scripts/budget_probe.py", "--arm", "ce=--rl-lambda 1", "--arm",
+    out = run(["scripts/budget_probe.py", "--arm", "ce=--ce-weight 1", "--arm",
                "risk3=--rl-objective risk --rl-samples 3", "--updates", "4", "--skip", "1", "--rounds", "2",
                "--json", record, "--", *common])
     assert re.search(r"risk3: [\d.]+ s/update", out.stdout)

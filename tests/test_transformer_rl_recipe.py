@@ -117,7 +117,7 @@ def test_the_transformer_rl_recipe_runs_end_to_end_on_tiny_data(tiny_bin, predic
 
     kept = torch.load(out / "rl-k60-s1" / "checkpoint_best.pt", map_location="cpu", weights_only=False)
     assert kept["optimizer_history"][-1]["num_updates"] == best["num_updates"]
-    assert "'validate_interval_updates': 2" in rl_log and "'rl_lambda': 1.0" in (
+    assert "'validate_interval_updates': 2" in rl_log and "'ce_weight': 1.0" in (
         out / "ctl-ce-k60-s1" / "train.log").read_text()
     constant = (out / "ctl-constant-k0-s1" / "train.log").read_text()
     assert "'reward': 'constant'" in constant and "'rl_baseline': none" in constant  # loo would cancel its reward
@@ -186,7 +186,7 @@ def test_the_transformer_rl_recipe_runs_end_to_end_on_tiny_data(tiny_bin, predic
     assert (tune / "ce-k60-s1").is_symlink() and (tune / "ce-k60-s1").resolve() == (out / "ce-k60-s1").resolve()
     assert (out / "ce-k60-s1" / "train.log").read_text() == logs["ce-k60-s1"]
     tuned_log = (tune / "rl-k60-s1" / "train.log").read_text()
-    assert "'rl_lambda': 0.5" in tuned_log and str(tune / "ce-k60-s1" / "checkpoint_best.pt") in tuned_log
+    assert "'ce_weight': 0.5" in tuned_log and str(tune / "ce-k60-s1" / "checkpoint_best.pt") in tuned_log
     # the CE term's label smoothing: passed on, and recorded only where it is not 0 (as runs before LS had it)
     assert "'label_smoothing': 0.1" in tuned_log and "'label_smoothing': 0.0" in logs["rl-k60-s1"]
     assert " TEMP=1.0 LS=0.1 CE_EPOCHS=1 " in (tune / "rl-k60-s1" / "recipe.settings").read_text()

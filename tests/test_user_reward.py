@@ -308,7 +308,7 @@ def test_fairseq_train_with_a_reward_of_the_users_own(tiny_bin, tmp_path):
     out = run(["fairseq-train", tiny_bin, "--user-dir", USER_DIR, "--task", "translation_smallvocab", "--arch",
                "lstm_smallvocab", "--embed-dim", "16", "--batch-size", "32", "--cpu", "--no-progress-bar",
                "--log-format", "simple", "--num-workers", "0", "--log-interval", "1", "--small-vocab-size", "0",
-               "--criterion", "reinforce_gleu", "--reward", "python:my_reward.overlap", "--rl-samples", "2",
+               "--criterion", "smallvocab_reinforce", "--reward", "python:my_reward.overlap", "--rl-samples", "2",
                "--rl-baseline", "loo", "--optimizer", "sgd", "--lr", "0.01", "--max-epoch", "1", "--no-save",
                "--max-sample-len", "20"], cwd=tmp_path)
     log = out.stdout + out.stderr

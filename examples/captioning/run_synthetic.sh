@@ -40,7 +40,7 @@ echo "CE training wall time: $(( $(date +%s) - start )) s"
 decode "$SAVE/ce"
 
 start=$(date +%s)
-fairseq-train "$DATA" "${COMMON[@]}" "${TRAIN[@]}" --criterion reinforce_gleu --rl-lambda 0.005 \
+fairseq-train "$DATA" "${COMMON[@]}" "${TRAIN[@]}" --criterion smallvocab_reinforce --ce-weight 0.005 \
   --rl-baseline learned --max-sample-len 50 --finetune-from-model "$SAVE/ce/checkpoint_best.pt" \
   --optimizer sgd --lr "$LR_RL" --max-epoch "$RL_EPOCHS" --save-dir "$SAVE/rl" 2>&1 \
   | tee -a "$SAVE/rl/train.log" | grep -E "valid on|done training"

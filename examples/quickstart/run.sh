@@ -92,8 +92,8 @@ fi
 step "4/7 REINFORCE ($REWARD, $SAMPLES samples, lambda $LAMBDA, Adam $RL_LR, $RL_UPDATES updates): $RL_SAVE"
 if [ ! -f "$RL_SAVE/.quickstart-done" ]; then
   fairseq-train "$DATA" "${COMMON[@]}" "${SMALL[@]}" $ARCH_ARGS \
-    --finetune-from-model "$OUT/ce/checkpoint_best.pt" --criterion reinforce_gleu --reward "$REWARD" \
-    --reward-post-process sentencepiece --rl-samples "$SAMPLES" --rl-baseline loo --rl-lambda "$LAMBDA" \
+    --finetune-from-model "$OUT/ce/checkpoint_best.pt" --criterion smallvocab_reinforce --reward "$REWARD" \
+    --reward-post-process sentencepiece --rl-samples "$SAMPLES" --rl-baseline loo --ce-weight "$LAMBDA" \
     --max-sample-len 100 --sample-len-ratio 1.5 --optimizer adam --lr "$RL_LR" --clip-norm 1.0 --batch-size 64 \
     --max-update "$RL_UPDATES" --validate-interval-updates 50 --save-interval-updates 50 --keep-interval-updates 1 \
     --eval-bleu --eval-bleu-remove-bpe sentencepiece --eval-bleu-args '{"beam": 1, "max_len_a": 1.5, "max_len_b": 10}' \

@@ -1,13 +1,13 @@
 """COMET-Kiwi, a reference-free quality estimator, as the REINFORCE reward:
 
-    PYTHONPATH=examples/rewards fairseq-train ... --criterion reinforce_gleu --reward python:comet_kiwi.score
+    PYTHONPATH=examples/rewards fairseq-train ... --criterion smallvocab_reinforce --reward python:comet_kiwi.score
 
 Needs ``pip install unbabel-comet`` and the model (``Unbabel/wmt22-cometkiwi-da`` by default, gated on
 the Hugging Face hub: accept its licence and log in once; or ``COMET_KIWI_MODEL=/path/to/checkpoints/
 model.ckpt`` for a local copy).  Each batch's (source, hypothesis) pairs are scored in one call, on the
 GPU where torch sees one (``COMET_KIWI_BATCH`` pairs at a time, 64 by default).  The reward is a score
 near [0, 1]; a quality estimator can be gamed (He et al. 2024), so keep some CE in the loss
-(``--rl-lambda``) and watch a reference-based metric on the validation set (``--eval-bleu``)."""
+(``--ce-weight``) and watch a reference-based metric on the validation set (``--eval-bleu``)."""
 
 import os
 from functools import lru_cache

@@ -103,7 +103,7 @@ for seed in $SEEDS; do
     [ "$run" = ctl-ce ] && lambda=1
     # shellcheck disable=SC2086
     train "$OUT/$run-s$seed" "${OURS[@]}" --vocab-predictor "$SPEC" --small-vocab-size "$K" $ARCH_ARGS \
-      --criterion reinforce_gleu --rl-samples "$SAMPLES" --rl-baseline loo --rl-lambda "$lambda" \
+      --criterion smallvocab_reinforce --rl-samples "$SAMPLES" --rl-baseline loo --ce-weight "$lambda" \
       --optimizer adam --lr "$LR" --max-tokens "$MAX_TOKENS" \
       --finetune-from-model "$OUT/ce-k$K/checkpoint_last.pt" --max-update "$RL_UPDATES" --seed "$seed"
   done

@@ -45,7 +45,7 @@ mkdir -p "$SAVE"
 start=$(date +%s)
 fairseq-train "$DATA" --user-dir fairseq_smallvocab --task translation_smallvocab -s "$SRC" -t "$TGT" \
   --candidates-dir "$CANDS" --small-vocab-size "$K" \
-  $ARCH_ARGS --criterion reinforce_gleu --rl-lambda "$LAMBDA" --label-smoothing "$LS" --rl-baseline "$BASELINE" \
+  $ARCH_ARGS --criterion smallvocab_reinforce --ce-weight "$LAMBDA" --label-smoothing "$LS" --rl-baseline "$BASELINE" \
   --rl-samples "$SAMPLES" --reward "$REWARD" --sample-temperature "$TEMP" \
   --max-sample-len 100 --sample-len-ratio 1.5 --finetune-from-model "$CE" \
   --optimizer "$OPTIMIZER" --lr "$LR" --clip-norm 1.0 --batch-size 128 \

@@ -16,7 +16,7 @@
 #      against CONTROL on test2016 beam 5, per seed and pooled over seeds, with a paired bootstrap) and
 #      OUT/dev_bleu_seconds.png (greedy dev BLEU against the budget's seconds).
 # ARMS: NAME-kK entries, K the candidates per sentence (0: the full softmax), NAME one of
-#   ce      CE continued (--rl-lambda 1: the CE term alone, with the same optimizer and batches)
+#   ce      CE continued (--ce-weight 1: the CE term alone, with the same optimizer and batches)
 #   rfN     REINFORCE over N samples per sentence, the leave-one-out baseline, CE weight RL_LAMBDA
 #   riskN   risk over N samples per sentence (--rl-objective risk), CE weight RISK_LAMBDA, sharpness SHARPNESS
 # RL_LAMBDA and RISK_LAMBDA weigh the CE term summed over a sentence's tokens against the sentence's RL term:
@@ -65,9 +65,9 @@ arm_flags() {  # arm_flags NAME-kK: the arm's own flags, or nothing for a name t
   local name=${1%-k*} k=${1##*-k}
   [[ $1 == *-k* && $k =~ ^[0-9]+$ ]] || return 0
   case $name in
-    ce) echo "--rl-lambda 1 --small-vocab-size $k" ;;
-    rf[0-9]*) echo "--rl-samples ${name#rf} --rl-baseline loo --rl-lambda $RL_LAMBDA --small-vocab-size $k" ;;
-    risk[0-9]*) echo "--rl-objective risk --rl-samples ${name#risk} --rl-lambda $RISK_LAMBDA" \
+    ce) echo "--ce-weight 1 --small-vocab-size $k" ;;
+    rf[0-9]*) echo "--rl-samples ${name#rf} --rl-baseline loo --ce-weight $RL_LAMBDA --small-vocab-size $k" ;;
+    risk[0-9]*) echo "--rl-objective risk --rl-samples ${name#risk} --ce-weight $RISK_LAMBDA" \
       "--risk-sharpness $SHARPNESS --small-vocab-size $k" ;;
   esac
 }
@@ -99,7 +99,7 @@ done
 
 # what every arm runs with (its own flags come after)
 COMMON=("$DATA" --user-dir fairseq_smallvocab --task translation_smallvocab -s "$SRC" -t "$TGT"
-        --candidates-dir "$CANDS" $ARCH_ARGS --criterion reinforce_gleu --label-smoothing "$LS" --reward "$REWARD"
+        --candidates-dir "$CANDS" $ARCH_ARGS --criterion smallvocab_reinforce --label-smoothing "$LS" --reward "$REWARD"
         --max-sample-len 100 --sample-len-ratio 1.5 --finetune-from-model "$START"
         --optimizer adam --lr "$LR" --clip-norm 1.0 --batch-size "$BATCH" $DEV_ARGS --num-workers 0)
 

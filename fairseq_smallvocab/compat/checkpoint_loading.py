@@ -161,6 +161,20 @@ def load_checkpoint_file(f, *args, **kwargs):
     unsafe = unsafe_config_message(state, name)
     if unsafe:
         raise CheckpointLoadError(unsafe)
+    return renamed_classes(state)
+
+
+# the plugin's classes under their former names, as checkpoints written before a rename record them
+RENAMED_CLASSES = {"ReinforceGleuCriterion": "SmallVocabReinforceCriterion"}
+
+
+def renamed_classes(state):
+    """``state`` with the criterion class names its optimizer history records renamed as the plugin renamed
+    them, so that fairseq-train resumes a checkpoint written before the rename (it compares them)."""
+    history = state.get("optimizer_history") if isinstance(state, dict) else None
+    for entry in history or []:
+        if isinstance(entry, dict) and entry.get("criterion_name") in RENAMED_CLASSES:
+            entry["criterion_name"] = RENAMED_CLASSES[entry["criterion_name"]]
     return state
 
 

@@ -1,4 +1,4 @@
-"""The engine's call (``policy``): sampling from any restricted fairseq
+"""The engine's call (``sample_and_score``): sampling from any restricted fairseq
 encoder-decoder, and scoring the samples.
 
 REINFORCE needs, per example b, a sequence y_b ~ p(. | x_b) drawn inside the
@@ -15,8 +15,9 @@ the caller arranges (``restricted_model``).
   (pad and bos excluded), with uniforms drawn for every step at once.  All
   examples advance together (no loop over examples); example b stops at its
   eos or after ``max_lens[b]`` tokens.  ``Loop`` holds the loop's tensors and
-  its step; on a GPU ``capture`` replays that step as a CUDA graph.
-- ``policy``: what REINFORCE asks of the model (``SampleRequest``): the
+  its step; the device modes' ``capture`` may run that step per shape bucket
+  instead (``passes``).
+- ``sample_and_score``: what REINFORCE asks of the model (``SampleRequest``): the
   greedy decode where asked, N samples per example drawn in one batched
   loop, and their scores; how each part runs is the request's
   ``EngineSettings``.
@@ -25,7 +26,7 @@ the caller arranges (``restricted_model``).
   learned baseline reads.  Memory grows with T (one pass), not with T^2 as
   keeping every incremental step's graph would for a Transformer (whose step
   t attends over all t cached states).  A recurrent decoder's pass may
-  replay CUDA graphs of itself and its backward (``graphed_pass``).
+  run as the settings' passes say (``passes.Passes.features``).
 - ``keep_probs=True``: the sampling loop, which makes each step's softmax
   anyway, keeps it (B x T x K) and the drawn words' log-probabilities;
   ``score`` then neither makes the B x T x K logits again nor differentiates
@@ -51,7 +52,7 @@ from typing import Dict, Optional
 import torch
 from torch import Tensor
 
-from fairseq_smallvocab.engine.device_modes import capture, graphed_pass
+from fairseq_smallvocab.engine import passes
 from fairseq_smallvocab.engine.families import static_state
 from fairseq_smallvocab.engine.loop import Loop, Samples, excluded_ids
 from fairseq_smallvocab.engine.request import DEFAULT, SampleRequest
@@ -60,7 +61,7 @@ from fairseq_smallvocab.output.gathered_grad import gathered_embedding_grads
 from fairseq_smallvocab.output.restricted import candidate_log_probs
 from fairseq_smallvocab.output.union_scorer import UnionScorer
 
-__all__ = ["DEFAULT", "SampleRequest", "policy", "sample", "score", "draw", "captures"]
+__all__ = ["DEFAULT", "SampleRequest", "sample_and_score", "sample", "score", "draw", "captures"]
 
 
 class _IncrementalState:
@@ -81,10 +82,12 @@ class _IncrementalState:
 
 def captures(decoder, encoder_out, device, settings: EngineSettings = DEFAULT, first: Optional[Tensor] = None
              ) -> bool:
-    """Whether ``sample`` runs the bucketed step of ``capture`` (a CUDA graph on a GPU), which keeps no
-    step graph: a recurrent decoder's samples are then scored by a teacher-forced pass.  Not with a forced
-    first token (``first``): that runs the eager loop."""
-    return first is None and settings.static_state and capture.applies(decoder, encoder_out, device, settings)
+    """Whether ``sample`` runs the settings' passes' bucketed step (``passes.Passes.sample_on_bucket``; the
+    device modes' capture, a CUDA graph on a GPU), which keeps no step graph: a recurrent decoder's samples
+    are then scored by a teacher-forced pass.  Not with a forced first token (``first``): that runs the eager
+    loop."""
+    return first is None and settings.static_state and passes.of(settings).samples_on_buckets(
+        decoder, encoder_out, device, settings)
 
 
 def sample(model, encoder_out, candidates: Optional[Tensor], request: SampleRequest, *, greedy: bool = False,
@@ -95,8 +98,8 @@ def sample(model, encoder_out, candidates: Optional[Tensor], request: SampleRequ
     token, with their graph; with ``keep_probs`` (not greedy, and at most the settings'
     ``stored_probs_max_elements`` entries) with ``probs`` and ``chosen_lprobs``, which ``score`` then uses
     instead of making the logits again.  The request's ``first`` and ``to_limit`` apply (``SampleRequest``);
-    its ``num_samples`` and ``greedy_too`` are ``draw``'s, which repeats the rows.  On CUDA, where
-    ``capture`` applies, the steps replay a captured graph."""
+    its ``num_samples`` and ``greedy_too`` are ``draw``'s, which repeats the rows.  Where the settings'
+    passes sample on buckets (``captures``), their loop runs instead."""
     decoder, (weight, bias) = model.decoder, model.output_weights()
     max_lens, settings, first = request.max_lens, request.settings, request.first
     bsz = max_lens.size(0)
@@ -109,7 +112,8 @@ def sample(model, encoder_out, candidates: Optional[Tensor], request: SampleRequ
     store_probs = keep_probs and not greedy and bsz * steps * width <= settings.stored_probs_max_elements \
         and not (candidates is None and settings.full_softmax == "chunked")
     if not keep_graph and captures(decoder, encoder_out, max_lens.device, settings, first):
-        return capture.sample(model, encoder_out, candidates, request, steps, uniforms, greedy, store_probs)
+        return passes.of(settings).sample_on_bucket(model, encoder_out, candidates, request, steps, uniforms,
+                                                    greedy, store_probs)
     loop = Loop(decoder.dictionary, bsz, steps, width, max_lens.device, greedy, request.temperature, store_probs,
                 k=0 if candidates is None else candidates.size(1), forced=first is not None,
                 to_limit=request.to_limit)
@@ -151,15 +155,15 @@ def score(model, encoder_out, candidates: Optional[Tensor], samples: Samples, re
         s = weight.new_zeros(tokens.size(0), 0, weight.size(1))
     else:
         prev = torch.cat([tokens.new_full((tokens.size(0), 1), d.eos()), tokens[:, :-1]], dim=1)
-        s, _ = graphed_pass.extract_features(decoder, prev, encoder_out, request.settings)
+        s, _ = passes.of(request.settings).features(decoder, prev, encoder_out, request.settings)
     lprobs = candidate_log_probs(s, weight, bias, candidates, samples.positions, excluded_ids(d, request.to_limit),
                                  probs=samples.probs, chosen=samples.chosen_lprobs)
     samples.lprobs, samples.features = lprobs.masked_fill(~mask, 0.0), s.detach()
     return samples
 
 
-def policy(model, net_input: Dict, candidates: Optional[Tensor], request: SampleRequest,
-           keep_graph: bool) -> Dict[str, Samples]:
+def sample_and_score(model, net_input: Dict, candidates: Optional[Tensor], request: SampleRequest,
+                     keep_graph: bool) -> Dict[str, Samples]:
     """REINFORCE's policy, the engine's one call: with ``request.greedy_too``
     the greedy decode (``"greedy"``, B rows, no gradient), and ``"samples"``:
     N = ``request.num_samples`` samples per example from one encoder pass
@@ -189,7 +193,7 @@ class Drawn:
 
 
 def draw(model, encoder_out, candidates: Optional[Tensor], request: SampleRequest, keep_graph: bool) -> Drawn:
-    """``policy`` from the encoder's output (eval mode's) up to the samples drawn, unscored."""
+    """``sample_and_score`` from the encoder's output (eval mode's) up to the samples drawn, unscored."""
     max_lens, n, settings, first = request.max_lens, request.num_samples, request.settings, request.first
     settings.check_device(max_lens.device)
     out = {}

@@ -1,7 +1,8 @@
 """How a REINFORCE step runs on the device: one frozen ``EngineSettings``.
 
-The criterion builds it from its config (``--rl-capture``, ``--rl-compile``,
-``--rl-graphed-pass``, ...: ``EngineSettings.from_config``), logs it once when
+The criterion builds it from its config (``--rl-engine KEY=VALUE,...``, e.g.
+``--rl-engine capture=buckets,stop_check_every=4``, and ``--rl-full-softmax``:
+``EngineSettings.from_config``), logs it once when
 training starts and hands it down with the sample request; every bucket of
 the captured step and of the graphed pass keeps in its key the settings that
 change what it captures (capture, compile and transposed_min_rows; the
@@ -13,7 +14,8 @@ criterion, validation, decoding) read the restricted model's own
 ``engine_settings``.  None of the settings changes a loss: the tests compare each against
 the eager loop.
 
-Fields (each criterion flag is ``--rl-`` + the field's name, dashed):
+Fields (each a key of ``--rl-engine`` but ``full_softmax``, the flag
+``--rl-full-softmax``: the baseline users compare the small softmax against):
 
 - ``capture``: the sampling step: "cuda-graphs" (captured per shape bucket and
   replayed per token on CUDA, eager elsewhere), "buckets" (the same bucketed
@@ -86,9 +88,19 @@ UNTESTED_ON_CUDA = {
 }
 
 
-def flag(name: str) -> str:
-    """The criterion's flag for a setting: ``--rl-`` and the name, dashed."""
-    return "--rl-" + name.replace("_", "-")
+# the settings whose non-default values run ``engine/device_modes/`` (the others are the eager path's own)
+DEVICE_MODES = ("capture", "compile", "graphed_pass", "merged_pass")
+
+
+# the one setting with a flag of its own; the others are keys of --rl-engine
+OWN_FLAG = {"full_softmax": "--rl-full-softmax"}
+
+
+def flag(name: str, value=None) -> str:
+    """How a user sets ``name`` (to ``value``): ``--rl-engine name=value``, or its own flag."""
+    if name in OWN_FLAG:
+        return OWN_FLAG[name] + ("" if value is None else f" {value}")
+    return f"--rl-engine {name}" + ("" if value is None else f"={value}")
 
 
 @dataclass(frozen=True)
@@ -126,23 +138,20 @@ class EngineSettings:
 
     @classmethod
     def from_config(cls, cfg) -> "EngineSettings":
-        """From a criterion config's ``rl_<name>`` fields (one that is missing or None keeps the default)."""
-        given = {}
-        for name in NAMES:
-            value = getattr(cfg, "rl_" + name, None)
-            if value is not None:
-                try:
-                    given[name] = _convert(name, str(value))
-                except ValueError as what:
-                    raise ValueError(f"{flag(name)} must be {what}, got {str(value)!r}") from None
+        """From a criterion config's ``rl_engine`` ("KEY=VALUE,...", ``parse_engine``) and ``rl_full_softmax``
+        (missing or None: the defaults)."""
+        given = parse_engine(getattr(cfg, "rl_engine", None) or "")
+        full_softmax = getattr(cfg, "rl_full_softmax", None)
+        if full_softmax is not None:
+            given["full_softmax"] = str(full_softmax)
         return cls(**given)
 
     def untested_on(self, device) -> list:
         """The modes of these settings that would run untested on ``device`` (a CUDA device), each as
-        "--rl-name value (what was seen)"; none where ``untested_cuda_modes`` is on."""
+        "--rl-engine name=value (what was seen)"; none where ``untested_cuda_modes`` is on."""
         if self.untested_cuda_modes or getattr(device, "type", str(device)) != "cuda":
             return []
-        return [f"{flag(name)} {value} ({seen})" for (name, value), seen in UNTESTED_ON_CUDA.items()
+        return [f"{flag(name, value)} ({seen})" for (name, value), seen in UNTESTED_ON_CUDA.items()
                 if getattr(self, name) == value]
 
     def check_device(self, device) -> None:
@@ -151,8 +160,15 @@ class EngineSettings:
         untested = self.untested_on(device)
         if untested:
             raise ValueError(f"{'; '.join(untested)}: not yet passed its tests on a GPU, so it is not run on "
-                             f"{device}; leave it at its default, or pass {flag('untested_cuda_modes')} on to run "
+                             f"{device}; leave it at its default, or pass {flag('untested_cuda_modes', 'on')} to run "
                              "it anyway (its results unchecked)")
+
+    @property
+    def passes(self) -> str:
+        """The passes these settings run (``engine.passes.of``): "device" where a device mode is on (capture,
+        compile, graphed_pass, merged_pass: ``engine/device_modes/``), else "eager"."""
+        default = EngineSettings()
+        return "device" if any(getattr(self, name) != getattr(default, name) for name in DEVICE_MODES) else "eager"
 
     def changed(self, **values) -> "EngineSettings":
         """A copy with ``values`` (names of fields) changed."""
@@ -201,3 +217,27 @@ def parse(name: str, text: str):
         return _convert(name, text)
     except ValueError as what:
         raise ValueError(f"{name}={text}: {name} takes {what}") from None
+
+
+def parse_engine(text: str) -> dict:
+    """``--rl-engine``'s "KEY=VALUE,..." as {setting: value} (``parse`` each; spaces around either ignored); a
+    ValueError names the bad item, the keys and what they take."""
+    given = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, sep, value = item.partition("=")
+        name = name.strip()
+        if not sep:
+            raise ValueError(f"--rl-engine {item!r}: give KEY=VALUE items, comma-separated "
+                             f"(e.g. capture=buckets,stop_check_every=4); the keys are {', '.join(ENGINE_KEYS)}")
+        if name in OWN_FLAG:
+            raise ValueError(f"--rl-engine {name}: set it with {OWN_FLAG[name]}")
+        if name in given:
+            raise ValueError(f"--rl-engine gives {name} twice: give each key once")
+        try:
+            given[name] = parse(name, value)
+        except ValueError as what:
+            raise ValueError(f"--rl-engine: {what}") from None
+    return given
+
+
+ENGINE_KEYS = tuple(name for name in NAMES if name not in OWN_FLAG)

@@ -20,7 +20,7 @@ table are made once.  Decoders it cannot follow exactly keep fairseq's
 incremental state (``TransformerFamily.why_not`` says why).
 
 A captured step (``capture.py``) reads and writes fixed addresses: its state
-is made once per shape bucket (``buckets.Slots``: rows, source length), each batch
+is made once per shape bucket (``slots.Slots``: rows, source length), each batch
 is loaded into the front of those tensors (the rest padded: masked source
 positions, padded rows attending to one zero key so that no softmax is over
 nothing), and the keys and values are written in place.
@@ -36,7 +36,7 @@ from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 from torch import Tensor
 
 from fairseq_smallvocab.engine import families
-from fairseq_smallvocab.engine.device_modes.buckets import Slots
+from fairseq_smallvocab.engine.slots import Slots
 
 
 def _unsupported(decoder) -> Optional[str]:

@@ -11,7 +11,7 @@ decoder, without attention and without input feeding:
 W_p is tied to the target embedding, as in ``lstm_smallvocab``
 (``TiedOutputDecoder``); ``captioning_smallvocab`` restricts the output layer
 to each image's K candidates as for any model (``restricted_model``), so
-REINFORCE (``reinforce_gleu``) and decoding inside the predicted vocabulary
+REINFORCE (``smallvocab_reinforce``) and decoding inside the predicted vocabulary
 work unchanged.  Dropout on the word embeddings, between layers and on h_t
 before the output layer.  (c_0 from the image too, as in Xu et al.'s "Show,
 Attend and Tell": with c_0 = 0 the image reaches the cell only through the

@@ -1,9 +1,9 @@
 """REINFORCE inside the candidates (the paper's section 2.2), the algorithm
 apart from the device engine (``engine/``), read in the order a step runs:
 
-- ``config``: the ``reinforce_gleu`` criterion's options and their checks;
+- ``config``: the ``smallvocab_reinforce`` criterion's options and their checks;
 - ``samples``: each sample's length limit, and the memory check before any
-  is drawn (the engine draws and scores them: ``engine.sampling.policy``);
+  is drawn (the engine draws and scores them: ``engine.sampling.sample_and_score``);
 - ``rewards``: sentence rewards (GLEU, BLEU, chrF, constant);
 - ``baselines``: learned, leave-one-out, self-critical, none;
 - ``by_language``: a multilingual task's reward per target language (logged);
@@ -11,4 +11,4 @@ apart from the device engine (``engine/``), read in the order a step runs:
   the policy gradient, their mix).
 
 The criterion that runs them per batch, sample -> reward -> baseline ->
-loss -> log, is ``criterions/reinforce_gleu.py``."""
+loss -> log, is ``criterions/smallvocab_reinforce.py``."""

@@ -1,6 +1,6 @@
 """REINFORCE baselines b_t: what is subtracted from a sample's reward R before
 it weighs the sample's log-probabilities, (R - b_t) log p(y_t).  Each is a
-small module with its own state; ``reinforce_gleu`` picks one by name
+small module with its own state; ``smallvocab_reinforce`` picks one by name
 (``--rl-baseline``).
 
 - ``learned`` (the paper's): b_t = sigmoid(w . s_t + b) on the detached

@@ -1,4 +1,4 @@
-"""The ``reinforce_gleu`` criterion's options (``ReinforceGleuConfig``,
+"""The ``smallvocab_reinforce`` criterion's options (``SmallVocabReinforceConfig``,
 each with its type, default and help, in the groups of the algorithm: the
 loss, sampling, the reward, the baseline, and how a step runs on the device)
 and their checks (``check_config``: a bad one stops fairseq-train at
@@ -10,29 +10,19 @@ from typing import Optional
 
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 
-from fairseq_smallvocab.engine.settings import (
-    CAPTURE_MODES,
-    COMPILE_MODES,
-    FULL_SOFTMAX_MODES,
-    GRAPHED_PASS_MODES,
-    EngineSettings,
-)
+from fairseq_smallvocab.engine.settings import ENGINE_KEYS, FULL_SOFTMAX_MODES, EngineSettings
 from fairseq_smallvocab.reinforce.baselines import BASELINES as BASELINE_CLASSES
 from fairseq_smallvocab.reinforce.rewards import REWARDS
 
 BASELINES = ChoiceEnum(list(BASELINE_CLASSES))
-CAPTURE_CHOICES = ChoiceEnum(list(CAPTURE_MODES))
-COMPILE_CHOICES = ChoiceEnum(list(COMPILE_MODES))
-GRAPHED_PASS_CHOICES = ChoiceEnum(list(GRAPHED_PASS_MODES))
 FULL_SOFTMAX_CHOICES = ChoiceEnum(list(FULL_SOFTMAX_MODES))
-ON_OFF = ChoiceEnum(["on", "off"])
 OBJECTIVES = ChoiceEnum(["reinforce", "risk"])
 RISK_CANDIDATES = ChoiceEnum(["sample", "beam"])
 MAX_BASELINE_LR = 1.0  # the learned baseline's Adam: see check_config
 
 
 @dataclass
-class ReinforceGleuConfig(FairseqDataclass):
+class SmallVocabReinforceConfig(FairseqDataclass):
     rl_objective: OBJECTIVES = field(
         default="reinforce", metadata={"help": "the sequence-level term: reinforce (the policy gradient, with "
                                                "--rl-baseline; the paper's) or risk (the expected cost, 1 - reward, "
@@ -47,7 +37,9 @@ class ReinforceGleuConfig(FairseqDataclass):
         default="sample", metadata={"help": "risk's N candidates per input: sample (--rl-samples samples, a repeat "
                                             "counted once) or beam (the --rl-samples best of a beam search of that "
                                             "width inside the candidates, as Edunov et al.'s)"})
-    rl_lambda: float = field(default=0.005, metadata={"help": "lambda: weight of the CE term, 1 - lambda: RL's"})
+    ce_weight: float = field(default=0.005, metadata={
+        "help": "w: the weight of the CE term, 1 - w the sequence-level term's (1: CE alone, nothing sampled; "
+                "formerly --ce-weight, which still works)"})
     label_smoothing: float = field(
         default=0.0, metadata={"help": "eps: label smoothing of the CE term, as label_smoothed_cross_entropy's "
                                        "(over the candidates under a small vocabulary); 0: the paper's plain CE"})
@@ -72,61 +64,21 @@ class ReinforceGleuConfig(FairseqDataclass):
         default=None, metadata={"help": "score the reward on words after this post-processing of subword tokens "
                                         "(e.g. sentencepiece, subword_nmt: as fairseq-generate's --post-process)"})
     # how the step runs on the device: ``engine.settings.EngineSettings`` (None: its default)
-    rl_capture: Optional[CAPTURE_CHOICES] = field(
-        default=None, metadata={"help": "the sampling step: cuda-graphs (captured per shape bucket and replayed per "
-                                        "token on CUDA, eager elsewhere; not yet passed its GPU tests: see "
-                                        "--rl-untested-cuda-modes), buckets (the same step run eagerly, any "
-                                        "device), off (the eager loop; the default)"})
-    rl_compile: Optional[COMPILE_CHOICES] = field(
-        default=None, metadata={"help": "torch.compile the bucketed sampling step: off (the default), fuse "
-                                        "(inductor's kernels, captured as --rl-capture says), reduce-overhead "
-                                        "(inductor's own graphs)"})
-    rl_graphed_pass: Optional[GRAPHED_PASS_CHOICES] = field(
-        default=None, metadata={"help": "a recurrent decoder's teacher-forced passes with gradient: cuda-graphs "
-                                        "(replayed with their backward on CUDA), buckets (the same, eagerly), off "
-                                        "(the decoder's own pass; the default)"})
+    rl_engine: Optional[str] = field(
+        default=None, metadata={"help": "how the step runs on the device, as KEY=VALUE,... (e.g. "
+                                        "capture=buckets,stop_check_every=4; none: the eager passes). Keys: "
+                                        + ", ".join(ENGINE_KEYS) + "; the CUDA modes (capture=cuda-graphs, "
+                                        "compile, graphed_pass=cuda-graphs) have not passed their tests on a GPU "
+                                        "and are refused there unless untested_cuda_modes=on "
+                                        "(fairseq_smallvocab/engine/settings.py says what each does)"})
     rl_full_softmax: Optional[FULL_SOFTMAX_CHOICES] = field(
         default=None, metadata={"help": "without candidates (the full softmax): plain (the default: the targets' "
                                         "tokens x |V| logits and log-softmax, the sampled steps' probabilities "
                                         "kept) or chunked (no tokens x |V| tensor: chunks of rows made again in "
                                         "the backward, as fused linear cross-entropy does); the same loss"})
-    rl_merged_pass: Optional[ON_OFF] = field(
-        default=None, metadata={"help": "on: the CE term's and the samples' teacher-forced passes (and the "
-                                        "encoder's two) run as one over the rows of both, dropout on the gold rows "
-                                        "only (the same loss; fewer launches and sequential steps); off (the "
-                                        "default) runs them apart"})
-    rl_static_state: Optional[ON_OFF] = field(
-        default=None, metadata={"help": "sample on a decoding state made once per batch (on, the default) or on "
-                                        "fairseq's incremental state (off)"})
-    rl_stop_check_every: Optional[int] = field(
-        default=None, metadata={"help": "the sampling loop asks whether any sample is still going every this "
-                                        "many steps (a host sync on a GPU; default 1)"})
-    rl_stored_probs_max_elements: Optional[int] = field(
-        default=None, metadata={"help": "the most step probabilities (rows x steps x K) the sampling loop keeps "
-                                        "for the gradient; above it the logits are made again (default 2^28)"})
-    rl_transposed_min_rows: Optional[int] = field(
-        default=None, metadata={"help": "the fewest sampling rows for which the candidate union's scores are "
-                                        "made transposed on the CPU (default 32; the criterion's passes)"})
-    rl_union_max_ratio: Optional[float] = field(
-        default=None, metadata={"help": "the teacher-forced output layer scores the batch's candidate union with "
-                                        "one product when it has at most this many words per candidate row "
-                                        "(default 2.0; the criterion's passes)"})
-    rl_capture_max_buckets: Optional[int] = field(
-        default=None, metadata={"help": "captured sampling steps kept per decoder (default 16)"})
-    rl_capture_max_mib: Optional[int] = field(
-        default=None, metadata={"help": "the most memory (MiB) the captured sampling steps may hold (default 2048)"})
-    rl_graphed_pass_max_buckets: Optional[int] = field(
-        default=None, metadata={"help": "graphed teacher-forced passes kept per decoder (default 32)"})
-    rl_graphed_pass_max_mib: Optional[int] = field(
-        default=None, metadata={"help": "the most memory (MiB) the graphed passes may hold (default 4096)"})
-    rl_untested_cuda_modes: Optional[ON_OFF] = field(
-        default=None, metadata={"help": "on: run on a GPU a device mode that has not yet passed its tests there "
-                                        "(--rl-capture cuda-graphs, --rl-compile fuse or reduce-overhead, "
-                                        "--rl-graphed-pass cuda-graphs), its results unchecked; off (the default) "
-                                        "refuses them at the first batch on a CUDA device"})
 
 
-def check_config(cfg: ReinforceGleuConfig) -> EngineSettings:
+def check_config(cfg: SmallVocabReinforceConfig) -> EngineSettings:
     """Every setting of the criterion, checked in one place before anything
     is built: a bad one stops fairseq-train at start-up, naming its flag
     (the reward's name and its post-processing, which is checked against the
@@ -152,8 +104,8 @@ def check_config(cfg: ReinforceGleuConfig) -> EngineSettings:
     if str(cfg.rl_objective) == "risk" and cfg.rl_samples < 2:
         raise ValueError(f"--rl-objective risk needs --rl-samples >= 2 (the softmax over one sample is 1 whatever "
                          f"its cost, so it would learn nothing), got {cfg.rl_samples}")
-    if not 0.0 <= cfg.rl_lambda <= 1.0:
-        raise ValueError(f"--rl-lambda must be in [0, 1], got {cfg.rl_lambda}")
+    if not 0.0 <= cfg.ce_weight <= 1.0:
+        raise ValueError(f"--ce-weight must be in [0, 1], got {cfg.ce_weight}")
     if not 0.0 <= cfg.label_smoothing < 1.0:
         raise ValueError(f"--label-smoothing must be in [0, 1) (the CE term's), got {cfg.label_smoothing}")
     if cfg.max_sample_len < 1:
@@ -176,6 +128,6 @@ def check_config(cfg: ReinforceGleuConfig) -> EngineSettings:
                          f"the same input make the baseline), got {cfg.rl_samples}")
     settings = EngineSettings.from_config(cfg)  # (which checks the engine's settings, naming their flags)
     if str(cfg.risk_candidates) == "beam" and settings.merged_pass:
-        raise ValueError("--rl-merged-pass on merges the CE pass with drawing samples, which --risk-candidates beam "
-                         "does not draw: use one or the other")
+        raise ValueError("--rl-engine merged_pass=on merges the CE pass with drawing samples, which "
+                         "--risk-candidates beam does not draw: use one or the other")
     return settings

@@ -1,4 +1,4 @@
-"""What ``reinforce_gleu`` logs: one batch's logging output (``batch_log``: sums, the same keys for every
+"""What ``smallvocab_reinforce`` logs: one batch's logging output (``batch_log``: sums, the same keys for every
 batch) and their reduction to the logged averages (``reduce``), which is the same whether fairseq hands over
 the per-batch dicts of one process or the workers' summed ones (tests/test_distributed_logs.py)."""
 

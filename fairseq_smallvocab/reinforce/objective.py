@@ -1,5 +1,5 @@
 """The loss of REINFORCE mixed with cross-entropy, as pure functions (the
-criterion ``reinforce_gleu`` calls them; the paper's section 2.2 / 4.2).
+criterion ``smallvocab_reinforce`` calls them; the paper's section 2.2 / 4.2).
 
 For sample j of example b (N samples per example), with its reward R_bj,
 the baseline b_bjt of each of its steps and the model's log-probabilities
@@ -7,7 +7,7 @@ log p(y_bjt):
 
     A_bjt = (R_bj - b_bjt) * m_bjt                   (m: the steps that count, the sampled eos included)
     L_r   = - sum_b (1/N) sum_j sum_t A_bjt log p(y_bjt)
-    L     = lambda L_c + (1 - lambda) L_r            (L_c: the gold target's CE)
+    L     = w L_c + (1 - w) L_r                      (L_c: the gold target's CE; w: --ce-weight)
 
 summed over the batch: N samples give the average of N single-sample
 gradients, not N times one.
@@ -77,9 +77,9 @@ def expected_risk(reward: Tensor, scores: Tensor, keep: Tensor, num_samples: int
     return (q * cost).sum(), q.view(-1)
 
 
-def mixed(ce: Tensor, rl: Tensor, rl_lambda: float) -> Tensor:
-    """L = lambda L_c + (1 - lambda) L_r."""
-    return rl_lambda * ce + (1.0 - rl_lambda) * rl
+def mixed(ce: Tensor, rl: Tensor, ce_weight: float) -> Tensor:
+    """L = w L_c + (1 - w) L_r (w: ``ce_weight``)."""
+    return ce_weight * ce + (1.0 - ce_weight) * rl
 
 
 def skipped_loss(model) -> Tensor:

@@ -1,6 +1,6 @@
 """What the plugin's translation tasks share (``translation_smallvocab``,
 ``captioning_smallvocab`` and ``translation_multi_smallvocab``): state saved
-with checkpoints beside the model (reinforce_gleu's learned baseline), the
+with checkpoints beside the model (smallvocab_reinforce's learned baseline), the
 refusal to save after a run of non-finite batches, and the share of gold
 target words outside the candidates in validation (``gold_outside_cands``)."""
 
@@ -27,7 +27,7 @@ class SmallVocabTaskState:
         """Save ``module.state_dict()`` in every checkpoint and restore it when
         training resumes from one (``compat.train_checkpoints``: in
         ``extra_state[TaskClass]``, on every fairseq 0.12): for state that is
-        neither the model's nor a parameter of the criterion (reinforce_gleu's
+        neither the model's nor a parameter of the criterion (smallvocab_reinforce's
         learned baseline).  Fine-tuning from another checkpoint
         (--finetune-from-model, --reset-dataloader) starts it afresh, as
         fairseq does."""
@@ -50,7 +50,7 @@ class SmallVocabTaskState:
 
     def check_before_save(self):
         """Refuse to save when every training batch since the last checkpoint
-        was skipped as non-finite (``reinforce_gleu`` counts them): the model
+        was skipped as non-finite (``smallvocab_reinforce`` counts them): the model
         learned nothing, its weights may be NaN, and saving would replace good
         checkpoints (fairseq would even take the placeholder loss -1 of an
         epoch without a loss as the best score)."""

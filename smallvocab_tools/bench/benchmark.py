@@ -16,7 +16,7 @@ frequent words (with ``--zipf 0``, random words), so that a batch's candidate
 lists overlap as a predictor's do.  A step is what
 fairseq-train does per update: forward, loss, backward, gradient clipping to
 1.0, an SGD (momentum 0.75) update.  The loss: ``ce``, fairseq's
-``cross_entropy``; ``reinforce``, the plugin's ``reinforce_gleu`` (the
+``cross_entropy``; ``reinforce``, the plugin's ``smallvocab_reinforce`` (the
 teacher-forced CE term plus one sampled sequence per example of up to
 --max-len tokens, GLEU rewards, the learned baseline and its Adam step;
 ``--rl-samples 1 2 4`` measures N samples per example, one configuration

@@ -23,19 +23,19 @@ import dataclasses
 from fairseq.dataclass.utils import merge_with_parent
 from omegaconf import DictConfig
 
-from fairseq_smallvocab.criterions.reinforce_gleu import ReinforceGleuConfig, ReinforceGleuCriterion
+from fairseq_smallvocab.criterions.smallvocab_reinforce import SmallVocabReinforceConfig, SmallVocabReinforceCriterion
 
 
-class SamplesToTheLimit(ReinforceGleuCriterion):
-    """``reinforce_gleu`` whose sample requests run every sample to its limit (eos never drawn)."""
+class SamplesToTheLimit(SmallVocabReinforceCriterion):
+    """``smallvocab_reinforce`` whose sample requests run every sample to its limit (eos never drawn)."""
 
     def sample_request(self, model, sample):
         return dataclasses.replace(super().sample_request(model, sample), to_limit=True)
 
 
 def to_the_limit(task, config) -> SamplesToTheLimit:
-    """``SamplesToTheLimit`` for ``config``: a ``ReinforceGleuConfig``, or the criterion's part of fairseq's
+    """``SamplesToTheLimit`` for ``config``: a ``SmallVocabReinforceConfig``, or the criterion's part of fairseq's
     config (merged with the criterion's defaults, as ``task.build_criterion`` merges it)."""
     if isinstance(config, DictConfig):
-        config = merge_with_parent(ReinforceGleuConfig(), config)
+        config = merge_with_parent(SmallVocabReinforceConfig(), config)
     return SamplesToTheLimit(task, config)

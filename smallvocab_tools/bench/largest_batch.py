@@ -75,7 +75,7 @@ def fits_on_cuda(step, make_sample, reset=lambda: None):
             for _ in range(2):
                 step(sample)
             return True
-        except (torch.cuda.OutOfMemoryError, MemoryError):  # (MemoryError: reinforce_gleu's own check, ahead)
+        except (torch.cuda.OutOfMemoryError, MemoryError):  # (MemoryError: smallvocab_reinforce's own check, ahead)
             pass
         # out of the except block: the exception's traceback (and the frames' tensors it holds) is gone
         sample = None

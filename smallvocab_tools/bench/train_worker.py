@@ -49,7 +49,10 @@ def train_worker(cfg: dict) -> dict:
     import torch
     from fairseq.criterions.cross_entropy import CrossEntropyCriterion
 
-    from fairseq_smallvocab.criterions.reinforce_gleu import ReinforceGleuConfig, ReinforceGleuCriterion
+    from fairseq_smallvocab.criterions.smallvocab_reinforce import (
+        SmallVocabReinforceConfig,
+        SmallVocabReinforceCriterion,
+    )
 
     device = torch.device(cfg["device"])
     count = cfg["warmup"] + cfg["steps"]
@@ -63,14 +66,14 @@ def train_worker(cfg: dict) -> dict:
         if cfg["mode"] == "ce":
             criterion = CrossEntropyCriterion(task, sentence_avg=False)
         else:
-            config = ReinforceGleuConfig(max_sample_len=cfg["max_sample_len"], rl_samples=cfg["rl_samples"],
+            config = SmallVocabReinforceConfig(max_sample_len=cfg["max_sample_len"], rl_samples=cfg["rl_samples"],
                                          rl_baseline=cfg["rl_baseline"])
             if cfg["sample_limit"] == "flat":  # every sample exactly the limit long (flat_limit.py)
                 from smallvocab_tools.bench.flat_limit import to_the_limit
 
                 criterion = to_the_limit(task, config).to(device)
             else:
-                criterion = ReinforceGleuCriterion(task, config).to(device)
+                criterion = SmallVocabReinforceCriterion(task, config).to(device)
         samples = [_synthetic_batch(cfg, cfg["batch"], device)] * count
         epoch_sentences = cfg["epoch_sentences"]
     cfg["d"] = cfg["d"] or model.output_weights()[0].size(1)  # a fairseq arch's (or --model-args') own d
@@ -80,7 +83,7 @@ def train_worker(cfg: dict) -> dict:
 
     def use(settings):  # how the step runs: REINFORCE's from its criterion, a CE pass's from the model
         model.engine_settings = settings
-        if isinstance(criterion, ReinforceGleuCriterion):
+        if isinstance(criterion, SmallVocabReinforceCriterion):
             criterion.settings = settings
 
     use(engine_settings)

@@ -147,7 +147,7 @@ def real_setup(cfg: dict, count: int):
 
     argv = [cfg["data"], "--user-dir", str(Path(fairseq_smallvocab.__file__).resolve().parent),
             "--small-vocab-size", str(cfg["K"]),
-            "--criterion", "cross_entropy" if cfg["mode"] == "ce" else "reinforce_gleu", "--cpu"]
+            "--criterion", "cross_entropy" if cfg["mode"] == "ce" else "smallvocab_reinforce", "--cpu"]
     # the model: the user's flags (--model-args, as a training run's), else the paper's LSTM at d
     model_args = shlex.split(cfg["model_args"]) if cfg.get("model_args") else None
     if captions:  # image features -> captions: samples limited by length only

@@ -12,7 +12,7 @@ Arms added to a record later (``extend``) are probed beside the record's arms ag
 pace, so the runs made with it stay valid, and each new arm's pace is scaled by the machine's drift since the
 record (the known arms' recorded over re-measured paces).
 
-    python scripts/budget_probe.py --arm ce="--rl-lambda 1" --arm rf4="--rl-samples 4 --rl-baseline loo" \
+    python scripts/budget_probe.py --arm ce="--ce-weight 1" --arm rf4="--rl-samples 4 --rl-baseline loo" \
       --updates 8 --rounds 2 --json OUT/speed.json -- DATA --user-dir fairseq_smallvocab ... (the common flags)
     python scripts/budget_probe.py --json OUT/speed.json --budget 3600 --arm-updates rf4
 """

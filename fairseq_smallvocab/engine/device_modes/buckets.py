@@ -23,6 +23,8 @@ from typing import Callable, Dict
 import torch
 from torch import Tensor
 
+from fairseq_smallvocab.engine.slots import enlarged
+
 # Only the capturing thread's unsafe CUDA calls (cudaMalloc, cudaHostAlloc, event queries) may break a
 # capture: fairseq-train's DataLoader pins the next batches in a thread of its own, and a pinned allocation
 # there while a bucket is captured would break the capture under torch's default ("global").
@@ -99,7 +101,7 @@ class BucketStore:
 @contextmanager
 def failures_name(hint: str):
     """A graph's preparation (its eager warm-up, where a compiled step compiles, and its capture) that fails,
-    re-raised with ``hint``, the flag that does without it (e.g. "--rl-capture off ..."), the original error
+    re-raised with ``hint``, the flag that does without it (e.g. "--rl-engine capture=off ..."), the original error
     chained; running out of memory is left as it is: fairseq-train recovers from it by skipping the batch,
     which it recognizes by its message."""
     try:
@@ -111,51 +113,12 @@ def failures_name(hint: str):
                            f"{hint}") from err
 
 
-def _enlarged(shape, sizes: Dict[int, int]) -> list:
-    """``shape`` with each dim in ``sizes`` ({dim: size}) set to its size."""
-    shape = list(shape)
-    for dim, size in sizes.items():
-        shape[dim] = size
-    return shape
-
-
 def padded(x: Tensor, sizes: Dict[int, int], fill) -> Tensor:
     """``x`` in the front of a new tensor enlarged to ``sizes`` ({dim: size}), the rest ``fill``;
     differentiable (``x`` itself when nothing grows)."""
-    shape = _enlarged(x.shape, sizes)
+    shape = enlarged(x.shape, sizes)
     if shape == list(x.shape):
         return x
     out = x.new_full(shape, fill)
     out[tuple(slice(0, n) for n in x.shape)] = x
     return out
-
-
-def unmask_first_position(mask: Tensor, real_rows: int, rows_dim: int, src_dim: int) -> Tensor:
-    """In place, in a True-at-padding source mask padded to a bucket's rows: each row after ``real_rows``
-    attends to its first (zero) source position, so that its attention's softmax is over one key, not over
-    nothing (NaN, which a backward would carry into the weights' gradients)."""
-    mask.narrow(rows_dim, real_rows, mask.size(rows_dim) - real_rows).narrow(src_dim, 0, 1).fill_(False)
-    return mask
-
-
-class Slots:
-    """Tensors at fixed addresses for a captured step, sized for a shape
-    bucket: ``put`` copies a batch's tensor into the front of its slot (made
-    at the first put, each dim in ``sizes`` enlarged to the bucket's) and
-    fills the rest with ``fill``.  A state made for one batch has no slots:
-    it keeps the batch's tensors as they are."""
-
-    def __init__(self, rows: int, src_len: int):
-        self.rows, self.src_len = rows, src_len
-        self.slots: Dict[str, Tensor] = {}
-
-    def put(self, name: str, value: Tensor, sizes: Dict[int, int], fill=0) -> Tensor:
-        slot = self.slots.get(name)
-        if slot is None:
-            slot = self.slots[name] = value.new_empty(_enlarged(value.shape, sizes))
-        if any(n > m for n, m in zip(value.shape, slot.shape)):
-            raise ValueError(f"{name}: a batch of shape {tuple(value.shape)} does not fit its bucket "
-                             f"{tuple(slot.shape)}")
-        slot.fill_(fill)
-        slot[tuple(slice(0, n) for n in value.shape)].copy_(value)
-        return slot

@@ -35,7 +35,7 @@ eagerly.
 Recurrent decoders keep the sampling steps' graph for the backward when they
 run eagerly (``sampling.py``); a captured step keeps none, so where capture
 applies the samples are scored by one teacher-forced pass instead
-(``sampling.policy``).
+(``sampling.sample_and_score``).
 
 The settings' ``capture``: "cuda-graphs" (captured on CUDA, eager
 elsewhere), "buckets" (the bucketed step with a device t run eagerly on any
@@ -63,7 +63,6 @@ from torch import Tensor
 from fairseq_smallvocab.engine.device_modes.buckets import (
     CAPTURE_ERROR_MODE,
     BucketStore,
-    Slots,
     addresses,
     bucket,
     capturable,
@@ -73,6 +72,7 @@ from fairseq_smallvocab.engine.families import family_of, has_static_state, stat
 from fairseq_smallvocab.engine.loop import Loop, Samples
 from fairseq_smallvocab.engine.request import SampleRequest
 from fairseq_smallvocab.engine.settings import EngineSettings, flag
+from fairseq_smallvocab.engine.slots import Slots
 from fairseq_smallvocab.output.union_scorer import UnionScorer
 
 logger = logging.getLogger(__name__)
@@ -227,9 +227,9 @@ def sample(model, encoder_out, candidates: Optional[Tensor], request: SampleRequ
         if entry.graph is None or entry.params != params:
             if decoder not in _POOLS:
                 _POOLS[decoder] = torch.cuda.graph_pool_handle()
-            hint = f"{flag('capture')} off samples without one"
+            hint = f"{flag('capture', 'off')} samples without one"
             if settings.compile != "off":
-                hint += f", and {flag('compile')} off compiles nothing"
+                hint += f", and {flag('compile', 'off')} compiles nothing"
             with failures_name(hint):
                 entry.capture(_POOLS[decoder])
             entry.params = params

@@ -65,10 +65,10 @@ from fairseq_smallvocab.engine.device_modes.buckets import (
     capturable,
     failures_name,
     padded,
-    unmask_first_position,
 )
 from fairseq_smallvocab.engine.families import Part, family_of
 from fairseq_smallvocab.engine.settings import EngineSettings, flag
+from fairseq_smallvocab.engine.slots import unmask_first_position
 from fairseq_smallvocab.output.gathered_grad import suspended
 
 logger = logging.getLogger(__name__)
@@ -252,7 +252,7 @@ class _Replay(torch.autograd.Function):
         entry = ctx.entry
         if ctx.pending.done:  # the activations the graph reads may be a later batch's by now
             raise RuntimeError("graphed_pass: a second backward through a replayed pass (retain_graph=True) "
-                               f"is not supported; {flag('graphed_pass')} off runs the decoder's own pass")
+                               f"is not supported; {flag('graphed_pass', 'off')} runs the decoder's own pass")
         entry.grad_output.copy_(grad_output)
         entry.backward()
         ctx.pending.done = True
@@ -299,7 +299,7 @@ def extract_features(decoder, prev_output_tokens: Tensor, encoder_out, settings:
         return module(*inputs)[:rows, :steps], None
     # (suspended: the graph's own embedding backward, not the open REINFORCE block's gathering)
     captured = settings.graphed_pass == "cuda-graphs"
-    with suspended(), failures_name(f"{flag('graphed_pass')} off runs the decoder's own pass") if captured \
+    with suspended(), failures_name(f"{flag('graphed_pass', 'off')} runs the decoder's own pass") if captured \
             else nullcontext():
         entry = _BUCKETS.get(decoder, key, lambda: _Bucket(module, inputs, params, key[:3], captured=captured),
                              settings.graphed_pass_max_buckets, settings.graphed_pass_max_mib * 2 ** 20)

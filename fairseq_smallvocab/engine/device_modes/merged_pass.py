@@ -17,7 +17,7 @@ rows of both:
 then splits the outputs: the gold rows' states give the CE logits, the
 sample rows' the samples' log-probabilities (``sampling.score``).  Between
 the two passes the policy draws its samples on the encoder's eval rows, as
-``sampling.policy`` does.  A recurrent decoder then runs half as many
+``sampling.sample_and_score`` does.  A recurrent decoder then runs half as many
 sequential steps, a Transformer half as many kernel launches.
 
 Dropout for some rows only: ``RowDropout`` (a ``TorchFunctionMode``) takes
@@ -76,7 +76,7 @@ class RowDropout(TorchFunctionMode):
         dims = [d for d, size in enumerate(x.shape) if size and size % rows == 0]
         if len(dims) != 1:
             raise RuntimeError(f"merged pass: a dropout input of shape {tuple(x.shape)} has no single dimension "
-                               f"of the pass's {rows} rows; --rl-merged-pass off runs the two passes")
+                               f"of the pass's {rows} rows; --rl-engine merged_pass=off runs the two passes")
         return dims[0], x.size(dims[0]) // rows
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -92,8 +92,8 @@ class RowDropout(TorchFunctionMode):
                 out = torch.where(on, dropped, x)
                 return x.copy_(out) if inplace else out
         elif func is F.multi_head_attention_forward and _fused_dropout(*args, **kwargs):
-            raise RuntimeError("merged pass: torch's fused attention draws its own dropout; --rl-merged-pass off "
-                               "runs the two passes")
+            raise RuntimeError("merged pass: torch's fused attention draws its own dropout; "
+                               "--rl-engine merged_pass=off runs the two passes")
         return func(*args, **kwargs)
 
 
@@ -112,7 +112,7 @@ def why_not(model, settings) -> Optional[str]:
     if not settings.merged_pass:
         return "off"
     if settings.graphed_pass != "off":
-        return "the graphed pass replays its own program (--rl-graphed-pass off merges)"
+        return "the graphed pass replays its own program (--rl-engine graphed_pass=off merges)"
     for module in model.modules():
         if isinstance(module, nn.RNNBase) and module.dropout > 0 and module.num_layers > 1:
             return f"{type(module).__name__}'s dropout between its layers is drawn inside it, for every row"
@@ -131,7 +131,7 @@ def applies(model, settings) -> bool:
     reason = why_not(model, settings)
     if reason is not None and reason != "off" and model not in _SAID:
         _SAID.add(model)
-        logger.info(f"--rl-merged-pass on: the step runs two teacher-forced passes: {reason}")
+        logger.info(f"--rl-engine merged_pass=on: the step runs two teacher-forced passes: {reason}")
     return reason is None
 
 

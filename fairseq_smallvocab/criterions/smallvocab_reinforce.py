@@ -1,90 +1,38 @@
-"""Criterion ``reinforce_gleu``: REINFORCE with sentence rewards (GLEU by
-default), mixed with cross-entropy (the paper's section 2.2 / 4.2).
+"""Criterion ``smallvocab_reinforce`` (also registered as ``reinforce_gleu``,
+its first name, so that old commands run unchanged): REINFORCE (or
+sequence-level risk) inside each input's candidates, mixed with
+cross-entropy (the paper's 2.2 / 4.2; ``--reward`` is any sentence reward):
 
-Per batch (``loss``, top to bottom): the model (one forward) computes the
-teacher-forced output for the CE term and samples N sequences Y_b1 .. Y_bN
-per example (``--rl-samples``, drawn in one batched pass) from its own
-distribution, inside the example's candidates when the batch has them (full
-vocabulary otherwise), up to a length limit (``reinforce/samples.py``);
-each is rewarded against the gold target, the baseline says what reward
-was expected, and the loss is (``reinforce/objective.py``)
+    L = w L_c + (1 - w) L_r      w: --ce-weight; L_c: (label-smoothed) CE of the gold target
+    L_r = - sum_b (1/N) sum_j sum_t (R(Y_bj) - b_bjt) log p(y_bjt)    (REINFORCE)
+    L_r = sum_b sum_{distinct j} q_bj (1 - R(Y_bj))                    (--rl-objective risk)
 
-    A_bjt = R(Y_bj, Y_b^gold) - b_bjt
-    L_r   = - sum_b (1/N) sum_j sum_t A_bjt log p(y_bjt)   (steps after the sampled eos excluded)
-    L     = lambda L_c + (1 - lambda) L_r                  (L_c: CE of the gold target)
+One step, file:function, top to bottom:
 
-With ``--rl-objective risk`` L_r is instead the expected cost (1 - reward)
-over each example's distinct samples, weighted by the softmax of their
-length-normalised log-probabilities times ``--risk-sharpness`` (Edunov et
-al. 2018's sequence-level risk; ``objective.expected_risk``): no baseline,
-N >= 2, logged as ``risk`` (x 100) with ``distinct`` (distinct samples per
-input).
+1. fairseq ``Trainer.train_step`` -> ``tasks/translation_smallvocab.py:train_step``
+   -> ``SmallVocabReinforceCriterion.loss`` (below; w = 1, the CE control:
+   ``ce_only``, nothing sampled).
+2. ``sample_request`` (``reinforce/samples.py:sample_limits``, ``check_memory``)
+   -> ``restricted_model.py:RestrictedModel.forward(sample_request=...)``: the
+   teacher-forced CE pass, then ``sample_and_score``
+   -> ``engine/sampling.py:sample_and_score`` (``draw`` N samples per input in
+   one batched loop, ``score`` them with gradient); each pass runs as the
+   settings' passes say (``engine/passes.py``: the decoder's own calls unless
+   ``--rl-engine`` turns a device mode on).
+3. ``rewards`` -> ``reinforce/rewards.py`` (``--reward``, or the user's:
+   ``reinforce/user_reward.py``).
+4. the baseline -> ``reinforce/baselines.py`` (``--rl-baseline``; none under risk).
+5. the loss -> ``reinforce/objective.py`` (``advantage``, ``policy_gradient`` or
+   ``distinct``, ``candidate_scores``, ``expected_risk``; ``mixed``), a batch
+   whose reward or loss is not finite skipped (``skipped_loss``).
+6. the log -> ``reinforce/logs.py`` (``batch_log``, ``reduce``: sums that
+   reduce across workers).
 
-(``--label-smoothing eps`` makes L_c fairseq's label-smoothed CE, as a model
-trained with ``label_smoothed_cross_entropy`` was; the paper's is eps = 0.)
-The sample size is the number of sentences, so N samples give the average
-of N single-sample gradients, not N times one.  Options:
-``reinforce/config.py``.
-With lambda = 1 (the CE control: CE continued with the same loss, optimizer
-and budget) nothing is sampled, since L_r's weight is 0, and only the CE
-numbers are logged.
-
-Rewards (``--reward``, ``reinforce/rewards.py``): ``gleu`` (the paper's), sacrebleu's
-sentence ``bleu`` and ``chrf``, and ``constant`` (1 for every sample: the
-control); ``--reward-post-process`` scores post-processed words of subword
-data.
-
-Exploration (``--sample-temperature`` tau): the samples are drawn from
-softmax(z / tau) (z the restricted logits), but the log-probabilities that
-the gradient weighs are the model's own, log softmax(z): the policy being
-trained is the model that decodes at test time, and tau only changes which
-sequences it is shown (tau = 1, the default, is plain REINFORCE; tau != 1
-trades the estimator's unbiasedness for exploration, as sampling-temperature
-studies of RL for translation do).
-
-Baselines (``--rl-baseline``, ``reinforce/baselines.py``): ``learned`` (default, the
-paper's), ``loo`` (the mean reward of the other N - 1 samples of the same
-input; Kool et al. 2019), ``self-critical`` and ``none``.  The learned
-baseline's state (w, b and its Adam state) is saved in fairseq checkpoints
-through the task (``add_checkpoint_state``, ``compat.train_checkpoints``) and
-restored when training resumes; fine-tuning from another checkpoint starts a
-fresh baseline.
-
-How the step runs on the device (``--rl-capture``, ``--rl-compile``,
-``--rl-graphed-pass``, ...): one frozen ``engine.settings.EngineSettings``
-built from the config, logged once at start and handed to the engine with
-each sample request (the defaults: the eager sampling loop, nothing
-captured or compiled, the graphed pass off; the CUDA modes have not yet
-passed their tests on a GPU and are refused on one unless
-``--rl-untested-cuda-modes on``).  ``buckets`` runs the captured program
-eagerly, on any device, for debugging.  None of them changes the loss: the
-tests compare each against the eager loop.
-
-Logged besides the loss: ``reward`` (mean over samples, x 100),
-``reward_std`` (spread of the N rewards of one input, x 100; N >= 2),
-``baseline`` (mean over samples, x 100, of each sample's mean baseline
-over its steps: reward - baseline is the mean advantage), ``len_ratio``
-(the samples' words over their references' words, summed over the samples
-as BLEU's length ratio is over a corpus: below 1, the policy writes short),
-``reward/LANG`` (a multilingual task's: each target
-language's own mean reward, ``reinforce/by_language.py``), ``greedy_frac``
-(the fraction of samples that equal the greedy decode: every token the
-argmax of its step), ``entropy`` (nats per sampled step, of the
-distribution sampled from) and ``sample_len``.
-
-The model is any encoder-decoder restricted by the plugin's tasks
-(``restricted_model``): its forward with a ``policy`` request draws the samples in
-eval mode without gradient and scores them with gradient (``engine.sampling``).
-
-A batch whose reward or loss is not finite is skipped: its loss is replaced by
-an exact zero (so nothing reaches the optimizer) and ``nonfinite`` counts it;
-the logged averages (loss, ce, reward, baseline, ...) are over the batches
-that produced them, so skipped batches do not pull them towards zero.  When
-every batch was skipped the loss logs as inf (fairseq's placeholder -1 would
-rank as the best validation score), and the task stops training before a
-checkpoint is saved from such a stretch (``check_before_save``).
+Options: ``reinforce/config.py``.  What each option and log means, and how to
+read a run: docs/usage.md ("REINFORCE" and "Sequence-level risk").
 """
 
+import argparse
 import logging
 from typing import Optional
 
@@ -93,25 +41,32 @@ import torch.nn.functional as F
 from fairseq.criterions import FairseqCriterion, register_criterion
 
 from fairseq_smallvocab.candidates.space import candidate_positions
-from fairseq_smallvocab.engine.device_modes.buckets import autocast_on
+from fairseq_smallvocab.engine import passes
 from fairseq_smallvocab.engine.sampling import SampleRequest
-from fairseq_smallvocab.engine.settings import flag
 from fairseq_smallvocab.output.chunked_ce import full_cross_entropy
+from fairseq_smallvocab.registry import register_alias
 from fairseq_smallvocab.reinforce import by_language, logs, objective
 from fairseq_smallvocab.reinforce.baselines import build_baseline
-from fairseq_smallvocab.reinforce.config import ReinforceGleuConfig, check_config
+from fairseq_smallvocab.reinforce.config import SmallVocabReinforceConfig, check_config
 from fairseq_smallvocab.reinforce.rewards import without_ids
 from fairseq_smallvocab.reinforce.samples import check_memory, sample_limits
 from fairseq_smallvocab.reinforce.user_reward import build as build_reward
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ReinforceGleuConfig", "ReinforceGleuCriterion"]
+__all__ = ["SmallVocabReinforceConfig", "SmallVocabReinforceCriterion"]
 
 
-@register_criterion("reinforce_gleu", dataclass=ReinforceGleuConfig)
-class ReinforceGleuCriterion(FairseqCriterion):
-    def __init__(self, task, cfg: ReinforceGleuConfig):
+@register_criterion("smallvocab_reinforce", dataclass=SmallVocabReinforceConfig)
+class SmallVocabReinforceCriterion(FairseqCriterion):
+    @classmethod
+    def add_args(cls, parser):
+        super().add_args(parser)
+        # the CE weight's first spelling, kept so that old commands run unchanged
+        parser.add_argument("--rl-lambda", dest="ce_weight", type=float, default=argparse.SUPPRESS,
+                            help="the former name of --ce-weight")
+
+    def __init__(self, task, cfg: SmallVocabReinforceConfig):
         super().__init__(task)
         self.settings = check_config(cfg)
         self.cfg = cfg
@@ -126,7 +81,8 @@ class ReinforceGleuCriterion(FairseqCriterion):
                         f"--rl-baseline is not used")
         elif str(cfg.rl_baseline) == "learned" and hasattr(task, "add_checkpoint_state"):  # a bare test task has none
             task.add_checkpoint_state("reinforce_gleu.baseline", self.baseline)
-        logger.info(f"reinforce_gleu: the step runs with {self.settings.describe()}")
+        logger.info(f"smallvocab_reinforce: the step runs with {self.settings.describe()}")
+        self.passes = passes.of(self.settings)  # the decoder's own calls unless a device mode is on
         self._capped_to_positions = False  # whether the log has said that the decoder's positions cap samples
         self._said_what_runs = False  # whether the log has said what a CUDA-only mode runs as here
         self.languages = by_language.target_languages(task)  # a multilingual task's: each logs its reward
@@ -137,14 +93,15 @@ class ReinforceGleuCriterion(FairseqCriterion):
     def loss(self, model, sample):
         """One batch: sample -> reward -> baseline -> loss -> log."""
         self.say_what_runs(sample["target"].device)
-        if self.cfg.rl_lambda == 1.0:  # RL's weight is 0: its samples would change nothing but the time
+        if self.cfg.ce_weight == 1.0:  # RL's weight is 0: its samples would change nothing but the time
             return self.ce_only(model, sample)
         n = self.cfg.rl_samples
         # sample: inside the model's forward (restricted_model: draw, then score with gradient), so that
         # fairseq's distributed wrappers see one forward for the CE term and the policy alike
         from_features = self.chunked_ce(model, sample)
         request = self.sample_request(model, sample)
-        net_output = model(**sample["net_input"], policy=request, **({"features_only": True} if from_features else {}))
+        net_output = model(**sample["net_input"], sample_request=request,
+                           **({"features_only": True} if from_features else {}))
         samples = net_output[1]["samples"]  # B * N rows, the N samples of example b in rows b * N ... b * N + N - 1
         self.check_temperature(samples)
         mask = samples.mask
@@ -180,7 +137,7 @@ class ReinforceGleuCriterion(FairseqCriterion):
             extra.update(risk=rl.item(), distinct=keep.sum().item())
         else:
             rl = objective.policy_gradient(objective.advantage(reward, base, mask), samples.lprobs, chosen, n)
-        loss = objective.mixed(ce, rl, self.cfg.rl_lambda)
+        loss = objective.mixed(ce, rl, self.cfg.ce_weight)
         finite = objective.is_finite(reward, loss)
         if not finite:
             loss = objective.skipped_loss(model)
@@ -196,7 +153,7 @@ class ReinforceGleuCriterion(FairseqCriterion):
             sample_len=samples.lengths.sum().item(), **self.drawn_logs(samples), **extra)
 
     def ce_only(self, model, sample):
-        """lambda = 1 (the CE control): the CE term alone, normalized as the
+        """--ce-weight 1 (the CE control): the CE term alone, normalized as the
         mixed loss is (by sentences), with nothing sampled."""
         # a model the plugin's tasks restricted takes the settings (a stock one runs its own passes)
         given = {"engine_settings": self.settings} if getattr(model, "engine_settings", None) is not None else {}
@@ -320,23 +277,11 @@ class ReinforceGleuCriterion(FairseqCriterion):
     logging_output = staticmethod(logs.batch_log)
 
     def say_what_runs(self, device):
-        """At the first batch: a device mode that has not passed its tests on a GPU, asked for on a CUDA
-        device, is refused (``EngineSettings.check_device``, naming its flag); a CUDA-only mode asked for
-        (--rl-capture / --rl-graphed-pass cuda-graphs) where it cannot run (no CUDA device, or under autocast)
-        runs as off, and the log says so rather than leave the user believing the step is captured."""
-        if self._said_what_runs:
-            return
-        self.settings.check_device(device)
-        self._said_what_runs = True
-        if device.type == "cuda" and not autocast_on(device):
-            return
-        where = f"under autocast on {device}" if device.type == "cuda" else f"on {device}, not a CUDA device"
-        for name, what, instead in (("capture", "the sampling step", "the eager sampling loop"),
-                                    ("graphed_pass", "the teacher-forced passes", "the decoder's own passes")):
-            if str(getattr(self.cfg, "rl_" + name, None)) == "cuda-graphs":
-                logger.warning(f"{flag(name)} cuda-graphs: CUDA graphs cannot be captured {where}, "
-                               f"so {what} runs as {flag(name)} off ({instead}); 'buckets' runs the "
-                               "bucketed program eagerly on any device")
+        """At the first batch: what the settings' passes run on this device (an untested GPU mode refused,
+        a CUDA-only mode that cannot run here said so: ``engine.passes``)."""
+        if not self._said_what_runs:
+            self.passes.say_what_runs(self.settings, device)
+            self._said_what_runs = True
 
     @staticmethod
     def reduce_metrics(logging_outputs) -> None:
@@ -345,3 +290,7 @@ class ReinforceGleuCriterion(FairseqCriterion):
     @staticmethod
     def logging_outputs_can_be_summed() -> bool:
         return True
+
+
+# the criterion's first name (the reward is a flag; the recommended one is gleu_bp): old commands run unchanged
+register_alias("criterion", "reinforce_gleu", "smallvocab_reinforce")
