@@ -333,7 +333,7 @@ def _setup(small=True, seed=0):
     import torch
 
     from fairseq_smallvocab.models.lstm_smallvocab import LSTMSmallVocabConfig, LSTMSmallVocabModel
-    from fairseq_smallvocab.restricted_model import restrict
+    from fairseq_smallvocab.models.restricted import restrict
 
     torch.manual_seed(seed)
     src_dict, tgt_dict = make_dictionary(V_SRC), make_dictionary(V_TGT)

@@ -1,4 +1,4 @@
-"""Oracles for every model family the tasks restrict (``restricted_model``):
+"""Oracles for every model family the tasks restrict (``models.restricted``):
 small log-probs, loss and output-weight gradients equal the full softmax
 masked to the same candidates; greedy and beam search equal fairseq's stock
 generator on the masked full softmax; samples stay inside the candidates and
@@ -19,10 +19,10 @@ from helpers import candidate_batch, make_dictionary, translation_batch
 import fairseq_smallvocab  # noqa: F401  (registers the plugin's models)
 from fairseq_smallvocab.candidates.space import candidate_positions
 from fairseq_smallvocab.engine.sampling import SampleRequest
-from fairseq_smallvocab.generation import SmallVocabSequenceGenerator
+from fairseq_smallvocab.models.generation import SmallVocabSequenceGenerator
 from fairseq_smallvocab.models.lstm_smallvocab import LSTMSmallVocabConfig, LSTMSmallVocabModel
+from fairseq_smallvocab.models.restricted import restrict
 from fairseq_smallvocab.output.weights import RestrictionError, eval_mode
-from fairseq_smallvocab.restricted_model import restrict
 
 V_SRC, V_TGT, B, T_SRC, T_TGT, K, D = 30, 70, 5, 7, 6, 18, 16
 
@@ -240,8 +240,8 @@ def _reinforce_grads(model, net, cands, gathered, monkeypatch):
     """Every parameter's gradient of a loss that uses the CE pass's logits and the
     samples' log-probabilities (the same dropout masks and draws each time),
     with the weight gradients gathered (the default) or each use's own."""
-    from fairseq_smallvocab import restricted_model
     from fairseq_smallvocab.engine import sampling as sampler
+    from fairseq_smallvocab.models import restricted as restricted_model
     from fairseq_smallvocab.output import gathered_grad
 
     with monkeypatch.context() as patch:

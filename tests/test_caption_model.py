@@ -14,7 +14,7 @@ def _model():
         LSTMCaptionSmallVocabConfig,
         LSTMCaptionSmallVocabModel,
     )
-    from fairseq_smallvocab.restricted_model import restrict
+    from fairseq_smallvocab.models.restricted import restrict
 
     d = make_dictionary(54)  # the specials and 50 words
 

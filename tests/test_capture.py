@@ -23,7 +23,7 @@ from fairseq_smallvocab.engine.device_modes.buckets import BucketStore, bucket
 from fairseq_smallvocab.engine.sampling import SampleRequest
 from fairseq_smallvocab.engine.settings import EngineSettings
 from fairseq_smallvocab.engine.transformer_state import TransformerStaticState
-from fairseq_smallvocab.restricted_model import restrict
+from fairseq_smallvocab.models.restricted import restrict
 
 FIELDS = ("tokens", "positions", "mask", "lengths", "is_greedy")
 

@@ -11,10 +11,10 @@ from helpers import _crit, assert_same_step, reinforce_step, translation_batch
 from test_any_model import FAMILIES, T_SRC, T_TGT, V_SRC, K, raise_eos
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from fairseq_smallvocab.models.restricted import restrict
 from fairseq_smallvocab.output.chunked_ce import full_cross_entropy
 from fairseq_smallvocab.output.restricted import CandidateLogProbs
 from fairseq_smallvocab.reinforce.objective import cross_entropy
-from fairseq_smallvocab.restricted_model import restrict
 
 PAD = 1
 

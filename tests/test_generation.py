@@ -11,7 +11,7 @@ from fairseq import search
 from fairseq.sequence_generator import SequenceGenerator
 from helpers import candidate_batch, make_dictionary
 
-from fairseq_smallvocab.generation import SmallVocabSequenceGenerator
+from fairseq_smallvocab.models.generation import SmallVocabSequenceGenerator
 from fairseq_smallvocab.models.lstm_smallvocab import LSTMSmallVocabConfig, LSTMSmallVocabModel
 from fairseq_smallvocab.output.union_scorer import UnionScorer
 

@@ -17,8 +17,8 @@ from test_static_state import STATIC, _inputs
 
 from fairseq_smallvocab.engine.device_modes import capture, graphed_pass
 from fairseq_smallvocab.engine.settings import EngineSettings
+from fairseq_smallvocab.models.restricted import restrict
 from fairseq_smallvocab.output.gathered_grad import gathered_embedding_grads, suspended
-from fairseq_smallvocab.restricted_model import restrict
 
 RECURRENT = ["lstm_smallvocab", "lstm", "lstm_bidirectional"]
 

@@ -46,9 +46,9 @@ def test_no_plugin_module_is_over_350_lines():
 
 
 @pytest.mark.parametrize("package, forbidden", [
-    ("reinforce", ("fairseq_smallvocab.models", "fairseq_smallvocab.restricted_model", "fairseq_smallvocab.tasks",
+    ("reinforce", ("fairseq_smallvocab.models", "fairseq_smallvocab.models.restricted", "fairseq_smallvocab.tasks",
                    "fairseq_smallvocab.criterions")),
-    ("engine", ("fairseq_smallvocab.models", "fairseq_smallvocab.restricted_model", "fairseq_smallvocab.tasks",
+    ("engine", ("fairseq_smallvocab.models", "fairseq_smallvocab.models.restricted", "fairseq_smallvocab.tasks",
                 "fairseq_smallvocab.criterions", "fairseq_smallvocab.reinforce")),
 ])
 def test_the_algorithm_and_the_engine_import_no_models(package, forbidden):

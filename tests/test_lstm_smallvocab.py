@@ -13,8 +13,8 @@ from helpers import make_dictionary, translation_batch
 from fairseq_smallvocab.candidates.space import candidate_positions
 from fairseq_smallvocab.engine.loop import sample_categorical
 from fairseq_smallvocab.models.lstm_smallvocab import LSTMSmallVocabConfig, LSTMSmallVocabModel
+from fairseq_smallvocab.models.restricted import restrict
 from fairseq_smallvocab.output.restricted import CandidateLogits
-from fairseq_smallvocab.restricted_model import restrict
 
 V_SRC, V_TGT, B, T_SRC, T_TGT, K = 40, 60, 5, 7, 6, 16
 

@@ -151,7 +151,7 @@ def test_the_data_folder_is_named_in_one_place(tmp_path, monkeypatch):
     """fairseq's --data may list several folders (a:b); the first holds the dictionaries and names the data in
     candidate lists, whose cache check compares what the exporter recorded with what the task reads: one
     function computes it for both (five expressions did)."""
-    from fairseq_smallvocab.data import data_folder
+    from fairseq_smallvocab.data.datasets import data_folder
 
     monkeypatch.chdir(tmp_path)
     assert data_folder("bin1:bin2") == str(tmp_path / "bin1") and data_folder(tmp_path) == str(tmp_path)

@@ -18,8 +18,8 @@ from helpers import V_TGT, B, K, _crit, _setup, make_dictionary
 
 from fairseq_smallvocab.engine.sampling import SampleRequest
 from fairseq_smallvocab.models.lstm_smallvocab import LSTMSmallVocabConfig, LSTMSmallVocabModel
+from fairseq_smallvocab.models.restricted import restrict
 from fairseq_smallvocab.reinforce.rewards import gleu
-from fairseq_smallvocab.restricted_model import restrict
 
 
 @pytest.mark.parametrize("small", [True, False])

@@ -194,7 +194,7 @@ def test_beam_candidates_are_the_searchs_n_best_and_their_risk_equals_the_hand_c
     width N inside its candidates (fairseq's generator on the example alone), distinct, best first; the loss and
     every gradient equal the risk computed by hand from them, each scored alone on the masked full softmax."""
     from fairseq_smallvocab.engine.sampling import SampleRequest
-    from fairseq_smallvocab.generation import SmallVocabSequenceGenerator
+    from fairseq_smallvocab.models.generation import SmallVocabSequenceGenerator
 
     n, lam, alpha = 3, 0.2, 1.5
     model, task, sample = _setup(small)

@@ -22,7 +22,7 @@ from fairseq_smallvocab.models.lstm_caption_smallvocab import (
     LSTMCaptionSmallVocabConfig,
     LSTMCaptionSmallVocabModel,
 )
-from fairseq_smallvocab.restricted_model import restrict
+from fairseq_smallvocab.models.restricted import restrict
 
 
 def _caption_model():

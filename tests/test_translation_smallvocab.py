@@ -13,8 +13,8 @@ from helpers import REPO, USER_DIR, run
 from translation_helpers import MT_TRAIN, mt_task
 
 from fairseq_smallvocab.candidates.space import candidate_rows
+from fairseq_smallvocab.models.restricted import restrict
 from fairseq_smallvocab.predictor.lists import read_candidates
-from fairseq_smallvocab.restricted_model import restrict
 
 
 def test_candidate_rows_put_specials_at_their_ids_then_words_in_order():

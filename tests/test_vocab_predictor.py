@@ -12,7 +12,7 @@ import torch
 from helpers import REPO, run
 from vocab_predictor_helpers import SPLITS, TRAIN_ARGS, train_predictor, vp_task
 
-from fairseq_smallvocab.data import KeepLastBatchDataset
+from fairseq_smallvocab.data.datasets import KeepLastBatchDataset
 from fairseq_smallvocab.predictor.inference import (
     PredictorError,
     frequency_scores,

@@ -26,7 +26,7 @@ def write_lists(data, split, folder, k=60, gold=None, predictor="/elsewhere/vp/c
     ``edit(ids, tgt_dict)`` may change them before they are written."""
     import os
 
-    from fairseq_smallvocab.models.vocab_predictor import dictionary_fingerprint
+    from fairseq_smallvocab.data.datasets import dictionary_fingerprint
     from fairseq_smallvocab.predictor.lists import candidate_file, split_digest, write_candidates
 
     full = mt_task(data, small_vocab_size=0)

@@ -7,7 +7,7 @@ which the restricted model and the generator take."""
 import numpy as np
 import torch
 
-from fairseq_smallvocab.data import KeepLastBatchDataset
+from fairseq_smallvocab.data.datasets import KeepLastBatchDataset
 
 
 class CandidateDataset(KeepLastBatchDataset):

@@ -37,8 +37,7 @@ import numpy as np
 import torch
 
 from fairseq_smallvocab.candidates.space import candidate_rows
-from fairseq_smallvocab.data import data_folder, token_stream
-from fairseq_smallvocab.models.vocab_predictor import dictionary_fingerprint
+from fairseq_smallvocab.data.datasets import data_folder, dictionary_fingerprint, token_stream
 from fairseq_smallvocab.predictor.inference import (
     PredictorError,
     export_split,

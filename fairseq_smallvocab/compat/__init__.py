@@ -7,4 +7,5 @@ checkpoints (``train_checkpoints``: task state on every 0.12, atomic copies,
 one trainer per --save-dir), and fairseq-interactive's input that is not
 UTF-8 (``interactive_input``), the hydra warnings fairseq 0.12 causes and
 repeated sacrebleu warnings left out (``quiet_logs``); and ``precision``, which the plugin's tasks call
-to refuse training in a precision fairseq 0.12 cannot train in."""
+to refuse training in a precision fairseq 0.12 cannot train in; ``registry``: the plugin's modules imported
+so that their fairseq ``@register_*`` run, and a former name registered as an alias."""

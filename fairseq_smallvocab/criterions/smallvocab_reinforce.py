@@ -13,7 +13,7 @@ One step, file:function, top to bottom:
    -> ``SmallVocabReinforceCriterion.loss`` (below; w = 1, the CE control:
    ``ce_only``, nothing sampled).
 2. ``sample_request`` (``reinforce/samples.py:sample_limits``, ``check_memory``)
-   -> ``restricted_model.py:RestrictedModel.forward(sample_request=...)``: the
+   -> ``models/restricted.py:RestrictedModel.forward(sample_request=...)``: the
    teacher-forced CE pass, then ``sample_and_score``
    -> ``engine/sampling.py:sample_and_score`` (``draw`` N samples per input in
    one batched loop, ``score`` them with gradient); each pass runs as the
@@ -41,10 +41,10 @@ import torch.nn.functional as F
 from fairseq.criterions import FairseqCriterion, register_criterion
 
 from fairseq_smallvocab.candidates.space import candidate_positions
+from fairseq_smallvocab.compat.registry import register_alias
 from fairseq_smallvocab.engine import passes
 from fairseq_smallvocab.engine.sampling import SampleRequest
 from fairseq_smallvocab.output.chunked_ce import full_cross_entropy
-from fairseq_smallvocab.registry import register_alias
 from fairseq_smallvocab.reinforce import by_language, logs, objective
 from fairseq_smallvocab.reinforce.baselines import build_baseline
 from fairseq_smallvocab.reinforce.config import SmallVocabReinforceConfig, check_config
@@ -96,7 +96,7 @@ class SmallVocabReinforceCriterion(FairseqCriterion):
         if self.cfg.ce_weight == 1.0:  # RL's weight is 0: its samples would change nothing but the time
             return self.ce_only(model, sample)
         n = self.cfg.rl_samples
-        # sample: inside the model's forward (restricted_model: draw, then score with gradient), so that
+        # sample: inside the model's forward (models.restricted: draw, then score with gradient), so that
         # fairseq's distributed wrappers see one forward for the CE term and the policy alike
         from_features = self.chunked_ce(model, sample)
         request = self.sample_request(model, sample)

@@ -5,7 +5,7 @@ implementations registered by name.
 The passes, and who calls them:
 
 - ``features``: a teacher-forced decoder pass (the CE term's, in
-  ``restricted_model``'s forward; the samples' scoring, ``sampling.score``);
+  ``models.restricted``'s forward; the samples' scoring, ``sampling.score``);
 - ``samples_on_buckets`` / ``sample_on_bucket``: whether the sampling loop
   runs on a shape bucket instead of the eager loop, and that loop
   (``sampling.sample``);

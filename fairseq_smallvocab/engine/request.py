@@ -14,7 +14,7 @@ DEFAULT = EngineSettings()
 @dataclass(frozen=True)
 class SampleRequest:
     """What REINFORCE asks of the restricted model's forward besides its
-    teacher-forced pass (``restricted_model``): ``num_samples`` sequences per
+    teacher-forced pass (``models.restricted``): ``num_samples`` sequences per
     example, each at most ``max_lens[b]`` tokens (B), drawn at
     ``temperature``, and with ``greedy_too`` each example's greedy decode;
     ``first``: each example's forced first token (B, its index in the row's
@@ -27,7 +27,7 @@ class SampleRequest:
     --sample-limit flat``, where steps compare per sampled token whatever the
     weights have learned of eos; training never asks for it; ``beam``: the
     ``num_samples`` sequences are instead the best of a beam search of that
-    width (``generation.beam_candidates``: sequence-level risk's candidates), scored as
+    width (``models.generation.beam_candidates``: sequence-level risk's candidates), scored as
     samples are."""
 
     max_lens: Tensor

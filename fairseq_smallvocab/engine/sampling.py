@@ -5,7 +5,7 @@ REINFORCE needs, per example b, a sequence y_b ~ p(. | x_b) drawn inside the
 example's candidates c_b (or the whole vocabulary), and the differentiable
 log-probabilities log p(y_bt | y_b<t, x_b) of the drawn tokens.  Both read the
 same policy: the model in eval mode (every dropout and LayerDrop off), which
-the caller arranges (``restricted_model``).
+the caller arranges (``models.restricted``).
 
 - ``sample``: step by step through the decoder's incremental state (for
   fairseq's Transformers and LSTMs and the plugin's, a state made once per
@@ -174,7 +174,7 @@ def sample_and_score(model, net_input: Dict, candidates: Optional[Tensor], reque
     steps may keep their graph (unless the step is captured).  The caller
     puts the model in eval mode.  A device mode not yet tested on a GPU is refused on one
     (``EngineSettings.check_device``).  (A request for a beam's candidates, ``request.beam``, the restricted
-    model answers with ``generation.beam_candidates`` and ``score``.)"""
+    model answers with ``models.generation.beam_candidates`` and ``score``.)"""
     drawn = draw(model, model.encoder(**net_input), candidates, request, keep_graph)
     drawn.out["samples"] = score(model, drawn.encoder_out, drawn.candidates, drawn.samples, drawn.request)
     return drawn.out

@@ -10,7 +10,7 @@ decoder, without attention and without input feeding:
 
 W_p is tied to the target embedding, as in ``lstm_smallvocab``
 (``TiedOutputDecoder``); ``captioning_smallvocab`` restricts the output layer
-to each image's K candidates as for any model (``restricted_model``), so
+to each image's K candidates as for any model (``models.restricted``), so
 REINFORCE (``smallvocab_reinforce``) and decoding inside the predicted vocabulary
 work unchanged.  Dropout on the word embeddings, between layers and on h_t
 before the output layer.  (c_0 from the image too, as in Xu et al.'s "Show,

@@ -12,7 +12,7 @@ Encoder: embeddings, a bidirectional LSTM (d units per direction).  Decoder
 W_p is tied to the target embedding.  The output layer is a plain linear map
 over the whole vocabulary; ``translation_smallvocab`` restricts it to each
 example's K candidates as it does for any fairseq model
-(``restricted_model``, ``output/restricted.py``).  This file holds the
+(``models.restricted``, ``output/restricted.py``).  This file holds the
 architecture only.
 
 Initialization as the paper's code: weights uniform in [-0.1, 0.1], biases 0,

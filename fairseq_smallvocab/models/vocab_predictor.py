@@ -11,7 +11,6 @@ Initialization as the paper's code: embeddings and hidden weights uniform in
 and the output layer at 0 (every word starts at probability 0.5).
 """
 
-import hashlib
 from dataclasses import dataclass, field
 
 import torch
@@ -20,6 +19,7 @@ import torch.nn.functional as F
 from fairseq.dataclass import FairseqDataclass
 from fairseq.models import BaseFairseqModel, register_model
 
+from fairseq_smallvocab.data.datasets import dictionary_fingerprint
 from fairseq_smallvocab.models.checks import check_model_config
 
 INIT_SCALE = 0.1
@@ -29,12 +29,6 @@ INIT_SCALE = 0.1
 class VocabPredictorConfig(FairseqDataclass):
     embed_dim: int = field(default=512, metadata={"help": "d_v: embedding and hidden size"})
     dropout: float = field(default=0.4, metadata={"help": "dropout inside the residual block"})
-
-
-def dictionary_fingerprint(dictionary) -> int:
-    """A 60-bit hash of a fairseq Dictionary's symbols, in order."""
-    digest = hashlib.sha256("\n".join(dictionary.symbols).encode("utf-8")).hexdigest()
-    return int(digest[:15], 16)
 
 
 class _BatchNorm(nn.BatchNorm1d):

@@ -13,8 +13,13 @@ from fairseq.dataclass.utils import merge_with_parent
 from omegaconf import open_dict
 
 from fairseq_smallvocab.compat.checkpoint_loading import CheckpointLoadError
-from fairseq_smallvocab.data import data_folder, single_dictionary_lang, token_stream, unwrapped
-from fairseq_smallvocab.models.vocab_predictor import dictionary_fingerprint
+from fairseq_smallvocab.data.datasets import (
+    data_folder,
+    dictionary_fingerprint,
+    single_dictionary_lang,
+    token_stream,
+    unwrapped,
+)
 from fairseq_smallvocab.predictor.lists import candidate_file, file_sha256, split_digest, write_candidates
 from fairseq_smallvocab.predictor.scoring import TooManyForcedWords, check_k, multi_hot, recall_hits, select_candidates
 

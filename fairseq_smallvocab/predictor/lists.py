@@ -87,7 +87,7 @@ def split_digest(dataset) -> str:
     predictor's task and the translation/captioning tasks reading the same
     files: source and target tokens (sentence pairs), or the captions, each
     caption's image row and the image features (captions)."""
-    from fairseq_smallvocab.data import unwrapped
+    from fairseq_smallvocab.data.datasets import unwrapped
 
     dataset = unwrapped(dataset)
     h = hashlib.sha256()

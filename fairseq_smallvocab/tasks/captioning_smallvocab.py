@@ -37,10 +37,10 @@ from fairseq import utils
 from fairseq.tasks import register_task
 from omegaconf import open_dict
 
-from fairseq_smallvocab.binarized import load_binarized
 from fairseq_smallvocab.candidates.dataset import CandidateDataset
-from fairseq_smallvocab.caption_refs import multi_reference_bleu
-from fairseq_smallvocab.data import (
+from fairseq_smallvocab.data.binarized import load_binarized
+from fairseq_smallvocab.data.caption_refs import multi_reference_bleu
+from fairseq_smallvocab.data.datasets import (
     KeepLastBatchDataset,
     data_folder,
     feature_target_dataset,

@@ -15,7 +15,7 @@ predictions.  REINFORCE's samples (and greedy decodes) start with the row's
 target language token, forced as fairseq's decoding forces it (no action: it
 leaves the policy gradient); rewards see no language token, and a reward of
 the user's gets each hypothesis's target language.  The model is restricted as in ``translation_smallvocab``
-(``restricted_model``: the stock state-dict keys), so a stock multilingual
+(``models.restricted``: the stock state-dict keys), so a stock multilingual
 checkpoint fine-tunes here (``--finetune-from-model``) and a checkpoint
 written here decodes with stock fairseq.  ``--small-vocab-size 0`` trains
 the same model with the full softmax.  Every .idx/.bin pair it loads is
@@ -36,18 +36,18 @@ from fairseq.data.multilingual.multilingual_utils import get_lang_tok
 from fairseq.tasks import FairseqTask, register_task
 from fairseq.tasks.translation_multi_simple_epoch import TranslationMultiSimpleEpochTask
 
-from fairseq_smallvocab.binarized import load_binarized
 from fairseq_smallvocab.candidates.fit import MEASURED, batches_outside, log_fit
 from fairseq_smallvocab.candidates.multilingual import PairPredictors, key_of, parse_predictors
 from fairseq_smallvocab.candidates.space import default_small_vocab_size
 from fairseq_smallvocab.compat.precision import check_training_precision
-from fairseq_smallvocab.data import KeepLastBatchDataset
-from fairseq_smallvocab.generation import (
+from fairseq_smallvocab.data.binarized import load_binarized
+from fairseq_smallvocab.data.datasets import KeepLastBatchDataset
+from fairseq_smallvocab.models.generation import (
     SmallVocabSequenceGenerator,
     check_decoding_args,
     refuse_outside_candidates,
 )
-from fairseq_smallvocab.restricted_model import restrict
+from fairseq_smallvocab.models.restricted import restrict
 from fairseq_smallvocab.tasks.task_state import SmallVocabTaskState
 
 logger = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ predictor's top K plus the gold indicator; lists cut to a smaller K are
 checked to keep them); valid/test lists are the predicted top K.
 Any fairseq encoder-decoder with a linear output layer and an incremental
 decoder (``transformer`` and its variants, fairseq's ``lstm``, the plugin's
-``lstm_smallvocab``) is restricted at build time (``restricted_model``) and
+``lstm_smallvocab``) is restricted at build time (``models.restricted``) and
 then scores only those K words; its state-dict keys stay the stock ones, so
 checkpoints of the stock ``translation`` task fine-tune here and checkpoints
 written here decode with stock fairseq.  fairseq's ``cross_entropy`` /
@@ -36,20 +36,19 @@ from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 from omegaconf import II, DictConfig, open_dict
 
-from fairseq_smallvocab.binarized import check_langpair
 from fairseq_smallvocab.candidates.dataset import CandidateDataset
 from fairseq_smallvocab.candidates.fit import log_fit, reference_outside
 from fairseq_smallvocab.candidates.source import CandidateSource
 from fairseq_smallvocab.candidates.space import default_small_vocab_size
 from fairseq_smallvocab.compat.precision import check_training_precision
-from fairseq_smallvocab.data import KeepLastBatchDataset, data_folder, split_folder
-from fairseq_smallvocab.generation import (
+from fairseq_smallvocab.data.binarized import check_langpair
+from fairseq_smallvocab.data.datasets import KeepLastBatchDataset, data_folder, dictionary_fingerprint, split_folder
+from fairseq_smallvocab.models.generation import (
     SmallVocabSequenceGenerator,
     check_decoding_args,
     refuse_outside_candidates,
 )
-from fairseq_smallvocab.models.vocab_predictor import dictionary_fingerprint
-from fairseq_smallvocab.restricted_model import restrict
+from fairseq_smallvocab.models.restricted import restrict
 from fairseq_smallvocab.tasks.task_state import SmallVocabTaskState
 
 logger = logging.getLogger(__name__)

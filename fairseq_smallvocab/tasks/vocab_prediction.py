@@ -20,9 +20,9 @@ from fairseq.tasks import FairseqTask, register_task
 from fairseq.tasks.translation import load_langpair_dataset
 from omegaconf import II
 
-from fairseq_smallvocab.binarized import check_langpair, load_binarized
 from fairseq_smallvocab.compat.precision import check_training_precision
-from fairseq_smallvocab.data import (
+from fairseq_smallvocab.data.binarized import check_langpair, load_binarized
+from fairseq_smallvocab.data.datasets import (
     KeepLastBatchDataset,
     data_folder,
     feature_target_dataset,

@@ -56,7 +56,11 @@ def score(hyps_by_id, captions, index, tokenize="13a", targets=None):
     one hypothesis per caption, else ordinals of the images' first captions.
     ``targets`` (the T- lines, {id: reference}) are checked against the
     split's captions: the ids of two splits of the same size fit both."""
-    from fairseq_smallvocab.caption_refs import captions_by_image, first_caption_of_each_image, multi_reference_bleu
+    from fairseq_smallvocab.data.caption_refs import (
+        captions_by_image,
+        first_caption_of_each_image,
+        multi_reference_bleu,
+    )
 
     firsts = first_caption_of_each_image(index)
     if len(hyps_by_id) == len(captions):
@@ -101,7 +105,7 @@ def main(argv=None):
     parser.add_argument("--json", action="store_true", help="print a JSON record instead of sacrebleu's line")
     args = parser.parse_args(argv)
     data = Path(args.data)
-    from fairseq_smallvocab.data import single_dictionary_lang
+    from fairseq_smallvocab.data.datasets import single_dictionary_lang
 
     lang = args.lang or single_dictionary_lang(data)
     if lang is None:

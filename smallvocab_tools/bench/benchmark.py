@@ -136,7 +136,7 @@ def data_vocab_size(args) -> int:
     from fairseq.data import Dictionary
 
     if args.captions:
-        from fairseq_smallvocab.data import single_dictionary_lang
+        from fairseq_smallvocab.data.datasets import single_dictionary_lang
 
         args.target_lang = single_dictionary_lang(args.data) or args.target_lang
     path = Path(args.data) / f"dict.{args.target_lang}.txt"

@@ -13,7 +13,7 @@ def decode_worker(cfg: dict) -> dict:
     import torch
 
     from fairseq_smallvocab.candidates.space import candidate_rows
-    from fairseq_smallvocab.generation import SmallVocabSequenceGenerator
+    from fairseq_smallvocab.models.generation import SmallVocabSequenceGenerator
     from fairseq_smallvocab.models.vocab_predictor import VocabPredictor, VocabPredictorConfig
     from fairseq_smallvocab.predictor.inference import predict_lists
 

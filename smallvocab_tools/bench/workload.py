@@ -112,7 +112,7 @@ def build_model(cfg: dict, task):
     from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 
     from fairseq_smallvocab.models.lstm_smallvocab import LSTMSmallVocabConfig, LSTMSmallVocabModel
-    from fairseq_smallvocab.restricted_model import restrict
+    from fairseq_smallvocab.models.restricted import restrict
 
     arch = cfg.get("arch", "lstm_smallvocab")
     if arch == "lstm_smallvocab":

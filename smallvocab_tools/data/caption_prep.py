@@ -96,7 +96,7 @@ def _read_split(raw: Path, role: str, lang: str, kiros: Optional[str], per_image
         index, keep = kiros_image_rows(len(features), len(captions), per_image, features, str(feats_path))
         captions = [tokenize(c) for c in captions]
     else:
-        from fairseq_smallvocab.data import load_caption_index
+        from fairseq_smallvocab.data.datasets import load_caption_index
 
         index_path = raw / f"{role}.index"
         try:

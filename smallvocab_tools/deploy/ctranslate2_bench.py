@@ -20,7 +20,7 @@ def split_tokens(data, src: str, tgt: str, split: str):
     """(source token lists, reference strings) of a binarized split, in its order."""
     from fairseq.data import Dictionary
 
-    from fairseq_smallvocab.binarized import load_binarized
+    from fairseq_smallvocab.data.binarized import load_binarized
 
     folder = Path(data)
     sides = []

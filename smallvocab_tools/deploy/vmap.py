@@ -25,7 +25,7 @@ from typing import Dict, List, Sequence, Set, Tuple
 import numpy as np
 import torch
 
-from fairseq_smallvocab.data import unwrapped
+from fairseq_smallvocab.data.datasets import unwrapped
 
 
 @dataclass

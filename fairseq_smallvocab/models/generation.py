@@ -1,6 +1,6 @@
 """Decoding inside each input's candidate vocabulary with fairseq's own
 ``SequenceGenerator`` (greedy, beam search, sampling), for any restricted
-model (``restricted_model``).
+model (``models.restricted``).
 
 A small-vocabulary model scores only the K candidates of each example, so the
 generator works in *candidate space*: a hypothesis token is a position

@@ -1,6 +1,7 @@
-"""Datasets of the plugin's tasks, and their data folder (the checks of fairseq-preprocess's .idx/.bin
-pairs before fairseq opens them: ``binarized``)."""
+"""Datasets of the plugin's tasks, their data folder, and a dictionary's fingerprint (which candidate lists,
+predictors and checkpoints record)."""
 
+import hashlib
 import os
 from pathlib import Path
 from typing import Optional
@@ -10,7 +11,13 @@ import torch
 from fairseq import utils
 from fairseq.data import BaseWrapperDataset, FairseqDataset, data_utils, indexed_dataset
 
-from fairseq_smallvocab.caption_refs import captions_by_image, first_caption_of_each_image
+from fairseq_smallvocab.data.caption_refs import captions_by_image, first_caption_of_each_image
+
+
+def dictionary_fingerprint(dictionary) -> int:
+    """A 60-bit hash of a fairseq Dictionary's symbols, in order."""
+    digest = hashlib.sha256("\n".join(dictionary.symbols).encode("utf-8")).hexdigest()
+    return int(digest[:15], 16)
 
 
 def data_folder(data) -> str:
