@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CUDA tests and measurements that the device modes (#48) still wait for, prepared for a GPU machine
+# The CUDA tests and measurements that the device modes still wait for, prepared for a GPU machine
 # that starts bare, with no network and no fairseq, and is lent for minutes: nothing there should be typed, built or
 # debugged that could be settled here.
 #
@@ -24,7 +24,7 @@
 #   transformer  the base Transformer's REINFORCE table (32K and 128K, B = 128 x 4 samples, loo), small vs full
 #             vs the chunked full softmax, the sampling step captured
 #   shapes    the NLLB-200 600M Transformer (|V| = 256,206, 12 + 12 layers, B = 16 x 4 samples, length 64, loo):
-#             small (K = 1000, 2000) vs full vs the chunked full softmax (#49's targets)
+#             small (K = 1000, 2000) vs full vs the chunked full softmax (the chunked full softmax's GPU targets)
 #   largest   the same: the largest REINFORCE batch whose step fits, small (K = 1000) vs full vs chunked
 #   merged_lstm  one teacher-forced pass for the CE term and the samples' scores, off vs on: the paper's LSTM
 #             (24K, its sampling step captured, so that its samples are scored by a pass)
@@ -32,7 +32,7 @@
 #   floor     the base Transformer's REINFORCE step (32K and 128K, small and full) against its matrix products
 #             replayed alone as one CUDA graph: how far the step is from its arithmetic
 #   floor_lstm  the paper's LSTM (24K and 70K, B = 128, length 50) against its products and cuDNN's RNN kernels
-#             replayed alone as one CUDA graph (#48's item 3; not yet run on a GPU)
+#             replayed alone as one CUDA graph (the floor of the captured step; not yet run on a GPU)
 #   compile   the base Transformer's captured step (32K, B = 32 x 4 samples): alone vs fused by torch.compile
 #   overhead  the same: the hand capture vs torch.compile(mode="reduce-overhead") making its own graphs
 #   phases    the LSTM's phase breakdown with the graphed passes on (where the rest of the step goes)

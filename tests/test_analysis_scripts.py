@@ -317,10 +317,10 @@ def test_rl_logs_recipe_plot_tells_the_seeds_apart(tmp_path, monkeypatch):
 def test_the_seeds_table_in_results_is_what_the_kept_records_give(tmp_path, capsys):
     """The table of the Transformer recipe's three seeds (seed 3 has no controls) and its comparisons
     (docs/runs/transformer-rl-seeds.md), and the means docs/results.md shows, are what rl_logs.py recipe makes of
-    the records kept in docs/runs32 (the command results.md shows), line for line."""
+    the records kept in docs/data/transformer-rl-seeds (the command results.md shows), line for line."""
     from smallvocab_tools.analysis import rl_logs
 
-    runs = REPO / "docs" / "runs32"
+    runs = REPO / "docs" / "data" / "transformer-rl-seeds"
     args = ["recipe"] + [a for s in (1, 2, 3) for a in ("--runs", str(runs / f"seed{s}.json"))]
     rl_logs.main(args + ["--png", str(tmp_path / "dev_bleu.png")])
     out = capsys.readouterr().out

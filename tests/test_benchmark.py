@@ -164,7 +164,7 @@ NONSENSE = [
 @pytest.mark.parametrize("argv, problem", NONSENSE, ids=[" ".join(argv) for argv, _ in NONSENSE])
 def test_benchmark_refuses_nonsense_values(argv, problem, capsys):
     """Values that measured nothing (an empty table, a full softmax alone), a uniform 'Zipf' law, or a traceback
-    from inside a worker are refused on the command line, naming the option and the fix (issue #46)."""
+    from inside a worker are refused on the command line, naming the option and the fix."""
     with pytest.raises(SystemExit) as exit_:
         _benchmark_module().parse_args(argv)
     assert exit_.value.code == 2 and problem in capsys.readouterr().err

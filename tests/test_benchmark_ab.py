@@ -155,7 +155,7 @@ def test_set_applies_each_setting_in_the_worker_before_it_measures(monkeypatch):
 @pytest.mark.slow
 @pytest.mark.parametrize("arch", ["transformer", "lstm_smallvocab"])
 def test_the_static_state_ab_of_results_runs(tmp_path, arch):
-    """The results' --ab of the static decoding state (#31), on tiny data: both values draw the same
+    """The results' --ab of the static decoding state, on tiny data: both values draw the same
     samples (the static state changes how the steps are computed, not what they give)."""
     args = ["--arch", "transformer", "--layers", "1"] if arch == "transformer" else []
     out = run([REPO / "scripts" / "benchmark.py", "--modes", "reinforce", *args, "--vocab-sizes", "300", "--k", "40",

@@ -208,7 +208,7 @@ def test_predictors_of_the_other_input_kind_are_named(cap_predictor, cap_bin, ti
 @pytest.mark.slow
 def test_export_candidates_names_a_captioning_folder_given_to_a_predictor_of_sentences(cap_bin, predictor,
                                                                                        tmp_path):
-    """A captioning --data for a predictor of source sentences (issue #46): the error names the folder, what it
+    """A captioning --data for a predictor of source sentences: the error names the folder, what it
     holds and the predictor it needs, instead of fairseq's 'No such file ... dict.None.txt'."""
     script = "scripts/export_candidates.py"
     out = run([script, "--predictor", predictor, "--data", cap_bin, "--k", "40", "--out-dir", tmp_path / "a"],

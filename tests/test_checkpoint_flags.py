@@ -1,5 +1,5 @@
 """``scripts/checkpoint_flags.py``: the flags that rebuild a checkpoint's model are its arch and the model flags
-that differ from what the arch sets (#61: fairseq's "architectures match" error and a state-dict dump were all a
+that differ from what the arch sets (a user met fairseq's "architectures match" error and a state-dict dump were all a
 user got).  Here on model configs as checkpoints keep them; the slow README test fine-tunes a user's checkpoint
 with the flags the command prints (a strict load: the oracle that they rebuild the model)."""
 

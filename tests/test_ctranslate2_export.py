@@ -464,7 +464,7 @@ def test_coverage_of_a_map_that_allows_everything_and_of_one_that_allows_little(
 
 
 def test_the_map_is_sized_until_it_allows_what_the_candidates_allow(tiny_bin):
-    """#61: the default map allowed 87% of a user's reference words where the K candidates held 95% (-12 BLEU).
+    """A user's case: the default map allowed 87% of their reference words where the K candidates held 95% (-12 BLEU).
     Per-token lines double from the start until the map allows, on the split, the reference words within a point
     of the candidates, or reach K; each size tried is the coverage of the map built at that size."""
     task = _vp_task(tiny_bin)

@@ -1,5 +1,5 @@
 """Damaged input is named with its fix, and a failed write leaves nothing
-that a later run would read as complete (issue #46): truncated or empty
+that a later run would read as complete: truncated or empty
 fairseq-preprocess .idx/.bin files, token ids outside the dictionary, a full
 disk while candidate lists are written."""
 

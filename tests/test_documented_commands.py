@@ -1,4 +1,4 @@
-"""Every command the documentation shows is checked, so that none can rot unnoticed (#29, #47).
+"""Every command the documentation shows is checked, so that none can rot unnoticed.
 
 The documentation is README.md, docs/*.md (not docs/journal/: history, not maintained), examples/**/*.md, and the
 usage lines in the comments of examples/**/*.sh and *.yaml. Commands are read from fenced shell blocks, indented
@@ -191,7 +191,7 @@ def test_scripts_run_in_process_on_tiny_settings(tmp_path, capsys):
     c = NAMED
     runs = {
         c["USER_DIR_OF_AN_INSTALL"]: adapt(c["USER_DIR_OF_AN_INSTALL"]),
-        c["PLOTS_README"]: adapt(c["PLOTS_README"], {"bench.json": REPO / "docs" / "bench_synthetic.json",
+        c["PLOTS_README"]: adapt(c["PLOTS_README"], {"bench.json": REPO / "docs" / "data" / "bench_synthetic.json",
                                                      "--out-dir": tmp_path / "plots"}),
         c["PLOTS"]: adapt(c["PLOTS"], {"--out-dir": tmp_path / "docs"}),
         c["REWARDS"]: adapt(c["REWARDS"], extra=["--batch", "8", "--repeats", "1", "--vocab-size", "300", "--threads",
@@ -209,7 +209,8 @@ def test_scripts_run_in_process_on_tiny_settings(tmp_path, capsys):
         torch.set_num_threads(threads)
     assert out[c["USER_DIR_OF_AN_INSTALL"]].strip() == str(USER_DIR)  # what --user-dir takes
     for name in ("speedup", "time_vs_k", "memory"):  # the plots docs/ shows, redrawn from its records
-        assert (REPO / "docs" / f"bench_{name}.png").exists() and (tmp_path / "docs" / f"bench_{name}.png").exists()
+        assert (REPO / "docs" / "data" / f"bench_{name}.png").exists()
+        assert (tmp_path / "docs" / f"bench_{name}.png").exists()
         assert (tmp_path / "plots" / f"bench_{name}.png").exists()
     for name in ("REWARDS", "REWARDS_ALL"):
         records = [json.loads(line) for line in out[c[name]].splitlines() if line.startswith("{")]
@@ -236,7 +237,7 @@ def _readme_section(title):
 
 @pytest.mark.slow
 def test_readme_own_model_then_deploy_run_in_the_readme_s_order(tiny_raw, tmp_path):
-    """README's "A stock Transformer" and "Deploy with CTranslate2" as a user types them (#61: run "elsewhere",
+    """README's "A stock Transformer" and "Deploy with CTranslate2" as a user types them (once run "elsewhere",
     six of them failed a user), in the README's order, from the user's own folder (so --user-dir is the whole
     path, as the README says there): the user's raw text binarized with one dictionary (the README's
     prepare_data.py --joined-dictionary), their stock Transformer trained with --share-all-embeddings, then the
@@ -331,7 +332,7 @@ def test_captioning_export_runs_on_tiny_data(cap_predictor, cap_bin, tmp_path):
 
 def test_benchmark_quick_is_its_options_spelled_out():
     """``benchmark.py --quick`` makes the configurations of its options spelled out, each with every setting its
-    worker reads (#29: --quick re-parsed the command line after d had been defaulted, and every worker got None)."""
+    worker reads (once --quick re-parsed the command line after d had been defaulted, and every worker got None)."""
     from smallvocab_tools.bench import benchmark as bench
 
     quick = list(bench.configurations(bench.parse_args(["--quick"])))

@@ -195,7 +195,7 @@ def test_cli_prints_statistics(tiny_raw, tmp_path):
     (["--min-count", "0"], "argument --min-count: 0 is too small: give 1 or more"),
 ])
 def test_cli_refuses_counts_below_one(tiny_raw, tmp_path, capsys, argv, problem):
-    """Nonsense counts are refused on the command line (issue #46), not with a traceback from inside the run."""
+    """Nonsense counts are refused on the command line, not with a traceback from inside the run."""
     with pytest.raises(SystemExit) as exit_:
         load_script("prepare_data").main(["--raw-dir", str(tiny_raw), "--src", "src", "--tgt", "tgt",
                                           "--dest", str(tmp_path / "bin"), *argv])

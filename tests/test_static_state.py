@@ -1,4 +1,4 @@
-"""The sampling loop for the GPU (#31), on the CPU: the static decoding state
+"""The sampling loop for the GPU, on the CPU: the static decoding state
 (engine/transformer_state.py, engine/recurrent_state.py) against fairseq's own incremental decoding (the
 same decoder states, step by step, and the same draws, for every Transformer
 family the tasks restrict, N rows per input, padded sources), and the loop's

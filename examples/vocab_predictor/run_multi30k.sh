@@ -11,7 +11,7 @@ K=${K:-500}
 EPOCHS=${EPOCHS:-20}
 DEVICE=${DEVICE:-cpu}
 case $DEVICE in cpu) DEV_ARGS=--cpu ;; cuda) DEV_ARGS= ;; *) echo "DEVICE=$DEVICE: cpu or cuda" >&2; exit 2 ;; esac
-PNG=${PNG:-docs/recall_multi30k_en_de.png}
+PNG=${PNG:-docs/data/recall_multi30k_en_de.png}
 
 [ -d "$DATA" ] || python scripts/prepare_multi30k.py --pairs en-de --out-dir "$(dirname "$DATA")"
 # validate every half epoch: half the number of 128-sentence batches

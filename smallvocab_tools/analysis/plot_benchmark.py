@@ -11,7 +11,7 @@ figures), written as PNG files into --out-dir:
 
 A plot whose records are missing is skipped (with a message).
 
-    python scripts/plot_benchmark.py docs/bench_synthetic.json --out-dir docs --prefix bench
+    python scripts/plot_benchmark.py docs/data/bench_synthetic.json --out-dir docs/data --prefix bench
 """
 
 import argparse

@@ -84,8 +84,8 @@ JSON records.
 
     python scripts/benchmark.py --quick
     python scripts/benchmark.py --arch transformer --vocab-sizes 32000 64000 128000 --k 1000 --k-sweep \
-        --batch 32 --max-len 30 --rounds 3 --json docs/bench_transformer.json
-    python scripts/benchmark.py --json docs/bench_synthetic.json --markdown docs/bench_synthetic.md
+        --batch 32 --max-len 30 --rounds 3 --json docs/data/bench_transformer.json
+    python scripts/benchmark.py --json docs/data/bench_synthetic.json --markdown docs/data/bench_synthetic.md
     python scripts/benchmark.py --vocab-sizes 24000 --k 1000 --modes ce reinforce --json bench.json
     python scripts/benchmark.py --modes reinforce --data data-bin/all/multi30k.en-de \
         --candidates-dir checkpoints/vp-multi30k.en-de.all/candidates --k 1000
@@ -346,7 +346,7 @@ def parse_args(argv=None, runnable=False):
     if args.worker:
         return args
     # --quick's settings become the defaults, so that options given explicitly win; the command line is parsed
-    # again before anything below fills in a setting (a later parse would drop those: d = None, issue #29)
+    # again before anything below fills in a setting (a later parse would drop those: d = None)
     if args.quick:
         parser.set_defaults(modes=["ce", "reinforce"], vocab_sizes=[24000], k=[1000], k_sweep=[], steps=2, warmup=1)
         args = parser.parse_args(argv)
