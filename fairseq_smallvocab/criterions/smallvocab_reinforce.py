@@ -29,7 +29,7 @@ One step, file:function, top to bottom:
    reduce across workers).
 
 Options: ``reinforce/config.py``.  What each option and log means, and how to
-read a run: docs/usage.md ("REINFORCE" and "Sequence-level risk").
+read a run: docs/reinforce.md.
 """
 
 import argparse
