@@ -166,9 +166,10 @@ class EngineSettings:
     @property
     def passes(self) -> str:
         """The passes these settings run (``engine.passes.of``): "device" where a device mode is on (capture,
-        compile, graphed_pass, merged_pass: ``engine/device_modes/``), else "eager"."""
-        default = EngineSettings()
-        return "device" if any(getattr(self, name) != getattr(default, name) for name in DEVICE_MODES) else "eager"
+        compile, graphed_pass, merged_pass: ``engine/device_modes/``), else "eager".  Asked on every pass, so it
+        reads the fields' defaults off the class rather than build (and check) a default object each time."""
+        on = any(getattr(self, name) != getattr(EngineSettings, name) for name in DEVICE_MODES)
+        return "device" if on else "eager"
 
     def changed(self, **values) -> "EngineSettings":
         """A copy with ``values`` (names of fields) changed."""
