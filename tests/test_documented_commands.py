@@ -242,7 +242,9 @@ def test_readme_own_model_then_deploy_run_in_the_readme_s_order(tiny_raw, tmp_pa
     path, as the README says there): the user's raw text binarized with one dictionary (the README's
     prepare_data.py --joined-dictionary), their stock Transformer trained with --share-all-embeddings, then the
     predictor, CE inside the candidates, REINFORCE, both decodings, the export and the README's Python lines.
-    Each command is shrunk only in sizes (epochs, updates, d), at the README's own K."""
+    The text is sentencepiece pieces, as the README's commands are written for: the reward, dev BLEU, test BLEU
+    and the deployed model's output are words. Each command is shrunk only in sizes (epochs, updates, d, and K:
+    the tiny corpus has fewer pieces than the paper's rule's K)."""
     pytest.importorskip("ctranslate2")
     shown = [command for _, command in sorted(markdown_commands(_readme_section("### A stock Transformer")))]
     shown += [command for _, command in sorted(markdown_commands(_readme_section("## Deploy with CTranslate2")))]
@@ -256,7 +258,8 @@ def test_readme_own_model_then_deploy_run_in_the_readme_s_order(tiny_raw, tmp_pa
             (raw / f"{split}.{lang}").write_bytes((tiny_raw / f"{split}.{side}").read_bytes())
     data = user / "data-bin" / "wmt.en-de"
     run([REPO / "scripts" / "prepare_data.py", "--raw-dir", raw, "--src", "en", "--tgt", "de", "--dest", data,
-         "--min-count", "1", "--joined-dictionary"], cwd=user)
+         "--min-count", "1", "--subword", "sentencepiece", "--sp-vocab-size", "300", "--joined-dictionary"], cwd=user)
+    small = ["--small-vocab-size", "120"]
     run(["fairseq-train", "data-bin/wmt.en-de", "--task", "translation", "--arch", "transformer",
          "--share-all-embeddings", *TINY_TRANSFORMER, "--criterion", "label_smoothed_cross_entropy",
          "--label-smoothing", "0.1", "--optimizer", "adam", "--lr", "0.005", "--max-epoch", "3", "--batch-size", "32",
@@ -272,18 +275,21 @@ def test_readme_own_model_then_deploy_run_in_the_readme_s_order(tiny_raw, tmp_pa
     assert set(TINY_TRANSFORMER[::2]) - set(flags) == {"--decoder-embed-dim", "--decoder-ffn-embed-dim"}
     out = readme("OWN_VP", {"--max-epoch": 2}, extra=QUIET)
     assert (user / "checkpoints" / "vp" / "checkpoint_best.pt").exists()
-    out = readme("OWN_CE", {"--max-epoch": 1}, extra=[*flags, *QUIET])  # (it stops by itself: epochs, patience)
+    out = readme("OWN_CE", {"--max-epoch": 1}, extra=[*flags, *QUIET, *small])  # (it stops by itself)
     assert "no longer experimental" not in out.stderr and "ConfigStore" not in out.stderr  # compat/quiet_logs.py
+    assert "scores pieces" not in out.stdout + out.stderr  # dev BLEU on words
     assert re.search(r"candidates for valid: K = \d+ of \|V\| = \d+", out.stdout + out.stderr), out.stderr[-3000:]
     out = readme("OWN_REINFORCE", {"--max-update": 4, "--validate-interval-updates": 2, "--save-interval-updates": 2,
-                                   "--batch-size": 16}, extra=[*flags, *QUIET])
+                                   "--batch-size": 16}, extra=[*flags, *QUIET, *small])
     log = out.stdout + out.stderr
     assert re.search(r"valid on 'valid' subset .*\| bleu [\d.]+", log) and " reward " in log, log[-3000:]
+    assert "scores pieces" not in log and "'reward_post_process': 'sentencepiece'" in log  # the reward on words
     tests = len((raw / "test.de").read_text().splitlines())
     for name in ("OWN_GENERATE", "OWN_GENERATE_STOCK"):  # every test sentence (stock: by its batch multiple 1)
         out = readme(name, extra=["--cpu"])
-        hypotheses = len(re.findall(r"^H-\d+\t", out.stdout, re.M))
-        assert hypotheses == tests and "BLEU" in out.stdout, out.stderr[-3000:]
+        hypotheses = re.findall(r"^H-\d+\t\S+\t(.*)$", out.stdout, re.M)
+        assert len(hypotheses) == tests and "BLEU" in out.stdout, out.stderr[-3000:]
+        assert not any("\u2581" in h for h in hypotheses)  # words, scored against the words
     out = readme("OWN_EXPORT", extra=["--vmap-per-token", "10", "--vmap-always", "20"])
     assert "use_vmap=True" in out.stdout and (user / "ct2-en-de" / "model.bin").exists(), out.stdout + out.stderr
 
@@ -291,7 +297,7 @@ def test_readme_own_model_then_deploy_run_in_the_readme_s_order(tiny_raw, tmp_pa
     script = user / "readme_deploy.py"
     script.write_text(python)
     out = run(["python", script], cwd=user)
-    assert out.stdout.strip(), out.stderr[-3000:]  # one translation printed
+    assert out.stdout.strip() and "\u2581" not in out.stdout, out.stderr[-3000:]  # one translation, in words
 
 
 @pytest.mark.slow

@@ -210,3 +210,27 @@ def test_gold_outside_candidates_counts_reference_tokens_not_in_the_row():
     cands = torch.tensor([[0, 1, 2, 3, 4, 5], [0, 1, 2, 3, 6, 7]])
     target = torch.tensor([[4, 9, 3, 2], [6, 8, 2, 1]])  # 9 and 8 are outside; <unk> (3) is inside
     assert gold_outside_candidates(cands, target, d) == (7, 2)
+
+
+@pytest.mark.parametrize("remove_bpe, warned", [(None, "no --eval-bleu-remove-bpe was given"),
+                                                ("@@ ", "--eval-bleu-remove-bpe '@@ ' does not join them"),
+                                                ("sentencepiece", None)])
+def test_eval_bleu_on_sentencepiece_pieces_is_warned_about(tiny_bin, caplog, remove_bpe, warned):
+    """--eval-bleu on sentencepiece data scores pieces, and picks checkpoint_best.pt by them, unless
+    --eval-bleu-remove-bpe sentencepiece joins them (a bare flag removes subword-nmt's "@@ "): the log says so when
+    fairseq-train builds the model, as the reward's post-processing does; word-level data is not warned about."""
+    from translation_helpers import model_cfg
+
+    task = mt_task(tiny_bin, small_vocab_size=0, eval_bleu=True, eval_bleu_remove_bpe=remove_bpe)
+    with caplog.at_level(logging.WARNING):
+        task.build_model(model_cfg())
+    assert "--eval-bleu scores pieces" not in caplog.text  # the tiny data's words
+    d = task.target_dictionary
+    d.symbols = d.symbols[:d.nspecial] + ["\u2581" + s for s in d.symbols[d.nspecial:]]
+    with caplog.at_level(logging.WARNING):
+        task.build_model(model_cfg())
+    if warned is None:
+        assert "--eval-bleu scores pieces" not in caplog.text
+    else:
+        assert warned in caplog.text and "give --eval-bleu-remove-bpe sentencepiece" in caplog.text
+        assert re.search(r"100% of the target dictionary's \d+ tokens hold '\u2581'", caplog.text)

@@ -54,6 +54,8 @@ from typing import List, Optional, Sequence
 import torch
 from torch import Tensor
 
+from fairseq_smallvocab.data.subwords import subword_scheme
+
 logger = logging.getLogger(__name__)
 
 REWARDS = ("gleu", "gleu_bp", "bleu", "chrf", "constant")
@@ -84,26 +86,17 @@ def check_post_process(post_process: Optional[str], dictionary, flag: str = "--r
                        "scores almost nothing: leave the flag out for word-level data")
 
 
-# the subword schemes whose pieces are recognisable (sentencepiece's word-start mark, subword-nmt's
-# continuation mark), and the share of a dictionary's words carrying it above which it is taken for one
-# of those: word-level data has next to none
-SUBWORD_MARKS = {"sentencepiece": "\u2581", "subword_nmt": "@@"}
-SUBWORD_SHARE = 0.2
-
-
 def _warn_if_subwords(dictionary, flag):
     """Warn when a dictionary looks like subword pieces but no
     post-processing was asked for: the reward would then score pieces, not
     words (GLEU several times higher than on the words, and not what
     fairseq-generate's BLEU measures)."""
-    words = [dictionary[i] for i in range(dictionary.nspecial, len(dictionary))]
-    for name, mark in SUBWORD_MARKS.items():
-        share = sum(mark in word for word in words) / max(len(words), 1)
-        if share >= SUBWORD_SHARE:
-            logger.warning(f"{100 * share:.0f}% of the target dictionary's {len(words)} tokens hold {mark!r}, the "
-                           f"mark of {name} pieces, and no {flag} was given, so the reward scores pieces, not "
-                           f"words: give {flag} {name} (as fairseq-generate's --post-process) for subword data")
-            return
+    found = subword_scheme(dictionary)
+    if found:
+        name, mark, share, words = found
+        logger.warning(f"{100 * share:.0f}% of the target dictionary's {words} tokens hold {mark!r}, the "
+                       f"mark of {name} pieces, and no {flag} was given, so the reward scores pieces, not "
+                       f"words: give {flag} {name} (as fairseq-generate's --post-process) for subword data")
 
 
 def ngram_matches(hyp: Tensor, hyp_lens: Tensor, ref: Tensor, ref_lens: Tensor, max_order: int = 4) -> Tensor:

@@ -43,6 +43,7 @@ from fairseq_smallvocab.candidates.space import default_small_vocab_size
 from fairseq_smallvocab.compat.precision import check_training_precision
 from fairseq_smallvocab.data.binarized import check_langpair
 from fairseq_smallvocab.data.datasets import KeepLastBatchDataset, data_folder, dictionary_fingerprint, split_folder
+from fairseq_smallvocab.data.subwords import eval_bleu_scores_pieces
 from fairseq_smallvocab.models.generation import (
     SmallVocabSequenceGenerator,
     check_decoding_args,
@@ -173,6 +174,9 @@ class TranslationSmallVocabTask(SmallVocabTaskState, TranslationTask):
         # on the CPU), but fairseq's trainer fails where the flags cannot work: refuse before it does
         if not from_checkpoint:
             check_training_precision(self.cfg)
+            if self.cfg.eval_bleu and (pieces := eval_bleu_scores_pieces(self.target_dictionary,
+                                                                          self.cfg.eval_bleu_remove_bpe)):
+                logger.warning(pieces)
         if from_checkpoint:  # decoding: the predictor behind the training candidates and its K, unless given
             self.check_dictionaries(cfg)
             self.candidates.loaded_model(cfg)
