@@ -78,12 +78,15 @@ def test_the_ce_control_reduces_tensors_from_distributed_workers(tiny_bin):
 
 def test_len_ratio_and_the_baseline_reduce_as_the_reward_does(tiny_bin):
     """len_ratio is the samples' words over their references' (summed over the
-    samples, as BLEU's ratio is over a corpus), and the baseline is logged per
-    sample like the reward: with leave-one-out the samples' baselines average to
-    exactly the mean reward; summed across workers or not."""
+    samples, as BLEU's ratio is over a corpus), and a learned baseline is logged
+    per sample like the reward (leave-one-out's is not: its samples' baselines
+    average to exactly the mean reward); summed across workers or not."""
     task = mt_task(tiny_bin, small_vocab_size=40)
     model, _, sample = _setup()
-    crit = SmallVocabReinforceCriterion(task, SmallVocabReinforceConfig(rl_baseline="loo", rl_samples=3,
+    loo = SmallVocabReinforceCriterion(task, SmallVocabReinforceConfig(rl_baseline="loo", rl_samples=3,
+                                                                       max_sample_len=9))
+    assert "baseline" not in loo(model.eval(), sample)[2]
+    crit = SmallVocabReinforceCriterion(task, SmallVocabReinforceConfig(rl_baseline="learned", rl_samples=3,
                                                                         max_sample_len=9))
     logs = []
     for seed in (3, 4):
@@ -97,7 +100,8 @@ def test_len_ratio_and_the_baseline_reduce_as_the_reward_does(tiny_bin):
     values = _same_values(lambda outs: task.reduce_metrics(outs, crit), logs)
     want = sum(log["sample_words"] for log in logs) / sum(log["ref_words"] for log in logs)
     assert values["len_ratio"] == pytest.approx(want, abs=1e-3) and 0 < want
-    assert values["baseline"] == pytest.approx(values["reward"], abs=0.01) and values["reward"] > 0
+    per_sample = sum(log["baseline"] for log in logs) / sum(log["finite_samples"] for log in logs)
+    assert values["baseline"] == pytest.approx(100 * per_sample, abs=0.01) and values["reward"] > 0
 
 
 def test_the_eval_bleu_length_ratio_reduces_from_distributed_workers(tiny_bin):
@@ -115,3 +119,30 @@ def test_the_eval_bleu_length_ratio_reduces_from_distributed_workers(tiny_bin):
         logs.append(log)
     values = _same_values(lambda outs: task.reduce_metrics(outs, crit), logs)
     assert values["bleu_len_ratio"] == pytest.approx(21 / 30, abs=1e-3) and values["bleu"] > 0
+
+
+@pytest.mark.parametrize("sys_lens, warned", [((9, 12), "0.700 times as long as the references (bleu_len_ratio), so "
+                                                        "BLEU's brevity penalty takes 35% off"),
+                                              ((30, 20), "1.667 times as long as the references (bleu_len_ratio): "
+                                                         "the model writes long"),
+                                              ((10, 19), None)])
+def test_a_validation_far_shorter_or_longer_than_its_references_is_warned_about(tiny_bin, caplog, sys_lens, warned):
+    """--eval-bleu's length ratio over the whole validation set (every batch's lengths, summed across workers or
+    not), said once after the validation when below 0.95 or above 1.1 (a 1.68 once passed without a word);
+    within, nothing."""
+    import logging
+
+    task = mt_task(tiny_bin, small_vocab_size=40)
+    task.cfg.eval_bleu = True
+    crit = SmallVocabReinforceCriterion(task, SmallVocabReinforceConfig(ce_weight=1.0))
+    logs = [{"loss": 1.0, "ntokens": 10, "nsentences": 2, "sample_size": 2, "_bleu_sys_len": sys_len,
+             "_bleu_ref_len": ref_len} for sys_len, ref_len in zip(sys_lens, (10, 20))]
+    for batch in (summed_as_fairseq_does(logs[:1]), summed_as_fairseq_does(logs[1:])):  # two validation batches
+        _reduced(lambda outs: task.reduce_metrics(outs, crit), batch)
+    with caplog.at_level(logging.WARNING):
+        task.report_validation()
+        task.report_validation()  # nothing since: said once
+    if warned is None:
+        assert "bleu_len_ratio" not in caplog.text
+    else:
+        assert caplog.text.count("bleu_len_ratio") == 1 and warned in caplog.text, caplog.text

@@ -177,6 +177,9 @@ def install():
         return fairseq_save(self, filename, extra_state)
 
     def save_checkpoints(cfg, trainer, epoch_itr, val_loss):
+        report = getattr(trainer.task, "report_validation", None)
+        if report is not None:
+            report()
         check = getattr(trainer.task, "check_before_save", None)
         if check is not None:
             check()

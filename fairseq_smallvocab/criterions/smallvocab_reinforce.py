@@ -121,9 +121,8 @@ class SmallVocabReinforceCriterion(FairseqCriterion):
                 extra["reward_std"] = reward.double().view(-1, n).std(1).sum().item()
             if not self.risk:  # baseline
                 base = self.baseline.values(samples.features, mask, reward, greedy_reward, n) * mask
-                # logged per sample as the reward is: each sample's mean over its steps (a learned baseline's
-                # varies along the sample; the others' is one number per sample)
-                extra["baseline"] = (base.sum(1) / mask.sum(1).clamp(min=1)).sum().item()
+                if self.baseline.logs_its_mean:  # per sample as the reward is: each sample's mean over its steps
+                    extra["baseline"] = (base.sum(1) / mask.sum(1).clamp(min=1)).sum().item()
         # loss
         ce = self.ce_term(model, sample, net_output, from_features)
         chosen = mask  # the steps that chose: a forced first token is no action (it leaves the policy gradient)

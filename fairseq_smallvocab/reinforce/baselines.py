@@ -42,6 +42,9 @@ class Baseline(nn.Module):
     needs_greedy = False  # whether ``values`` reads the greedy decode's reward
     min_samples = 1  # samples per input that it needs
     log_keys = ()  # what ``learn`` returns (logged for every training batch: 0 for a skipped one)
+    # whether the mean of its values tells the log something: not for none (0), self_critical (the logged
+    # greedy_reward) nor loo (the samples' leave-one-out means average to the mean reward exactly)
+    logs_its_mean = False
 
     def values(self, features: Tensor, mask: Tensor, rewards: Tensor, greedy_reward: Optional[Tensor] = None,
                group_size: int = 1) -> Tensor:
@@ -80,6 +83,7 @@ START_MIN = 0.01  # a fresh learned baseline starts at the first mean reward, ke
 
 class LearnedBaseline(Baseline):
     log_keys = ("baseline_mse",)
+    logs_its_mean = True
 
     def __init__(self, lr: float = 1e-3):
         super().__init__()

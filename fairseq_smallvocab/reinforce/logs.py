@@ -40,7 +40,7 @@ def reduce(logging_outputs) -> None:
         return
     metrics.log_scalar("reward", 100.0 * total("reward") / samples, samples, round=2)
     by_language.log(logging_outputs[0].keys(), total)
-    if any("baseline" in log for log in logging_outputs):  # REINFORCE's (risk has none)
+    if any("baseline" in log for log in logging_outputs):  # a learned baseline's (the others' say nothing new)
         metrics.log_scalar("baseline", 100.0 * total("baseline") / samples, samples, round=2)
     if any("risk" in log for log in logging_outputs):  # risk's expected cost, x 100, and its distinct samples
         metrics.log_scalar("risk", 100.0 * total("risk") / sentences, sentences, round=2)

@@ -5,6 +5,7 @@ refusal to save after a run of non-finite batches, and the share of gold
 target words outside the candidates in validation (``gold_outside_cands``)."""
 
 import logging
+import math
 
 from fairseq import metrics
 
@@ -20,6 +21,7 @@ class SmallVocabTaskState:
     def init_state(self):
         self._checkpoint_parts = {}  # name -> module whose state_dict travels with checkpoints
         self._finite_count = [0, 0]  # training batches skipped as non-finite, finite ones (check_before_save)
+        self._bleu_lens = [0.0, 0.0]  # --eval-bleu's output and reference lengths since the last validation
 
     # -- state saved with checkpoints ------------------------------------------------------------
 
@@ -92,6 +94,15 @@ class SmallVocabTaskState:
             # the length ratio behind --eval-bleu's BLEU (its decodes' words over the references'): below 1 the
             # brevity penalty takes BLEU down, the first sign of a model that has learned to write short
             metrics.log_derived("bleu_len_ratio", _bleu_len_ratio)
+            self._bleu_lens[0] += float(sum(log.get("_bleu_sys_len", 0) for log in logging_outputs))
+            self._bleu_lens[1] += float(sum(log.get("_bleu_ref_len", 0) for log in logging_outputs))
+
+    def report_validation(self):
+        """After a validation (fairseq saves, or would, right after one): warn when --eval-bleu's outputs were
+        far shorter or longer than the references over the whole validation set, which its BLEU alone hides."""
+        (out, ref), self._bleu_lens = getattr(self, "_bleu_lens", (0.0, 0.0)), [0.0, 0.0]
+        if ref and (warning := length_warning(out / ref)):
+            logger.warning(warning)
 
 
 def _bleu_len_ratio(meters) -> float:
@@ -99,3 +110,23 @@ def _bleu_len_ratio(meters) -> float:
     if "_bleu_ref_len" not in meters or not meters["_bleu_ref_len"].sum:
         return 0.0
     return round(float(meters["_bleu_sys_len"].sum) / float(meters["_bleu_ref_len"].sum), 3)
+
+
+# the --eval-bleu length ratios outside which the log warns: below, BLEU's brevity penalty takes 5% or more off
+# (exp(1 - 1 / 0.95) = 0.949); above, outputs a tenth longer than the references
+SHORT, LONG = 0.95, 1.1
+
+
+def length_warning(ratio: float):
+    """The warning for a validation length ratio (outputs' words over the references'), or None."""
+    if ratio < SHORT:
+        return (f"validation: --eval-bleu's outputs are {ratio:.3f} times as long as the references (bleu_len_ratio),"
+                f" so BLEU's brevity penalty takes {100 * (1 - math.exp(1 - 1 / max(ratio, 1e-9))):.0f}% off: the "
+                "model writes short; decode with a length penalty chosen on dev (scripts/sweep_lenpen.py), or reward "
+                "length (--reward gleu_bp)")
+    if ratio > LONG:
+        return (f"validation: --eval-bleu's outputs are {ratio:.3f} times as long as the references (bleu_len_ratio):"
+                " the model writes long (repeated words, or no end of sentence before the length limit); look at "
+                "them with --eval-bleu-print-samples, and check the reward's length (len_ratio) and max_len_a/b in "
+                "--eval-bleu-args")
+    return None
