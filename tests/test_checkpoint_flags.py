@@ -55,3 +55,34 @@ def test_the_plugins_archs_and_what_cannot_be_read(monkeypatch, tmp_path):
     monkeypatch.undo()
     with pytest.raises(FlagsError, match="checkpoint not found"):
         architecture_flags(tmp_path / "missing.pt")
+
+
+def test_a_checkpoint_of_another_architecture_is_said_with_the_command_that_fits_it():
+    """fairseq's "architectures match" failure (its exception raised while torch's strict load failed) becomes
+    one message: what differs, and the checkpoint_flags.py command for the checkpoint; another error is left
+    alone. The slow README test meets it through fairseq-train."""
+    import torch
+
+    from fairseq_smallvocab.compat.train_checkpoints import _architecture_hint
+
+    def fairseq_load(got, want):
+        try:
+            try:
+                got.load_state_dict(want.state_dict(), strict=True)
+            except Exception:  # (fairseq raises it so, without "from": the cause is __context__)
+                message = "Cannot load model parameters from checkpoint ckpts/x.pt; please ensure that the " \
+                    "architectures match."
+                raise Exception(message)  # noqa: B904
+        except Exception as err:
+            return err
+
+    err = fairseq_load(torch.nn.Sequential(*[torch.nn.Linear(4, 4)] * 5),
+                       torch.nn.Sequential(*[torch.nn.Linear(4, 8) for _ in range(5)]))
+    hint = str(_architecture_hint(err))
+    assert "ckpts/x.pt does not fit the model this command builds" in hint
+    assert "size mismatch for 0.weight: copying a param with shape torch.Size([8, 4]) from checkpoint" in hint
+    assert "(and 7 more)" in hint and "`python scripts/checkpoint_flags.py ckpts/x.pt` prints" in hint
+    err = fairseq_load(torch.nn.Sequential(torch.nn.Linear(4, 4)), torch.nn.Sequential(torch.nn.Linear(4, 4),
+                                                                                        torch.nn.Linear(4, 4)))
+    assert 'Unexpected key(s) in state_dict: "1.weight", "1.bias"' in str(_architecture_hint(err))
+    assert _architecture_hint(ValueError("something else")) is None

@@ -275,6 +275,12 @@ def test_readme_own_model_then_deploy_run_in_the_readme_s_order(tiny_raw, tmp_pa
     assert set(TINY_TRANSFORMER[::2]) - set(flags) == {"--decoder-embed-dim", "--decoder-ffn-embed-dim"}
     out = readme("OWN_VP", {"--max-epoch": 2}, extra=QUIET)
     assert (user / "checkpoints" / "vp" / "checkpoint_best.pt").exists()
+    wrong = run(adapt(NAMED["OWN_CE"], {"--user-dir": USER_DIR, "--max-epoch": 1}, extra=[*QUIET, *small]),
+                cwd=user, check=False)  # without the model's flags: said in one message, with the command to use
+    said = wrong.stdout + wrong.stderr
+    assert wrong.returncode != 0 and "does not fit the model this command builds" in said, said[-3000:]
+    assert "python scripts/checkpoint_flags.py checkpoints/transformer/checkpoint_best.pt" in said
+    assert "please ensure that the architectures match" not in said  # (nor fairseq's state-dict dump)
     out = readme("OWN_CE", {"--max-epoch": 1}, extra=[*flags, *QUIET, *small])  # (it stops by itself)
     assert "no longer experimental" not in out.stderr and "ConfigStore" not in out.stderr  # compat/quiet_logs.py
     assert "scores pieces" not in out.stdout + out.stderr  # dev BLEU on words

@@ -31,6 +31,7 @@ accepts takes the same path).
 
 import logging
 import os
+import re
 import shutil
 
 logger = logging.getLogger(__name__)
@@ -135,6 +136,29 @@ def _resume_hint(cfg, err):
         f"move the damaged file aside and copy {name} to checkpoint_last.pt)")
 
 
+ARCHITECTURES_MATCH = "please ensure that the architectures match"
+_MISMATCH = re.compile(r"^\s*((?:size mismatch for|Missing key\(s\) in|Unexpected key\(s\) in) .*?)\.?$", re.M)
+
+
+def _architecture_hint(err):
+    """fairseq's "architectures match" failure (a checkpoint loaded strictly into the model the command line
+    builds), said with what differs and the command that prints the checkpoint's own flags, instead of a
+    state-dict dump; None for any other error."""
+    text = str(err)
+    if ARCHITECTURES_MATCH not in text:
+        return None
+    path = re.search(r"checkpoint (.+?); please", text)
+    path = path.group(1) if path else "CHECKPOINT"
+    found = _MISMATCH.findall(str(err.__context__ or ""))
+    shown = "; ".join(line.strip()[:200] for line in found[:3]) + (f" (and {len(found) - 3} more)"
+                                                                   if len(found) > 3 else "")
+    return RuntimeError(
+        f"{path} does not fit the model this command builds: it was trained with other architecture flags"
+        + (f" ({shown})" if shown else "") + ". Give this command the checkpoint's own flags, which "
+        f"`python scripts/checkpoint_flags.py {path}` prints as one line (--arch and every model flag that "
+        "differs from what the arch sets), and leave out any that contradict them.")
+
+
 def _atomic_path_manager(path_manager):
     """fairseq's PathManager whose ``copy`` writes a local destination through a temporary file and a rename."""
 
@@ -191,7 +215,7 @@ def install():
         try:
             extra_state, epoch_itr = fairseq_load(cfg, trainer, **passthrough_args)
         except Exception as err:
-            better = _resume_hint(cfg, err)
+            better = _resume_hint(cfg, err) or _architecture_hint(err)
             if better is None:
                 raise
             raise better from None
