@@ -143,6 +143,8 @@ def test_a_reward_that_cannot_be_loaded_stops_the_criterion_at_start(reward_modu
     ("return [float('nan')] + [0.5] * (len(h) - 1)", r"returned nan for hypothesis 0 \('.*'\); a reward must be a "
                                                      r"finite number"),
     ("raise KeyError('no model loaded')", r"raised KeyError: 'no model loaded'"),
+    # a reward that empties the list it was given is not blamed for the count of what it returns
+    ("n = len(h); h.clear(); return [0.5] * (n + 1)", rf"returned {2 * B + 1} values for {2 * B} hypotheses"),
 ])
 def test_a_reward_that_misbehaves_is_named_in_its_error(reward_module, body, problem):
     mod = reward_module(f"import torch\n\ndef score(h, r, s, lang):\n    {body}\n")
@@ -177,6 +179,8 @@ WANTED = (rf"; it must return one number per hypothesis \({2 * B}\): a list, tup
     ("return numpy.zeros((len(h), 1))", rf"returned a numpy.ndarray of shape \({2 * B}, 1\)" + WANTED + "$"),
     ("return numpy.array(['0.5'] * len(h))", r"returned a numpy.ndarray of dtype <U3" + WANTED + "$"),
     ("return torch.zeros(len(h), 2)", rf"returned a torch.Tensor of shape \({2 * B}, 2\)" + WANTED + "$"),
+    ("return torch.zeros(len(h), device='meta')", r"returned a torch.Tensor on torch's 'meta' device" + WANTED +
+                                                  r" \(it holds no values\)$"),
     ("return torch.zeros(len(h), dtype=torch.complex64)", r"returned a torch.Tensor of dtype torch.complex64" + WANTED
                                                           + "$"),
 ])
@@ -206,6 +210,7 @@ EVEN = "[float(len(x) % 2 == 0) for x in h]"
     ("[len(x) % 2 == 0 for x in h]", EVEN),  # bools, as 1 and 0: an exact-match reward
     ("numpy.array([len(x) % 2 == 0 for x in h])", EVEN),
     ("[int(len(x) % 2 == 0) for x in h]", EVEN),
+    (f"(lambda got: (h.clear(), got)[1])({RATIO})", RATIO),  # scored, then its list emptied: counted all the same
 ])
 def test_any_sequence_of_real_numbers_gives_the_lists_step(reward_module, body, same_as):
     mod = reward_module(f"import collections\nimport fractions\n\nimport numpy\nimport torch\n\n\n"

@@ -142,7 +142,9 @@ class UserReward(SentenceReward):
                  sources: Optional[List[str]] = None, target_lang: Optional[List[str]] = None) -> Tensor:
         hypotheses = self.words(tokens, lengths)
         references = self.words(target, ref_lens) if self.needs_references else None
-        values = self.call(hypotheses, references, sources, target_lang)
+        # the function gets copies: one that edits its lists (pops, clears) changes nothing the check counts
+        values = self.call(list(hypotheses), references and list(references), sources and list(sources),
+                           target_lang and list(target_lang))
         return self.checked(values, hypotheses).to(tokens.device)
 
     def call(self, hypotheses: List[str], references: Optional[List[str]], sources: Optional[List[str]],
@@ -218,6 +220,8 @@ class UserReward(SentenceReward):
                 raise refused(f"a {name} of shape {tuple(values.shape)}")
             if values.is_complex():
                 raise refused(f"a {name} of dtype {values.dtype}")
+            if values.is_meta:
+                raise refused(f"a {name} on torch's 'meta' device", "it holds no values")
             return values.detach().float()
         if isinstance(values, (str, bytes, bytearray)):
             raise refused(f"a {name} ({values[:40]!r})", "a string would be read one character per hypothesis")
