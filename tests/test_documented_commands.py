@@ -273,7 +273,9 @@ def test_readme_own_model_then_deploy_run_in_the_readme_s_order(tiny_raw, tmp_pa
     assert flags[:2] == ["--arch", "transformer"] and "--share-all-embeddings" in flags
     # the arch sets the decoder's dims from the encoder's
     assert set(TINY_TRANSFORMER[::2]) - set(flags) == {"--decoder-embed-dim", "--decoder-ffn-embed-dim"}
-    out = readme("OWN_VP", {"--max-epoch": 2}, extra=QUIET)
+    out = readme("OWN_VP", {"--max-epoch": 2, "--recall-at": 120, "--best-checkpoint-metric": "recall@120"},
+                 extra=QUIET)  # (at the tiny corpus's K)
+    assert re.search(r"valid on 'valid' subset .*\| recall@120 [\d.]+ \| freq_recall@120 ", out.stdout + out.stderr)
     assert (user / "checkpoints" / "vp" / "checkpoint_best.pt").exists()
     wrong = run(adapt(NAMED["OWN_CE"], {"--user-dir": USER_DIR, "--max-epoch": 1}, extra=[*QUIET, *small]),
                 cwd=user, check=False)  # without the model's flags: said in one message, with the command to use

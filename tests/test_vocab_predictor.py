@@ -228,3 +228,33 @@ def test_missing_corrupt_and_foreign_checkpoints(predictor, tmp_path):
     torch.save(state, foreign)
     with pytest.raises(PredictorError, match="not of a vocabulary predictor"):
         load_predictor(foreign)
+
+
+@pytest.mark.parametrize("hits, warned", [((30, 80), "not above the frequency list (recall@50 30.00 vs 40.00; "
+                                                      "recall@100 80.00 vs 80.00)"),
+                                          ((45, 90), None)])
+def test_a_predictor_not_above_the_frequency_list_is_warned_about(tiny_bin, caplog, hits, warned):
+    """After a validation, each --recall-at K where the predictor's recall over the whole validation set (every
+    batch, summed across workers or not) is not above the frequency list's is named once; above, nothing (a
+    user's predictor trained with weaker flags sat below the list unflagged)."""
+    import logging
+
+    from fairseq import metrics
+
+    from fairseq_smallvocab.criterions.vocab_prediction_bce import VocabPredictionBCECriterion
+
+    task = vp_task(tiny_bin)
+    crit = VocabPredictionBCECriterion(task, 0.0, "50,100")
+    for half in (0, 1):  # two validation batches of 50 gold tokens: the frequency list 20 + 20 of 50 at K = 50
+        log = {"loss": 1.0, "nsentences": 4, "ntokens": 50, "sample_size": 4, "recall_tokens": 50,
+               "recall_hits_50": hits[0] // 2, "freq_recall_hits_50": 20, "recall_hits_100": hits[1] // 2,
+               "freq_recall_hits_100": 40}
+        with metrics.aggregate(new_root=True):
+            task.reduce_metrics([{key: torch.tensor(float(v)) for key, v in log.items()}] if half else [log], crit)
+    with caplog.at_level(logging.WARNING):
+        task.report_validation()
+        task.report_validation()  # said once
+    if warned is None:
+        assert "frequency list" not in caplog.text
+    else:
+        assert caplog.text.count("frequency list") == 1 and warned in caplog.text, caplog.text

@@ -66,6 +66,27 @@ class VocabPredictionTask(FairseqTask):
         super().__init__(cfg)
         self.src_dict = src_dict
         self.tgt_dict = tgt_dict
+        self._recall = {}  # K -> [the predictor's hits, the frequency list's, gold tokens] since the last validation
+
+    def reduce_metrics(self, logging_outputs, criterion):
+        super().reduce_metrics(logging_outputs, criterion)
+        for key in {key for log in logging_outputs for key in log if key.startswith("recall_hits_")}:
+            k = int(key.rsplit("_", 1)[1])
+            sums = self._recall.setdefault(k, [0.0, 0.0, 0.0])
+            for i, name in enumerate((key, f"freq_{key}", "recall_tokens")):
+                sums[i] += float(sum(log.get(name, 0) for log in logging_outputs))
+
+    def report_validation(self):
+        """After a validation (fairseq saves, or would, right after one): warn where the predictor's recall@K
+        over the whole validation set is not above the frequency list's, which any input gets for free."""
+        recall, self._recall = self._recall, {}
+        behind = [f"recall@{k} {100 * hits / tokens:.2f} vs {100 * freq / tokens:.2f}"
+                  for k, (hits, freq, tokens) in sorted(recall.items()) if tokens and hits <= freq]
+        if behind:
+            logger.warning(f"validation: the predictor is not above the frequency list ({'; '.join(behind)}), so "
+                           "its candidates are no better than the most frequent words for every input: train it "
+                           "longer (--max-epoch), or with the quick start's settings (--optimizer adagrad --lr "
+                           "0.08 --weight-decay 1e-6 --clip-norm 1.0, the best checkpoint by recall@K)")
 
     @classmethod
     def setup_task(cls, cfg: VocabPredictionConfig, **kwargs):
