@@ -111,6 +111,21 @@ def test_interactive_decodes_raw_text_and_empty_lines(small_model, tiny_bin, tin
 
 
 @pytest.mark.slow
+def test_interactive_cuts_a_line_longer_than_the_source_positions_and_goes_on(small_model, tiny_bin, tiny_raw):
+    """A line longer than the source positions once ended the whole fairseq-interactive session (fairseq refuses
+    the batch): it is cut to the positions it fits, said in the log, and the lines after it are translated."""
+    lines = (tiny_raw / "test.src").read_text().splitlines()[:2]
+    long = " ".join([lines[0]] * 6)
+    stdin = "\n".join([lines[0], long, lines[1]]) + "\n"
+    out = run(["fairseq-interactive", tiny_bin, *DECODE, "--path", small_model, "--max-source-positions", "16",
+               "--buffer-size", "3", "--batch-size", "3"], stdin=stdin)
+    hyps = _hypotheses(out.stdout)
+    assert sorted(hyps) == [0, 1, 2] and all(hyps.values()), out.stdout + out.stderr[-2000:]
+    assert f"an input line of {len(long.split())} tokens" in out.stderr
+    assert "is longer than the model's 16 source positions: translating its first 15 tokens" in out.stderr
+
+
+@pytest.mark.slow
 def test_interactive_input_that_is_not_utf8_is_named(small_model, tiny_bin, tiny_raw, tmp_path):
     lines = (tiny_raw / "test.src").read_text().splitlines()[:2]
     text = tmp_path / "input.txt"

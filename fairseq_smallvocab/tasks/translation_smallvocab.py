@@ -194,6 +194,10 @@ class TranslationSmallVocabTask(SmallVocabTaskState, TranslationTask):
                 for key, value in recorded.items():
                     setattr(cfg, key, value)
         model = super().build_model(cfg, from_checkpoint)
+        if from_checkpoint:  # the source positions of the model that decodes (fairseq-interactive's long lines)
+            positions = model.max_positions()
+            positions = positions[0] if isinstance(positions, tuple) else positions
+            self.decoding_source_positions = min(int(self.cfg.max_source_positions), int(positions or 1 << 62))
         # the same restricted model for the small vocabulary and the full softmax (candidates=None)
         return restrict(model, getattr(cfg, "_name", None) or getattr(cfg, "arch", None))
 
@@ -221,6 +225,20 @@ class TranslationSmallVocabTask(SmallVocabTaskState, TranslationTask):
                 f"--{'src' if side == 'source' else 'tgt'}dict pointing to the model's dictionary")
 
     # -- decoding --------------------------------------------------------------------------------
+
+    def get_interactive_tokens_and_lengths(self, lines, encode_fn):
+        """fairseq-interactive's lines as token ids; a line longer than the model's source positions (which
+        ended the whole session, fairseq refusing the batch) is cut to its first tokens, said in the log."""
+        tokens, lengths = super().get_interactive_tokens_and_lengths(lines, encode_fn)
+        limit = getattr(self, "decoding_source_positions", None)
+        for i, line in enumerate(tokens):
+            if limit is not None and len(line) > limit:
+                logger.warning(f"an input line of {len(line) - 1} tokens ({lines[i][:60]!r}...) is longer than the "
+                               f"model's {limit} source positions: translating its first {limit - 1} tokens (split "
+                               "longer lines into sentences before translating them)")
+                tokens[i] = torch.cat([line[:limit - 1], line[-1:]])
+                lengths[i] = limit
+        return tokens, lengths
 
     def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None,
                         prefix_allowed_tokens_fn=None):
