@@ -201,6 +201,15 @@ def test_dictionary_mismatch_names_both(predictor, tmp_path):
     message = str(err.value)
     assert "target dictionaries differ" in message
     assert str(other / "dict.tgt.txt") in message and "dict.tgt.txt (" in message
+    # a predictor trained from a relative data folder: named as recorded, not resolved against this folder
+    state = torch.load(predictor, weights_only=False)
+    state["cfg"]["task"]["data"] = "data-bin/elsewhere"
+    relative = tmp_path / "relative.pt"
+    torch.save(state, relative)
+    with pytest.raises(PredictorError) as err:
+        load_predictor(relative, other)
+    assert re.search(r"trained with (data-bin/elsewhere/dict.tgt.txt|the target dictionary of data-bin/elsewhere), "
+                     r"relative to the folder its fairseq-train ran in \(", str(err.value)), str(err.value)
 
 
 def test_a_folder_given_as_the_predictor_is_named_with_the_checkpoints_it_holds(tmp_path):

@@ -83,6 +83,11 @@ def load_predictor(path, data: Optional[str] = None, **task_overrides):
             f"{path} predicts words from source sentences (trained on {trained_on}), but captioning reads image "
             "features: use a predictor trained with --task vocab_prediction --source-features DIR")
     trained_dict = _target_dictionary_file(trained_on, getattr(cfg.task, "target_lang", None), reads_features)
+    if trained_on and not os.path.isabs(str(trained_on)) and "://" not in str(trained_on):
+        # as recorded: relative to where the predictor was trained, not to this folder
+        named = os.path.join(str(trained_on), os.path.basename(trained_dict)) if trained_dict else \
+            f"the target dictionary of {trained_on}"
+        trained_dict = f"{named}, relative to the folder its fairseq-train ran in"
     if data is not None:
         cfg.task.data = str(data)
     for key, value in task_overrides.items():
