@@ -488,3 +488,25 @@ def test_the_map_is_sized_until_it_allows_what_the_candidates_allow(tiny_bin):
     assert describe_coverage(short, "valid", 1)[-1].startswith("warning: the map allows 1.5 points fewer")
     close = dict(cover, reference_in_map=cover["reference_in_candidates"] - 0.5)
     assert len(describe_coverage(close, "valid", 1)) == 1  # within a point: no warning, nothing raised
+
+
+def test_the_bench_scores_words_whatever_the_pieces(tmp_path, capsys):
+    """bench_ctranslate2.py on sentencepiece data: the references and the model's hypotheses are joined into
+    words, and a --compare file scores alike whether it holds words or pieces (a correct word-level file once
+    scored 0.02 against pieces, unwarned); on word-level data nothing is joined."""
+    from smallvocab_tools.deploy import ctranslate2_bench as bench
+
+    words = ["a dog runs on the grass .", "two men sit on a bench ."]
+    pieces = ["\u2581" + line.replace(" ", " \u2581") for line in words]
+    pieces = [" ".join(p for token in line.split() for p in ([token[:2], token[2:]] if len(token) > 3 else [token]))
+              for line in pieces]  # some words split in two pieces
+    (tmp_path / "dict.de.txt").write_text("".join(f"{p} 1\n" for p in sorted({p for line in pieces for p in
+                                                                               line.split()})))
+    (tmp_path / "dict.en.txt").write_text("dog 1\nruns 1\n")
+    assert bench.target_scheme(tmp_path, "de") == "sentencepiece" and bench.target_scheme(tmp_path, "en") is None
+    assert bench.as_words(pieces, "sentencepiece") == words and bench.as_words(words, None) == words
+    as_pieces = bench.bleu(bench.compared_words("tuned", pieces, "sentencepiece"), words)
+    assert "--compare tuned: its lines hold sentencepiece pieces; joined" in capsys.readouterr().err
+    assert as_pieces == pytest.approx(bench.bleu(bench.compared_words("tuned", words, "sentencepiece"), words))
+    assert as_pieces == pytest.approx(100.0)
+    assert capsys.readouterr().err == ""  # words are kept as they are

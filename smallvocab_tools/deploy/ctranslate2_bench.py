@@ -4,16 +4,47 @@ second at each batch size and compute type (``scripts/bench_ctranslate2.py``).
 The sentences are the split's binarized ones, as fairseq reads them (a word outside the dictionary is
 ``<unk>``): what CTranslate2 is given is what fairseq-generate decodes.  Timings: each configuration
 translates the whole split ``--rounds`` times, the map's runs and the runs without it alternating (order
-swapped every round), on ``--threads`` threads; the median round is reported.  BLEU: sacrebleu on the
-tokenized text (hypotheses and references as the data folder holds them), and for any hypothesis file given
-with ``--compare NAME=FILE`` (one line per sentence in the split's order, e.g. the plugin's decoding)."""
+swapped every round), on ``--threads`` threads; the median round is reported.  BLEU: sacrebleu on words
+(the data folder's text; sentencepiece or subword-nmt pieces joined, as fairseq-generate --post-process
+does), and for any hypothesis file given with ``--compare NAME=FILE`` (one line per sentence in the split's
+order, e.g. the plugin's decoding; its pieces joined too where it holds pieces)."""
 
 import argparse
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Dict, List, Sequence
+
+
+def target_scheme(data, tgt: str):
+    """The subword scheme of the target dictionary (e.g. "sentencepiece"), None for words."""
+    from fairseq.data import Dictionary
+
+    from fairseq_smallvocab.data.subwords import subword_scheme
+
+    found = subword_scheme(Dictionary.load(str(Path(data) / f"dict.{tgt}.txt")))
+    return found[0] if found else None
+
+
+def as_words(lines: Sequence[str], scheme) -> List[str]:
+    """Lines of pieces joined into words as fairseq-generate's --post-process does (unchanged for words)."""
+    from fairseq.data.data_utils import post_process
+
+    return list(lines) if scheme is None else [post_process(line, scheme) for line in lines]
+
+
+def compared_words(name: str, lines: Sequence[str], scheme) -> List[str]:
+    """A --compare file's lines as words: pieces in a file are joined (said on stderr), words kept as they are."""
+    from fairseq_smallvocab.data.subwords import SUBWORD_MARKS
+
+    marked = {s for s, mark in SUBWORD_MARKS.items() if sum(mark in line for line in lines) > len(lines) / 2}
+    if not marked:
+        return list(lines)
+    found = sorted(marked)[0]
+    print(f"--compare {name}: its lines hold {found} pieces; joined into words before scoring", file=sys.stderr)
+    return as_words(lines, found)
 
 
 def split_tokens(data, src: str, tgt: str, split: str):
@@ -49,9 +80,10 @@ def bleu(hyps: Sequence[str], refs: Sequence[str]) -> float:
     return BLEU().corpus_score(list(hyps), [list(refs)]).score
 
 
-def run(model_dir, sources, refs, compute_types, batches, beams, rounds, threads, max_len, out_dir=None):
+def run(model_dir, sources, refs, compute_types, batches, beams, rounds, threads, max_len, out_dir=None,
+        scheme=None):
     """The records of every (compute type, beam, batch, map) configuration over ``sources`` (token lists),
-    scored against ``refs``."""
+    scored against ``refs`` (words): the hypotheses' pieces of ``scheme`` are joined into words first."""
     import ctranslate2
 
     has_map = (Path(model_dir) / "vmap.txt").is_file()
@@ -72,7 +104,7 @@ def run(model_dir, sources, refs, compute_types, batches, beams, rounds, threads
                 for use_vmap in maps:
                     tokens = sum(len(h) + 1 for h in hyps[use_vmap])  # eos included, as generated
                     sec = statistics.median(seconds[use_vmap])
-                    text = [" ".join(h) for h in hyps[use_vmap]]
+                    text = as_words([" ".join(h) for h in hyps[use_vmap]], scheme)
                     name = f"ct2-{compute_type}-beam{beam}-batch{batch}-{'vmap' if use_vmap else 'full'}"
                     if out_dir:
                         Path(out_dir, name + ".txt").write_text("\n".join(text) + "\n")
@@ -127,6 +159,11 @@ def main(argv=None):
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)
     sources, refs = split_tokens(data, src, tgt, args.split)
+    scheme = target_scheme(data, tgt)
+    refs = as_words(refs, scheme)  # BLEU on words, whatever the model's pieces
+    if scheme:
+        print(f"the target dictionary holds {scheme} pieces: every BLEU here is on words (pieces joined, as "
+              f"fairseq-generate --post-process {scheme})", file=sys.stderr)
     compared = {}  # checked before the timings: a wrong file stops here, not after them
     for item in args.compare:
         name, _, path = item.rpartition("=")
@@ -135,10 +172,10 @@ def main(argv=None):
         hyps = Path(path).read_text().splitlines()
         if len(hyps) != len(refs):
             raise SystemExit(f"error: --compare {item}: {len(hyps)} lines, the split has {len(refs)} sentences")
-        compared[name] = bleu(hyps, refs)
+        compared[name] = bleu(compared_words(name, hyps, scheme), refs)
     ints = lambda s: [int(x) for x in s.split(",")]  # noqa: E731
     records = run(args.model, sources, refs, args.compute_types.split(","), ints(args.batches), ints(args.beams),
-                  args.rounds, args.threads, args.max_len, args.out)
+                  args.rounds, args.threads, args.max_len, args.out, scheme)
     text = table(records, compared)
     print(text, end="")
     if args.out:
