@@ -505,8 +505,8 @@ def test_the_bench_scores_words_whatever_the_pieces(tmp_path, capsys):
     (tmp_path / "dict.en.txt").write_text("dog 1\nruns 1\n")
     assert bench.target_scheme(tmp_path, "de") == "sentencepiece" and bench.target_scheme(tmp_path, "en") is None
     assert bench.as_words(pieces, "sentencepiece") == words and bench.as_words(words, None) == words
-    as_pieces = bench.bleu(bench.compared_words("tuned", pieces, "sentencepiece"), words)
+    as_pieces = bench.bleu(bench.compared_words("tuned", pieces), words)
     assert "--compare tuned: its lines hold sentencepiece pieces; joined" in capsys.readouterr().err
-    assert as_pieces == pytest.approx(bench.bleu(bench.compared_words("tuned", words, "sentencepiece"), words))
+    assert as_pieces == pytest.approx(bench.bleu(bench.compared_words("tuned", words), words))
     assert as_pieces == pytest.approx(100.0)
     assert capsys.readouterr().err == ""  # words are kept as they are

@@ -4,6 +4,11 @@ warnings of what would otherwise score pieces silently: the reward without
 
 from typing import Optional, Tuple
 
+# fairseq's post-processings (``data_utils.post_process``, fairseq-generate's --post-process) and the mark that
+# the tokens of a dictionary made for each carry (None: nothing to look for)
+POST_PROCESSING_MARKS = {"sentencepiece": "\u2581", "wordpiece": "_", "letter": "|", "silence": "<SIL>",
+                         "_EOW": "_EOW", "subword_nmt": "@@", "@@ ": "@@", "@@": "@@", "none": None}
+
 # the subword schemes whose pieces are recognisable (sentencepiece's word-start mark, subword-nmt's
 # continuation mark), and the share of a dictionary's words carrying it above which it is taken for one
 # of those: word-level data has next to none
@@ -23,10 +28,6 @@ def subword_scheme(dictionary) -> Optional[Tuple[str, str, float, int]]:
     return None
 
 
-# what each scheme's pieces are joined back into words by (fairseq's post_process names; "@@ " is what a bare
-# --eval-bleu-remove-bpe gives)
-JOINED_BY = {"sentencepiece": ("sentencepiece",), "subword_nmt": ("subword_nmt", "@@ ", "@@")}
-
 
 def eval_bleu_scores_pieces(dictionary, remove_bpe: Optional[str]) -> Optional[str]:
     """The warning for fairseq's ``--eval-bleu`` when its decodes would be
@@ -35,7 +36,8 @@ def eval_bleu_scores_pieces(dictionary, remove_bpe: Optional[str]) -> Optional[s
     removes subword-nmt's "@@ ", not sentencepiece's mark).  None when the
     text is words."""
     found = subword_scheme(dictionary)
-    if not found or remove_bpe in JOINED_BY[found[0]]:
+    # joined by any post-processing that removes the scheme's mark ("@@ " is what a bare flag gives)
+    if not found or (remove_bpe is not None and POST_PROCESSING_MARKS.get(remove_bpe) == found[1]):
         return None
     name, mark, share, words = found
     given = "no --eval-bleu-remove-bpe was given" if remove_bpe is None else \

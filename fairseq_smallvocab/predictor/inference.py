@@ -83,11 +83,6 @@ def load_predictor(path, data: Optional[str] = None, **task_overrides):
             f"{path} predicts words from source sentences (trained on {trained_on}), but captioning reads image "
             "features: use a predictor trained with --task vocab_prediction --source-features DIR")
     trained_dict = _target_dictionary_file(trained_on, getattr(cfg.task, "target_lang", None), reads_features)
-    if trained_on and not os.path.isabs(str(trained_on)) and "://" not in str(trained_on):
-        # as recorded: relative to where the predictor was trained, not to this folder
-        named = os.path.join(str(trained_on), os.path.basename(trained_dict)) if trained_dict else \
-            f"the target dictionary of {trained_on}"
-        trained_dict = f"{named}, relative to the folder its fairseq-train ran in"
     if data is not None:
         cfg.task.data = str(data)
     for key, value in task_overrides.items():
@@ -151,9 +146,14 @@ def _other_input_kind(folder, path, trained_on, source_features) -> Optional[str
 def _target_dictionary_file(folder, lang, reads_features) -> Optional[str]:
     """The target dictionary a predictor was trained with, as its data folder
     names it: dict.LANG.txt of the language it recorded, else of the folder's
-    only dictionary (captions) or inferred language pair (sentence pairs)."""
+    only dictionary (captions) or inferred language pair (sentence pairs); a
+    relative folder as recorded, said to be relative to where it was trained."""
     if not folder:  # a checkpoint that records no data folder
         return None
+    recorded = str(folder)
+    if not os.path.isabs(recorded) and "://" not in recorded:  # as recorded: not to be read against this folder
+        named = os.path.join(recorded, f"dict.{lang}.txt") if lang else f"the target dictionary of {recorded}"
+        return f"{named}, relative to the folder its fairseq-train ran in"
     folder = data_folder(folder)
     if not lang and os.path.isdir(folder):
         lang = single_dictionary_lang(folder) if reads_features else data_utils.infer_language_pair(folder)[1]

@@ -54,16 +54,12 @@ from typing import List, Optional, Sequence
 import torch
 from torch import Tensor
 
-from fairseq_smallvocab.data.subwords import subword_scheme
+from fairseq_smallvocab.data.subwords import POST_PROCESSING_MARKS, subword_scheme
 
 logger = logging.getLogger(__name__)
 
 REWARDS = ("gleu", "gleu_bp", "bleu", "chrf", "constant")
 
-# fairseq's post-processings (``data_utils.post_process``, fairseq-generate's --post-process) and the mark that
-# the tokens of a dictionary made for each carry (None: nothing to look for)
-POST_PROCESSING_MARKS = {"sentencepiece": "\u2581", "wordpiece": "_", "letter": "|", "silence": "<SIL>",
-                         "_EOW": "_EOW", "subword_nmt": "@@", "@@ ": "@@", "@@": "@@", "none": None}
 
 
 def check_post_process(post_process: Optional[str], dictionary, flag: str = "--reward-post-process"):

@@ -100,7 +100,7 @@ class SmallVocabTaskState:
     def report_validation(self):
         """After a validation (fairseq saves, or would, right after one): warn when --eval-bleu's outputs were
         far shorter or longer than the references over the whole validation set, which its BLEU alone hides."""
-        (out, ref), self._bleu_lens = getattr(self, "_bleu_lens", (0.0, 0.0)), [0.0, 0.0]
+        (out, ref), self._bleu_lens = self._bleu_lens, [0.0, 0.0]
         if ref and (warning := length_warning(out / ref)):
             logger.warning(warning)
 

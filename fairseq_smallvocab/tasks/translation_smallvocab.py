@@ -230,9 +230,9 @@ class TranslationSmallVocabTask(SmallVocabTaskState, TranslationTask):
         """fairseq-interactive's lines as token ids; a line longer than the model's source positions (which
         ended the whole session, fairseq refusing the batch) is cut to its first tokens, said in the log."""
         tokens, lengths = super().get_interactive_tokens_and_lengths(lines, encode_fn)
-        limit = getattr(self, "decoding_source_positions", None)
-        for i, line in enumerate(tokens):
-            if limit is not None and len(line) > limit:
+        limit = getattr(self, "decoding_source_positions", None)  # (set when the model was built to decode)
+        for i, line in enumerate(tokens if limit is not None else ()):
+            if len(line) > limit:
                 logger.warning(f"an input line of {len(line) - 1} tokens ({lines[i][:60]!r}...) is longer than the "
                                f"model's {limit} source positions: translating its first {limit - 1} tokens (split "
                                "longer lines into sentences before translating them)")

@@ -35,7 +35,7 @@ def as_words(lines: Sequence[str], scheme) -> List[str]:
     return list(lines) if scheme is None else [post_process(line, scheme) for line in lines]
 
 
-def compared_words(name: str, lines: Sequence[str], scheme) -> List[str]:
+def compared_words(name: str, lines: Sequence[str]) -> List[str]:
     """A --compare file's lines as words: pieces in a file are joined (said on stderr), words kept as they are."""
     from fairseq_smallvocab.data.subwords import SUBWORD_MARKS
 
@@ -172,7 +172,7 @@ def main(argv=None):
         hyps = Path(path).read_text().splitlines()
         if len(hyps) != len(refs):
             raise SystemExit(f"error: --compare {item}: {len(hyps)} lines, the split has {len(refs)} sentences")
-        compared[name] = bleu(compared_words(name, hyps, scheme), refs)
+        compared[name] = bleu(compared_words(name, hyps), refs)
     ints = lambda s: [int(x) for x in s.split(",")]  # noqa: E731
     records = run(args.model, sources, refs, args.compute_types.split(","), ints(args.batches), ints(args.beams),
                   args.rounds, args.threads, args.max_len, args.out, scheme)
