@@ -76,7 +76,10 @@ def synthetic_task(cfg: dict):
     torch.set_num_threads(cfg["threads"])
     torch.manual_seed(0)
 
-    shared = cfg.get("arch", "lstm_smallvocab") != "lstm_smallvocab"  # --share-all-embeddings: one dictionary
+    if cfg.get("model_args"):  # a training run's flags: one dictionary where they share the embeddings
+        shared = "--share-all-embeddings" in shlex.split(cfg["model_args"])
+    else:
+        shared = cfg.get("arch", "lstm_smallvocab") != "lstm_smallvocab"  # --share-all-embeddings: one dictionary
 
     class _Task:
         target_dictionary = _dictionary(cfg["vocab_size"])
@@ -108,13 +111,21 @@ def build_model(cfg: dict, task):
     ``lstm_smallvocab`` (d = --embed-dim), or a fairseq arch built as
     fairseq-train builds it (``transformer``: shared embeddings; d and the
     layers from --embed-dim and --layers when given; with --shape, a shape of
-    ``SHAPES``, its layers cut to --layers where given)."""
+    ``SHAPES``, its layers cut to --layers where given), or the model of a
+    training run's flags (``cfg["model_args"]``)."""
     from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 
     from fairseq_smallvocab.models.lstm_smallvocab import LSTMSmallVocabConfig, LSTMSmallVocabModel
     from fairseq_smallvocab.models.restricted import restrict
 
     arch = cfg.get("arch", "lstm_smallvocab")
+    if cfg.get("model_args"):  # a training run's own flags (``--model-args``), parsed as fairseq-train parses them
+        from fairseq import options
+
+        args = options.parse_args_and_arch(options.get_training_parser(),
+                                           ["-", "--task", "translation", *shlex.split(cfg["model_args"])])
+        model = ARCH_MODEL_REGISTRY[args.arch].build_model(args, task)
+        return restrict(model, args.arch)
     if arch == "lstm_smallvocab":
         model = LSTMSmallVocabModel.build_model(LSTMSmallVocabConfig(embed_dim=cfg["d"], dropout=0.2), task)
     else:

@@ -1,0 +1,165 @@
+"""Does the small softmax pay on your model, here?  Small vs full softmax for
+a REINFORCE step and for beam-search decoding, on your model's flags, your
+corpus's |V| and K, on this machine; then which to use.
+
+Whether the small softmax is faster depends on the model as much as on |V|:
+on a deep, wide model the output layer is a small share of the step, on a
+small one a large share.  This measures it instead of a rule of thumb: a
+model built from your fairseq-train flags (``--model-args``, random weights),
+dictionaries of your corpus's sizes, synthetic sentences as long as your
+training split's on average (Zipf-distributed target words, so that a batch's
+candidate lists overlap as a predictor's do), every sample and hypothesis
+exactly that long.  Each configuration runs in a fresh process (peak memory
+its own), small and full in turn (``--rounds`` alternates them again; the
+speedup is the median of the rounds' ratios).  A REINFORCE step is
+fairseq-train's update (--rl-samples samples per sentence, the ``loo``
+baseline); decoding is ``SequenceGenerator``'s beam search, the small side
+with the vocabulary predictor predicting each batch's candidates.  A couple of
+minutes on 2 cores for a 3 + 3-layer Transformer; speed on a busy machine
+drifts, so run it when nothing else runs (or raise --rounds).
+"""
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+from smallvocab_tools.bench.benchmark import NSPECIAL, POSITIVE, model_arch, paper_k
+from smallvocab_tools.bench.report import markdown
+from smallvocab_tools.bench.runner import run_interleaved
+
+# a REINFORCE step (or a decoded sentence) this much faster small counts as paying; below the lower bound the
+# two are the same within this machine's drift, and the full softmax (no recall to lose) is the choice
+PAYS, SAME = 1.2, 1.05
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", type=Path, required=True,
+                        help="your binarized corpus (fairseq-preprocess, scripts/prepare_data.py): its dictionaries "
+                             "give |V|, its training split the sentence lengths")
+    parser.add_argument("-s", "--source-lang", required=True)
+    parser.add_argument("-t", "--target-lang", required=True)
+    parser.add_argument("--model-args", required=True, metavar="FLAGS",
+                        help="your model's fairseq-train flags, --arch and its settings (the quick start's "
+                             "ARCH_ARGS)")
+    parser.add_argument("--k", type=POSITIVE, default=None,
+                        help="candidates per sentence, special symbols included (default: the paper's rule, "
+                             "1000 if |V| > 10,000 else 500)")
+    parser.add_argument("--rl-samples", type=POSITIVE, default=4, help="REINFORCE samples per sentence")
+    parser.add_argument("--batch", type=POSITIVE, default=64, help="REINFORCE: sentences per update")
+    parser.add_argument("--beam", type=POSITIVE, default=5)
+    parser.add_argument("--decode-batch", type=POSITIVE, default=64, help="decoding: sentences per batch")
+    parser.add_argument("--steps", type=POSITIVE, default=2, help="timed REINFORCE steps (after one untimed)")
+    parser.add_argument("--rounds", type=POSITIVE, default=1,
+                        help="run small and full this many times each, alternating; medians are reported")
+    parser.add_argument("--threads", type=POSITIVE, default=2, help="torch threads, as your training runs")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    args = parser.parse_args(argv)
+    if model_arch(args.model_args) is None:
+        parser.error(f"--model-args {args.model_args!r}: name the model's arch (--arch ARCH), as fairseq-train "
+                     "takes it")
+    for lang in (args.source_lang, args.target_lang):
+        if not (args.data / f"dict.{lang}.txt").is_file():
+            parser.error(f"{args.data / f'dict.{lang}.txt'}: not found: --data takes a folder binarized by "
+                         "fairseq-preprocess (scripts/prepare_data.py), -s / -t naming its languages")
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            parser.error("--device cuda: torch sees no CUDA device; give --device cpu")
+    return args
+
+
+def corpus_shape(data: Path, src: str, tgt: str) -> dict:
+    """|V| of both dictionaries and the mean source and target lengths (tokens, eos included) of the training
+    split."""
+    from fairseq.data import Dictionary, data_utils
+
+    dicts = {lang: Dictionary.load(str(data / f"dict.{lang}.txt")) for lang in (src, tgt)}
+    lengths = {}
+    for lang in (src, tgt):
+        prefix = next((data / f"train.{a}-{b}.{lang}" for a, b in ((src, tgt), (tgt, src))
+                       if (data / f"train.{a}-{b}.{lang}.idx").is_file()), None)
+        if prefix is None:
+            raise SystemExit(f"error: {data}: no binarized training split train.{src}-{tgt}.{lang}: --data takes "
+                             "a folder binarized by fairseq-preprocess (scripts/prepare_data.py)")
+        dataset = data_utils.load_indexed_dataset(str(prefix), dicts[lang])
+        lengths[lang] = max(2, round(float(statistics.mean(dataset.sizes.tolist()))))
+    return {"vocab_size": len(dicts[tgt]), "src_vocab_size": len(dicts[src]),
+            "src_len": lengths[src], "tgt_len": lengths[tgt]}
+
+
+def configurations(args, shape: dict, k: int):
+    """The REINFORCE steps and the decoding runs, small (K) and full, as the benchmark's workers take them."""
+    base = {"device": args.device, "vocab_size": shape["vocab_size"], "src_vocab_size": shape["src_vocab_size"],
+            "arch": model_arch(args.model_args), "model_args": args.model_args, "layers": None, "d": None,
+            "threads": args.threads, "zipf": 1.2, "epoch_sentences": 50000}
+    for softmax, kk in (("small", k), ("full", 0)):
+        yield dict(base, mode="reinforce", softmax=softmax, K=kk, batch=args.batch, max_len=shape["tgt_len"],
+                   steps=args.steps, warmup=1, rl_samples=args.rl_samples, rl_baseline="loo",
+                   sample_limit="flat", max_sample_len=shape["tgt_len"])
+    for softmax, kk in (("small", k), ("full", 0)):
+        yield dict(base, mode="decode", softmax=softmax, K=kk, batch=args.decode_batch, beam=args.beam,
+                   decode_batch=args.decode_batch, max_len=shape["tgt_len"], src_len=shape["src_len"],
+                   decode_sentences=args.decode_batch, steps=1, warmup=1)
+
+
+def _judge(ratio: float) -> str:
+    return "pays" if ratio >= PAYS else "does not pay" if ratio < SAME else "pays little"
+
+
+def verdict(records, shape: dict, k: int, args) -> str:
+    """Which softmax to use, from the measured ratios (full's time / small's)."""
+    def find(mode, softmax):
+        return next(r for r in records if r["mode"] == mode and r["softmax"] == softmax)
+
+    step, step_full = find("reinforce", "small"), find("reinforce", "full")
+    dec, dec_full = find("decode", "small"), find("decode", "full")
+    step_ratio = step.get("speedup") or step_full["sec_per_step"] / step["sec_per_step"]
+    dec_ratio = dec.get("speedup") or dec_full["ms_per_sentence"] / dec["ms_per_sentence"]
+    memory = (step_full["peak_mem_mb"] / step["peak_mem_mb"]) if step["peak_mem_mb"] > 0 else None
+    lines = [f"|V| = {shape['vocab_size']:,}, K = {k}, {model_arch(args.model_args)} as --model-args builds it, "
+             f"sentences of {shape['src_len']} -> {shape['tgt_len']} tokens (your training split's means), "
+             f"{args.threads} thread(s), {args.device}:",
+             f"- a REINFORCE step ({args.rl_samples} samples per sentence, {args.batch} sentences): small "
+             f"{step['sec_per_step']:.3f} s, full {step_full['sec_per_step']:.3f} s: {step_ratio:.2f}x faster small"
+             + (f", {memory:.2f}x less memory" if memory else "") + f" ({_judge(step_ratio)})",
+             f"- beam {args.beam} decoding ({args.decode_batch} sentences a batch, the predictor included): small "
+             f"{dec['ms_per_sentence']:.2f} ms, full {dec_full['ms_per_sentence']:.2f} ms a sentence: "
+             f"{dec_ratio:.2f}x faster small ({_judge(dec_ratio)})"]
+    what_k_costs = (f"what K = {k} costs is the share of reference words outside the candidates (fairseq-train "
+                    "logs it for validation and warns at 5%; scripts/recall_curve.py gives the predictor's recall)")
+    if step_ratio >= PAYS:
+        lines.append(f"Verdict: the small softmax pays here for REINFORCE ({step_ratio:.2f}x faster): train and "
+                     f"decode with --small-vocab-size {k}; {what_k_costs}.")
+    elif step_ratio < SAME:
+        lines.append(f"Verdict: the small softmax does not pay on this model here ({step_ratio:.2f}x): its output "
+                     "layer is a small share of the step. Train with the full softmax (--small-vocab-size 0: the "
+                     "same model and code), which loses no reference word outside the candidates.")
+    else:
+        lines.append(f"Verdict: the small softmax pays little here ({step_ratio:.2f}x): take it only where memory "
+                     f"binds or K costs nothing measurable, else the full softmax (--small-vocab-size 0); "
+                     f"{what_k_costs}.")
+    if args.rounds == 1:
+        lines.append("(one round: a busy machine drifts by tens of percent; --rounds 3 on a quiet one to be sure)")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    shape = corpus_shape(args.data, args.source_lang, args.target_lang)
+    k = args.k or paper_k(shape["vocab_size"])
+    if not NSPECIAL < k < shape["vocab_size"]:
+        raise SystemExit(f"error: --k {k}: K must exceed the {NSPECIAL} special symbols and be below |V| = "
+                         f"{shape['vocab_size']:,} of {args.data / f'dict.{args.target_lang}.txt'}")
+    records = run_interleaved(list(configurations(args, shape, k)), args.rounds,
+                              log=lambda message: print(message, file=sys.stderr, flush=True))
+    print(markdown(records))
+    print()
+    print(verdict(records, shape, k, args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

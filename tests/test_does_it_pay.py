@@ -1,0 +1,125 @@
+"""scripts/does_it_pay.py: small vs full softmax on a user's own model flags, |V| and K, and the verdict it
+draws from the measured ratios (the numbers themselves are not tested)."""
+
+import re
+import statistics
+
+import pytest
+from helpers import REPO, run
+
+TINY_FLAGS = ("--arch transformer --encoder-layers 1 --decoder-layers 2 --encoder-embed-dim 24 "
+              "--decoder-embed-dim 24 --encoder-ffn-embed-dim 48 --decoder-ffn-embed-dim 48 "
+              "--encoder-attention-heads 2 --decoder-attention-heads 2 --share-all-embeddings")
+
+
+def _args(**overrides):
+    from smallvocab_tools.bench.does_it_pay import parse_args
+
+    class Args:
+        model_args, rl_samples, batch, beam, decode_batch, threads, device, rounds = TINY_FLAGS, 4, 64, 5, 64, 2, \
+            "cpu", 3
+    args = Args()
+    for key, value in overrides.items():
+        setattr(args, key, value)
+    assert parse_args  # the module loads without torch
+    return args
+
+
+def _records(step_small, step_full, dec_small, dec_full, mem_small=100.0, mem_full=150.0):
+    return [{"mode": "reinforce", "softmax": "small", "sec_per_step": step_small, "peak_mem_mb": mem_small,
+             "speedup": round(step_full / step_small, 3)},
+            {"mode": "reinforce", "softmax": "full", "sec_per_step": step_full, "peak_mem_mb": mem_full},
+            {"mode": "decode", "softmax": "small", "ms_per_sentence": dec_small,
+             "speedup": round(dec_full / dec_small, 3)},
+            {"mode": "decode", "softmax": "full", "ms_per_sentence": dec_full}]
+
+
+SHAPE = {"vocab_size": 4008, "src_vocab_size": 4008, "src_len": 21, "tgt_len": 23}
+
+
+@pytest.mark.parametrize("full, expected", [
+    (1.8, "Verdict: the small softmax pays here for REINFORCE (1.80x faster): train and decode with "
+          "--small-vocab-size 500"),
+    (1.02, "Verdict: the small softmax does not pay on this model here (1.02x)"),
+    (1.1, "Verdict: the small softmax pays little here (1.10x)"),
+    (1.2, "Verdict: the small softmax pays here for REINFORCE (1.20x faster)"),
+    (1.05, "Verdict: the small softmax pays little here (1.05x)"),
+])
+def test_the_verdict_follows_the_measured_reinforce_ratio(full, expected):
+    from smallvocab_tools.bench.does_it_pay import verdict
+
+    text = verdict(_records(1.0, full, 2.0, 3.0), SHAPE, 500, _args())
+    assert expected in text
+    assert text.count("Verdict:") == 1
+    assert f"small 1.000 s, full {full:.3f} s: {full:.2f}x faster small, 1.50x less memory" in text
+    assert "small 2.00 ms, full 3.00 ms a sentence: 1.50x faster small (pays)" in text
+    assert "|V| = 4,008, K = 500, transformer" in text and "21 -> 23 tokens" in text
+    assert ("--rounds 3" in text) is False  # three rounds were run: no one-round caveat
+
+
+def test_one_round_is_said_to_be_noisy():
+    from smallvocab_tools.bench.does_it_pay import verdict
+
+    assert "one round" in verdict(_records(1.0, 2.0, 1.0, 0.9), SHAPE, 500, _args(rounds=1))
+    assert "0.90x faster small (does not pay)" in verdict(_records(1.0, 2.0, 1.0, 0.9), SHAPE, 500, _args())
+
+
+def test_the_corpus_shape_is_its_dictionaries_and_mean_training_lengths(tiny_raw, tiny_bin):
+    from fairseq.data import Dictionary
+
+    from smallvocab_tools.bench.does_it_pay import corpus_shape
+
+    shape = corpus_shape(tiny_bin, "src", "tgt")
+    assert shape["vocab_size"] == len(Dictionary.load(str(tiny_bin / "dict.tgt.txt")))
+    assert shape["src_vocab_size"] == len(Dictionary.load(str(tiny_bin / "dict.src.txt")))
+    for lang, key in (("src", "src_len"), ("tgt", "tgt_len")):
+        lines = (tiny_raw / f"train.{lang}").read_text().splitlines()
+        assert shape[key] == round(statistics.mean(len(line.split()) + 1 for line in lines))  # eos included
+
+
+def test_the_model_is_built_from_the_user_s_flags():
+    """--model-args on synthetic batches: fairseq's own parse of the flags, restricted as the task restricts it."""
+    from smallvocab_tools.bench.workload import build_model, synthetic_task
+
+    cfg = {"threads": 1, "vocab_size": 300, "src_vocab_size": 200, "model_args": TINY_FLAGS, "arch": "transformer"}
+    task = synthetic_task(cfg)
+    model = build_model(cfg, task)
+    assert len(model.encoder.layers) == 1 and len(model.decoder.layers) == 2
+    assert model.decoder.embed_tokens.weight.shape == (300, 24)
+    assert model.encoder.embed_tokens is model.decoder.embed_tokens  # --share-all-embeddings: one dictionary
+    assert model.decoder.layers[0].fc1.out_features == 48
+    assert hasattr(model, "engine_settings")  # restricted: the small softmax's code path
+    unshared = dict(cfg, model_args=TINY_FLAGS.replace(" --share-all-embeddings", ""))
+    model = build_model(unshared, synthetic_task(unshared))
+    assert model.encoder.embed_tokens.weight.shape == (200, 24)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--model-args", "--encoder-layers 2"], "name the model's arch"),
+    (["-t", "xx"], "dict.xx.txt: not found"),
+])
+def test_bad_command_lines_are_refused_by_name(tiny_bin, capsys, argv, message):
+    from smallvocab_tools.bench.does_it_pay import parse_args
+
+    base = {"--data": str(tiny_bin), "-s": "src", "-t": "tgt", "--model-args": TINY_FLAGS}
+    for flag, value in zip(argv[::2], argv[1::2]):
+        base[flag] = value
+    with pytest.raises(SystemExit):
+        parse_args([x for pair in base.items() for x in pair])
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_does_it_pay_measures_both_softmaxes_and_gives_one_verdict(tiny_bin):
+    from fairseq.data import Dictionary
+
+    vocab = len(Dictionary.load(str(tiny_bin / "dict.tgt.txt")))
+    out = run([REPO / "scripts" / "does_it_pay.py", "--data", tiny_bin, "-s", "src", "-t", "tgt",
+               "--model-args", TINY_FLAGS, "--k", "20", "--batch", "4", "--decode-batch", "3", "--beam", "2",
+               "--steps", "1", "--threads", "1"]).stdout
+    rows = re.findall(r"^\| cpu \| transformer \| (reinforce x4|\d[\d,]*) \| .*$", out, re.M)
+    assert len(rows) == 4, out
+    assert len(re.findall(rf"\| {vocab:,} \| small \| 20 \|", out)) == 2  # a training and a decoding row
+    assert len(re.findall(r"^Verdict: the small softmax (pays|does not pay|pays little)", out, re.M)) == 1
+    assert re.search(r"a REINFORCE step \(4 samples per sentence, 4 sentences\): small [\d.]+ s, full [\d.]+ s", out)
+    assert re.search(r"beam 2 decoding \(3 sentences a batch, the predictor included\): small [\d.]+ ms", out)
