@@ -22,6 +22,8 @@ line, or ``import fairseq_smallvocab`` from Python.  Importing the package
   per --save-dir (``compat/train_checkpoints.py``), and
 * in fairseq-interactive, says so when its input is not UTF-8
   (``compat/interactive_input.py``), and
+* in fairseq-train, logs the seconds per update and the time to the run's
+  budget after its first updates (``compat/pace.py``), and
 * leaves out the hydra deprecation warnings fairseq 0.12 causes on every
   command, and repeats of sacrebleu's warnings (``compat/quiet_logs.py``).
 """
@@ -44,6 +46,7 @@ from fairseq_smallvocab.compat import (  # noqa: E402
     evaluated_config,
     grad_clip,
     interactive_input,
+    pace,
     quiet_logs,
     train_checkpoints,
 )
@@ -54,6 +57,7 @@ checkpoint_loading.install_checkpoint_loader()
 grad_clip.install()
 train_checkpoints.install()
 interactive_input.install()
+pace.install()
 quiet_logs.install()
 
 from fairseq_smallvocab import criterions, models, tasks  # noqa: E402,F401

@@ -1,0 +1,84 @@
+"""fairseq-train's pace (compat/pace.py): one line after the first updates with the seconds per update and the
+time to the run's budget, whichever of --max-update and --max-epoch comes first."""
+
+import re
+from types import SimpleNamespace
+
+import pytest
+from helpers import VP_TRAIN, run
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def _updates(pace, clock, seconds_each, count, optimization, start=1):
+    """Updates start..start+count-1, each ``seconds_each`` long; the lines said."""
+    lines = []
+    for n in range(start, start + count):
+        clock.now += seconds_each
+        line = pace.update(n, optimization)
+        if line:
+            lines.append((n, line))
+    return lines
+
+
+def test_the_pace_is_said_once_after_ten_timed_updates_the_first_left_out():
+    from fairseq_smallvocab.compat.pace import Pace
+
+    clock = Clock()
+    pace = Pace(clock)
+    opt = SimpleNamespace(max_update=4000, max_epoch=0)
+    clock.now += 50.0  # the first update: loading and allocations, not the pace
+    assert pace.update(1, opt) == ""
+    said = _updates(pace, clock, 1.5, 30, opt, start=2)
+    assert said == [(11, "pace: 1.500 s/update (updates 2-11; validation and saving not included); --max-update "
+                         "4,000: 3,989 more updates, about 100 min at this pace")]
+
+
+def test_slow_updates_are_said_within_the_window_s_seconds():
+    from fairseq_smallvocab.compat.pace import WINDOW_SECONDS, Pace
+
+    clock = Clock()
+    pace = Pace(clock)
+    opt = SimpleNamespace(max_update=139, max_epoch=0)
+    pace.update(126, opt)  # a resumed run: its first update here
+    said = _updates(pace, clock, WINDOW_SECONDS / 2 + 1, 5, opt, start=127)
+    assert said == [(128, "pace: 16.000 s/update (updates 127-128; validation and saving not included); "
+                          "--max-update 139: 11 more updates, about 2.9 min at this pace")]
+
+
+@pytest.mark.parametrize("opt, epoch_updates, expected", [
+    ({"max_update": 0, "max_epoch": 3}, 100, "--max-epoch 3 (100 updates an epoch): 289 more updates"),
+    ({"max_update": 200, "max_epoch": 3}, 100, "--max-update 200: 189 more updates"),
+    ({"max_update": 500, "max_epoch": 3}, 100, "--max-epoch 3 (100 updates an epoch): 289 more updates"),
+    ({"max_update": 0, "max_epoch": 0}, 100, "no --max-update or --max-epoch: it runs until stopped (100 updates an "
+                                             "epoch, 3.3 min)"),
+    ({"max_update": 0, "max_epoch": 3}, None, "no --max-update or --max-epoch: it runs until stopped"),
+])
+def test_the_budget_is_the_nearer_of_max_update_and_max_epoch(opt, epoch_updates, expected):
+    from fairseq_smallvocab.compat.pace import pace_line
+
+    line = pace_line(2.0, 2, 11, SimpleNamespace(**opt), epoch_updates)
+    assert line.startswith("pace: 2.000 s/update (updates 2-11;") and expected in line
+    assert line.endswith(expected + ("" if "until stopped" in expected else ", about "
+                                     f"{int(expected.split(': ')[-1].split()[0]) * 2 / 60:.1f} min at this pace"))
+
+
+@pytest.mark.slow
+def test_fairseq_train_logs_its_pace_and_the_epoch_budget(tiny_bin, tmp_path):
+    """Two epochs of the predictor on 400 pairs in batches of at most 64: the epoch's updates as trained."""
+    out = run(["fairseq-train", tiny_bin, *VP_TRAIN, "-s", "src", "-t", "tgt", "--save-dir", tmp_path / "vp",
+               "--log-interval", "100"])
+    logs = out.stdout + out.stderr
+    lines = re.findall(r"fairseq_smallvocab\.pace \| (pace: .*)$", logs, re.M)
+    assert len(lines) == 1, logs[-2000:]
+    total = int(re.findall(r"num_updates (\d+)", logs)[-1])
+    assert total % 2 == 0 and total > 11
+    assert re.fullmatch(r"pace: \d+\.\d{3} s/update \(updates 2-11; validation and saving not included\); "
+                        rf"--max-epoch 2 \({total // 2} updates an epoch\): {total - 11} more updates, about \d+ s "
+                        "at this pace", lines[0]), lines[0]
