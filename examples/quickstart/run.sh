@@ -1,22 +1,31 @@
 #!/usr/bin/env bash
 # From your own raw parallel text to a tuned, scored and exported model, in one script:
 #   1. sentencepiece with one model and one dictionary for both languages (scripts/prepare_data.py)
-#   2. the vocabulary predictor, and its recall of the reference words at K
-#   3. a Transformer trained with CE inside each sentence's K candidates (embeddings shared), until its dev BLEU
+#   2. does the small softmax pay on this model here: small vs full for a REINFORCE step and beam decoding on
+#      ARCH_ARGS, your |V| and K, random weights, about a minute (scripts/does_it_pay.py; OUT/does-it-pay.txt)
+#   3. the vocabulary predictor, and its recall of the reference words at K
+#   4. a Transformer trained with CE inside each sentence's K candidates (embeddings shared), until its dev BLEU
 #      stops rising (CE_PATIENCE validations, one per epoch) or CE_UPDATES updates (a budget in updates: a small
 #      corpus makes few updates an epoch, and 30 epochs of 3,000 sentence pairs ended before the warmup had)
-#   4. REINFORCE from its best checkpoint (RL_UPDATES updates at RL_LR; LAMBDA=1: CE continued, the control)
-#   5. test BLEU of both with sacrebleu on the raw references (beam BEAM, pieces joined back into words), each at
+#   5. REINFORCE from its best checkpoint (RL_UPDATES updates at RL_LR; LAMBDA=1: CE continued, the control)
+#   6. test BLEU of both with sacrebleu on the raw references (beam BEAM, pieces joined back into words), each at
 #      its own length penalty chosen on dev (LENPEN=dev: scripts/sweep_lenpen.py, the best by dev BLEU, recorded
-#      in FOLDER/lenpen.json; or LENPEN=N for both)
-#   6. fairseq-interactive on raw source lines (sentencepiece encodes them, the predictor gives the candidates)
-#   7. a CTranslate2 export of the tuned model, the predictor as its vocabulary map (skipped without ctranslate2)
+#      in FOLDER/lenpen.json; or LENPEN=N for both); an evaluation of an unchanged checkpoint at the same
+#      settings is reused (FOLDER/eval.settings)
+#   7. fairseq-interactive on raw source lines (sentencepiece encodes them, the predictor gives the candidates),
+#      and a CTranslate2 export of the tuned model into RL_SAVE/ct2, the predictor as its vocabulary map
+#      (skipped without ctranslate2)
+#   8. the verdict: CE, every REINFORCE run in OUT and CE continued where run, side by side with the paired
+#      bootstrap and length ratios, and whether REINFORCE helped (scripts/quickstart_verdict.py)
+# Each training step prints its pace (seconds per update, minutes to its budget) after its first updates, its
+# validations and every warning; the whole logs are in OUT/*.train.log.
 # RAW holds train, valid and test .SRC and .TGT files: one sentence per line, aligned.
 # Run from the project root with the project's environment active:
 #   source .venv/bin/activate && RAW=my-corpus SRC=en TGT=de bash examples/quickstart/run.sh
 # Each step is skipped once done (a training, once it has finished: FOLDER/.quickstart-done), so a stopped run
 # continues where it was (a stopped training from its checkpoint_last.pt); another RL_LR, REWARD or LAMBDA with
-# its own RL_SAVE starts from the same CE checkpoint. To train a finished step further (a larger CE_UPDATES),
+# its own RL_SAVE (a folder in OUT, e.g. LAMBDA=1 RL_SAVE=OUT/ce-continued: the control) starts from the same CE
+# checkpoint, and leaves the other runs' outputs as they are. To train a finished step further (a larger CE_UPDATES),
 # delete its .quickstart-done.
 # Settings: RAW, SRC, TGT, OUT (every output; default checkpoints/quickstart), SP_VOCAB (sentencepiece pieces),
 # K (candidates per sentence; 500, the paper's for up to 10,000 dictionary entries: 1000 above),
@@ -50,14 +59,17 @@ THREADS=${THREADS:-2}
 DEVICE=${DEVICE:-cpu}
 SEED=${SEED:-1}
 case $DEVICE in cpu) DEV_ARGS=--cpu ;; cuda) DEV_ARGS= ;; *) echo "DEVICE=$DEVICE: cpu or cuda" >&2; exit 2 ;; esac
-export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS
+export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS PYTHONUNBUFFERED=1
 DATA=$OUT/data-bin
 COMMON=(--user-dir fairseq_smallvocab $DEV_ARGS --num-workers 0 --seed "$SEED" --no-progress-bar --log-format simple
         --log-interval 50)
+RL_LOG=$(( RL_UPDATES / 10 < 1 ? 1 : (RL_UPDATES / 10 > 50 ? 50 : RL_UPDATES / 10) ))  # about 10 lines a run
 step() { echo "== $*" >&2; }
+# what a training prints on the screen (the whole log goes to its file): pace, validations, warnings, the end
+shown() { grep --line-buffered -E "${1:-pace: }|pace: |valid on|done training|early stop| WARNING | ERROR " || [ $? -eq 1 ]; }
 mkdir -p "$OUT/vp" "$OUT/ce" "$RL_SAVE"
 
-step "1/7 sentencepiece ($SP_VOCAB pieces, one model for $SRC and $TGT) and binarizing: $DATA"
+step "1/8 sentencepiece ($SP_VOCAB pieces, one model for $SRC and $TGT) and binarizing: $DATA"
 if [ ! -f "$DATA/stats.json" ]; then
   python scripts/prepare_data.py --raw-dir "$RAW" --src "$SRC" --tgt "$TGT" --dest "$DATA" \
     --subword sentencepiece --sp-vocab-size "$SP_VOCAB" --joined-dictionary
@@ -65,18 +77,29 @@ fi
 SMALL=(--task translation_smallvocab -s "$SRC" -t "$TGT" --vocab-predictor "$OUT/vp/checkpoint_best.pt"
        --small-vocab-size "$K")
 
-step "2/7 the vocabulary predictor ($VP_EPOCHS epochs): $OUT/vp"
+step "2/8 does the small softmax pay on this model here (small vs full: ARCH_ARGS, |V| of $DATA, K = $K, a" \
+  "REINFORCE step and beam $BEAM decoding, random weights; about a minute): $OUT/does-it-pay.txt"
+PAYS_SETTINGS="ARCH_ARGS=$(echo $ARCH_ARGS) K=$K SAMPLES=$SAMPLES BEAM=$BEAM THREADS=$THREADS DEVICE=$DEVICE"
+if [ "$(head -1 "$OUT/does-it-pay.txt" 2>/dev/null)" != "# $PAYS_SETTINGS" ]; then
+  { echo "# $PAYS_SETTINGS"
+    python scripts/does_it_pay.py --data "$DATA" -s "$SRC" -t "$TGT" --model-args "$ARCH_ARGS" --k "$K" \
+      --rl-samples "$SAMPLES" --beam "$BEAM" --threads "$THREADS" --device "$DEVICE"; } > "$OUT/does-it-pay.txt.tmp"
+  mv "$OUT/does-it-pay.txt.tmp" "$OUT/does-it-pay.txt"
+fi
+sed -n '/^|V| = /,$p' "$OUT/does-it-pay.txt"
+
+step "3/8 the vocabulary predictor ($VP_EPOCHS epochs): $OUT/vp"
 if [ ! -f "$OUT/vp/.quickstart-done" ]; then
   fairseq-train "$DATA" "${COMMON[@]}" -s "$SRC" -t "$TGT" --task vocab_prediction --arch vocab_predictor \
     --criterion vocab_prediction_bce --recall-at "$K" --optimizer adagrad --lr 0.08 --weight-decay 1e-6 \
     --clip-norm 1.0 --batch-size 128 --max-epoch "$VP_EPOCHS" --best-checkpoint-metric "recall@$K" \
     --maximize-best-checkpoint-metric --save-dir "$OUT/vp" --no-epoch-checkpoints 2>&1 \
-    | tee -a "$OUT/vp.train.log" | grep -E "valid on|done training"
+    | tee -a "$OUT/vp.train.log" | shown
   touch "$OUT/vp/.quickstart-done"
 fi
 python scripts/recall_curve.py --run "predictor=$OUT/vp/checkpoint_best.pt" --split valid --ks "$K"
 
-step "3/7 CE inside the $K candidates (until dev BLEU stops rising for $CE_PATIENCE epochs, at most" \
+step "4/8 CE inside the $K candidates (until dev BLEU stops rising for $CE_PATIENCE epochs, at most" \
   "$CE_UPDATES updates): $OUT/ce"
 if [ ! -f "$OUT/ce/.quickstart-done" ]; then
   fairseq-train "$DATA" "${COMMON[@]}" "${SMALL[@]}" $ARCH_ARGS \
@@ -85,12 +108,14 @@ if [ ! -f "$OUT/ce/.quickstart-done" ]; then
     --eval-bleu --eval-bleu-remove-bpe sentencepiece --eval-bleu-args '{"beam": 1, "max_len_a": 1.5, "max_len_b": 10}' \
     --best-checkpoint-metric bleu --maximize-best-checkpoint-metric --max-epoch "$CE_EPOCHS" \
     --max-update "$CE_UPDATES" --patience "$CE_PATIENCE" \
-    --save-dir "$OUT/ce" --no-epoch-checkpoints 2>&1 | tee -a "$OUT/ce.train.log" | grep -E "valid on|done training"
+    --save-dir "$OUT/ce" --no-epoch-checkpoints 2>&1 | tee -a "$OUT/ce.train.log" | shown
   touch "$OUT/ce/.quickstart-done"
 fi
 
-step "4/7 REINFORCE ($REWARD, $SAMPLES samples, lambda $LAMBDA, Adam $RL_LR, $RL_UPDATES updates): $RL_SAVE"
+step "5/8 REINFORCE ($REWARD, $SAMPLES samples, lambda $LAMBDA, Adam $RL_LR, $RL_UPDATES updates): $RL_SAVE"
 if [ ! -f "$RL_SAVE/.quickstart-done" ]; then
+  printf '%s\n' "LAMBDA=$LAMBDA" "REWARD=$REWARD" "SAMPLES=$SAMPLES" "RL_LR=$RL_LR" "RL_UPDATES=$RL_UPDATES" \
+    > "$RL_SAVE/quickstart.settings"
   fairseq-train "$DATA" "${COMMON[@]}" "${SMALL[@]}" $ARCH_ARGS \
     --finetune-from-model "$OUT/ce/checkpoint_best.pt" --criterion smallvocab_reinforce --reward "$REWARD" \
     --reward-post-process sentencepiece --rl-samples "$SAMPLES" --rl-baseline loo --ce-weight "$LAMBDA" \
@@ -98,14 +123,22 @@ if [ ! -f "$RL_SAVE/.quickstart-done" ]; then
     --max-update "$RL_UPDATES" --validate-interval-updates 50 --save-interval-updates 50 --keep-interval-updates 1 \
     --eval-bleu --eval-bleu-remove-bpe sentencepiece --eval-bleu-args '{"beam": 1, "max_len_a": 1.5, "max_len_b": 10}' \
     --best-checkpoint-metric bleu --maximize-best-checkpoint-metric --save-dir "$RL_SAVE" --no-epoch-checkpoints \
-    2>&1 | tee -a "$RL_SAVE.train.log" | grep -E "valid on|done training"
+    --log-interval "$RL_LOG" 2>&1 | tee -a "$RL_SAVE.train.log" | shown "train_inner"
   touch "$RL_SAVE/.quickstart-done"
 fi
 
-step "5/7 test BLEU, beam $BEAM (length penalty: $LENPEN), against the raw references ($DATA/raw/test.$TGT: $RAW's," \
+step "6/8 test BLEU, beam $BEAM (length penalty: $LENPEN), against the raw references ($DATA/raw/test.$TGT: $RAW's," \
   "checked)"
 GEN=(--max-len-a 1.5 --max-len-b 10 --batch-size 64 --post-process sentencepiece)
 for run in "$OUT/ce" "$RL_SAVE"; do
+  # an unchanged checkpoint evaluated at the same settings: its scores are reused
+  evaluated="BEAM=$BEAM REQUESTED=$LENPEN CHECKPOINT=$(stat -c '%Y %s' "$run/checkpoint_best.pt" 2>/dev/null || echo none)"
+  if [ -f "$run/hyp-test.txt" ] && [ "$(grep -v '^LENPEN=' "$run/eval.settings" 2>/dev/null)" = "$evaluated" ]; then
+    lenpen=$(sed -n 's/^LENPEN=//p' "$run/eval.settings")
+    echo "$run: BLEU $(sacrebleu -b "$DATA/raw/test.$TGT" -i "$run/hyp-test.txt") (lenpen $lenpen; evaluated before)"
+    continue
+  fi
+  rm -f "$run/eval.settings"
   lenpen=$LENPEN
   if [ "$LENPEN" = dev ] && [ "$BEAM" -gt 1 ]; then  # every model at its own best on dev, so none is favoured
     python scripts/sweep_lenpen.py --path "$run/checkpoint_best.pt" --data "$DATA" --beam "$BEAM" --subset valid \
@@ -117,20 +150,28 @@ for run in "$OUT/ce" "$RL_SAVE"; do
   fairseq-generate "$DATA" "${COMMON[@]}" "${SMALL[@]}" --path "$run/checkpoint_best.pt" --gen-subset test \
     --beam "$BEAM" --lenpen "$lenpen" "${GEN[@]}" > "$run/generate-test.txt"
   grep "^H-" "$run/generate-test.txt" | sort -t- -k2,2n | cut -f3 > "$run/hyp-test.txt"
+  printf '%s\n' "$evaluated" "LENPEN=$lenpen" > "$run/eval.settings"
   echo "$run: BLEU $(sacrebleu -b "$DATA/raw/test.$TGT" -i "$run/hyp-test.txt") (lenpen $lenpen)"
 done
 
-step "6/7 fairseq-interactive: the first 3 test sources, as raw text"
+step "7/8 fairseq-interactive on the first 3 test sources as raw text, and CTranslate2: $RL_SAVE/ct2"
 # (the tuned model at its own length penalty: lenpen is the loop's last, RL_SAVE's)
 head -3 "$DATA/raw/test.$SRC" | fairseq-interactive "$DATA" "${COMMON[@]}" "${SMALL[@]}" \
   --path "$RL_SAVE/checkpoint_best.pt" --bpe sentencepiece --sentencepiece-model "$DATA/spm.$SRC.model" \
   --beam "$BEAM" --lenpen "$lenpen" --buffer-size 3 --batch-size 3 2>/dev/null | grep "^D-"
 
-step "7/7 CTranslate2: $OUT/ct2"
 if ! python -c "import ctranslate2" 2>/dev/null; then
   echo "ctranslate2 is not installed (pip install ctranslate2): the export is skipped" >&2
-  exit 0
+else
+  python scripts/export_ctranslate2.py --path "$RL_SAVE/checkpoint_best.pt" --data "$DATA" --out "$RL_SAVE/ct2" \
+    --vmap-from "$OUT/vp/checkpoint_best.pt" --k "$K" --force
+  echo "translate with it: README.md, Deploy (sources as sentencepiece pieces: $DATA/spm.$SRC.model)"
 fi
-python scripts/export_ctranslate2.py --path "$RL_SAVE/checkpoint_best.pt" --data "$DATA" --out "$OUT/ct2" \
-  --vmap-from "$OUT/vp/checkpoint_best.pt" --k "$K" --force
-echo "translate with it: README.md, Deploy (sources as sentencepiece pieces: $DATA/spm.$SRC.model)"
+
+step "8/8 the verdict: CE and the runs in $OUT (REINFORCE, CE continued) on test, paired bootstrap"
+runs=("$RL_SAVE")
+for settings in "$OUT"/*/quickstart.settings; do
+  [ -f "$(dirname "$settings")/eval.settings" ] && runs+=("$(dirname "$settings")")
+done
+python scripts/quickstart_verdict.py --ce "$OUT/ce" --runs "${runs[@]}" --ref "$DATA/raw/test.$TGT" \
+  --ce-log "$OUT/ce.train.log"

@@ -20,7 +20,7 @@ def read(path: Path) -> List[str]:
     return lines[:-1] if lines and lines[-1] == "" else lines
 
 
-def _bootstrap(systems: Sequence[Tuple[str, List[str]]], refs: List[str], n_samples: int):
+def paired_bootstrap(systems: Sequence[Tuple[str, List[str]]], refs: List[str], n_samples: int):
     """sacrebleu's paired bootstrap of systems[1:] against systems[0]: one BLEU result per system."""
     from sacrebleu.metrics import BLEU
     from sacrebleu.significance import PairedTest
@@ -53,7 +53,7 @@ def compare(runs: Sequence[Tuple[str, Path]], baseline: str, langs: Sequence[str
     for lang in langs:
         refs = read(runs[0][1] / f"ref-test.{lang}.txt")
         ordered = [r for r in runs if r[0] == baseline] + [r for r in runs if r[0] != baseline]
-        results = _bootstrap([(name, _hypotheses(folder, lang, refs)) for name, folder in ordered], refs,
+        results = paired_bootstrap([(name, _hypotheses(folder, lang, refs)) for name, folder in ordered], refs,
                              n_samples)
         base = results[0].score
         for (name, _), result in zip(ordered, results):
@@ -72,7 +72,7 @@ def versus(runs: Sequence[Tuple[str, Path]], pairs: Sequence[Tuple[str, str]], l
         refs = read(runs[0][1] / f"ref-test.{lang}.txt")
         for name, other in pairs:
             systems = [(n, _hypotheses(_named(runs, n), lang, refs)) for n in (other, name)]
-            base, result = _bootstrap(systems, refs, n_samples)
+            base, result = paired_bootstrap(systems, refs, n_samples)
             rows.append({"run": name, "other": other, "lang": lang,
                          "delta": round(result.score - base.score, 2), "p": result.p_value})
     return rows

@@ -1,0 +1,122 @@
+"""scripts/quickstart_verdict.py: CE, REINFORCE and CE continued side by side with the paired bootstrap, one
+plain sentence per REINFORCE run, and the warning when CE had not converged."""
+
+import random
+import re
+
+import pytest
+
+WORDS = "a man in a red shirt is riding a bike down the street while two dogs watch him".split()
+
+
+def _refs(n=80, seed=0):
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS) for _ in range(12)) for _ in range(n)]
+
+
+def _damaged(refs, share, seed):
+    """Each reference with ``share`` of its words replaced by an unseen word."""
+    rng = random.Random(seed)
+    return [" ".join("zzz" if rng.random() < share else w for w in line.split()) for line in refs]
+
+
+def _run(folder, hyps, lam=None, lenpen="1.2"):
+    folder.mkdir(parents=True)
+    (folder / "hyp-test.txt").write_text("\n".join(hyps) + "\n")
+    (folder / "eval.settings").write_text(f"BEAM=5\nLENPEN={lenpen}\n")
+    if lam is not None:
+        (folder / "quickstart.settings").write_text(f"LAMBDA={lam}\nREWARD=gleu_bp\n")
+    return folder
+
+
+def _verdict(tmp_path, runs, ce_hyps, refs):
+    from smallvocab_tools.analysis.quickstart_verdict import compare, table, verdicts
+
+    tmp_path.mkdir(exist_ok=True)
+    (tmp_path / "ref.txt").write_text("\n".join(refs) + "\n")
+    ce = _run(tmp_path / "ce", ce_hyps)
+    rows = compare(ce, [_run(tmp_path / name, hyps, lam) for name, hyps, lam in runs], tmp_path / "ref.txt",
+                   n_samples=200)
+    return rows, table(rows), verdicts(rows, len(refs))
+
+
+def test_a_better_reinforce_run_helped_and_without_a_control_the_verdict_says_what_is_missing(tmp_path):
+    import sacrebleu
+
+    refs = _refs()
+    ce, rl = _damaged(refs, 0.5, 1), _damaged(refs, 0.1, 2)
+    rows, text, said = _verdict(tmp_path, [("rl", rl, 0.005)], ce, refs)
+    gain = sacrebleu.corpus_bleu(rl, [refs]).score - sacrebleu.corpus_bleu(ce, [refs]).score
+    assert rows[1]["vs_ce"][0] == pytest.approx(gain) and rows[1]["vs_ce"][1] < 0.05
+    assert re.search(rf"^\| rl \| REINFORCE \| [\d.]+ \| 1\.000 \| 1\.2 \| \+{gain:.2f} \(p = 0\.\d+\) \|$", text, re.M)
+    assert "| ce | CE |" in text and "vs CE continued" not in text
+    assert len(said) == 1 and said[0].startswith(f"Verdict (rl): REINFORCE helped: +{gain:.2f} test BLEU over CE")
+    assert "Without the control" in said[0]
+
+
+def test_with_a_control_reinforce_is_judged_against_it(tmp_path):
+    refs = _refs()
+    ce = _damaged(refs, 0.5, 1)
+    control = _damaged(refs, 0.1, 3)
+    rl = _damaged(refs, 0.12, 4)  # better than CE, no better than the control
+    rows, text, said = _verdict(tmp_path, [("rl", rl, 0.005), ("ce-continued", control, 1)], ce, refs)
+    assert [row["kind"] for row in rows] == ["CE", "REINFORCE", "CE continued"]
+    assert rows[1]["vs_ce"][0] > 0 and rows[1]["vs_control"][0] < 0.5 and rows[2]["vs_control"] is None
+    assert "vs CE continued |" in text.splitlines()[0]
+    assert len(said) == 1 and "against CE continued" in said[0] and "over CE " not in said[0]
+    assert "Without the control" not in said[0]
+    assert said[0].startswith(("Verdict (rl): inconclusive", "Verdict (rl): REINFORCE did not help"))
+
+
+def test_a_worse_run_did_not_help_and_an_equal_one_is_inconclusive(tmp_path):
+    refs = _refs()
+    ce = _damaged(refs, 0.1, 1)
+    _, _, said = _verdict(tmp_path / "worse", [("rl", _damaged(refs, 0.5, 2), 0.005)], ce, refs)
+    assert said[0].startswith("Verdict (rl): REINFORCE did not help: -")
+    _, _, said = _verdict(tmp_path / "same", [("rl", list(ce), 0.005)], ce, refs)
+    assert said[0].startswith("Verdict (rl): inconclusive: +0.00 test BLEU against CE, p = ")
+    assert "on 80 test sentences" in said[0]
+
+
+def test_a_short_hypothesis_file_is_refused_by_name(tmp_path):
+    refs = _refs()
+    with pytest.raises(ValueError, match=r"rl/hyp-test.txt: 79 hypotheses for the 80 references"):
+        _verdict(tmp_path, [("rl", refs[:-1], 0.005)], refs, refs)
+
+
+def _valid(epoch, bleu, best, updates):
+    return (f"2026-12-03 20:34:33 | INFO | valid | epoch {epoch:03d} | valid on 'valid' subset | loss 3.6 "
+            f"| bleu {bleu} | bleu_len_ratio 0.98 | wps 220.8 | num_updates {updates} | best_bleu {best}\n")
+
+
+@pytest.mark.parametrize("lines, warned", [
+    ([_valid(1, 10.0, 10.0, 100), _valid(2, 12.5, 12.5, 200)], True),  # a new best at the last validation
+    ([_valid(1, 10.0, 10.0, 100), _valid(2, 9.5, 10.0, 200)], False),  # past its best
+    ([_valid(1, 10.0, 10.0, 100), _valid(2, 12.5, 12.5, 200),
+      "| INFO | fairseq_cli.train | early stop since valid performance hasn't improved for last 10 runs\n"], False),
+    ([_valid(1, 10.0, 10.0, 100)], False),  # one validation: nothing to tell
+])
+def test_ce_that_stopped_while_dev_bleu_rose_is_warned_about(tmp_path, lines, warned):
+    from smallvocab_tools.analysis.quickstart_verdict import ce_not_converged
+
+    log = tmp_path / "ce.train.log"
+    log.write_text("".join(lines))
+    warning = ce_not_converged(log)
+    assert (warning is not None) == warned
+    if warned:
+        assert "CE stopped at its cap (200 updates) with dev BLEU still rising (its best, 12.50" in warning
+
+
+def test_the_command_prints_the_table_the_verdict_and_the_warning(tmp_path, capsys):
+    from smallvocab_tools.analysis.quickstart_verdict import main
+
+    refs = _refs()
+    (tmp_path / "ref.txt").write_text("\n".join(refs) + "\n")
+    _run(tmp_path / "ce", _damaged(refs, 0.5, 1))
+    _run(tmp_path / "rl", _damaged(refs, 0.1, 2), 0.005)
+    (tmp_path / "ce.train.log").write_text(_valid(1, 10.0, 10.0, 100) + _valid(2, 12.5, 12.5, 200))
+    main([str(x) for x in ("--ce", tmp_path / "ce", "--runs", tmp_path / "rl", tmp_path / "ce", "--ref",
+                           tmp_path / "ref.txt", "--ce-log", tmp_path / "ce.train.log", "--n-samples", "100")])
+    out = capsys.readouterr().out
+    assert out.count("| rl | REINFORCE |") == 1 and out.count("| ce | CE |") == 1  # CE among --runs: once
+    assert "Verdict (rl): REINFORCE helped" in out and "warning: CE stopped at its cap" in out
