@@ -219,8 +219,8 @@ class SmallVocabReinforceCriterion(FairseqCriterion):
     def rewards(self, sample, samples, greedy, n: int, row_langs=None):
         """The reward of each of the B * N samples and, with ``greedy`` (B decodes), of each greedy decode,
         against its gold target (eos and pad left out), in one call of the reward: (B * N, B or None), and the
-        words the reward saw in each sample and in its reference (B * N each: language tokens, eos and pad
-        left out); a reward of the user's is told each row's target language, ``row_langs`` (None where the
+        tokens (pieces on subword data) of each sample and of its reference (B * N each: language tokens, eos
+        and pad left out); a reward of the user's is told each row's target language, ``row_langs`` (None where the
         task has none)."""
         d = self.task.target_dictionary
         parts = [(samples, n)] + ([(greedy, 1)] if greedy is not None else [])

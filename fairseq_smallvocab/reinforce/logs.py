@@ -46,7 +46,7 @@ def reduce(logging_outputs) -> None:
         metrics.log_scalar("risk", 100.0 * total("risk") / sentences, sentences, round=2)
         metrics.log_scalar("distinct", total("distinct") / sentences, sentences, round=2)
     metrics.log_scalar("sample_len", total("sample_len") / samples, samples, round=2)
-    if total("ref_words"):  # the samples' words over their references' (BLEU's length ratio, on samples)
+    if total("ref_words"):  # the samples' tokens over their references' (pieces on subword data), BLEU's ratio
         metrics.log_scalar("len_ratio", total("sample_words") / total("ref_words"), total("ref_words"), round=3)
     if any("greedy_samples" in log for log in logging_outputs):
         metrics.log_scalar("greedy_frac", total("greedy_samples") / samples, samples, round=3)
