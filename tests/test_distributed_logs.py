@@ -65,15 +65,21 @@ def test_the_predictor_criterion_reduces_tensors_from_distributed_workers():
 
 
 def test_the_ce_control_reduces_tensors_from_distributed_workers(tiny_bin):
-    """lambda = 1 samples nothing: its logs carry no reward, and reduce to the
-    CE numbers alone, summed or not."""
+    """lambda = 1 samples nothing in training: its logs carry no reward, and reduce to the CE numbers alone,
+    summed or not; in validation it samples (to log the reward REINFORCE logs), reduced as REINFORCE's are."""
     task = mt_task(tiny_bin, small_vocab_size=40)
     model, _, sample = _setup()
-    crit = SmallVocabReinforceCriterion(task, SmallVocabReinforceConfig(ce_weight=1.0))
-    logs = [crit(model.eval(), sample)[2] for _ in range(2)]
+    crit = SmallVocabReinforceCriterion(task, SmallVocabReinforceConfig(ce_weight=1.0, rl_baseline="loo",
+                                                                        rl_samples=2))
+    logs = [crit(model.train(), sample)[2] for _ in range(2)]
     values = _same_values(lambda outs: task.reduce_metrics(outs, crit), logs)
     assert {"loss", "ce", "rl_loss"} <= set(values) and not {"reward", "baseline", "entropy"} & set(values)
     assert values["ce"] == pytest.approx(float(logs[0]["ce"]) / float(logs[0]["ntokens"]) / math.log(2), abs=1e-3)
+    logs = [crit(model.eval(), sample)[2] for _ in range(2)]
+    values = _same_values(lambda outs: task.reduce_metrics(outs, crit), logs)
+    assert {"reward", "len_ratio", "entropy"} <= set(values)
+    assert values["reward"] == pytest.approx(100 * sum(float(log["reward"]) for log in logs)
+                                             / sum(float(log["finite_samples"]) for log in logs), abs=0.01)
 
 
 def test_len_ratio_and_the_baseline_reduce_as_the_reward_does(tiny_bin):

@@ -209,6 +209,27 @@ def test_label_smoothed_ce_term_is_fairseqs_label_smoothed_cross_entropy(small):
     torch.testing.assert_close(mixed, 0.25 * mlog["ce"] + 0.75 * mlog["rl"])
 
 
+def test_in_validation_the_ce_control_logs_the_reward_of_the_samples_reinforce_draws():
+    """lambda = 1 in validation (eval mode): the same samples, rewards and lengths as a REINFORCE criterion
+    draws from the same seed, and the loss is still the CE term alone."""
+    model, task, sample = _setup()
+    model.eval()
+    with torch.no_grad():
+        torch.manual_seed(5)
+        loss, _, log = _crit(task, ce_weight=1.0, rl_baseline="loo", rl_samples=3)(model, sample)
+        torch.manual_seed(5)
+        _, _, want = _crit(task, ce_weight=0.005, rl_baseline="loo", rl_samples=3)(model, sample)
+        net_output = model(**sample["net_input"])
+        lprobs = model.get_normalized_probs(net_output, log_probs=True)
+        ce = F.nll_loss(lprobs.view(-1, K), model.get_targets(sample, net_output).view(-1), ignore_index=1,
+                        reduction="sum")
+    assert log["finite_samples"] == want["finite_samples"] == 3 * B
+    for key in ("reward", "reward_std", "sample_words", "ref_words", "sample_len"):
+        assert log[key] == want[key], key
+    torch.testing.assert_close(loss, ce)
+    assert log["loss"] == pytest.approx(ce.item(), rel=1e-6)
+
+
 def test_lambda_one_is_the_ce_term_alone_and_samples_nothing(monkeypatch):
     """The CE control (lambda = 1): RL's weight is 0, so nothing is drawn (not
     even for the learned baseline); loss and gradients are the CE term's, and

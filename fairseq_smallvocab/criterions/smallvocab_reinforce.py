@@ -93,8 +93,10 @@ class SmallVocabReinforceCriterion(FairseqCriterion):
     def loss(self, model, sample):
         """One batch: sample -> reward -> baseline -> loss -> log."""
         self.say_what_runs(sample["target"].device)
-        if self.cfg.ce_weight == 1.0:  # RL's weight is 0: its samples would change nothing but the time
+        if self.cfg.ce_weight == 1.0 and model.training:  # RL's weight is 0: samples would change nothing but time
             return self.ce_only(model, sample)
+        # (in validation the CE control samples too, without gradient: its log then has the reward, len_ratio and
+        # the rest that REINFORCE's has, to compare on; its loss is the CE term's all the same, 1 * ce + 0 * rl)
         n = self.cfg.rl_samples
         # sample: inside the model's forward (models.restricted: draw, then score with gradient), so that
         # fairseq's distributed wrappers see one forward for the CE term and the policy alike
@@ -152,8 +154,8 @@ class SmallVocabReinforceCriterion(FairseqCriterion):
             sample_len=samples.lengths.sum().item(), **self.drawn_logs(samples), **extra)
 
     def ce_only(self, model, sample):
-        """--ce-weight 1 (the CE control): the CE term alone, normalized as the
-        mixed loss is (by sentences), with nothing sampled."""
+        """--ce-weight 1 (the CE control) in training: the CE term alone, normalized as the mixed loss is (by
+        sentences), with nothing sampled."""
         # a model the plugin's tasks restricted takes the settings (a stock one runs its own passes)
         given = {"engine_settings": self.settings} if getattr(model, "engine_settings", None) is not None else {}
         from_features = self.chunked_ce(model, sample)
