@@ -354,3 +354,45 @@ def test_every_module_that_evaluates_a_config_value_evaluates_literals_only():
     assert calling - {"fairseq.data.codedataset"} <= {"fairseq.utils", *EVALUATING_MODULES}, sorted(calling)
     for name in ("fairseq.utils", *EVALUATING_MODULES):
         assert evaluates_literals_only(importlib.import_module(name)), name
+
+
+@pytest.mark.parametrize("section, field, value, reason", [
+    ("task", "eval_bleu_args", "__import__('os')", "not JSON"),
+    ("task", "eval_bleu_detok_args", '["moses"]', "JSON, but not an object"),
+    ("task", "eval_bleu_args", 7, "a value of type int"),
+    ("model", "encoder_layers_to_keep", "0,x", "text that is not integers"),
+    ("model", "decoder_layers_to_keep", "0.5", "text that is not integers"),
+    ("optimization", "lr", "__import__('os').getcwd() or 1", "text that is not numbers"),
+    ("optimization", "update_freq", ["1"], "a value of type list"),
+])
+def test_a_parsed_field_of_another_form_is_refused_naming_the_file_and_the_field(tmp_path, section, field, value,
+                                                                                   reason):
+    """Fields fairseq parses (json.loads, int(), float()) rather than evaluates: a value of another form would fail
+    deep inside fairseq (JSONDecodeError, int(), ast.BoolOp) naming neither; the loader names both."""
+    from fairseq_smallvocab.compat.checkpoint_loading import load_checkpoint_file  # fairseq's torch.load
+
+    path = tmp_path / "ckpt.pt"
+    cfg = {"task": {"eval_bleu_args": '{"beam": 4}'}, "model": {"encoder_layers_to_keep": None},
+           "optimization": {"lr": [0.001], "update_freq": [1]}}
+    torch.save({"cfg": cfg, "model": {}}, path)
+    assert "cfg" in load_checkpoint_file(str(path))  # fairseq's own forms load
+    cfg[section][field] = value
+    torch.save({"cfg": cfg, "model": {}}, path)
+    with pytest.raises(CheckpointLoadError) as err:
+        load_checkpoint_file(str(path))
+    assert f"refused to load {path}" in str(err.value) and f"cfg.{section}.{field} = " in str(err.value)
+    assert reason in str(err.value)
+
+
+@pytest.mark.parametrize("field, value", [
+    ("lr", "0.0005"), ("lr", "0.25,0.5"), ("lr", [1e-3, 5e-4]), ("lr", 0.1), ("update_freq", "1"),
+    ("update_freq", [2, 4]), ("eval_bleu_args", None), ("eval_bleu_args", "{}"), ("encoder_layers_to_keep", "0,2"),
+    ("decoder_layers_to_keep", ""), ("eval_bleu_detok_args", '{"moses": 1}'),
+])
+def test_the_forms_fairseq_writes_in_parsed_fields_pass(field, value):
+    import argparse as ap
+
+    from fairseq_smallvocab.compat.evaluated_config import unsafe_config_message
+
+    assert unsafe_config_message({"args": ap.Namespace(**{field: value})}, "x.pt") is None
+    assert unsafe_config_message({"cfg": {"section": {field: value}}}, "x.pt") is None
