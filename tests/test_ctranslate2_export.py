@@ -166,7 +166,10 @@ def test_exported_model_translates_as_fairseq_and_inside_its_map(tuned, predicto
     out = tmp_path / "ct2"
     done = run(["python", EXPORT, "--path", tuned, "--data", tiny_bin, "--out", out, "--vmap-from", predictor,
                 "--vmap-per-token", "10", "--vmap-always", "20", "--vmap-bigrams", "30", "--k", "50"])
-    assert "use_vmap=True" in done.stdout
+    # the map checked on 40 valid sentences, with and without it, and a verdict
+    assert re.search(r"^the vocabulary map on 40 valid sentences, beam 5, batch 32, 2 thread\(s\): \d+ tokens/s with "
+                     r"it, \d+ without \([\d.]+x\); BLEU [\d.]+ with it, [\d.]+ without\. (It pays here: translate "
+                     r"with use_vmap=True|It slows beam search here|No clear difference here)", done.stdout, re.M)
     meta = json.loads((out / "smallvocab_export.json").read_text())
     cover = meta["vmap"]["coverage"]
     assert meta["quantization"] == "float32" and cover["sentences"] == 40 and cover["k"] == 50
@@ -510,3 +513,28 @@ def test_the_bench_scores_words_whatever_the_pieces(tmp_path, capsys):
     assert as_pieces == pytest.approx(bench.bleu(bench.compared_words("tuned", words), words))
     assert as_pieces == pytest.approx(100.0)
     assert capsys.readouterr().err == ""  # words are kept as they are
+
+
+@pytest.mark.parametrize("with_map, without, said", [
+    (1300, 1000, "(1.30x); BLEU 30.00 with it, 29.50 without. It pays here: translate with use_vmap=True."),
+    (660, 1000, "(0.66x); BLEU 30.00 with it, 29.50 without. It slows beam search here"),
+    (1000, 1000, "(1.00x); BLEU 30.00 with it, 29.50 without. No clear difference here"),
+])
+def test_the_export_says_whether_the_map_pays_from_its_measured_speeds(monkeypatch, with_map, without, said):
+    from smallvocab_tools.deploy import ctranslate2_bench as bench
+
+    monkeypatch.setattr(bench, "split_tokens", lambda data, src, tgt, split: ([["a"]] * 300, ["b"] * 300))
+    monkeypatch.setattr(bench, "target_scheme", lambda data, tgt: None)
+    seen = {}
+
+    def fake_run(model_dir, sources, refs, compute_types, batches, beams, rounds, threads, max_len, scheme=None):
+        seen.update(sentences=len(sources), refs=len(refs), beams=beams, batches=batches, rounds=rounds)
+        return [{"vmap": False, "tokens_per_s": without, "bleu": 29.5},
+                {"vmap": True, "tokens_per_s": with_map, "bleu": 30.0}]
+
+    monkeypatch.setattr(bench, "run", fake_run)
+    text = bench.map_verdict("ct2", "data", "en", "de", "valid", sentences=200)
+    assert seen == {"sentences": 200, "refs": 200, "beams": [5], "batches": [32], "rounds": 2}
+    assert text.startswith(f"the vocabulary map on 200 valid sentences, beam 5, batch 32, 2 thread(s): {with_map} "
+                           f"tokens/s with it, {without} without ")
+    assert said in text

@@ -114,6 +114,36 @@ def run(model_dir, sources, refs, compute_types, batches, beams, rounds, threads
     return records
 
 
+def map_verdict(model_dir, data, src: str, tgt: str, split: str, sentences: int = 200, beam: int = 5,
+                batch: int = 32, threads: int = 2, rounds: int = 2, max_len: int = 256) -> str:
+    """Whether the model's vocabulary map pays here: the first ``sentences`` of ``split`` translated with and
+    without it (beam, batch, threads as given; ``rounds`` each, alternating, the median taken), and a sentence
+    that says which to use.  The map restricts each step's output layer to the words it allows; where |V| is
+    small beside the words a batch allows, building the restriction costs more than it saves.  ``src`` and
+    ``tgt`` (None: the data folder's pair, where its file names tell it)."""
+    if not (src and tgt):
+        from fairseq.data.data_utils import infer_language_pair
+
+        src, tgt = infer_language_pair(data)
+    all_sources, all_refs = split_tokens(data, src, tgt, split)
+    scheme = target_scheme(data, tgt)
+    sources, refs = all_sources[:sentences], as_words(all_refs[:sentences], scheme)
+    records = {r["vmap"]: r for r in run(model_dir, sources, refs, ["default"], [batch], [beam], rounds, threads,
+                                         max_len, scheme=scheme)}
+    with_map, without = records[True], records[False]
+    ratio = with_map["tokens_per_s"] / without["tokens_per_s"]
+    said = (f"the vocabulary map on {len(sources)} {split} sentences, beam {beam}, batch {batch}, {threads} "
+            f"thread(s): {with_map['tokens_per_s']:.0f} tokens/s with it, {without['tokens_per_s']:.0f} without "
+            f"({ratio:.2f}x); BLEU {with_map['bleu']:.2f} with it, {without['bleu']:.2f} without. ")
+    if ratio >= 1.1:
+        return said + "It pays here: translate with use_vmap=True."
+    if ratio < 0.95:
+        return said + ("It slows beam search here (the model's |V| is small beside the words a batch allows): "
+                       "translate without it (use_vmap=False).")
+    return said + ("No clear difference here: either (use_vmap=False loses no word outside the map; "
+                   "scripts/bench_ctranslate2.py measures more rounds and batch sizes).")
+
+
 def table(records, compared: Dict[str, float]) -> str:
     rows = ["| decoder | compute | beam | batch | vocabulary map | BLEU | tokens/s | map speed-up |",
             "|---|---|---|---|---|---:|---:|---:|"]
