@@ -160,3 +160,42 @@ def test_the_data_folder_is_named_in_one_place(tmp_path, monkeypatch):
     for path in USER_DIR.rglob("*.py"):
         if path.name != "data.py":
             assert "os.pathsep" not in path.read_text(), path
+
+
+def _console_scripts():
+    """setup.py's console_scripts: {command: "module:function"}."""
+    import ast
+
+    tree = ast.parse((REPO / "setup.py").read_text())
+    call = next(node for node in ast.walk(tree)
+                if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "setup")
+    points = ast.literal_eval(next(k.value for k in call.keywords if k.arg == "entry_points"))
+    return dict(tuple(part.strip() for part in entry.split("=")) for entry in points["console_scripts"])
+
+
+def test_every_script_that_calls_a_tool_is_an_installed_command_too():
+    """scripts/NAME.py that only runs a tool's main is also the command smallvocab-NAME of an installed package
+    (names with dashes), and each command's target is a function of the tools package."""
+    import importlib
+    import re
+
+    shims = {}
+    for script in sorted((REPO / "scripts").glob("*.py")):
+        found = re.search(r"^from (smallvocab_tools[\w.]*) import main$", script.read_text(), re.M)
+        if found:
+            shims["smallvocab-" + script.stem.replace("_", "-")] = f"{found.group(1)}:main"
+    points = _console_scripts()
+    assert points == shims and len(points) >= 18
+    for target in points.values():
+        module, function = target.split(":")
+        assert callable(getattr(importlib.import_module(module), function)), target
+
+
+@pytest.mark.slow
+def test_an_installed_command_runs_its_tool():
+    from pathlib import Path
+
+    command = Path(sys.executable).parent / "smallvocab-does-it-pay"
+    assert command.is_file(), "pip install -e . (make setup) writes the commands beside python"
+    out = run([command, "--help"]).stdout
+    assert out.startswith("usage: smallvocab-does-it-pay") and "--model-args FLAGS" in out
