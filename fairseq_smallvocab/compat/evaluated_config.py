@@ -23,7 +23,7 @@ lists, as in ``'[(512, 3)] * 20'``), so two guards, each enough alone:
   string there must be a literal (``why_not_literal``).  Anything else
   (``bytes``, other objects, code) is refused before fairseq sees the
   config, naming the file and the field.  So is a field that fairseq parses
-  (``PARSED_FIELDS``: JSON text, numbers) holding another form, which would
+  (``parsed_config.PARSED_FIELDS``: JSON text, numbers) holding another form, which would
   otherwise fail deep inside fairseq naming neither.
 * **fairseq's evaluators** (``install``): where the plugin is loaded, the
   ``eval`` that ``fairseq.utils`` (``eval_bool``, ``eval_str_list``,
@@ -45,12 +45,13 @@ import argparse
 import ast
 import builtins
 import importlib
-import json
 import reprlib
 import sys
 import types
 from collections.abc import Mapping, Sequence
 from typing import Optional
+
+from fairseq_smallvocab.compat.parsed_config import PARSED_FIELDS
 
 # Every config field that fairseq 0.12 passes to eval / eval_bool /
 # eval_str_list / eval_str_dict when it builds a model, task, criterion or
@@ -94,67 +95,6 @@ EVALUATING_MODULES = (
     "fairseq.criterions.ctc", "fairseq.optim.adam", "fairseq.optim.cpu_adam", "fairseq.optim.adamax",
     "fairseq.optim.adafactor", "fairseq.optim.fused_lamb",
 )
-
-# Config fields that fairseq 0.12 parses rather than evaluates when it builds a model, task or optimizer from a
-# checkpoint (json.loads, int(), float()): a value of another form fails deep inside fairseq with an error that
-# names neither the file nor the field, so the loader checks their form too (``PARSED_FIELDS`` below).
-_JSON_OBJECT = "a JSON object as text, e.g. '{\"beam\": 4}'"
-
-
-def _why_not_json_object(value) -> Optional[str]:
-    """``eval_bleu_args`` and its kin: None, or text that is a JSON object (``json.loads``)."""
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        return f"a value of type {type(value).__name__} (fairseq writes {_JSON_OBJECT} there)"
-    if len(value) > MAX_TEXT:
-        return f"{len(value):,} characters of text (at most {MAX_TEXT:,})"
-    try:
-        parsed = json.loads(value)
-    except ValueError:
-        return f"not JSON (fairseq writes {_JSON_OBJECT} there)"
-    return None if isinstance(parsed, dict) else f"JSON, but not an object (fairseq writes {_JSON_OBJECT} there)"
-
-
-def _numbers(value, kind) -> bool:
-    """Whether ``value`` is a number of ``kind`` (int, or float which takes ints too), or a list or tuple of them."""
-    types_ = (int,) if kind is int else (int, float)
-    items = value if isinstance(value, Sequence) and not isinstance(value, (str, bytes, bytearray)) else [value]
-    return len(items) <= MAX_ELEMENTS and all(isinstance(x, types_) and not isinstance(x, bool) for x in items)
-
-
-def _why_not_numbers(kind):
-    """``lr``, ``update_freq``, ``*layers_to_keep``: None, numbers, lists of numbers, or text of them (fairseq
-    evaluates or splits the text: a literal or comma-separated numbers)."""
-    name = "integers" if kind is int else "numbers"
-
-    def why(value) -> Optional[str]:
-        if value is None or _numbers(value, kind):
-            return None
-        if isinstance(value, str):
-            if len(value) > MAX_TEXT:
-                return f"{len(value):,} characters of text (at most {MAX_TEXT:,})"
-            if not value.strip():
-                return None  # empty: none (fairseq tests the text for truth first)
-            try:
-                parsed = ast.literal_eval(value.strip())
-            except Exception:  # SyntaxError, ValueError (a name, a call: code), RecursionError
-                parsed = None
-            if parsed is not None and _numbers(parsed, kind):
-                return None
-            return f"text that is not {name} (fairseq writes {name}, or a comma-separated list of them, there)"
-        return f"a value of type {type(value).__name__} (fairseq writes {name} or a list of them there)"
-
-    return why
-
-
-PARSED_FIELDS = {
-    "eval_bleu_args": _why_not_json_object, "eval_bleu_detok_args": _why_not_json_object,
-    "eval_tokenized_bleu_args": _why_not_json_object,
-    "lr": _why_not_numbers(float), "update_freq": _why_not_numbers(int),
-    "encoder_layers_to_keep": _why_not_numbers(int), "decoder_layers_to_keep": _why_not_numbers(int),
-    "layers_to_keep": _why_not_numbers(int),
-}
 
 MAX_ELEMENTS = 10_000  # values, lists, tuples and dicts one evaluated value may build
 MAX_TEXT = 10_000  # characters of an evaluated string
