@@ -238,7 +238,8 @@ def test_the_criterion_carries_its_settings_into_the_sample_request():
                                 "capture=buckets,stop_check_every=4); the keys are capture, compile,"),
     (dict(rl_engine="capture=off,capture=buckets"), "--rl-engine gives capture twice"),
     (dict(rl_engine="full_softmax=chunked"), "--rl-engine full_softmax: set it with --rl-full-softmax"),
-    (dict(rl_engine="catpure=off"), "--rl-engine: no setting 'catpure'; the settings are capture,"),
+    (dict(rl_engine="catpure=off"), "--rl-engine: no key 'catpure'; the keys are capture, compile, graphed_pass, "
+                                    "merged_pass,"),  # (full_softmax, a flag of its own, is no key)
     (dict(rl_engine="static_state=maybe"), "--rl-engine: static_state=maybe: static_state takes on or off"),
 ])
 def test_a_bad_setting_is_refused_naming_its_flag(flags, message):

@@ -48,7 +48,7 @@ def test_a_temperature_whose_scaled_logits_overflow_is_refused():
 def test_samples_that_cannot_fit_in_memory_are_refused_before_drawing(monkeypatch):
     """--rl-samples 10000 died after 44 s with a bare allocation error: the
     scoring pass's size is estimated first."""
-    from fairseq_smallvocab.reinforce import samples
+    from fairseq_smallvocab.engine import request as samples
 
     model, task, sample = _setup()
     crit = _crit(task, rl_baseline="loo", rl_samples=10000)
@@ -70,7 +70,7 @@ def test_samples_that_cannot_fit_in_memory_are_refused_before_drawing(monkeypatc
 def test_cuda_memory_the_allocator_holds_unused_counts_as_available(monkeypatch):
     """After a larger batch torch's caching allocator keeps its memory reserved (the device reports it used):
     the next batch gets it first, so it is available (a --largest-batch search was refused at 0.8 GiB free)."""
-    from fairseq_smallvocab.reinforce import samples
+    from fairseq_smallvocab.engine import request as samples
 
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (100, 1000))
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device: 700)

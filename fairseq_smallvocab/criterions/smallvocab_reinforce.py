@@ -12,7 +12,7 @@ One step, file:function, top to bottom:
 1. fairseq ``Trainer.train_step`` -> ``tasks/translation_smallvocab.py:train_step``
    -> ``SmallVocabReinforceCriterion.loss`` (below; w = 1, the CE control:
    ``ce_only``, nothing sampled).
-2. ``sample_request`` (``reinforce/samples.py:sample_limits``, ``check_memory``)
+2. ``sample_request`` (``engine/request.py:sample_limits``, ``check_memory``)
    -> ``models/restricted.py:RestrictedModel.forward(sample_request=...)``: the
    teacher-forced CE pass, then ``sample_and_score``
    -> ``engine/sampling.py:sample_and_score`` (``draw`` N samples per input in
@@ -43,13 +43,12 @@ from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq_smallvocab.candidates.space import candidate_positions
 from fairseq_smallvocab.compat.registry import register_alias
 from fairseq_smallvocab.engine import passes
-from fairseq_smallvocab.engine.sampling import SampleRequest
+from fairseq_smallvocab.engine.request import SampleRequest, check_memory, sample_limits
 from fairseq_smallvocab.output.chunked_ce import full_cross_entropy
-from fairseq_smallvocab.reinforce import by_language, logs, objective
+from fairseq_smallvocab.reinforce import logs, objective
 from fairseq_smallvocab.reinforce.baselines import build_baseline
 from fairseq_smallvocab.reinforce.config import SmallVocabReinforceConfig, check_config
 from fairseq_smallvocab.reinforce.rewards import without_ids
-from fairseq_smallvocab.reinforce.samples import check_memory, sample_limits
 from fairseq_smallvocab.reinforce.user_reward import build as build_reward
 
 logger = logging.getLogger(__name__)
@@ -85,7 +84,7 @@ class SmallVocabReinforceCriterion(FairseqCriterion):
         self.passes = passes.of(self.settings)  # the decoder's own calls unless a device mode is on
         self._capped_to_positions = False  # whether the log has said that the decoder's positions cap samples
         self._said_what_runs = False  # whether the log has said what a CUDA-only mode runs as here
-        self.languages = by_language.target_languages(task)  # a multilingual task's: each logs its reward
+        self.languages = logs.target_languages(task)  # a multilingual task's: each logs its reward
 
     def forward(self, model, sample, reduce=True):
         return self.loss(model, sample)
@@ -118,7 +117,7 @@ class SmallVocabReinforceCriterion(FairseqCriterion):
                 extra["greedy_reward"] = greedy_reward.sum().item()
                 greedy_reward = greedy_reward.repeat_interleave(n, 0)
             if self.languages:
-                extra.update(by_language.sums(self.languages, row_langs, reward, n))
+                extra.update(logs.language_sums(self.languages, row_langs, reward, n))
             if n > 1:
                 extra["reward_std"] = reward.double().view(-1, n).std(1).sum().item()
             if not self.risk:  # baseline

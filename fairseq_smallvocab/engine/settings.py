@@ -232,6 +232,8 @@ def parse_engine(text: str) -> dict:
                              f"(e.g. capture=buckets,stop_check_every=4); the keys are {', '.join(ENGINE_KEYS)}")
         if name in OWN_FLAG:
             raise ValueError(f"--rl-engine {name}: set it with {OWN_FLAG[name]}")
+        if name not in ENGINE_KEYS:
+            raise ValueError(f"--rl-engine: no key {name!r}; the keys are {', '.join(ENGINE_KEYS)}")
         if name in given:
             raise ValueError(f"--rl-engine gives {name} twice: give each key once")
         try:
