@@ -4,10 +4,13 @@ each value), their BLEU, the best value printed and recorded; flags the sweep
 owns are refused."""
 
 import json
+import logging
 import re
 
 import pytest
 from helpers import REPO, USER_DIR, run
+
+from smallvocab_tools.analysis.lenpen_sweep import Hypothesis, Sentence, sweep
 
 SWEEP = REPO / "scripts" / "sweep_lenpen.py"
 TRAIN = ["--user-dir", USER_DIR, "--task", "translation_smallvocab", "--arch", "lstm_smallvocab", "--embed-dim",
@@ -82,3 +85,21 @@ def test_the_sweep_refuses_flags_it_owns_and_a_beam_of_one(model, tiny_bin, tmp_
                tmp_path / "r.json", "--", *GENERATE], check=False)
     assert bad.returncode != 0 and "has 1 lines, the subset 40 sentences" in bad.stderr
     assert not (tmp_path / "r.json").exists()
+
+
+def test_sacrebleus_tokenization_warning_comes_once_per_sweep_and_scores_stay(caplog):
+    """Tokenized text (a spaced final period) makes sacrebleu warn; a sweep warns once, not once per value, and
+    each value's BLEU is sacrebleu's own."""
+    import sacrebleu
+
+    refs = [f"a man number {i} rides a horse ." for i in range(120)]
+    sentences = {i: Sentence([Hypothesis(-1.0, 8, f"a man number {i} rides ."),
+                              Hypothesis(-1.2, 16, f"a man number {i} rides a horse .")]) for i in range(120)}
+    with caplog.at_level(logging.WARNING):
+        rows = sweep(sentences, [0.0, 1.0, 3.0], refs, "none")
+    warned = [r for r in caplog.records if "tokenized period" in r.getMessage()]
+    assert len(warned) == 1
+    for row in rows:
+        want = sacrebleu.corpus_bleu(row["hypotheses"], [refs], tokenize="none", force=True).score
+        assert row["bleu"] == round(want, 2)
+    assert rows[0]["bleu"] != rows[2]["bleu"]  # the values picked different hypotheses

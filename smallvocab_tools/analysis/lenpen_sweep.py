@@ -111,9 +111,10 @@ def sweep(sentences: Dict[int, Sentence], lenpens: Sequence[float], refs: List[s
 
     order = sorted(sentences)
     rows = []
-    for lenpen in lenpens:
+    for n, lenpen in enumerate(lenpens):
         hyps = [pick(sentences[i], lenpen).text for i in order]
-        bleu = sacrebleu.corpus_bleu(hyps, [refs], tokenize=tokenize)
+        # sacrebleu's check of the text's tokenization, once: the same warning for each value says nothing new
+        bleu = sacrebleu.corpus_bleu(hyps, [refs], tokenize=tokenize, force=n > 0)
         rows.append({"lenpen": lenpen, "bleu": round(bleu.score, 2),
                      "len_ratio": round(bleu.sys_len / max(bleu.ref_len, 1), 4), "hypotheses": hyps})
     return rows
