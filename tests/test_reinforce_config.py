@@ -48,34 +48,34 @@ def test_a_temperature_whose_scaled_logits_overflow_is_refused():
 def test_samples_that_cannot_fit_in_memory_are_refused_before_drawing(monkeypatch):
     """--rl-samples 10000 died after 44 s with a bare allocation error: the
     scoring pass's size is estimated first."""
-    from fairseq_smallvocab.engine import request as samples
+    from fairseq_smallvocab.engine import request
 
     model, task, sample = _setup()
     crit = _crit(task, rl_baseline="loo", rl_samples=10000)
     rows, steps = B * 10000, sample["target"].size(1)
-    monkeypatch.setattr(samples, "available_memory", lambda device: 8 * rows * steps * K - 1)
+    monkeypatch.setattr(request, "available_memory", lambda device: 8 * rows * steps * K - 1)
     drawn = []
     monkeypatch.setattr(model, "sample_and_score", lambda *a, **k: drawn.append(1))
     with pytest.raises(MemoryError, match=rf"--rl-samples 10000 with this batch of {B} sentences makes "
                                           rf"{rows:,} sampled sequences.*lower --rl-samples"):
         crit(model.train(), sample)
     assert not drawn
-    monkeypatch.setattr(samples, "available_memory", lambda device: 8 * rows * steps * K)
+    monkeypatch.setattr(request, "available_memory", lambda device: 8 * rows * steps * K)
     with pytest.raises(TypeError):  # past the check: the stand-in sampler returns nothing
         crit(model, sample)
     assert drawn
-    assert samples.available_memory(torch.device("cpu")) > 0
+    assert request.available_memory(torch.device("cpu")) > 0
 
 
 def test_cuda_memory_the_allocator_holds_unused_counts_as_available(monkeypatch):
     """After a larger batch torch's caching allocator keeps its memory reserved (the device reports it used):
     the next batch gets it first, so it is available (a --largest-batch search was refused at 0.8 GiB free)."""
-    from fairseq_smallvocab.engine import request as samples
+    from fairseq_smallvocab.engine import request
 
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (100, 1000))
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device: 700)
     monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device: 300)
-    assert samples.available_memory(torch.device("cuda")) == 100 + 700 - 300
+    assert request.available_memory(torch.device("cuda")) == 100 + 700 - 300
 
 
 def test_bad_settings_are_named():
