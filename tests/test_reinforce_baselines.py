@@ -16,7 +16,7 @@ from fairseq_smallvocab.reinforce.rewards import gleu
 
 
 def test_leave_one_out_baseline_by_hand():
-    from fairseq_smallvocab.reinforce.baselines import LeaveOneOutBaseline
+    from fairseq_smallvocab.reinforce.objective import LeaveOneOutBaseline
 
     rewards = torch.tensor([0.2, 0.5, 0.9, 0.0, 0.0, 0.6])  # two inputs, three samples each
     mask = torch.tensor([[1, 1, 0], [1, 0, 0], [1, 1, 1], [1, 1, 1], [1, 0, 0], [1, 1, 0]], dtype=torch.bool)
@@ -100,7 +100,7 @@ def test_learned_baseline_state_saved_before_its_first_step_restores_an_unfitted
     """A state saved before any batch (weight of size 0, no Adam state), loaded into a fitted baseline,
     gives back the unfitted one: its next step equals a fresh baseline's (benchmark.py --ab restores
     such a snapshot between the two settings it compares)."""
-    from fairseq_smallvocab.reinforce.baselines import LearnedBaseline
+    from fairseq_smallvocab.reinforce.objective import LearnedBaseline
 
     states, mask, rewards = torch.randn(3, 4, D), torch.ones(3, 4, dtype=torch.bool), torch.rand(3)
     used = LearnedBaseline(lr=0.1)
@@ -120,7 +120,7 @@ def test_learned_baseline_reads_the_state_of_checkpoints_written_before_the_base
     """Checkpoints of 0.1 saved the criterion's buffers as baseline_weight / baseline_bias (and the Adam
     state) under the task's "reinforce_gleu.baseline"; the baseline module reads them, and its size comes
     from the saved weight (before any batch)."""
-    from fairseq_smallvocab.reinforce.baselines import LearnedBaseline
+    from fairseq_smallvocab.reinforce.objective import LearnedBaseline
 
     old = LearnedBaseline(lr=0.1)
     old.learn(torch.randn(3, 4, D), torch.ones(3, 4, dtype=torch.bool), torch.rand(3))
@@ -140,7 +140,7 @@ def test_a_fresh_learned_baseline_starts_at_the_first_batchs_mean_reward():
     """Not at sigmoid(0) = 0.5, far above early GLEU rewards (0.02-0.05): every advantage
     would be negative for many updates.  Non-finite rewards are left out of the mean, the
     start is kept inside (0.01, 0.99), and a baseline restored from a checkpoint is not reset."""
-    from fairseq_smallvocab.reinforce.baselines import LearnedBaseline
+    from fairseq_smallvocab.reinforce.objective import LearnedBaseline
 
     features, mask = torch.zeros(4, 3, 5), torch.ones(4, 3, dtype=torch.bool)
     rewards = torch.tensor([0.02, 0.04, float("nan"), 0.06])
@@ -155,7 +155,7 @@ def test_a_fresh_learned_baseline_starts_at_the_first_batchs_mean_reward():
 
 
 def test_a_baseline_whose_weights_overflow_stops_with_its_flag():
-    from fairseq_smallvocab.reinforce.baselines import LearnedBaseline
+    from fairseq_smallvocab.reinforce.objective import LearnedBaseline
 
     base = LearnedBaseline(lr=1.0)
     features, mask = torch.ones(2, 3, 4), torch.ones(2, 3, dtype=torch.bool)

@@ -21,7 +21,7 @@ One step, file:function, top to bottom:
    ``--rl-engine`` turns a device mode on).
 3. ``rewards`` -> ``reinforce/rewards.py`` (``--reward``, or the user's:
    ``reinforce/user_reward.py``).
-4. the baseline -> ``reinforce/baselines.py`` (``--rl-baseline``; none under risk).
+4. the baseline -> ``reinforce/objective.py`` (``build_baseline``: ``--rl-baseline``; none under risk).
 5. the loss -> ``reinforce/objective.py`` (``advantage``, ``policy_gradient`` or
    ``distinct``, ``candidate_scores``, ``expected_risk``; ``mixed``), a batch
    whose reward or loss is not finite skipped (``skipped_loss``).
@@ -46,7 +46,6 @@ from fairseq_smallvocab.engine import passes
 from fairseq_smallvocab.engine.request import SampleRequest, check_memory, sample_limits
 from fairseq_smallvocab.output.chunked_ce import full_cross_entropy
 from fairseq_smallvocab.reinforce import logs, objective
-from fairseq_smallvocab.reinforce.baselines import build_baseline
 from fairseq_smallvocab.reinforce.config import SmallVocabReinforceConfig, check_config
 from fairseq_smallvocab.reinforce.rewards import without_ids
 from fairseq_smallvocab.reinforce.user_reward import build as build_reward
@@ -73,7 +72,7 @@ class SmallVocabReinforceCriterion(FairseqCriterion):
                                    cfg.gleu_max_order)
         self.risk = str(cfg.rl_objective) == "risk"
         # risk centres each cost on the candidates' expected cost itself: no baseline (--rl-baseline unused)
-        self.baseline = build_baseline("none" if self.risk else str(cfg.rl_baseline), cfg.baseline_lr)
+        self.baseline = objective.build_baseline("none" if self.risk else str(cfg.rl_baseline), cfg.baseline_lr)
         if self.risk:
             logger.info(f"--rl-objective risk: the expected cost over each input's distinct samples "
                         f"(--rl-samples {cfg.rl_samples}, --risk-sharpness {cfg.risk_sharpness:g}); no baseline, "

@@ -7,9 +7,9 @@ the order a step runs:
 - ``config``: the ``smallvocab_reinforce`` criterion's options and their checks;
 - ``rewards``: sentence rewards (GLEU, BLEU, chrF, constant); ``user_reward``:
   ``--reward`` resolved, a function of the user's included;
-- ``baselines``: learned, leave-one-out, self-critical, none;
-- ``objective``: the loss, as pure functions (the CE term, the advantage,
-  the policy gradient, risk's expected cost, their mix);
+- ``objective``: the baselines (learned, leave-one-out, self-critical,
+  none), then the loss as pure functions (the CE term, the advantage, the
+  policy gradient, risk's expected cost, their mix);
 - ``logs``: what a batch logs and its reduction across workers (a
   multilingual task's reward per target language too).
 

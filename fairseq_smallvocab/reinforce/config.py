@@ -11,7 +11,7 @@ from typing import Optional
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 
 from fairseq_smallvocab.engine.settings import ENGINE_KEYS, FULL_SOFTMAX_MODES, EngineSettings
-from fairseq_smallvocab.reinforce.baselines import BASELINES as BASELINE_CLASSES
+from fairseq_smallvocab.reinforce.objective import BASELINES as BASELINE_CLASSES
 from fairseq_smallvocab.reinforce.rewards import REWARDS
 
 BASELINES = ChoiceEnum(list(BASELINE_CLASSES))
