@@ -83,10 +83,11 @@ class VocabPredictionTask(FairseqTask):
         behind = [f"recall@{k} {100 * hits / tokens:.2f} vs {100 * freq / tokens:.2f}"
                   for k, (hits, freq, tokens) in sorted(recall.items()) if tokens and hits <= freq]
         if behind:
-            logger.warning(f"validation: the predictor is not above the frequency list ({'; '.join(behind)}), so "
-                           "its candidates are no better than the most frequent words for every input: train it "
-                           "longer (--max-epoch), or with the quick start's settings (--optimizer adagrad --lr "
-                           "0.08 --weight-decay 1e-6 --clip-norm 1.0, the best checkpoint by recall@K)")
+            logger.warning(f"validation: the predictor is not above the frequency list ({'; '.join(behind)}): "
+                           "usual in its first epochs, but a predictor that stays there gives candidates no "
+                           "better than the most frequent words for every input: train it longer (--max-epoch), "
+                           "or with the quick start's settings (--optimizer adagrad --lr 0.08 --weight-decay 1e-6 "
+                           "--clip-norm 1.0, the best checkpoint by recall@K)")
 
     @classmethod
     def setup_task(cls, cfg: VocabPredictionConfig, **kwargs):
