@@ -16,12 +16,12 @@ class Clock:
         return self.now
 
 
-def _updates(pace, clock, seconds_each, count, optimization, start=1):
+def _updates(pace, clock, seconds_each, count, optimization, start=1, dataset=None):
     """Updates start..start+count-1, each ``seconds_each`` long; the lines said."""
     lines = []
     for n in range(start, start + count):
         clock.now += seconds_each
-        line = pace.update(n, optimization)
+        line = pace.update(n, optimization, dataset)
         if line:
             lines.append((n, line))
     return lines
@@ -69,16 +69,63 @@ def test_the_budget_is_the_nearer_of_max_update_and_max_epoch(opt, epoch_updates
                                      f"{int(expected.split(': ')[-1].split()[0]) * 2 / 60:.1f} min at this pace"))
 
 
+def test_the_pace_with_validation_is_said_once_after_the_first_validation():
+    from fairseq_smallvocab.compat.pace import Pace
+
+    clock = Clock()
+    pace = Pace(clock)
+    opt = SimpleNamespace(max_update=4000, max_epoch=0)
+    data = SimpleNamespace(validate_interval_updates=100, validate_interval=1, disable_validation=False)
+    pace.update(1, opt, data)
+    assert len(_updates(pace, clock, 1.5, 19, opt, start=2, dataset=data)) == 1  # the pace, at update 11
+    for _ in range(2):  # two validations, each 60 s before the next update
+        pace.validated = True
+        clock.now += 60.0
+        said = _updates(pace, clock, 1.5, 1, opt, start=21 + _, dataset=data)
+        if _ == 0:
+            assert said == [(21, "pace with validation: a validation and its saving took 1.0 min, one every 100 "
+                                 "updates: 2.100 s/update; --max-update 4,000: 3,979 more updates, about 139 min")]
+        else:
+            assert said == []  # said once
+
+
+@pytest.mark.parametrize("data, epoch_updates, rate", [
+    ({"validate_interval_updates": 100, "validate_interval": 1}, None, 1 / 100),
+    ({"validate_interval_updates": 0, "validate_interval": 2}, 50, 1 / 100),
+    ({"validate_interval_updates": 100, "validate_interval": 1}, 100, 2 / 100),
+    ({"validate_interval_updates": 100, "validate_interval": 1, "disable_validation": True}, 100, 0.0),
+])
+def test_validations_per_update_add_both_intervals(data, epoch_updates, rate):
+    from fairseq_smallvocab.compat.pace import validation_line, validations_per_update
+
+    data = SimpleNamespace(**data)
+    assert validations_per_update(data, epoch_updates) == pytest.approx(rate)
+    line = validation_line(1.0, 30.0, 10, SimpleNamespace(max_update=1010, max_epoch=0), data, epoch_updates)
+    if rate:
+        assert line.endswith(f": {1 + 30 * rate:.3f} s/update; --max-update 1,010: 1,000 more updates, about "
+                             f"{1000 * (1 + 30 * rate) / 60:.0f} min")
+    else:
+        assert line == "pace with validation: a validation and its saving took 30 s"
+
+
 @pytest.mark.slow
 def test_fairseq_train_logs_its_pace_and_the_epoch_budget(tiny_bin, tmp_path):
-    """Two epochs of the predictor on 400 pairs in batches of at most 64: the epoch's updates as trained."""
+    """Three epochs of the predictor on 400 pairs in batches of at most 64: the epoch's updates as trained; the
+    pace after update 11, then with validation after the first validation that follows."""
     out = run(["fairseq-train", tiny_bin, *VP_TRAIN, "-s", "src", "-t", "tgt", "--save-dir", tmp_path / "vp",
-               "--log-interval", "100"])
+               "--log-interval", "100", "--max-epoch", "3"])
     logs = out.stdout + out.stderr
     lines = re.findall(r"fairseq_smallvocab\.pace \| (pace: .*)$", logs, re.M)
     assert len(lines) == 1, logs[-2000:]
     total = int(re.findall(r"num_updates (\d+)", logs)[-1])
-    assert total % 2 == 0 and total > 11
+    epoch = total // 3
+    assert total % 3 == 0 and 6 <= epoch <= 10  # the pace is said in epoch 2
     assert re.fullmatch(r"pace: \d+\.\d{3} s/update \(updates 2-11; validation and saving not included\); "
-                        rf"--max-epoch 2 \({total // 2} updates an epoch\): {total - 11} more updates, about \d+ s "
+                        rf"--max-epoch 3 \({epoch} updates an epoch\): {total - 11} more updates, about \d+ s "
                         "at this pace", lines[0]), lines[0]
+    # epoch 2's validation, said at the first update of epoch 3, spread over an epoch's updates
+    lines = re.findall(r"fairseq_smallvocab\.pace \| (pace with validation: .*)$", logs, re.M)
+    assert len(lines) == 1 and re.fullmatch(
+        rf"pace with validation: a validation and its saving took \d+ s, one every {epoch} updates: "
+        rf"\d+\.\d{{3}} s/update; --max-epoch 3 \({epoch} updates an epoch\): {epoch - 1} more updates, "
+        r"about \d+ s", lines[0]), lines

@@ -17,8 +17,9 @@
 #      (skipped without ctranslate2)
 #   8. the verdict: CE, every REINFORCE run in OUT and CE continued where run, side by side with the paired
 #      bootstrap and length ratios, and whether REINFORCE helped (scripts/quickstart_verdict.py)
-# Each training step prints its pace (seconds per update, minutes to its budget) after its first updates, its
-# validations and every warning; the whole logs are in OUT/*.train.log.
+# Each training step prints its pace (seconds per update, minutes to its budget) after its first updates and again,
+# validation included, after the first validation that follows; its validations and every warning; the whole logs
+# are in OUT/*.train.log.
 # RAW holds train, valid and test .SRC and .TGT files: one sentence per line, aligned.
 # Run from the project root with the project's environment active:
 #   source .venv/bin/activate && RAW=my-corpus SRC=en TGT=de bash examples/quickstart/run.sh
@@ -66,7 +67,7 @@ COMMON=(--user-dir fairseq_smallvocab $DEV_ARGS --num-workers 0 --seed "$SEED" -
 RL_LOG=$(( RL_UPDATES / 10 < 1 ? 1 : (RL_UPDATES / 10 > 50 ? 50 : RL_UPDATES / 10) ))  # about 10 lines a run
 step() { echo "== $*" >&2; }
 # what a training prints on the screen (the whole log goes to its file): pace, validations, warnings, the end
-shown() { grep --line-buffered -E "${1:-pace: }|pace: |valid on|done training|early stop| WARNING | ERROR " || [ $? -eq 1 ]; }
+shown() { grep --line-buffered -E "${1:-pace: }|pace: |pace with validation: |valid on|done training|early stop| WARNING | ERROR " || [ $? -eq 1 ]; }
 mkdir -p "$OUT/vp" "$OUT/ce" "$RL_SAVE"
 
 step "1/8 sentencepiece ($SP_VOCAB pieces, one model for $SRC and $TGT) and binarizing: $DATA"

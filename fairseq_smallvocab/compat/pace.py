@@ -5,7 +5,11 @@ cost is known within its first minute rather than after its first epoch or
 never.  The first update (data loading, allocations, candidate lists) is not
 timed; the pace is measured over the next ``WINDOW_UPDATES`` updates, or as
 many (at least one) as end within ``WINDOW_SECONDS``.  Validation and saving
-are not in it, and a busy machine changes it: an estimate, said as one."""
+are not in it: after the first validation that follows, a second line adds
+what that validation and its checkpoint cost, spread over the updates
+between validations (--validate-interval-updates and --validate-interval),
+and says the time to the budget again.  A busy machine changes both: an
+estimate, said as one."""
 
 import logging
 import math
@@ -26,22 +30,31 @@ class Pace:
         self.clock = clock
         self.start = None  # the end of the first (untimed) update
         self.first = None  # the update count then
-        self.said = False
+        self.said = None  # the seconds per update, once said
         self.epoch_updates = None  # updates per epoch, where the trainer's iterator told it
+        self.last = None  # the end of the last update
+        self.validated = False  # whether a validation ran since the last update
+        self.said_validation = False
 
-    def update(self, num_updates: int, optimization) -> str:
-        """Call after an update; returns the line said (once), or ''."""
-        if self.said:
-            return ""
-        now = self.clock()
+    def update(self, num_updates: int, optimization, dataset=None) -> str:
+        """Call after an update (``dataset``: fairseq's cfg.dataset, for the validation intervals); returns the
+        line said (the pace once, then once the pace with validation), or ''."""
+        now, last, validated = self.clock(), self.last, self.validated
+        self.last, self.validated = now, False
+        if self.said is not None:
+            if self.said_validation or not validated or dataset is None:
+                return ""
+            self.said_validation = True
+            return validation_line(self.said, now - last - self.said, num_updates, optimization, dataset,
+                                   self.epoch_updates)
         if self.start is None:
             self.start, self.first = now, num_updates
             return ""
         timed = num_updates - self.first
         if timed <= 0 or (timed < WINDOW_UPDATES and now - self.start < WINDOW_SECONDS):
             return ""
-        self.said = True
-        return pace_line((now - self.start) / timed, self.first + 1, num_updates, optimization, self.epoch_updates)
+        self.said = (now - self.start) / timed
+        return pace_line(self.said, self.first + 1, num_updates, optimization, self.epoch_updates)
 
 
 def _minutes(seconds: float) -> str:
@@ -50,10 +63,9 @@ def _minutes(seconds: float) -> str:
     return f"{seconds / 60:.0f} min" if seconds >= 600 else f"{seconds / 60:.1f} min"
 
 
-def pace_line(sec_per_update: float, first: int, last: int, optimization, epoch_updates=None) -> str:
-    """The pace and the time to the budget: --max-update, and --max-epoch where the updates per epoch are known
-    (the nearer of the two); ``optimization`` is fairseq's cfg.optimization."""
-    line = f"pace: {sec_per_update:.3f} s/update (updates {first}-{last}; validation and saving not included)"
+def _budget(optimization, epoch_updates):
+    """(updates, its name): --max-update, and --max-epoch where the updates per epoch are known (the nearer of
+    the two); None without either."""
     budgets = []
     max_update = getattr(optimization, "max_update", 0) or 0
     if max_update > 0:
@@ -61,13 +73,54 @@ def pace_line(sec_per_update: float, first: int, last: int, optimization, epoch_
     max_epoch = getattr(optimization, "max_epoch", 0) or 0
     if max_epoch > 0 and epoch_updates:
         budgets.append((max_epoch * epoch_updates, f"--max-epoch {max_epoch} ({epoch_updates:,} updates an epoch)"))
-    if not budgets:
+    return min(budgets) if budgets else None
+
+
+def pace_line(sec_per_update: float, first: int, last: int, optimization, epoch_updates=None) -> str:
+    """The pace and the time to the budget (``optimization`` is fairseq's cfg.optimization)."""
+    line = f"pace: {sec_per_update:.3f} s/update (updates {first}-{last}; validation and saving not included)"
+    budget = _budget(optimization, epoch_updates)
+    if budget is None:
         return line + "; no --max-update or --max-epoch: it runs until stopped" + (
             f" ({epoch_updates:,} updates an epoch, {_minutes(epoch_updates * sec_per_update)})"
             if epoch_updates else "")
-    total, name = min(budgets)
+    total, name = budget
     left = max(0, total - last)
     return line + f"; {name}: {left:,} more updates, about {_minutes(left * sec_per_update)} at this pace"
+
+
+def validations_per_update(dataset, epoch_updates=None) -> float:
+    """How many validations fairseq runs per update: one every --validate-interval-updates updates, plus one
+    every --validate-interval epochs (where the updates per epoch are known); 0 with --disable-validation."""
+    if getattr(dataset, "disable_validation", False):
+        return 0.0
+    rate = 0.0
+    every_updates = getattr(dataset, "validate_interval_updates", 0) or 0
+    if every_updates > 0:
+        rate += 1.0 / every_updates
+    every_epochs = getattr(dataset, "validate_interval", 0) or 0
+    if every_epochs > 0 and epoch_updates:
+        rate += 1.0 / (every_epochs * epoch_updates)
+    return rate
+
+
+def validation_line(sec_per_update: float, validation_seconds: float, last: int, optimization, dataset,
+                    epoch_updates=None) -> str:
+    """The pace with validation: ``validation_seconds`` (one validation and what fairseq saved after it) spread
+    over the updates between validations, and the time to the budget at that pace."""
+    validation_seconds = max(0.0, validation_seconds)
+    rate = validations_per_update(dataset, epoch_updates)
+    line = f"pace with validation: a validation and its saving took {_minutes(validation_seconds)}"
+    if rate <= 0:
+        return line
+    total_pace = sec_per_update + validation_seconds * rate
+    line += f", one every {1 / rate:,.0f} updates: {total_pace:.3f} s/update"
+    budget = _budget(optimization, epoch_updates)
+    if budget is None:
+        return line
+    total, name = budget
+    left = max(0, total - last)
+    return line + f"; {name}: {left:,} more updates, about {_minutes(left * total_pace)}"
 
 
 def install():
@@ -79,6 +132,7 @@ def install():
 
     fairseq_train_step = Trainer.train_step
     fairseq_train_iterator = Trainer.get_train_iterator
+    fairseq_valid_step = Trainer.valid_step
 
     def _pace(trainer) -> Pace:
         if "_smallvocab_pace" not in trainer.__dict__:
@@ -88,10 +142,14 @@ def install():
     def train_step(self, samples, raise_oom=False):
         out = fairseq_train_step(self, samples, raise_oom)
         if getattr(self, "data_parallel_rank", 0) == 0:
-            line = _pace(self).update(self.get_num_updates(), self.cfg.optimization)
+            line = _pace(self).update(self.get_num_updates(), self.cfg.optimization, self.cfg.dataset)
             if line:
                 logger.info(line)
         return out
+
+    def valid_step(self, sample, raise_oom=False):
+        _pace(self).validated = True
+        return fairseq_valid_step(self, sample, raise_oom)
 
     def get_train_iterator(self, epoch, *args, **kwargs):
         itr = fairseq_train_iterator(self, epoch, *args, **kwargs)
@@ -105,4 +163,5 @@ def install():
 
     Trainer.train_step = train_step
     Trainer.get_train_iterator = get_train_iterator
+    Trainer.valid_step = valid_step
     _installed = True
