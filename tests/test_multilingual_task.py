@@ -568,7 +568,12 @@ def test_a_multilingual_checkpoint_exports_to_ctranslate2_and_translates_as_fair
         hyps = {i: r.hypotheses[0] for i, r in enumerate(got)}
         assert all(h[0] == f"__{tgt}__" for h in hyps.values()) and len(want) == 30
         # where either reaches the length limit the two cut differently (fairseq counts the prefix and ends
-        # with eos); everywhere else, the same translation
-        ended = [i for i, h in hyps.items() if max(len(h) - 1, len(want[i].split())) < 38]
-        assert len(ended) >= 5, ended
-        assert {i: " ".join(hyps[i][1:]) for i in ended} == {i: want[i] for i in ended}
+        # with eos): there, the same words up to the shorter cut but its last; everywhere else, the same translation
+        # (a tiny model runs most sentences to the limit, so both kinds are compared)
+        for i, h in hyps.items():
+            got, words = h[1:], want[i].split()
+            if max(len(got), len(words)) < 38:
+                assert got == words, i
+            else:
+                cut = min(len(got), len(words)) - 1
+                assert cut >= 30 and got[:cut] == words[:cut], (i, got, words)
