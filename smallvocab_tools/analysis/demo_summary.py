@@ -71,7 +71,7 @@ def main(argv=None):
     (args.demo_dir / "summary.json").write_text(json.dumps(s, indent=1) + "\n")
     gain = s["bleu_gain"]
     verdict = "REINFORCE raised BLEU" if gain > 0 else "REINFORCE did NOT raise BLEU"
-    memory = f" ({s['memory_ratio']:.1f}x less)" if s["memory_ratio"] else ""
+    memory = f" ({s['memory_ratio']:.2f}x less)" if s["memory_ratio"] else ""
     before, after = s["length_ratio_test_after_ce"], s["length_ratio_test_after_reinforce"]
     lengths = f"\n  length ratio on test (words over the references'): {before} -> {after}" if before and after else ""
     print(f"""
