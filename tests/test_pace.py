@@ -70,6 +70,8 @@ def test_the_budget_is_the_nearer_of_max_update_and_max_epoch(opt, epoch_updates
 
 
 def test_the_pace_with_validation_is_said_once_after_the_first_validation():
+    """The updates' own pace re-measured between validations (here slower at first, as on a machine that was busy
+    during the first window), plus the validation's seconds spread over the updates between validations."""
     from fairseq_smallvocab.compat.pace import Pace
 
     clock = Clock()
@@ -77,14 +79,21 @@ def test_the_pace_with_validation_is_said_once_after_the_first_validation():
     opt = SimpleNamespace(max_update=4000, max_epoch=0)
     data = SimpleNamespace(validate_interval_updates=100, validate_interval=1, disable_validation=False)
     pace.update(1, opt, data)
-    assert len(_updates(pace, clock, 1.5, 19, opt, start=2, dataset=data)) == 1  # the pace, at update 11
-    for _ in range(2):  # two validations, each 60 s before the next update
-        pace.validated = True
-        clock.now += 60.0
-        said = _updates(pace, clock, 1.5, 1, opt, start=21 + _, dataset=data)
-        if _ == 0:
+    assert len(_updates(pace, clock, 6.0, 10, opt, start=2, dataset=data)) == 1  # the pace, 6 s, at update 11
+    assert _updates(pace, clock, 1.5, 9, opt, start=12, dataset=data) == []  # then 1.5 s each
+    for n in (21, 22):  # validations after updates 20 and 21, each 60 s with its saving
+        pace.validating()
+        clock.now += 30.0
+        pace.validating()  # its second batch
+        clock.now += 30.0
+        pace.before_update()
+        said = _updates(pace, clock, 1.5, 1, opt, start=n, dataset=data)
+        if n == 21:  # updates 2-20 (the first is not timed)
+            pace_between = (10 * 6.0 + 9 * 1.5) / 19
             assert said == [(21, "pace with validation: a validation and its saving took 1.0 min, one every 100 "
-                                 "updates: 2.100 s/update; --max-update 4,000: 3,979 more updates, about 139 min")]
+                                 f"updates: {pace_between:.3f} s an update between validations, "
+                                 f"{pace_between + 0.6:.3f} with them; --max-update 4,000: 3,979 more updates, "
+                                 f"about {3979 * (pace_between + 0.6) / 60:.0f} min")]
         else:
             assert said == []  # said once
 
@@ -102,7 +111,8 @@ def test_validations_per_update_add_both_intervals(data, epoch_updates, rate):
     assert validations_per_update(data, epoch_updates) == pytest.approx(rate)
     line = validation_line(1.0, 30.0, 10, SimpleNamespace(max_update=1010, max_epoch=0), data, epoch_updates)
     if rate:
-        assert line.endswith(f": {1 + 30 * rate:.3f} s/update; --max-update 1,010: 1,000 more updates, about "
+        assert line.endswith(f": 1.000 s an update between validations, {1 + 30 * rate:.3f} with them; "
+                             "--max-update 1,010: 1,000 more updates, about "
                              f"{1000 * (1 + 30 * rate) / 60:.0f} min")
     else:
         assert line == "pace with validation: a validation and its saving took 30 s"
@@ -127,5 +137,6 @@ def test_fairseq_train_logs_its_pace_and_the_epoch_budget(tiny_bin, tmp_path):
     lines = re.findall(r"fairseq_smallvocab\.pace \| (pace with validation: .*)$", logs, re.M)
     assert len(lines) == 1 and re.fullmatch(
         rf"pace with validation: a validation and its saving took \d+ s, one every {epoch} updates: "
-        rf"\d+\.\d{{3}} s/update; --max-epoch 3 \({epoch} updates an epoch\): {epoch - 1} more updates, "
+        r"\d+\.\d{3} s an update between validations, \d+\.\d{3} with them; "
+        rf"--max-epoch 3 \({epoch} updates an epoch\): {epoch - 1} more updates, "
         r"about \d+ s", lines[0]), lines

@@ -24,7 +24,8 @@ _installed = False
 
 
 class Pace:
-    """The clock of one training run: ``update(trainer)`` after each update; says the pace once."""
+    """The clock of one training run: ``update`` after each update, ``validating`` at each validation step,
+    ``before_update`` before each update; says the pace once, then once the pace with validation."""
 
     def __init__(self, clock=time.perf_counter):
         self.clock = clock
@@ -32,21 +33,44 @@ class Pace:
         self.first = None  # the update count then
         self.said = None  # the seconds per update, once said
         self.epoch_updates = None  # updates per epoch, where the trainer's iterator told it
-        self.last = None  # the end of the last update
-        self.validated = False  # whether a validation ran since the last update
+        self.span = None  # (end of the first update since the last validation, its update count)
+        self.last = None  # (end of the last update, its update count)
+        self.span_pace = None  # seconds per update between the last two validations' updates
+        self.validation_start = None  # the first validation step of the validation under way
+        self.validation_seconds = None  # the last validation and its saving, until said
         self.said_validation = False
+
+    def validating(self):
+        """Call at each validation step: the first of a validation starts its clock and closes the span of
+        updates before it (its pace: the updates alone, whatever the first pace window measured)."""
+        if self.validation_start is not None:
+            return
+        self.validation_start = self.clock()
+        if self.span and self.last and self.last[1] > self.span[1]:
+            self.span_pace = (self.last[0] - self.span[0]) / (self.last[1] - self.span[1])
+
+    def before_update(self):
+        """Call before each update: a validation (and fairseq's saving after it) ends here."""
+        if self.validation_start is not None:
+            self.validation_seconds = self.clock() - self.validation_start
+            self.validation_start = None
 
     def update(self, num_updates: int, optimization, dataset=None) -> str:
         """Call after an update (``dataset``: fairseq's cfg.dataset, for the validation intervals); returns the
-        line said (the pace once, then once the pace with validation), or ''."""
-        now, last, validated = self.clock(), self.last, self.validated
-        self.last, self.validated = now, False
-        if self.said is not None:
-            if self.said_validation or not validated or dataset is None:
+        line said, or ''."""
+        now = self.clock()
+        self.last = (now, num_updates)
+        if self.span is None or self.validation_seconds is not None:
+            self.span = (now, num_updates)
+        if self.validation_seconds is not None:
+            seconds, self.validation_seconds = self.validation_seconds, None
+            if self.said is None or self.said_validation or dataset is None:
                 return ""
             self.said_validation = True
-            return validation_line(self.said, now - last - self.said, num_updates, optimization, dataset,
+            return validation_line(self.span_pace or self.said, seconds, num_updates, optimization, dataset,
                                    self.epoch_updates)
+        if self.said is not None:
+            return ""
         if self.start is None:
             self.start, self.first = now, num_updates
             return ""
@@ -106,15 +130,17 @@ def validations_per_update(dataset, epoch_updates=None) -> float:
 
 def validation_line(sec_per_update: float, validation_seconds: float, last: int, optimization, dataset,
                     epoch_updates=None) -> str:
-    """The pace with validation: ``validation_seconds`` (one validation and what fairseq saved after it) spread
-    over the updates between validations, and the time to the budget at that pace."""
+    """The pace with validation: ``sec_per_update`` (the updates alone, measured since the last validation) plus
+    ``validation_seconds`` (one validation and what fairseq saved after it) spread over the updates between
+    validations, and the time to the budget at that pace."""
     validation_seconds = max(0.0, validation_seconds)
     rate = validations_per_update(dataset, epoch_updates)
     line = f"pace with validation: a validation and its saving took {_minutes(validation_seconds)}"
     if rate <= 0:
         return line
     total_pace = sec_per_update + validation_seconds * rate
-    line += f", one every {1 / rate:,.0f} updates: {total_pace:.3f} s/update"
+    line += (f", one every {1 / rate:,.0f} updates: {sec_per_update:.3f} s an update between validations, "
+             f"{total_pace:.3f} with them")
     budget = _budget(optimization, epoch_updates)
     if budget is None:
         return line
@@ -140,6 +166,7 @@ def install():
         return trainer._smallvocab_pace
 
     def train_step(self, samples, raise_oom=False):
+        _pace(self).before_update()
         out = fairseq_train_step(self, samples, raise_oom)
         if getattr(self, "data_parallel_rank", 0) == 0:
             line = _pace(self).update(self.get_num_updates(), self.cfg.optimization, self.cfg.dataset)
@@ -148,7 +175,7 @@ def install():
         return out
 
     def valid_step(self, sample, raise_oom=False):
-        _pace(self).validated = True
+        _pace(self).validating()
         return fairseq_valid_step(self, sample, raise_oom)
 
     def get_train_iterator(self, epoch, *args, **kwargs):
