@@ -6,9 +6,11 @@ never.  The first update (data loading, allocations, candidate lists) is not
 timed; the pace is measured over the next ``WINDOW_UPDATES`` updates, or as
 many (at least one) as end within ``WINDOW_SECONDS``.  Validation and saving
 are not in it: after the first validation that follows, a second line adds
-what that validation and its checkpoint cost, spread over the updates
-between validations (--validate-interval-updates and --validate-interval),
-and says the time to the budget again.  A busy machine changes both: an
+what that validation and its checkpoint cost (timed from its first step to
+the next update), spread over the updates between validations
+(--validate-interval-updates and --validate-interval), to the updates' own
+pace measured again since the last validation, and says the time to the
+budget again.  A busy machine changes both: an
 estimate, said as one."""
 
 import logging
@@ -100,6 +102,13 @@ def _budget(optimization, epoch_updates):
     return min(budgets) if budgets else None
 
 
+def _to_budget(budget, last: int, sec_per_update: float) -> str:
+    """What is left of ``budget`` (from ``_budget``) after update ``last``, and its time at ``sec_per_update``."""
+    total, name = budget
+    left = max(0, total - last)
+    return f"{name}: {left:,} more updates, about {_minutes(left * sec_per_update)}"
+
+
 def pace_line(sec_per_update: float, first: int, last: int, optimization, epoch_updates=None) -> str:
     """The pace and the time to the budget (``optimization`` is fairseq's cfg.optimization)."""
     line = f"pace: {sec_per_update:.3f} s/update (updates {first}-{last}; validation and saving not included)"
@@ -108,9 +117,7 @@ def pace_line(sec_per_update: float, first: int, last: int, optimization, epoch_
         return line + "; no --max-update or --max-epoch: it runs until stopped" + (
             f" ({epoch_updates:,} updates an epoch, {_minutes(epoch_updates * sec_per_update)})"
             if epoch_updates else "")
-    total, name = budget
-    left = max(0, total - last)
-    return line + f"; {name}: {left:,} more updates, about {_minutes(left * sec_per_update)} at this pace"
+    return line + f"; {_to_budget(budget, last, sec_per_update)} at this pace"
 
 
 def validations_per_update(dataset, epoch_updates=None) -> float:
@@ -144,9 +151,7 @@ def validation_line(sec_per_update: float, validation_seconds: float, last: int,
     budget = _budget(optimization, epoch_updates)
     if budget is None:
         return line
-    total, name = budget
-    left = max(0, total - last)
-    return line + f"; {name}: {left:,} more updates, about {_minutes(left * total_pace)}"
+    return line + f"; {_to_budget(budget, last, total_pace)}"
 
 
 def install():
