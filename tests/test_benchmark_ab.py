@@ -89,7 +89,7 @@ def test_ab_refuses_what_it_cannot_compare(spec, problem):
 
 @pytest.mark.parametrize("spec, problem", [
     ("nope=1", "no setting 'nope'"),
-    ("capture=graphs", "capture=graphs: capture takes one of cuda-graphs, buckets, off"),
+    ("capture=graphs", "capture=graphs: capture takes one of auto, cuda-graphs, buckets, off"),
     ("stop_check_every=often", "stop_check_every=often: stop_check_every takes an int"),
     ("capture", "give a setting's name and its value, e.g. capture=off"),
 ])
@@ -140,7 +140,8 @@ def test_set_applies_each_setting_in_the_worker_before_it_measures(monkeypatch):
     cfg, = benchmark.configurations(benchmark.parse_args(["--modes", "reinforce", *tiny, "--set", specs[0],
                                                           "--set", specs[1]]))
     record = benchmark.worker(cfg)
-    want = EngineSettings(capture="buckets", stop_check_every=8)
+    want = EngineSettings(capture="buckets", stop_check_every=8).on(torch.device("cpu"))  # graphed_pass: off
+    assert want.graphed_pass == "off"
     assert seen == [(want, want)] * 2 and record["set"] == specs  # the warm-up step and the timed one
     cfg, = benchmark.configurations(benchmark.parse_args(["--modes", "ce", *tiny]))
     assert "set" not in benchmark.worker(cfg)

@@ -255,7 +255,8 @@ def test_where_the_bucketed_step_applies():
     assert sampler.captures(transformer.decoder, out, cpu, buckets)
     # the bucketed step runs on the static state
     assert not sampler.captures(transformer.decoder, out, cpu, buckets.changed(static_state=False))
-    with pytest.raises(ValueError, match="--rl-engine capture must be one of cuda-graphs, buckets, off, got 'graphs'"):
+    with pytest.raises(ValueError, match="--rl-engine capture must be one of auto, cuda-graphs, buckets, off, "
+                                         "got 'graphs'"):
         EngineSettings(capture="graphs")
     with pytest.raises(ValueError, match="--rl-engine compile must be one of off, fuse, reduce-overhead, got "
                                          "'max-autotune'"):

@@ -103,7 +103,8 @@ def test_where_it_applies():
     caption = _model("lstm_caption_smallvocab")
     cpu = torch.device("cpu")
     default = EngineSettings()
-    assert default.graphed_pass == "off" and not graphed_pass.applies(lstm.decoder, cpu, default)  # until measured
+    assert default.graphed_pass == "auto" and not graphed_pass.applies(lstm.decoder, cpu, default)  # unresolved
+    assert not graphed_pass.applies(lstm.decoder, cpu, default.on(cpu))  # "auto" on the CPU: off
     assert not graphed_pass.applies(lstm.decoder, cpu, _settings("cuda-graphs"))  # graphs are CUDA's
     buckets = _settings("buckets")
     assert graphed_pass.applies(lstm.decoder, cpu, buckets) and graphed_pass.applies(_model("lstm").decoder, cpu,
@@ -112,7 +113,7 @@ def test_where_it_applies():
     assert not graphed_pass.applies(caption.decoder, cpu, buckets)  # one nn.LSTM call over all steps
     with torch.no_grad():
         assert not graphed_pass.applies(lstm.decoder, cpu, buckets)  # validation and decoding: the decoder's own
-    with pytest.raises(ValueError, match="--rl-engine graphed_pass must be one of cuda-graphs, buckets, off, got "
+    with pytest.raises(ValueError, match="--rl-engine graphed_pass must be one of auto, cuda-graphs, buckets, off, got "
                                          "'graphs'"):
         _settings("graphs")
 

@@ -233,7 +233,8 @@ def test_the_criterion_carries_its_settings_into_the_sample_request():
     (dict(rl_engine="union_max_ratio=nan"), "--rl-engine union_max_ratio must be a finite number > 0"),
     (dict(rl_engine="stored_probs_max_elements=-1"),
      "--rl-engine stored_probs_max_elements and --rl-engine transposed_min_rows must"),
-    (dict(rl_engine="capture=graphs"), "--rl-engine: capture=graphs: capture takes one of cuda-graphs, buckets, off"),
+    (dict(rl_engine="capture=graphs"),
+     "--rl-engine: capture=graphs: capture takes one of auto, cuda-graphs, buckets, off"),
     (dict(rl_engine="capture"), "--rl-engine 'capture': give KEY=VALUE items, comma-separated (e.g. "
                                 "capture=buckets,stop_check_every=4); the keys are capture, compile,"),
     (dict(rl_engine="capture=off,capture=buckets"), "--rl-engine gives capture twice"),
@@ -271,7 +272,7 @@ def test_a_setting_parses_from_text(name, text, value):
     ("nope", "1", "no setting 'nope'; the settings are capture, compile"),
     ("static_state", "maybe", "static_state takes on or off"),
     ("stop_check_every", "1.5", "stop_check_every takes an int"),
-    ("capture", "graphs", "capture takes one of cuda-graphs, buckets, off")])
+    ("capture", "graphs", "capture takes one of auto, cuda-graphs, buckets, off")])
 def test_a_bad_setting_text_is_named(name, text, message):
     with pytest.raises(ValueError, match=message):
         parse(name, text)

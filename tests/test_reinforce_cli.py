@@ -178,34 +178,39 @@ TRANSFORMER_MT = [*MT[:4], "--arch", "transformer", "--encoder-layers", "1", "--
 @pytest.mark.parametrize("small", [True, False])
 def test_fairseq_train_on_a_gpu_replays_what_the_eager_loop_computes(tiny_bin, predictor, tmp_path, arch, small):
     """fairseq-train on one GPU, the way a user runs it: the sampling step captured per bucket
-    (--rl-engine capture=cuda-graphs with untested_cuda_modes=on until this passes; for the LSTM its
-    teacher-forced passes too, graphed_pass=cuda-graphs), while fairseq's
-    DataLoader pins the next batches in a thread of its own, over two epochs of batches and validations.
-    At learning rate 0 (the same weights and draws at every update) and without dropout (the graphed pass
-    draws its masks in an order of its own) each update logs the loss and reward of the eager loop
-    (--rl-engine capture=off), inside predicted vocabularies and with the full softmax."""
+    (--rl-engine capture=cuda-graphs; for the LSTM its teacher-forced passes too, graphed_pass=cuda-graphs),
+    while fairseq's DataLoader pins the next batches in a thread of its own, over two epochs of batches and
+    validations.  At learning rate 0 (the same weights and draws at every update) and without dropout (the
+    graphed pass draws its masks in an order of its own) each update logs the loss and reward of the eager
+    passes (--rl-engine capture=off,graphed_pass=off), inside predicted vocabularies and with the full
+    softmax.  Without --rl-engine ("auto") the step is captured as with the flags."""
     model = [arg for arg in (MT if arch == "lstm_smallvocab" else TRANSFORMER_MT) if arg != "--cpu"]
     args = ["fairseq-train", tiny_bin, *model, "--criterion", "smallvocab_reinforce", "--optimizer", "sgd", "--lr", "0",
             "--max-epoch", "2", "--max-sample-len", "20", "--rl-samples", "2", "--rl-baseline", "loo",
             "--seed", "3", "--no-save", "--dropout", "0",
             *(["--small-vocab-size", "100", "--vocab-predictor", predictor, "--candidates-dir", tmp_path / "cands"]
               if small else ["--small-vocab-size", "0"])]
-    graphed = ",untested_cuda_modes=on" + (",graphed_pass=cuda-graphs" if arch == "lstm_smallvocab" else "")
-    logs = {mode: run([*args, "--rl-engine", f"capture={mode}" + (graphed if mode == "cuda-graphs" else "")])
-            for mode in ("cuda-graphs", "off")}
+    graphed = ",graphed_pass=cuda-graphs" if arch == "lstm_smallvocab" else ""
+    logs = {mode: run([*args, *flags]) for mode, flags in (
+        ("cuda-graphs", ["--rl-engine", "capture=cuda-graphs" + graphed]),
+        ("off", ["--rl-engine", "capture=off,graphed_pass=off"]), ("auto", []))}
 
     def updates(out):
         return [tuple(map(float, match)) for match in re.findall(
             r"train_inner \| .* loss=([-\d.]+), .*\breward=([\d.]+)", out.stdout + out.stderr)]
 
-    captured, eager = updates(logs["cuda-graphs"]), updates(logs["off"])
-    assert len(captured) == len(eager) >= 4
-    for got, want in zip(captured, eager):
+    captured, eager, auto = updates(logs["cuda-graphs"]), updates(logs["off"]), updates(logs["auto"])
+    assert len(captured) == len(eager) == len(auto) >= 4
+    for got, want in [*zip(captured, eager), *zip(auto, eager)]:
         assert got == pytest.approx(want, rel=1e-3, abs=2e-3)
     assert all(len(re.findall(r"valid on 'valid' subset", out.stdout)) == 2 for out in logs.values())
-    captured_log, eager_log = (logs[mode].stdout + logs[mode].stderr for mode in ("cuda-graphs", "off"))
-    assert "captured the sampling step for" in captured_log and "captured the sampling step" not in eager_log
-    assert ("graphed_pass: captured the training pass" in captured_log) == (arch == "lstm_smallvocab")
+    captured_log, eager_log, auto_log = (logs[mode].stdout + logs[mode].stderr for mode in ("cuda-graphs", "off",
+                                                                                           "auto"))
+    assert "captured the sampling step" not in eager_log and "graphed_pass: captured" not in eager_log
+    assert "capture=cuda-graphs, graphed_pass=cuda-graphs (auto)" in auto_log
+    for log in (captured_log, auto_log):
+        assert "captured the sampling step for" in log
+        assert ("graphed_pass: captured the training pass" in log) == (arch == "lstm_smallvocab")
 
 
 @pytest.mark.slow

@@ -2,6 +2,8 @@
 (the flags' ranges, the reward, the samples a baseline needs), and before drawing
 (a temperature whose scaled logits overflow, samples that cannot fit in memory)."""
 
+import logging
+
 import pytest
 import torch
 from helpers import B, K, _crit, _setup
@@ -108,10 +110,10 @@ def test_a_cuda_only_mode_asked_for_on_the_cpu_is_said_to_run_as_off(caplog):
 
 
 def test_a_device_mode_not_yet_tested_on_a_gpu_is_refused_there_naming_its_flag():
-    """--rl-engine capture=cuda-graphs, compile=fuse / reduce-overhead and graphed_pass=cuda-graphs have
-    not passed their tests on a GPU: off by default, refused on a CUDA device (by the criterion at its first
-    batch and by the engine's call), each named; --rl-engine untested_cuda_modes=on runs them; the CPU refuses
-    nothing (there they run as their CPU tests say)."""
+    """--rl-engine compile=fuse / reduce-overhead have not run their benchmark step on a GPU: off by default,
+    refused on a CUDA device (by the criterion at its first batch and by the engine's call), each named;
+    --rl-engine untested_cuda_modes=on runs them; the CPU refuses nothing (there they run as their CPU tests
+    say).  The captured sampling step and graphed pass passed theirs: asked for, they run."""
     from fairseq_smallvocab.engine.settings import UNTESTED_ON_CUDA, EngineSettings
 
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
@@ -127,13 +129,49 @@ def test_a_device_mode_not_yet_tested_on_a_gpu_is_refused_there_naming_its_flag(
         assert seen in asked.untested_on(cuda)[0]
         asked.check_device(cpu)
         asked.changed(untested_cuda_modes=True).check_device(cuda)
+    assert sorted(UNTESTED_ON_CUDA) == [("compile", "fuse"), ("compile", "reduce-overhead")]
     both = default.changed(capture="cuda-graphs", graphed_pass="cuda-graphs")
-    assert [m.split(" (")[0] for m in both.untested_on(cuda)] == [
-        "--rl-engine capture=cuda-graphs", "--rl-engine graphed_pass=cuda-graphs"]
+    assert both.untested_on(cuda) == []
+    assert [m.split(" (")[0] for m in both.changed(compile="fuse").untested_on(cuda)] == ["--rl-engine compile=fuse"]
     # the criterion: at its first batch, from its flags
     _, task, _ = _setup()
     crit = _crit(task, rl_baseline="none", rl_engine="compile=fuse")
     with pytest.raises(ValueError, match="^--rl-engine compile=fuse"):
         crit.say_what_runs(cuda)
     _crit(task, rl_baseline="none", rl_engine="compile=fuse,untested_cuda_modes=on").settings.check_device(cuda)
-    assert _crit(task, rl_baseline="none").settings.capture == "off"
+    assert _crit(task, rl_baseline="none").settings.capture == "auto"
+
+
+def test_auto_captures_on_a_cuda_device_and_runs_eagerly_elsewhere(monkeypatch, caplog):
+    """The default capture and graphed_pass, "auto": "cuda-graphs" on a CUDA device without autocast (their
+    tests passed on a GPU, and they made the step faster there), "off" on the CPU and under autocast, so the
+    CPU's default step stays on the eager passes; what the user set is kept.  The criterion chooses at its
+    first batch, says so, and from then on runs the device passes on a GPU."""
+    from fairseq_smallvocab.engine.settings import EngineSettings
+
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    default = EngineSettings()
+    assert (default.capture, default.graphed_pass, default.passes) == ("auto", "auto", "eager")
+    on_cpu, on_cuda = default.on(cpu), default.on(cuda)
+    assert (on_cpu.capture, on_cpu.graphed_pass, on_cpu.passes) == ("off", "off", "eager")
+    assert (on_cuda.capture, on_cuda.graphed_pass, on_cuda.passes) == ("cuda-graphs", "cuda-graphs", "device")
+    assert on_cuda.on(cuda) is on_cuda and on_cuda.on(cpu) is on_cuda  # chosen once
+    kept = default.changed(capture="buckets").on(cuda)
+    assert (kept.capture, kept.graphed_pass) == ("buckets", "cuda-graphs")
+    assert default.changed(capture="off").on(cuda).capture == "off"
+    assert default.changed(merged_pass=True).passes == "device"
+    _, task, _ = _setup()
+    crit = _crit(task, rl_baseline="none")
+    crit.say_what_runs(cpu)
+    assert (crit.settings.capture, crit.passes.name) == ("off", "eager")
+    crit = _crit(task, rl_baseline="none")
+    with caplog.at_level(logging.INFO, logger="fairseq_smallvocab.criterions.smallvocab_reinforce"):
+        crit.say_what_runs(cuda)
+    assert (crit.settings.capture, crit.settings.graphed_pass, crit.passes.name) == ("cuda-graphs", "cuda-graphs",
+                                                                                  "device")
+    assert "on cuda, capture=cuda-graphs, graphed_pass=cuda-graphs (auto)" in caplog.text
+    monkeypatch.setattr(torch, "is_autocast_enabled", lambda *device_type: True)  # --amp
+    assert default.on(cuda) == on_cpu
+    crit = _crit(task, rl_baseline="none", rl_engine="graphed_pass=buckets")
+    crit.say_what_runs(cuda)
+    assert (crit.settings.capture, crit.settings.graphed_pass) == ("off", "buckets")

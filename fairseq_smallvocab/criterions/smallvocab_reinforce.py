@@ -44,6 +44,7 @@ from fairseq_smallvocab.candidates.space import candidate_positions
 from fairseq_smallvocab.compat.registry import register_alias
 from fairseq_smallvocab.engine import passes
 from fairseq_smallvocab.engine.request import SampleRequest, check_memory, sample_limits
+from fairseq_smallvocab.engine.settings import AUTO
 from fairseq_smallvocab.output.chunked_ce import full_cross_entropy
 from fairseq_smallvocab.reinforce import logs, objective
 from fairseq_smallvocab.reinforce.config import SmallVocabReinforceConfig, check_config
@@ -276,9 +277,15 @@ class SmallVocabReinforceCriterion(FairseqCriterion):
     logging_output = staticmethod(logs.batch_log)
 
     def say_what_runs(self, device):
-        """At the first batch: what the settings' passes run on this device (an untested GPU mode refused,
-        a CUDA-only mode that cannot run here said so: ``engine.passes``)."""
+        """At the first batch: the settings' "auto" modes chosen for this device (``EngineSettings.on``), and
+        what their passes run here (an untested GPU mode refused, a CUDA-only mode that cannot run here said so:
+        ``engine.passes``)."""
         if not self._said_what_runs:
+            chosen = self.settings.on(device)
+            if chosen != self.settings:
+                picked = [f"{name}={getattr(chosen, name)}" for name in AUTO if getattr(self.settings, name) == "auto"]
+                logger.info(f"smallvocab_reinforce: on {device}, {', '.join(picked)} (auto)")
+                self.settings, self.passes = chosen, passes.of(chosen)
             self.passes.say_what_runs(self.settings, device)
             self._said_what_runs = True
 

@@ -19,13 +19,16 @@ Fields (each a key of ``--rl-engine`` but ``full_softmax``, the flag
 
 - ``capture``: the sampling step: "cuda-graphs" (captured per shape bucket and
   replayed per token on CUDA, eager elsewhere), "buckets" (the same bucketed
-  step run eagerly, any device), "off" (the eager loop; the default).
+  step run eagerly, any device), "off" (the eager loop), "auto" (the default:
+  "cuda-graphs" on a CUDA device without autocast, "off" elsewhere; ``on``).
 - ``compile``: ``torch.compile`` of the bucketed step: "off", "fuse"
   (inductor's kernels, captured as ``capture`` says), "reduce-overhead"
   (inductor's own graphs).
 - ``graphed_pass``: a recurrent decoder's teacher-forced passes with
   gradient: "cuda-graphs" (replayed with their backward on CUDA), "buckets"
-  (the same, eagerly), "off" (the decoder's own pass).
+  (the same, eagerly), "off" (the decoder's own pass), "auto" (the default, as
+  for ``capture``).  The criterion resolves "auto" for its device at the first
+  batch (``on``); a caller that never does runs it as "off".
 - ``full_softmax``: how the full softmax (no candidates) makes REINFORCE's
   log-probabilities: "plain" (the gold targets' B x T x |V| logits and
   log-softmax, the sampling loop's step probabilities kept for the
@@ -61,12 +64,17 @@ Fields (each a key of ``--rl-engine`` but ``full_softmax``, the flag
 import math
 from dataclasses import dataclass, fields, replace
 
+import torch
+
 from fairseq_smallvocab.output.restricted import UNION_MAX_RATIO
 from fairseq_smallvocab.output.union_scorer import TRANSPOSED_MIN_ROWS
 
-CAPTURE_MODES = ("cuda-graphs", "buckets", "off")
+CAPTURE_MODES = ("auto", "cuda-graphs", "buckets", "off")
 COMPILE_MODES = ("off", "fuse", "reduce-overhead")
-GRAPHED_PASS_MODES = ("cuda-graphs", "buckets", "off")
+GRAPHED_PASS_MODES = ("auto", "cuda-graphs", "buckets", "off")
+# the modes that "auto" picks on a CUDA device (their tests passed on an H200 on 2026-12-04, and each made the
+# REINFORCE step faster there: docs/results.md#device-modes-on-a-gpu); "off" elsewhere
+AUTO = ("capture", "graphed_pass")
 FULL_SOFTMAX_MODES = ("plain", "chunked")
 _CHOICES = {"capture": CAPTURE_MODES, "compile": COMPILE_MODES, "graphed_pass": GRAPHED_PASS_MODES,
             "full_softmax": FULL_SOFTMAX_MODES}
@@ -77,19 +85,17 @@ _ON_OFF = {"on": True, "true": True, "off": False, "false": False}
 # the device modes that have not passed their tests on a GPU, and what was seen there: on a CUDA device each is
 # refused unless ``untested_cuda_modes`` (docs/results.md#device-modes-on-a-gpu says what ran where)
 UNTESTED_ON_CUDA = {
-    ("capture", "cuda-graphs"): "tests/test_capture.py did not finish on an H200 (2026-11-27; hang or slowness "
-                                "not told apart)",
-    ("compile", "fuse"): "the base Transformer's step failed to compile on an H200 (2026-11-27: InductorError, "
-                         "list indices must be integers or slices, not NoneType)",
-    ("compile", "reduce-overhead"): "never run on a GPU",
-    ("graphed_pass", "cuda-graphs"): "11 of 51 of tests/test_graphed_pass.py failed on an H200 (2026-11-27: "
-                                     "cuDNN's RNN backward in eval mode, a capture made the legacy stream wait); "
-                                     "changed since, not yet run on a GPU again",
+    ("compile", "fuse"): "tests/test_capture.py's compiled steps passed on an H200 (2026-12-04), but the base "
+                         "Transformer's benchmark step, which failed to compile there on 2026-11-27 (InductorError), "
+                         "has not run again",
+    ("compile", "reduce-overhead"): "tests/test_capture.py's compiled steps passed on an H200 (2026-12-04); no "
+                                    "benchmark step has run with it",
 }
 
 
-# the settings whose non-default values run ``engine/device_modes/`` (the others are the eager path's own)
+# the settings whose values other than these run ``engine/device_modes/`` (the others are the eager path's own)
 DEVICE_MODES = ("capture", "compile", "graphed_pass", "merged_pass")
+_OFF = ("off", "auto", False)
 
 
 # the one setting with a flag of its own; the others are keys of --rl-engine
@@ -107,9 +113,9 @@ def flag(name: str, value=None) -> str:
 class EngineSettings:
     """How a step runs on the device (see the module); hashable, so it is part of bucket keys."""
 
-    capture: str = "off"
+    capture: str = "auto"
     compile: str = "off"
-    graphed_pass: str = "off"
+    graphed_pass: str = "auto"
     full_softmax: str = "plain"
     merged_pass: bool = False
     static_state: bool = True
@@ -163,12 +169,20 @@ class EngineSettings:
                              f"{device}; leave it at its default, or pass {flag('untested_cuda_modes', 'on')} to run "
                              "it anyway (its results unchecked)")
 
+    def on(self, device) -> "EngineSettings":
+        """These settings for ``device``: each "auto" mode (``AUTO``) "cuda-graphs" on a CUDA device where graphs
+        can be captured (autocast off: ``--amp`` turns it on), "off" elsewhere; the modes a user set kept."""
+        cuda = getattr(device, "type", str(device)) == "cuda" and not torch.is_autocast_enabled("cuda")
+        chosen = {name: "cuda-graphs" if cuda else "off" for name in AUTO if getattr(self, name) == "auto"}
+        return replace(self, **chosen) if chosen else self
+
     @property
     def passes(self) -> str:
         """The passes these settings run (``engine.passes.of``): "device" where a device mode is on (capture,
-        compile, graphed_pass, merged_pass: ``engine/device_modes/``), else "eager".  Asked on every pass, so it
-        reads the fields' defaults off the class rather than build (and check) a default object each time."""
-        on = any(getattr(self, name) != getattr(EngineSettings, name) for name in DEVICE_MODES)
+        compile, graphed_pass, merged_pass: ``engine/device_modes/``), else "eager" ("auto" not yet resolved by
+        ``on`` runs as "off").  Asked on every pass, so it compares with constants rather than build (and check)
+        a default object each time."""
+        on = any(getattr(self, name) not in _OFF for name in DEVICE_MODES)
         return "device" if on else "eager"
 
     def changed(self, **values) -> "EngineSettings":

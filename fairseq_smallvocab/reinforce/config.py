@@ -66,10 +66,11 @@ class SmallVocabReinforceConfig(FairseqDataclass):
     # how the step runs on the device: ``engine.settings.EngineSettings`` (None: its default)
     rl_engine: Optional[str] = field(
         default=None, metadata={"help": "how the step runs on the device, as KEY=VALUE,... (e.g. "
-                                        "capture=buckets,stop_check_every=4; none: the eager passes). Keys: "
-                                        + ", ".join(ENGINE_KEYS) + "; the CUDA modes (capture=cuda-graphs, "
-                                        "compile, graphed_pass=cuda-graphs) have not passed their tests on a GPU "
-                                        "and are refused there unless untested_cuda_modes=on "
+                                        "capture=buckets,stop_check_every=4; none: the defaults, the sampling step "
+                                        "and a recurrent decoder's passes captured as CUDA graphs on a GPU, eager "
+                                        "elsewhere). Keys: "
+                                        + ", ".join(ENGINE_KEYS) + "; compile has not passed its tests on a GPU "
+                                        "and is refused there unless untested_cuda_modes=on "
                                         "(fairseq_smallvocab/engine/settings.py says what each does)"})
     rl_full_softmax: Optional[FULL_SOFTMAX_CHOICES] = field(
         default=None, metadata={"help": "without candidates (the full softmax): plain (the default: the targets' "

@@ -82,6 +82,7 @@ def train_worker(cfg: dict) -> dict:
         engine_settings = engine_settings.changed(full_softmax="chunked")
 
     def use(settings):  # how the step runs: REINFORCE's from its criterion, a CE pass's from the model
+        settings = settings.on(device)  # "auto" chosen for the device, as the criterion does at its first batch
         model.engine_settings = settings
         if isinstance(criterion, SmallVocabReinforceCriterion):
             criterion.settings = settings
@@ -141,7 +142,7 @@ def train_worker(cfg: dict) -> dict:
         sec_per_step = statistics.median(ab["ab_rounds"][0] + ab["ab_rounds"][1])
     elif cfg.get("floor"):  # (never with --phases)
         floor = floor_steps(cfg, step, samples, sample_lens, torch.manual_seed, snapshot, restore, sync=sync,
-                            eager=lambda: _eager_program(use, engine_settings))
+                            eager=lambda: _eager_program(use, engine_settings.on(device)))
         sec_per_step = floor.pop("sec_per_step")
     else:
         for sample in samples[: cfg["warmup"]]:

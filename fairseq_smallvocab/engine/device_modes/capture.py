@@ -91,8 +91,8 @@ _POOLS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 def applies(decoder, encoder_out, device, settings: EngineSettings) -> bool:
     """Whether the bucketed step (captured on CUDA) applies to this decoder and device (``sampling.captures``
-    also asks whether the static state is on)."""
-    if settings.capture == "off" or (settings.capture == "cuda-graphs" and not capturable(device)):
+    also asks whether the static state is on; "auto" not resolved by ``EngineSettings.on`` runs as "off")."""
+    if settings.capture in ("off", "auto") or (settings.capture == "cuda-graphs" and not capturable(device)):
         return False
     return has_static_state(decoder, encoder_out)
 
