@@ -393,6 +393,29 @@ def test_graph_replay_equals_the_eager_loop_over_buckets_and_updates(name, small
 
 @cuda
 @pytest.mark.parametrize("name", ["transformer", "lstm_smallvocab"])
+def test_half_precision_replays_draw_what_the_eager_loop_draws(name):
+    """fairseq's --fp16 casts the model (no autocast), and "auto" captures on a GPU then too: the bucket is
+    captured in half precision (its key says so) and its replays draw the eager half-precision loop's
+    samples, over two buckets."""
+    model = _model(name, "cuda").half()
+    vocab = len(model.decoder.dictionary)
+    capture._BUCKETS.drop(model.decoder)
+    for n, steps in ((1, 4), (3, 9), (3, 9)):
+        encoder_out = _inputs(model, n, 1)[0]
+        rows = 5 * n
+        candidates = candidate_batch(12, vocab, bsz=rows).cuda()
+        max_lens = torch.arange(rows, device="cuda") % steps + 1
+        got = _draw(model, encoder_out, candidates, max_lens, "cuda-graphs", keep_probs=True)
+        want = _draw(model, encoder_out, candidates, max_lens, "off", keep_probs=True)
+        assert torch.equal(got.tokens, want.tokens) and torch.equal(got.mask, want.mask)
+        torch.testing.assert_close(got.probs[want.mask].float(), want.probs[want.mask].float(), atol=1e-3,
+                                   rtol=1e-2)
+    keys = list(capture._BUCKETS.of(model.decoder))
+    assert len(keys) == 2 and all(torch.half in key for key in keys)
+
+
+@cuda
+@pytest.mark.parametrize("name", ["transformer", "lstm_smallvocab"])
 @pytest.mark.parametrize("compile_mode", ["fuse", "reduce-overhead"])
 def test_a_compiled_step_replays_what_the_eager_loop_draws(name, compile_mode):
     """compile on CUDA: inductor's kernels captured by hand ("fuse") or by inductor ("reduce-overhead") draw
