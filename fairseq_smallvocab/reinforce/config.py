@@ -69,8 +69,8 @@ class SmallVocabReinforceConfig(FairseqDataclass):
                                         "capture=buckets,stop_check_every=4; none: the defaults, the sampling step "
                                         "and a recurrent decoder's passes captured as CUDA graphs on a GPU, eager "
                                         "elsewhere). Keys: "
-                                        + ", ".join(ENGINE_KEYS) + "; compile has not passed its tests on a GPU "
-                                        "and is refused there unless untested_cuda_modes=on "
+                                        + ", ".join(ENGINE_KEYS) + "; compile is refused on a GPU until its benchmark "
+                                        "step has run there, unless untested_cuda_modes=on "
                                         "(fairseq_smallvocab/engine/settings.py says what each does)"})
     rl_full_softmax: Optional[FULL_SOFTMAX_CHOICES] = field(
         default=None, metadata={"help": "without candidates (the full softmax): plain (the default: the targets' "
