@@ -1,6 +1,8 @@
-"""The engine's optional device modes: each off by default, each switched on
-by one of ``EngineSettings``' fields (the criterion's ``--rl-engine`` keys,
-``benchmark.py --ab NAME=A,B``).  Settings with one on name the "device"
+"""The engine's device modes: the captured sampling step and graphed pass on
+by default on a GPU ("auto", resolved per device: ``EngineSettings.on``),
+the others off; each switched by one of ``EngineSettings``' fields (the
+criterion's ``--rl-engine`` keys, ``benchmark.py --ab NAME=A,B``).
+Settings with one on name the "device"
 passes (``EngineSettings.passes``), which ``engine.passes.of`` imports this
 package for; ``DevicePasses`` below plugs the modes into the seam's passes,
 each mode run where it applies and the eager pass otherwise:
@@ -15,9 +17,9 @@ each mode run where it applies and the eager pass otherwise:
 - ``buckets``: what the captures share (shape buckets, their store, padding,
   a capture's errors named).
 
-A CUDA mode is refused on a GPU until it has passed its tests there
-(``settings.UNTESTED_ON_CUDA``); each is tested on the CPU against the
-default path (``tests/test_capture.py``, ``test_graphed_pass.py``,
+A CUDA mode is refused on a GPU until it has passed its checks there
+(``settings.UNTESTED_ON_CUDA``: the compile modes); each is tested on the CPU
+against the default path (``tests/test_capture.py``, ``test_graphed_pass.py``,
 ``test_merged_pass.py``).
 """
 
