@@ -143,10 +143,11 @@ def test_a_device_mode_not_yet_tested_on_a_gpu_is_refused_there_naming_its_flag(
 
 
 def test_auto_captures_on_a_cuda_device_and_runs_eagerly_elsewhere(monkeypatch, caplog):
-    """The default capture and graphed_pass, "auto": "cuda-graphs" on a CUDA device without autocast (their
-    tests passed on a GPU, and they made the step faster there), "off" on the CPU and under autocast, so the
-    CPU's default step stays on the eager passes; what the user set is kept.  The criterion chooses at its
-    first batch, says so, and from then on runs the device passes on a GPU."""
+    """The default capture and graphed_pass, "auto": "cuda-graphs" on a CUDA device without autocast, in one
+    process (their tests passed on a GPU, and they made the step faster there), "off" on the CPU, under
+    autocast and beside other processes (untested there), so the CPU's default step stays on the eager
+    passes; what the user set is kept.  The criterion chooses at its first batch, says so (on a GPU, with
+    the reason where it chose "off"), and from then on runs the device passes on a GPU."""
     from fairseq_smallvocab.engine.settings import EngineSettings
 
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
@@ -170,8 +171,17 @@ def test_auto_captures_on_a_cuda_device_and_runs_eagerly_elsewhere(monkeypatch, 
     assert (crit.settings.capture, crit.settings.graphed_pass, crit.passes.name) == ("cuda-graphs", "cuda-graphs",
                                                                                   "device")
     assert "on cuda, capture=cuda-graphs, graphed_pass=cuda-graphs (auto)" in caplog.text
+    with monkeypatch.context() as patched:  # two processes
+        patched.setattr(torch.distributed, "is_initialized", lambda: True)
+        patched.setattr(torch.distributed, "get_world_size", lambda *group: 2)
+        assert default.on(cuda) == on_cpu
+        patched.setattr(torch.distributed, "get_world_size", lambda *group: 1)
+        assert default.on(cuda) == on_cuda
     monkeypatch.setattr(torch, "is_autocast_enabled", lambda *device_type: True)  # --amp
     assert default.on(cuda) == on_cpu
     crit = _crit(task, rl_baseline="none", rl_engine="graphed_pass=buckets")
-    crit.say_what_runs(cuda)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="fairseq_smallvocab.criterions.smallvocab_reinforce"):
+        crit.say_what_runs(cuda)
     assert (crit.settings.capture, crit.settings.graphed_pass) == ("off", "buckets")
+    assert "on cuda, capture=off (auto: autocast is on (--amp))" in caplog.text

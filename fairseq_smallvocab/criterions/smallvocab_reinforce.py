@@ -44,7 +44,7 @@ from fairseq_smallvocab.candidates.space import candidate_positions
 from fairseq_smallvocab.compat.registry import register_alias
 from fairseq_smallvocab.engine import passes
 from fairseq_smallvocab.engine.request import SampleRequest, check_memory, sample_limits
-from fairseq_smallvocab.engine.settings import AUTO
+from fairseq_smallvocab.engine.settings import AUTO, why_auto_is_off
 from fairseq_smallvocab.output.chunked_ce import full_cross_entropy
 from fairseq_smallvocab.reinforce import logs, objective
 from fairseq_smallvocab.reinforce.config import SmallVocabReinforceConfig, check_config
@@ -284,7 +284,10 @@ class SmallVocabReinforceCriterion(FairseqCriterion):
             chosen = self.settings.on(device)
             if chosen != self.settings:
                 picked = [f"{name}={getattr(chosen, name)}" for name in AUTO if getattr(self.settings, name) == "auto"]
-                logger.info(f"smallvocab_reinforce: on {device}, {', '.join(picked)} (auto)")
+                why = why_auto_is_off(device)
+                if device.type == "cuda":  # (the CPU's default, the eager passes, goes without saying)
+                    logger.info(f"smallvocab_reinforce: on {device}, {', '.join(picked)} (auto{': ' if why else ''}"
+                                f"{why})")
                 self.settings, self.passes = chosen, passes.of(chosen)
             self.passes.say_what_runs(self.settings, device)
             self._said_what_runs = True

@@ -20,7 +20,7 @@ Fields (each a key of ``--rl-engine`` but ``full_softmax``, the flag
 - ``capture``: the sampling step: "cuda-graphs" (captured per shape bucket and
   replayed per token on CUDA, eager elsewhere), "buckets" (the same bucketed
   step run eagerly, any device), "off" (the eager loop), "auto" (the default:
-  "cuda-graphs" on a CUDA device without autocast, "off" elsewhere; ``on``).
+  "cuda-graphs" on one CUDA device without autocast, "off" elsewhere; ``on``).
 - ``compile``: ``torch.compile`` of the bucketed step: "off", "fuse"
   (inductor's kernels, captured as ``capture`` says), "reduce-overhead"
   (inductor's own graphs).
@@ -102,6 +102,20 @@ _OFF = ("off", "auto", False)
 OWN_FLAG = {"full_softmax": "--rl-full-softmax"}
 
 
+def why_auto_is_off(device) -> str:
+    """Why "auto" runs as "off" on ``device`` ("" where it captures): not a CUDA device, autocast (``--amp``: no
+    graphs under it), or several processes (torch.distributed with a world size above 1: the modes' tests there
+    need two GPUs, which no test machine has had)."""
+    if getattr(device, "type", str(device)) != "cuda":
+        return f"{device} is not a CUDA device"
+    if torch.is_autocast_enabled("cuda"):
+        return "autocast is on (--amp)"
+    distributed = torch.distributed
+    if distributed.is_available() and distributed.is_initialized() and distributed.get_world_size() > 1:
+        return "several processes train (not yet tested with several GPUs)"
+    return ""
+
+
 def flag(name: str, value=None) -> str:
     """How a user sets ``name`` (to ``value``): ``--rl-engine name=value``, or its own flag."""
     if name in OWN_FLAG:
@@ -171,8 +185,10 @@ class EngineSettings:
 
     def on(self, device) -> "EngineSettings":
         """These settings for ``device``: each "auto" mode (``AUTO``) "cuda-graphs" on a CUDA device where graphs
-        can be captured (autocast off: ``--amp`` turns it on), "off" elsewhere; the modes a user set kept."""
-        cuda = getattr(device, "type", str(device)) == "cuda" and not torch.is_autocast_enabled("cuda")
+        can be captured (autocast off: ``--amp`` turns it on) by one process alone, "off" elsewhere and with
+        several processes (their tests need two GPUs, which no test machine has had); the modes a user set
+        kept."""
+        cuda = not why_auto_is_off(device)
         chosen = {name: "cuda-graphs" if cuda else "off" for name in AUTO if getattr(self, name) == "auto"}
         return replace(self, **chosen) if chosen else self
 
