@@ -225,8 +225,11 @@ def test_distributed_reinforce_on_a_transformer_with_gloo(tiny_bin, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs (PyTorch DDP, NCCL)")
-def test_distributed_data_parallel_on_gpus(tiny_bin, ce_checkpoint, tmp_path):
-    _launch_two(tiny_bin, ce_checkpoint, tmp_path / "rl", ["--rl-baseline", "self-critical"])
+@pytest.mark.parametrize("engine", [[], ["--rl-engine", "capture=cuda-graphs,graphed_pass=cuda-graphs"]])
+def test_distributed_data_parallel_on_gpus(tiny_bin, ce_checkpoint, tmp_path, engine):
+    """Two GPUs, PyTorch's DDP: the default (with several processes "auto" keeps the sampling step and the
+    graphed pass eager) and both captured, as asked for (what "auto" would choose once this passes)."""
+    _launch_two(tiny_bin, ce_checkpoint, tmp_path / "rl", ["--rl-baseline", "self-critical", *engine])
 
 
 def _baseline_worker(rank, port, out):
