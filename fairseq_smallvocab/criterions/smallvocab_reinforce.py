@@ -283,9 +283,10 @@ class SmallVocabReinforceCriterion(FairseqCriterion):
         if not self._said_what_runs:
             chosen = self.settings.on(device)
             if chosen != self.settings:
-                picked = [f"{name}={getattr(chosen, name)}" for name in AUTO if getattr(self.settings, name) == "auto"]
-                why = why_auto_is_off(device)
                 if device.type == "cuda":  # (the CPU's default, the eager passes, goes without saying)
+                    picked = [f"{name}={getattr(chosen, name)}" for name in AUTO
+                              if getattr(self.settings, name) == "auto"]
+                    why = why_auto_is_off(device)
                     logger.info(f"smallvocab_reinforce: on {device}, {', '.join(picked)} (auto{': ' if why else ''}"
                                 f"{why})")
                 self.settings, self.passes = chosen, passes.of(chosen)

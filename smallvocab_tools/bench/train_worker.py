@@ -77,12 +77,13 @@ def train_worker(cfg: dict) -> dict:
         samples = [_synthetic_batch(cfg, cfg["batch"], device)] * count
         epoch_sentences = cfg["epoch_sentences"]
     cfg["d"] = cfg["d"] or model.output_weights()[0].size(1)  # a fairseq arch's (or --model-args') own d
-    engine_settings = settings_for(cfg.get("set"))  # (not ``base``: the memory baseline below)
+    # (not ``base``: the memory baseline below); "auto" chosen for the device, as the criterion does
+    engine_settings = settings_for(cfg.get("set")).on(device)
     if cfg["softmax"] == "chunked":  # the full softmax made chunk by chunk (no candidates: K = 0)
         engine_settings = engine_settings.changed(full_softmax="chunked")
 
     def use(settings):  # how the step runs: REINFORCE's from its criterion, a CE pass's from the model
-        settings = settings.on(device)  # "auto" chosen for the device, as the criterion does at its first batch
+        settings = settings.on(device)  # (an --ab arm may ask for "auto")
         model.engine_settings = settings
         if isinstance(criterion, SmallVocabReinforceCriterion):
             criterion.settings = settings
@@ -142,7 +143,7 @@ def train_worker(cfg: dict) -> dict:
         sec_per_step = statistics.median(ab["ab_rounds"][0] + ab["ab_rounds"][1])
     elif cfg.get("floor"):  # (never with --phases)
         floor = floor_steps(cfg, step, samples, sample_lens, torch.manual_seed, snapshot, restore, sync=sync,
-                            eager=lambda: _eager_program(use, engine_settings.on(device)))
+                            eager=lambda: _eager_program(use, engine_settings))
         sec_per_step = floor.pop("sec_per_step")
     else:
         for sample in samples[: cfg["warmup"]]:

@@ -91,8 +91,9 @@ _POOLS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 def applies(decoder, encoder_out, device, settings: EngineSettings) -> bool:
     """Whether the bucketed step (captured on CUDA) applies to this decoder and device (``sampling.captures``
-    also asks whether the static state is on; "auto" not resolved by ``EngineSettings.on`` runs as "off")."""
-    if settings.capture in ("off", "auto") or (settings.capture == "cuda-graphs" and not capturable(device)):
+    also asks whether the static state is on): "buckets", or "cuda-graphs" where graphs can be captured ("off",
+    and "auto" before ``EngineSettings.on`` chose, do not)."""
+    if not (settings.capture == "buckets" or (settings.capture == "cuda-graphs" and capturable(device))):
         return False
     return has_static_state(decoder, encoder_out)
 

@@ -87,9 +87,11 @@ def _parts(decoder):
 
 
 def applies(decoder, device, settings: EngineSettings) -> bool:
-    """Whether ``extract_features`` runs the bucketed pass (captured on CUDA) for this decoder and device ("auto"
-    not resolved by ``EngineSettings.on`` runs as "off")."""
-    if settings.graphed_pass in ("off", "auto") or not torch.is_grad_enabled() or _parts(decoder) is None:
+    """Whether ``extract_features`` runs the bucketed pass (captured on CUDA) for this decoder and device:
+    "buckets", or "cuda-graphs" where graphs can be captured ("off", and "auto" before ``EngineSettings.on``
+    chose, do not)."""
+    if settings.graphed_pass not in ("buckets", "cuda-graphs") or not torch.is_grad_enabled() \
+            or _parts(decoder) is None:
         return False
     return settings.graphed_pass == "buckets" or capturable(device)
 
