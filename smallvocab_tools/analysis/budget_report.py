@@ -123,7 +123,7 @@ def table(records: List[dict], rows: List[dict], decode: str = "test beam 5") ->
     for r in sorted(records, key=lambda r: (r["arm"] != "start", r["arm"], r["k"], r["seed"])):
         ratio = r["decodes"].get(decode, {}).get("length_ratio")
         if r["arm"] == "start":
-            cells = ["the start (CE, converged)", str(r["k"]), "-", "-", "-", "-"]
+            cells = ["the start (CE)", str(r["k"]), "-", "-", "-", "-"]
         else:
             best = max((b for _, b in r["curve"][1:]), default=None)
             cells = [r["arm"], str(r["k"]), str(r["seed"]), f"{r['seconds_per_update']:.2f}", str(r["updates"]),
