@@ -156,6 +156,9 @@ def _reaches(name, value, calls, work, env):
     if name == "SEEDS":  # each seed reaches a fairseq-train
         return all(any(argv[i:i + 2] == ["--seed", seed] for argv in trains for i in range(len(argv)))
                    for seed in value.split())
+    if name == "ARMS":  # each arm trains in its own folder (ARM-sSEED)
+        saves = [argv[argv.index("--save-dir") + 1].rsplit("/", 1)[-1] for argv in trains if "--save-dir" in argv]
+        return all(any(save.startswith(f"{arm}-s") for save in saves) for arm in value.split())
     if name == "CONTROLS" and not value:  # none: no control run
         return not any("/ctl-" in arg for call in calls for arg in call["argv"])
     words = value.split()  # a value built by the shell is not compared; several words reach a command in a row
