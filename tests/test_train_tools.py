@@ -4,6 +4,8 @@ fine-tuning arm's updates."""
 
 import json
 import re
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -127,3 +129,38 @@ def test_budget_probe_times_each_arms_own_fairseq_train_and_sizes_the_budget(tin
     refused = run(["scripts/budget_probe.py", "--json", record, "--budget", "100", "--arm-updates", "rf9"],
                   check=False)
     assert refused.returncode != 0 and "has no arm 'rf9' (it has ce, risk3)" in refused.stderr
+
+
+PROBE_WORKER_WITH_A_BUSY_THREAD = """
+import logging, sys, threading, torch
+from fairseq_cli import train
+from smallvocab_tools.train import budget
+
+def cli_main():  # stands in for a run that --max-update stopped while the data-buffer thread still collates
+    def collate():
+        a = torch.randn(1000)
+        while True:
+            a + a
+    threading.Thread(target=collate, daemon=True).start()
+    logging.basicConfig(level=logging.INFO)
+    logging.getLogger("fairseq_cli.train").info("done training")
+    print("probe_update_seconds 0.5")
+    if sys.argv[1:] == ["--fail"]:
+        raise RuntimeError("the run failed")
+
+train.cli_main = cli_main
+budget.main(["--timed-train", *sys.argv[1:]])
+"""
+
+
+@pytest.mark.slow
+def test_the_probe_worker_exits_0_after_a_good_run_while_a_daemon_thread_still_runs_torch():
+    """A daemon thread inside torch when Python exits aborts the process (exit -6) after a good run; the probe's
+    worker ends without that teardown, its output complete. A failed run still fails."""
+    done = subprocess.run([sys.executable, "-c", PROBE_WORKER_WITH_A_BUSY_THREAD], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert budget.update_seconds(done.stdout, 1, 0) == [0.5] and "done training" in done.stdout
+    failed = subprocess.run([sys.executable, "-c", PROBE_WORKER_WITH_A_BUSY_THREAD, "--fail"], capture_output=True,
+                            text=True, timeout=120)
+    assert failed.returncode != 0 and "the run failed" in failed.stderr

@@ -36,7 +36,16 @@ TIMED = re.compile(r"^probe_update_seconds ([\d.]+)$", re.M)
 
 def timed_train(argv: List[str]):
     """fairseq-train ARGV in this process, printing each update's seconds (``Trainer.train_step``, the device
-    synchronised) as a line ``probe_update_seconds S``."""
+    synchronised) as a line ``probe_update_seconds S``; then the process ends, without the interpreter's teardown.
+
+    Why: ``--max-update`` stops the run while fairseq's data-buffer thread (a daemon, ``--data-buffer-size``) may
+    still be collating the next batches with torch, as it is a few updates in. Python's exit ends such a thread
+    inside torch's GIL release, which aborts the process ("terminate called without an active exception", exit
+    -6; pytorch/pytorch#38228) after a run that went well. This worker saves nothing, so the teardown has nothing
+    to finish: its output is flushed and it exits 0. A run that fails still raises, and exits as it did."""
+    import logging
+    import os
+
     import torch
     from fairseq.trainer import Trainer
     from fairseq_cli import train
@@ -54,6 +63,10 @@ def timed_train(argv: List[str]):
     Trainer.train_step = timed
     sys.argv = ["fairseq-train", *argv]
     train.cli_main()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def update_seconds(log: str, updates: int, skip: int) -> List[float]:
