@@ -21,6 +21,10 @@ command's first ``import fairseq...`` statement, as in a fresh process, and
 hands the command's logging the records the import logged (a warning about
 tensorboardX).
 
+``python tests/forkserver.py --entry PATH ARGS...`` runs one console script
+the same way in its own fresh process, without forking (for commands that
+must run side by side, as the ranks of a distributed run).
+
 Commands that are not Python entry points (``bash``, ``make``,
 ``python -c``), and every command when ``SMALLVOCAB_TEST_FORK=0``, run as
 plain subprocesses (``helpers.run`` decides).
@@ -82,7 +86,6 @@ def _log_like_a_fresh_import():
 
 def _child(request):
     """In the forked child: become the command; never returns."""
-    code = 1
     try:
         os.chdir(request["cwd"] or os.getcwd())
         os.environ.clear()
@@ -97,7 +100,20 @@ def _child(request):
         sys.stdin = sys.__stdin__ = open(0, closefd=False)
         sys.stdout = sys.__stdout__ = open(1, "w", buffering=1, closefd=False)
         sys.stderr = sys.__stderr__ = open(2, "w", buffering=1, closefd=False)
-        kind, argv = request["kind"], request["argv"]
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        os._exit(1)
+    run_and_leave(request["kind"], request["argv"])
+
+
+def run_and_leave(kind, argv):
+    """Run the command in this process, then its atexit handlers, and leave with its exit status without the
+    interpreter's teardown (in which a torch thread that still holds work, as fairseq's data-buffer thread or
+    gloo's run loop, aborts the process: pytorch/pytorch#38228); never returns."""
+    code = 1
+    try:
         _log_like_a_fresh_import()
         import runpy
 
@@ -174,4 +190,6 @@ def serve():
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--entry"]:  # one console script in this process: forkserver.py --entry PATH ARGS...
+        run_and_leave("entry", sys.argv[2:])
     serve()

@@ -83,15 +83,19 @@ def free_port() -> int:
 
 def launch_two(args):
     """Two fairseq-train workers (ranks 0 and 1) of one distributed run with ``args`` (the training's own,
-    the backend's included), each a plain subprocess with one thread: their outputs, each asserted to
-    have exited 0. Only tests marked ``slow`` may (as ``run``)."""
+    the backend's included), each a subprocess with one thread: their outputs, each asserted to have exited
+    0. Each runs fairseq-train through ``forkserver.py --entry``, which leaves without the interpreter's
+    teardown as the fork server's commands do: in that teardown gloo's run-loop thread may still be
+    releasing the last collective's tensors and abort a worker that has finished its work. Only tests
+    marked ``slow`` may (as ``run``)."""
     if not RUNNING["slow"]:
         raise AssertionError("two fairseq-train workers: a test that runs them must be marked @pytest.mark.slow")
     port = free_port()
-    exe = str(Path(sys.executable).parent / "fairseq-train")
+    exe = [sys.executable, str(Path(__file__).with_name("forkserver.py")), "--entry",
+           str(Path(sys.executable).parent / "fairseq-train")]
     procs = []
     for rank in (0, 1):
-        ranked = [exe, *map(str, args), "--distributed-init-method", f"tcp://127.0.0.1:{port}",
+        ranked = [*exe, *map(str, args), "--distributed-init-method", f"tcp://127.0.0.1:{port}",
                   "--distributed-world-size", "2", "--distributed-rank", str(rank), "--distributed-no-spawn",
                   "--device-id", str(rank)]
         procs.append(subprocess.Popen(ranked, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

@@ -1,7 +1,9 @@
 """The slow tier's fork server (forkserver.py) runs a command as a fresh interpreter would:
 the same arguments, directory, environment, input, output streams, exit status and logging."""
 
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from helpers import run
@@ -53,3 +55,40 @@ def test_console_scripts_and_modules_are_forked_with_their_exit_status(monkeypat
     assert "--user-dir" in run(["fairseq-train", "--help"]).stdout
     out = run([sys.executable, "-m", "smallvocab_tools.bench.benchmark", "--help"]).stdout
     assert "--sample-limit" in out
+
+
+BUSY_PLUGIN = """
+import threading
+
+import torch
+
+
+def _collate():  # as fairseq's data-buffer thread collating the next batch when a run stops
+    a = torch.randn(1000)
+    while True:
+        a + a
+
+
+threading.Thread(target=_collate, daemon=True).start()
+print("a busy thread started")
+"""
+
+
+@pytest.mark.slow
+def test_one_console_script_runs_in_its_own_process_and_leaves_without_teardown(tmp_path):
+    """``forkserver.py --entry`` (the ranks of a distributed test) runs a console script as a fresh interpreter
+    would, with its exit status and whole output, and a torch thread still busy at the end does not abort it
+    (in the interpreter's teardown it would: pytorch/pytorch#38228)."""
+    plugin = tmp_path / "busy"
+    plugin.mkdir()
+    (plugin / "__init__.py").write_text(BUSY_PLUGIN)
+    entry = [sys.executable, str(Path(__file__).with_name("forkserver.py")), "--entry",
+             str(Path(sys.executable).parent / "fairseq-train")]
+    helped = subprocess.run([*entry, "--user-dir", plugin, "--help"], capture_output=True, text=True, timeout=300)
+    assert helped.returncode == 0, helped.stderr[-2000:]
+    assert "a busy thread started" in helped.stdout and "--max-update" in helped.stdout
+    assert helped.stdout.rstrip().splitlines()[-1] == subprocess.run(
+        [str(Path(sys.executable).parent / "fairseq-train"), "--help"], capture_output=True, text=True,
+        timeout=300).stdout.rstrip().splitlines()[-1]
+    bad = subprocess.run([*entry, "--no-such-option"], capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 1 and bad.stderr.splitlines()[-1] == "RuntimeError", bad.stderr[-2000:]
