@@ -372,9 +372,11 @@ def trained(ml_bin, tmp_path_factory):
          "--label-smoothing", "0.1", "--max-epoch", "6", "--save-dir", out / "stock"])
     spec = []
     for tgt in ("de", "fr"):
-        run(["fairseq-train", ml_bin, *TRAIN_ARGS, "-s", "en", "-t", tgt, "--max-epoch", "3",
-             "--save-dir", out / f"vp-{tgt}"])
-        spec.append(f"en-{tgt}:{out / f'vp-{tgt}' / 'checkpoint_last.pt'}")
+        vp = run(["fairseq-train", ml_bin, *TRAIN_ARGS, "-s", "en", "-t", tgt, "--max-epoch", "3", "--recall-at",
+                  str(K), "--best-checkpoint-metric", f"recall@{K}", "--maximize-best-checkpoint-metric",
+                  "--save-dir", out / f"vp-{tgt}"])
+        assert f"best_recall@{K} " in vp.stdout + vp.stderr  # the best checkpoint is chosen by recall at K
+        spec.append(f"en-{tgt}:{out / f'vp-{tgt}' / 'checkpoint_best.pt'}")
     spec = ",".join(spec)
     result = run(["fairseq-train", ml_bin, *OURS, *MODEL_ARGS, "--vocab-predictor", spec, "--small-vocab-size",
                   str(K), "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
