@@ -81,6 +81,29 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+# fairseq-train run by ``forkserver.py --entry``: in its own process, leaving without the interpreter's teardown
+LEAVING_FAIRSEQ_TRAIN = [sys.executable, str(Path(__file__).with_name("forkserver.py")), "--entry",
+                         str(Path(sys.executable).parent / "fairseq-train")]
+
+# Python code that starts a daemon thread busy in torch, as fairseq's data-buffer thread collating the next
+# batches when --max-update stops a run: in the interpreter's teardown it aborts the process (exit -6,
+# pytorch/pytorch#38228)
+BUSY_TORCH_THREAD = """
+import threading
+
+import torch
+
+
+def _collate():
+    a = torch.randn(1000)
+    while True:
+        a + a
+
+
+threading.Thread(target=_collate, daemon=True).start()
+"""
+
+
 def launch_two(args):
     """Two fairseq-train workers (ranks 0 and 1) of one distributed run with ``args`` (the training's own,
     the backend's included), each a subprocess with one thread: their outputs, each asserted to have exited
@@ -91,11 +114,9 @@ def launch_two(args):
     if not RUNNING["slow"]:
         raise AssertionError("two fairseq-train workers: a test that runs them must be marked @pytest.mark.slow")
     port = free_port()
-    exe = [sys.executable, str(Path(__file__).with_name("forkserver.py")), "--entry",
-           str(Path(sys.executable).parent / "fairseq-train")]
     procs = []
     for rank in (0, 1):
-        ranked = [*exe, *map(str, args), "--distributed-init-method", f"tcp://127.0.0.1:{port}",
+        ranked = [*LEAVING_FAIRSEQ_TRAIN, *map(str, args), "--distributed-init-method", f"tcp://127.0.0.1:{port}",
                   "--distributed-world-size", "2", "--distributed-rank", str(rank), "--distributed-no-spawn",
                   "--device-id", str(rank)]
         procs.append(subprocess.Popen(ranked, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

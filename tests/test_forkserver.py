@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import run
+from helpers import BUSY_TORCH_THREAD, LEAVING_FAIRSEQ_TRAIN, run
 
 SCRIPT = r'''
 import logging, os, sys
@@ -57,21 +57,7 @@ def test_console_scripts_and_modules_are_forked_with_their_exit_status(monkeypat
     assert "--sample-limit" in out
 
 
-BUSY_PLUGIN = """
-import threading
-
-import torch
-
-
-def _collate():  # as fairseq's data-buffer thread collating the next batch when a run stops
-    a = torch.randn(1000)
-    while True:
-        a + a
-
-
-threading.Thread(target=_collate, daemon=True).start()
-print("a busy thread started")
-"""
+BUSY_PLUGIN = BUSY_TORCH_THREAD + 'print("a busy thread started")\n'
 
 
 @pytest.mark.slow
@@ -82,13 +68,12 @@ def test_one_console_script_runs_in_its_own_process_and_leaves_without_teardown(
     plugin = tmp_path / "busy"
     plugin.mkdir()
     (plugin / "__init__.py").write_text(BUSY_PLUGIN)
-    entry = [sys.executable, str(Path(__file__).with_name("forkserver.py")), "--entry",
-             str(Path(sys.executable).parent / "fairseq-train")]
-    helped = subprocess.run([*entry, "--user-dir", plugin, "--help"], capture_output=True, text=True, timeout=300)
+    helped = subprocess.run([*LEAVING_FAIRSEQ_TRAIN, "--user-dir", plugin, "--help"], capture_output=True,
+                            text=True, timeout=300)
     assert helped.returncode == 0, helped.stderr[-2000:]
     assert "a busy thread started" in helped.stdout and "--max-update" in helped.stdout
     assert helped.stdout.rstrip().splitlines()[-1] == subprocess.run(
         [str(Path(sys.executable).parent / "fairseq-train"), "--help"], capture_output=True, text=True,
         timeout=300).stdout.rstrip().splitlines()[-1]
-    bad = subprocess.run([*entry, "--no-such-option"], capture_output=True, text=True, timeout=300)
+    bad = subprocess.run([*LEAVING_FAIRSEQ_TRAIN, "--no-such-option"], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 1 and bad.stderr.splitlines()[-1] == "RuntimeError", bad.stderr[-2000:]

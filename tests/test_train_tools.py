@@ -9,7 +9,7 @@ import sys
 
 import pytest
 import torch
-from helpers import USER_DIR, run
+from helpers import BUSY_TORCH_THREAD, USER_DIR, run
 
 import fairseq_smallvocab  # noqa: F401  (its allow-list is what torch.load(weights_only=True) reads below)
 from smallvocab_tools.train import budget
@@ -131,17 +131,12 @@ def test_budget_probe_times_each_arms_own_fairseq_train_and_sizes_the_budget(tin
     assert refused.returncode != 0 and "has no arm 'rf9' (it has ce, risk3)" in refused.stderr
 
 
-PROBE_WORKER_WITH_A_BUSY_THREAD = """
-import logging, sys, threading, torch
+PROBE_WORKER_WITH_A_BUSY_THREAD = BUSY_TORCH_THREAD + """
+import logging, sys
 from fairseq_cli import train
 from smallvocab_tools.train import budget
 
 def cli_main():  # stands in for a run that --max-update stopped while the data-buffer thread still collates
-    def collate():
-        a = torch.randn(1000)
-        while True:
-            a + a
-    threading.Thread(target=collate, daemon=True).start()
     logging.basicConfig(level=logging.INFO)
     logging.getLogger("fairseq_cli.train").info("done training")
     print("probe_update_seconds 0.5")
