@@ -19,7 +19,8 @@ line, or ``import fairseq_smallvocab`` from Python.  Importing the package
   on the GPU there), and
 * saves the tasks' own state in fairseq-train's checkpoints on every fairseq
   0.12, makes its copies to checkpoint_last/best atomic and keeps one trainer
-  per --save-dir (``compat/train_checkpoints.py``), and
+  per --save-dir once fairseq's own checks have passed
+  (``compat/train_checkpoints.py``), and
 * in fairseq-interactive, says so when its input is not UTF-8
   (``compat/interactive_input.py``), and
 * in fairseq-train, logs the seconds per update and the time to the run's
@@ -55,7 +56,8 @@ evaluated_config.install()
 checkpoint_loading.allow_fairseq_checkpoint_globals()
 checkpoint_loading.install_checkpoint_loader()
 grad_clip.install()
-train_checkpoints.install()
+train_checkpoints.install_task_state()
+train_checkpoints.install_checkpoint_files()
 interactive_input.install()
 pace.install()
 quiet_logs.install()

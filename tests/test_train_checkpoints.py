@@ -1,6 +1,7 @@
 """fairseq-train's checkpoints as the plugin extends them (train_checkpoints.py):
-atomic copies, one trainer per --save-dir, the way back from a damaged
-checkpoint_last.pt, no checkpoint from a stretch of non-finite batches.  The
+atomic copies, one trainer per --save-dir (after fairseq's own checks, only in a
+folder that exists), the way back from a damaged checkpoint_last.pt, no
+checkpoint from a stretch of non-finite batches.  The
 task state's round trip through fairseq-train runs in test_reinforce_cli.py."""
 
 import fcntl
@@ -49,9 +50,19 @@ def test_copies_to_checkpoint_last_are_atomic(tmp_path, monkeypatch):
     assert dst.read_bytes() == src.read_bytes()
 
 
-def _trainer(load=None):
-    return SimpleNamespace(checkpoint_suffix="", should_save_checkpoint_on_current_rank=True,
-                           task=SimpleNamespace(), load_checkpoint=load)
+def test_a_copy_returns_and_overwrites_as_fairseqs_own(tmp_path):
+    """overwrite=False onto an existing file: the atomic copy writes (or keeps) it and answers as fairseq's own
+    PathManager does (without iopath: copies anyway, returns the destination)."""
+    from fairseq import file_io
+
+    done = []
+    for manager, name in ((file_io.PathManager, "fairseq"), (checkpoint_utils.PathManager, "plugin")):
+        src, dst = tmp_path / f"{name}-new.pt", tmp_path / f"{name}-last.pt"
+        src.write_bytes(b"new")
+        dst.write_bytes(b"old")
+        answer = manager.copy(str(src), str(dst))
+        done.append((answer if isinstance(answer, bool) else answer.replace(name, ""), dst.read_bytes()))
+    assert done[0] == done[1]
 
 
 def _cfg(save_dir, **overrides):
@@ -63,6 +74,20 @@ def _cfg(save_dir, **overrides):
     return cfg
 
 
+def _load(cfg, filename="checkpoint_last.pt", fairseq_load=lambda self, filename, *a, **k: None):
+    """Trainer.load_checkpoint as the plugin wraps it, around ``fairseq_load`` (nothing to load by default), on a
+    trainer of ``cfg`` (fairseq's checkpoint config)."""
+    trainer = SimpleNamespace(cfg=SimpleNamespace(checkpoint=cfg), should_save_checkpoint_on_current_rank=True)
+    return train_checkpoints.trainer_load_checkpoint(fairseq_load)(trainer, os.path.join(cfg.save_dir, filename))
+
+
+def test_the_plugins_trainer_load_checkpoint_is_installed():
+    from fairseq.trainer import Trainer
+
+    assert Trainer.load_checkpoint.__module__ == train_checkpoints.__name__
+    assert Trainer.load_checkpoint.__wrapped__.__module__ == "fairseq.trainer"
+
+
 def test_a_second_trainer_on_the_same_save_dir_is_refused(tmp_path):
     save = tmp_path / "ckpt"
     save.mkdir()
@@ -72,14 +97,10 @@ def test_a_second_trainer_on_the_same_save_dir_is_refused(tmp_path):
     fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
     try:
         with pytest.raises(train_checkpoints.SaveDirInUse, match=r"in use by another training process \(pid 4242"):
-            checkpoint_utils.load_checkpoint(_cfg(save), _trainer())
+            _load(_cfg(save))
     finally:
         other.close()
-    fresh = lambda *a, **k: None  # noqa: E731  (a trainer with nothing to load)
-    trainer = _trainer(fresh)
-    iterator = SimpleNamespace(epoch=1)
-    trainer.get_train_iterator, trainer.lr_step = lambda **k: iterator, lambda epoch: None
-    assert checkpoint_utils.load_checkpoint(_cfg(save), trainer) == (None, iterator)
+    assert _load(_cfg(save)) is None
     assert (save / ".fairseq-train.lock").read_text() == f"{os.getpid()}\n"
     train_checkpoints._locks.pop(str(save)).close()
 
@@ -93,12 +114,35 @@ def test_the_temporary_files_of_a_killed_run_are_removed_at_the_next_start(tmp_p
     kept = ["checkpoint_last.pt", "checkpoint_2_40.pt", "notes.tmp-copy-1", "checkpoint.txt"]
     for name in leftovers + kept:
         (save / name).write_bytes(b"x")
-    trainer = _trainer(lambda *a, **k: None)
-    iterator = SimpleNamespace(epoch=1)
-    trainer.get_train_iterator, trainer.lr_step = lambda **k: iterator, lambda epoch: None
-    checkpoint_utils.load_checkpoint(_cfg(save, restore_file="checkpoint_2_40.pt"), trainer)
+    _load(_cfg(save, restore_file="checkpoint_2_40.pt"), "checkpoint_2_40.pt")
     train_checkpoints._locks.pop(str(save)).close()
     assert sorted(p.name for p in save.iterdir()) == sorted(kept + [".fairseq-train.lock"])
+
+
+def test_without_a_save_dir_that_exists_nothing_is_locked_created_or_removed(tmp_path):
+    """fairseq-train creates --save-dir before it loads; a trainer whose folder is missing (or None, as in
+    fairseq's own tests) loads as fairseq alone does."""
+    missing = tmp_path / "missing"
+    assert _load(_cfg(missing)) is None
+    assert not missing.exists() and not train_checkpoints._locks
+    cfg = _cfg(missing)
+    cfg.save_dir = None
+    trainer = SimpleNamespace(cfg=SimpleNamespace(checkpoint=cfg), should_save_checkpoint_on_current_rank=True)
+    assert train_checkpoints.trainer_load_checkpoint(lambda self, f: "loaded")(trainer, "x.pt") == "loaded"
+
+
+def test_a_command_fairseq_refuses_creates_nothing_in_the_save_dir(tmp_path):
+    """fairseq checks --finetune-from-model against the --reset-* flags before it loads: its error comes first,
+    and the folder holds what it held (no lock file, a killed run's leftovers still there)."""
+    from unittest.mock import MagicMock
+
+    save = tmp_path / "ckpt"
+    save.mkdir()
+    (save / "checkpoint3.pt.tmp").write_bytes(b"x")
+    cfg = _cfg(save, finetune_from_model=str(tmp_path / "start.pt"), reset_optimizer=True)
+    with pytest.raises(ValueError, match="--finetune-from-model can not be set together with"):
+        checkpoint_utils.load_checkpoint(cfg, MagicMock())
+    assert sorted(p.name for p in save.iterdir()) == ["checkpoint3.pt.tmp"]
 
 
 def test_a_damaged_checkpoint_last_names_the_intact_one_to_resume_from(tmp_path):
@@ -106,10 +150,10 @@ def test_a_damaged_checkpoint_last_names_the_intact_one_to_resume_from(tmp_path)
     save.mkdir()
     torch.save({"model": {}}, save / "checkpoint_1_40.pt")
     (save / "checkpoint_last.pt").write_bytes(b"PK\x03\x04 truncated")
-    trainer = _trainer(lambda filename, *a, **k: checkpoint_utils.load_checkpoint_to_cpu(filename))
     with pytest.raises(CheckpointLoadError) as err:
-        checkpoint_utils.load_checkpoint(_cfg(save, no_save=True), trainer)
+        _load(_cfg(save, no_save=True), fairseq_load=lambda self, f, *a: checkpoint_utils.load_checkpoint_to_cpu(f))
     assert "checkpoint_last.pt" in str(err.value) and "--restore-file checkpoint_1_40.pt" in str(err.value)
+    assert isinstance(err.value.__cause__, CheckpointLoadError)  # the load's own error, itself torch's
 
 
 def _training_logs(task, crit, finite):

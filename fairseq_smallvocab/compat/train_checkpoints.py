@@ -1,6 +1,8 @@
-"""What the plugin adds to fairseq-train's checkpoint saving and loading
-(installed when the plugin is imported; every fairseq 0.12 the plugin
-accepts takes the same path).
+"""What the plugin adds to fairseq-train's checkpoint saving and loading: two
+patches of ``compat.PATCHES``, ``task_state`` (the first and last items below,
+for tasks that define the methods: the plugin's) and ``checkpoint_files`` (the
+other two, for every task).  Every fairseq 0.12 the plugin accepts takes the
+same path.
 
 * **Task state.**  A task with ``checkpoint_state()`` (a dict) has it saved in
   every checkpoint, as ``extra_state[TaskClassName]``, and handed to its
@@ -23,6 +25,10 @@ accepts takes the same path).
 * **One trainer per --save-dir.**  Two trainers writing checkpoints to one
   folder overwrite each other's files and one of them dies on the other's
   vanished .tmp file; the second is refused at start, naming the first's pid.
+  This, the removal of leftovers and the hints happen in ``Trainer.load_checkpoint``,
+  which fairseq calls once its own checks of the arguments have passed, and only
+  for a --save-dir that exists (fairseq-train creates it first): a command fairseq
+  refuses creates nothing.
 * **No checkpoint from nothing.**  Before saving, the task's
   ``check_before_save()`` may refuse (``translation_smallvocab``: when every
   training batch since the last checkpoint was skipped as non-finite), so a
@@ -36,7 +42,7 @@ import shutil
 
 logger = logging.getLogger(__name__)
 
-_installed = False
+_installed_task_state = _installed_checkpoint_files = False
 _locks = {}  # save dir -> the open lock file (held for the life of the process)
 
 
@@ -64,18 +70,22 @@ def _fine_tuning(cfg, trainer) -> bool:
     return not os.path.exists(last)
 
 
-def _lock_save_dir(cfg, trainer):
-    """Hold an exclusive lock on --save-dir for as long as this process lives."""
-    if getattr(cfg, "no_save", False) or not trainer.should_save_checkpoint_on_current_rank:
+def lock_save_dir(cfg, saves: bool):
+    """Hold an exclusive lock on --save-dir (``cfg``: fairseq's checkpoint config) for as long as this process
+    lives, and remove what killed runs left there; ``saves``: whether this worker writes checkpoints.  Nothing
+    happens without a --save-dir that exists."""
+    if getattr(cfg, "no_save", False) or not saves:
         return
     try:
         import fcntl
     except ImportError:  # not on POSIX: no advisory locks to use
         return
-    folder = os.path.abspath(cfg.save_dir)
-    if folder in _locks or not _is_local(folder):
+    save_dir = getattr(cfg, "save_dir", None)
+    if not isinstance(save_dir, str) or not _is_local(save_dir) or not os.path.isdir(save_dir):
         return
-    os.makedirs(folder, exist_ok=True)
+    folder = os.path.abspath(save_dir)
+    if folder in _locks:
+        return
     path = os.path.join(folder, ".fairseq-train.lock")
     handle = open(path, "a+")
     try:
@@ -120,18 +130,20 @@ def _other_checkpoints(folder, damaged):
     return sorted((p for p in paths if os.path.getsize(p) > 0), key=os.path.getmtime, reverse=True)
 
 
-def _resume_hint(cfg, err):
-    """The load error, naming the newest intact-looking checkpoint to resume from instead."""
+def _resume_hint(cfg, filename, err):
+    """The load error of ``filename``, naming the newest intact-looking checkpoint in --save-dir to resume from
+    instead."""
     from fairseq_smallvocab.compat.checkpoint_loading import CheckpointLoadError
 
-    if not isinstance(err, CheckpointLoadError):
+    save_dir = getattr(cfg, "save_dir", None)
+    if not isinstance(err, CheckpointLoadError) or not isinstance(save_dir, str) or not os.path.isdir(save_dir):
         return None
-    folder = os.path.abspath(cfg.save_dir)
-    others = _other_checkpoints(folder, os.path.join(folder, cfg.restore_file))
+    folder = os.path.abspath(save_dir)
+    others = _other_checkpoints(folder, os.path.abspath(filename))
     if not others:
         return None
     name = os.path.basename(others[0])
-    return CheckpointLoadError(
+    return type(err)(  # the same classes as the load error (it is also the error torch raised)
         f"{err}\nTo resume, the newest other checkpoint in {folder} is {name}: pass --restore-file {name} (or "
         f"move the damaged file aside and copy {name} to checkpoint_last.pt)")
 
@@ -160,15 +172,19 @@ def _architecture_hint(err):
 
 
 def _atomic_path_manager(path_manager):
-    """fairseq's PathManager whose ``copy`` writes a local destination through a temporary file and a rename."""
+    """fairseq's PathManager whose ``copy`` writes a local destination through a temporary file and a rename,
+    where fairseq's would write it (without iopath fairseq copies whatever ``overwrite`` says; with iopath it
+    keeps an existing file unless ``overwrite``), and returns what fairseq's returns."""
 
     class AtomicCopyPathManager(path_manager):
         @staticmethod
         def copy(src_path, dst_path, overwrite=False):
-            if not (_is_local(src_path) and _is_local(dst_path)):
+            from fairseq import file_io
+
+            with_iopath = file_io.IOPathManager is not None
+            if not (_is_local(src_path) and _is_local(dst_path)) or (
+                    with_iopath and not overwrite and os.path.exists(dst_path)):
                 return path_manager.copy(src_path, dst_path, overwrite)
-            if not overwrite and os.path.exists(dst_path):
-                return False
             tmp = f"{dst_path}.tmp-copy-{os.getpid()}"
             try:
                 shutil.copyfile(src_path, tmp)
@@ -176,23 +192,59 @@ def _atomic_path_manager(path_manager):
             finally:
                 if os.path.exists(tmp):
                     os.remove(tmp)
-            return True
+            return True if with_iopath else dst_path  # iopath's answer, or shutil.copyfile's
 
     AtomicCopyPathManager.__name__ = path_manager.__name__
     return AtomicCopyPathManager
 
 
-def install():
-    """Wrap fairseq's checkpoint saving and loading (once)."""
-    global _installed
-    if _installed:
+def trainer_load_checkpoint(fairseq_method):
+    """``Trainer.load_checkpoint`` (``fairseq_method``) that first holds --save-dir (``lock_save_dir``) and says
+    a failed load with the way on (``_resume_hint``, ``_architecture_hint``)."""
+
+    def load_checkpoint(self, filename, *args, **kwargs):
+        cfg = self.cfg.checkpoint
+        lock_save_dir(cfg, self.should_save_checkpoint_on_current_rank)
+        try:
+            return fairseq_method(self, filename, *args, **kwargs)
+        except Exception as err:
+            better = _resume_hint(cfg, filename, err) or _architecture_hint(err)
+            if better is None:
+                raise
+            raise better from err
+
+    load_checkpoint.__wrapped__ = fairseq_method
+    return load_checkpoint
+
+
+def load_checkpoint_with_task_state(fairseq_load):
+    """``checkpoint_utils.load_checkpoint`` (``fairseq_load``) that hands a task with
+    ``restore_checkpoint_state`` its state from the loaded checkpoint (not when fine-tuning)."""
+
+    def load_checkpoint(cfg, trainer, **passthrough_args):
+        restore = getattr(trainer.task, "restore_checkpoint_state", None)
+        if restore is None:  # a task without state of its own (every stock task): fairseq's load alone
+            return fairseq_load(cfg, trainer, **passthrough_args)
+        fresh = _fine_tuning(cfg, trainer)
+        extra_state, epoch_itr = fairseq_load(cfg, trainer, **passthrough_args)
+        if extra_state is not None and not fresh:
+            restore(extra_state.get(_task_key(trainer.task), {}))
+        return extra_state, epoch_itr
+
+    load_checkpoint.__wrapped__ = fairseq_load
+    return load_checkpoint
+
+
+def install_task_state():
+    """Save and restore the task's own state, and ask the task before saving (once)."""
+    global _installed_task_state
+    if _installed_task_state:
         return
     from fairseq import checkpoint_utils
     from fairseq.trainer import Trainer
 
     fairseq_save = Trainer.save_checkpoint
     fairseq_save_all = checkpoint_utils.save_checkpoint
-    fairseq_load = checkpoint_utils.load_checkpoint
 
     def save_checkpoint(self, filename, extra_state):
         state = getattr(self.task, "checkpoint_state", None)
@@ -209,23 +261,21 @@ def install():
             check()
         return fairseq_save_all(cfg, trainer, epoch_itr, val_loss)
 
-    def load_checkpoint(cfg, trainer, **passthrough_args):
-        _lock_save_dir(cfg, trainer)
-        fresh = _fine_tuning(cfg, trainer)
-        try:
-            extra_state, epoch_itr = fairseq_load(cfg, trainer, **passthrough_args)
-        except Exception as err:
-            better = _resume_hint(cfg, err) or _architecture_hint(err)
-            if better is None:
-                raise
-            raise better from None
-        restore = getattr(trainer.task, "restore_checkpoint_state", None)
-        if extra_state is not None and not fresh and restore is not None:
-            restore(extra_state.get(_task_key(trainer.task), {}))
-        return extra_state, epoch_itr
-
+    save_checkpoint.__wrapped__, save_checkpoints.__wrapped__ = fairseq_save, fairseq_save_all
     Trainer.save_checkpoint = save_checkpoint
     checkpoint_utils.save_checkpoint = save_checkpoints
-    checkpoint_utils.load_checkpoint = load_checkpoint
+    checkpoint_utils.load_checkpoint = load_checkpoint_with_task_state(checkpoint_utils.load_checkpoint)
+    _installed_task_state = True
+
+
+def install_checkpoint_files():
+    """Atomic copies, one trainer per --save-dir and the hints on a failed load (once)."""
+    global _installed_checkpoint_files
+    if _installed_checkpoint_files:
+        return
+    from fairseq import checkpoint_utils
+    from fairseq.trainer import Trainer
+
+    Trainer.load_checkpoint = trainer_load_checkpoint(Trainer.load_checkpoint)
     checkpoint_utils.PathManager = _atomic_path_manager(checkpoint_utils.PathManager)
-    _installed = True
+    _installed_checkpoint_files = True
