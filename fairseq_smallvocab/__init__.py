@@ -4,10 +4,11 @@ vocabulary prediction (Hashimoto & Tsuruoka, NAACL 2019), as a fairseq plugin.
 Load it with ``--user-dir path/to/fairseq_smallvocab`` on any fairseq command
 line, or ``import fairseq_smallvocab`` from Python.  Importing the package
 
-* allow-lists the exact types that fairseq checkpoints pickle, so that
-  ``torch.load`` with ``weights_only=True`` (the default since torch 2.6, and
-  passed explicitly wherever fairseq loads a checkpoint) can read checkpoints
-  written by ``fairseq-train`` and a checkpoint cannot run code, and
+* allow-lists the exact types that fairseq checkpoints pickle for fairseq's
+  own loads (not for other ``torch.load`` calls), so that ``torch.load`` with
+  ``weights_only=True`` (the default since torch 2.6, and passed explicitly
+  wherever fairseq loads a checkpoint) can read checkpoints written by
+  ``fairseq-train`` and a checkpoint cannot run code, and
 * makes fairseq evaluate only literals where it evaluates a config value
   (``compat/evaluated_config.py``: ``eval_bool``, ``eval_str_list``, layer
   specs), so that no config, a checkpoint's or one built in Python, runs
@@ -53,8 +54,7 @@ from fairseq_smallvocab.compat import (  # noqa: E402
 )
 
 evaluated_config.install()
-checkpoint_loading.allow_fairseq_checkpoint_globals()
-checkpoint_loading.install_checkpoint_loader()
+checkpoint_loading.install()
 grad_clip.install()
 train_checkpoints.install_task_state()
 train_checkpoints.install_checkpoint_files()

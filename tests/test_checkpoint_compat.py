@@ -14,7 +14,7 @@ import torch
 from helpers import USER_DIR, run
 from omegaconf import OmegaConf
 
-import fairseq_smallvocab  # noqa: F401  (registers the allow-list)
+import fairseq_smallvocab  # noqa: F401  (routes fairseq's loading through the allow-list)
 from fairseq_smallvocab.compat import checkpoint_loading
 
 TORCH_WEIGHTS_ONLY_DEFAULT = tuple(int(x) for x in torch.__version__.split(".")[:2]) >= (2, 6)
@@ -64,8 +64,15 @@ def test_every_global_in_a_real_checkpoint_is_allow_listed(checkpoint):
 
 
 @pytest.mark.slow
-def test_torch_load_default_reads_checkpoint(checkpoint):
-    state = torch.load(checkpoint.path, map_location="cpu")  # weights_only default
+def test_torch_load_reads_a_checkpoint_within_the_allow_list_and_as_before_outside_it(checkpoint):
+    """The allow-list holds for fairseq's loads and within ``allowed_globals``; any other torch.load in the
+    process accepts what it accepted before the plugin was imported (a Namespace: not on torch >= 2.6)."""
+    if checkpoint.arch == "lstm" and TORCH_WEIGHTS_ONLY_DEFAULT:
+        with pytest.raises(pickle.UnpicklingError, match="argparse.Namespace"):
+            torch.load(checkpoint.path, map_location="cpu")  # weights_only default
+    with checkpoint_loading.allowed_globals():
+        state = torch.load(checkpoint.path, map_location="cpu")
+    assert argparse.Namespace not in torch.serialization.get_safe_globals()
     if checkpoint.arch == "lstm":
         assert isinstance(state["cfg"]["model"], argparse.Namespace)
     else:  # a dataclass-configured model: a plain dict
@@ -118,7 +125,7 @@ def test_legacy_dictconfig_checkpoint_loads(tmp_path):
     path = tmp_path / "legacy.pt"
     torch.save({"cfg": cfg, "model": {"w": torch.ones(2)},
                 "extra_state": {"metrics": {"bleu": np.float64(3.5), "counts": np.arange(4)}}}, path)
-    state = torch.load(path)
+    state = checkpoint_loading.load_checkpoint_file(str(path))  # as fairseq's loader calls it
     assert state["cfg"].optimization.lr == [0.25]
     assert state["cfg"].model.arch == "lstm"
     assert state["extra_state"]["metrics"]["bleu"] == 3.5
@@ -134,7 +141,7 @@ def test_code_execution_is_still_refused():
     buf = io.BytesIO()
     torch.save({"cfg": {}, "payload": _Exploit()}, buf)
     buf.seek(0)
-    with pytest.raises(pickle.UnpicklingError):
+    with pytest.raises(pickle.UnpicklingError), checkpoint_loading.allowed_globals():
         torch.load(buf)
 
 

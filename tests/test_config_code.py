@@ -45,10 +45,10 @@ AS = {"str": str, "bytes": str.encode}
 def _edit(src, dest, section, **fields):
     """A copy of checkpoint ``src`` with ``cfg[section]``'s fields set (the
     way an attacker would: the pickle stays allow-listed)."""
-    from fairseq_smallvocab.compat.checkpoint_loading import allow_fairseq_checkpoint_globals
+    from fairseq_smallvocab.compat.checkpoint_loading import allowed_globals
 
-    allow_fairseq_checkpoint_globals()
-    state = torch.load(src, weights_only=True)
+    with allowed_globals():
+        state = torch.load(src, weights_only=True)
     part = state["cfg"][section]
     for key, value in fields.items():
         if isinstance(part, argparse.Namespace):

@@ -9,12 +9,15 @@ import torch
 from helpers import REPO, USER_DIR, run
 
 
-def test_import_registers_checkpoint_allow_list():
+def test_import_routes_fairseqs_checkpoint_loading_and_leaves_torchs_allow_list():
+    from fairseq import checkpoint_utils
+
     import fairseq_smallvocab
+    from fairseq_smallvocab.compat.checkpoint_loading import TorchWithLoad, load_checkpoint_file
 
     assert fairseq_smallvocab.__version__
-    safe = torch.serialization.get_safe_globals()
-    assert argparse.Namespace in safe
+    assert isinstance(checkpoint_utils.torch, TorchWithLoad) and checkpoint_utils.torch.load is load_checkpoint_file
+    assert argparse.Namespace not in torch.serialization.get_safe_globals()
 
 
 def test_installed_package_is_this_checkout():
@@ -32,11 +35,12 @@ def test_user_dir_import_by_path_in_fresh_interpreter():
         f"utils.import_user_module(argparse.Namespace(user_dir={str(USER_DIR)!r}))\n"
         "m = sys.modules['fairseq_smallvocab']\n"
         "print(m.__file__)\n"
-        "print(argparse.Namespace in torch.serialization.get_safe_globals())\n"
+        "from fairseq import checkpoint_utils\n"
+        "print(type(checkpoint_utils.torch).__name__)\n"
     )
     out = run([sys.executable, "-c", code], cwd="/").stdout.split()
     assert out[-2].startswith(str(USER_DIR))
-    assert out[-1] == "True"
+    assert out[-1] == "TorchWithLoad"
 
 
 @pytest.mark.slow

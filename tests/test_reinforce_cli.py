@@ -11,7 +11,7 @@ import pytest
 import torch
 from helpers import USER_DIR, D, _crit, _setup, free_port, launch_two, run
 
-import fairseq_smallvocab  # noqa: F401  (its allow-list is what torch.load(weights_only=True) reads below)
+from fairseq_smallvocab.compat.checkpoint_loading import allowed_globals
 
 MT = ["--user-dir", USER_DIR, "--task", "translation_smallvocab", "--arch", "lstm_smallvocab", "--embed-dim", "16",
       "--batch-size", "32", "--cpu", "--no-progress-bar", "--log-format", "simple", "--num-workers", "0",
@@ -32,7 +32,8 @@ def test_fairseq_train_fine_tunes_and_resumes_with_the_baseline_state(tiny_bin, 
           "--save-dir", tmp_path / "rl", "--max-sample-len", "20"]
     run(["fairseq-train", tiny_bin, *rl, "--max-epoch", "1", "--finetune-from-model", ce_checkpoint])
     def baseline_state():
-        ckpt = torch.load(tmp_path / "rl" / "checkpoint_last.pt", weights_only=True)
+        with allowed_globals():
+            ckpt = torch.load(tmp_path / "rl" / "checkpoint_last.pt", weights_only=True)
         assert ckpt["criterion"] is None  # no parameters: fairseq neither saves nor wraps the criterion
         return ckpt["extra_state"]["TranslationSmallVocabTask"]["reinforce_gleu.baseline"]
 
@@ -147,7 +148,7 @@ def test_distributed_data_parallel_on_cpu_with_gloo_validates_as_one_process(tin
                                                                               tmp_path):
     """fairseq's DDP with 2 CPU processes: gloo, --ddp-backend legacy_ddp (PyTorch's
     DDP wrapper wants devices), fine-tuning from a checkpoint (rank 0 broadcasts
-    it through torch.load: the plugin's allow-list covers that too), inside
+    it through torch.load: the plugin's allow-list is routed there too), inside
     predicted vocabularies, validating: fairseq sums the workers' logging outputs
     as tensors there, and the teacher-forced validation numbers equal a single
     process's on the same data and weights (learning rate 0)."""

@@ -23,10 +23,10 @@ def _hyps(stdout):
 
 def _load(path):
     """A fairseq checkpoint, loaded as the plugin loads them (its globals allow-listed for weights_only)."""
-    from fairseq_smallvocab.compat.checkpoint_loading import allow_fairseq_checkpoint_globals
+    from fairseq_smallvocab.compat.checkpoint_loading import allowed_globals
 
-    allow_fairseq_checkpoint_globals()
-    return torch.load(path, weights_only=True)
+    with allowed_globals():
+        return torch.load(path, weights_only=True)
 
 
 def _keys(path):

@@ -33,35 +33,38 @@ the list; everything else is still refused.  What the pickle holds may still
 be code that fairseq evaluates (a config value it passes to ``eval``): a
 loaded checkpoint's config is checked for that too (``evaluated_config.py``).
 
-torch 2.4 and 2.5 have the allow-list but still default to
-``weights_only=False``, so the plugin also passes ``weights_only=True``
-explicitly wherever fairseq loads a checkpoint: ``fairseq.checkpoint_utils``
-(``load_checkpoint_to_cpu``, used by fairseq-train, -generate, -interactive
-and the hub interface) sees torch through ``CheckpointTorch``, which is
-torch itself except for ``load``.  The same hook turns a truncated or foreign
-file and a refused global into errors that name the file and say what to do.
-Set-up requires torch >= 2.4 (the first with ``add_safe_globals``).
+The allow-list is scoped: it holds for fairseq's own loads only (``allowed_globals``, torch's
+``safe_globals`` context), never for other ``torch.load`` calls in the process, and where the user had added
+an entry to torch's global list, it stays there.  The plugin routes fairseq's loads through it:
+``fairseq.checkpoint_utils`` (``load_checkpoint_to_cpu``, used by fairseq-train, -generate, -interactive and the
+hub interface) sees torch through ``CheckpointTorch``, which is torch itself except for ``load``
+(``load_checkpoint_file``: ``weights_only=True`` passed explicitly, as torch 2.4 and 2.5 still default to
+False), and ``fairseq.distributed.utils`` (the workers' copy of rank 0's loaded state) through one whose
+``load`` only allows the list.
 
-The hook is installed on every torch, also on torch >= 2.6 where
-``weights_only=True`` is already the default, for those errors: torch's own
-names neither the file nor, for a refused global, a safe way on (its advice
-includes loading with ``weights_only=False``), and fairseq-train's resume
-(``compat/train_checkpoints.py``) and the predictor loader catch
-``CheckpointLoadError`` to name the newest readable checkpoint.
+``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1`` (torch's switch for files you trust) is honoured as torch honours it
+where no ``weights_only`` is passed: fairseq's checkpoints then load with ``weights_only=False``, said in one
+warning.  The hook turns a truncated or foreign file and a refused global into errors that name the file and
+say what to do; each is also an instance of the error torch raised (``pickle.UnpicklingError``, ``EOFError``,
+``RuntimeError``...), which is its ``__cause__``, so code that catches those still catches it.  torch's own
+messages name neither the file nor, for a refused global, a safe way on (its advice includes loading with
+``weights_only=False``), and fairseq-train's resume (``compat/train_checkpoints.py``) and the predictor loader
+catch ``CheckpointLoadError`` to name the newest readable checkpoint.
 """
 
 import argparse
 import collections
+import contextlib
+import os
 import pickle
 import re
 import typing
+import warnings
 import zipfile
 
 import torch
 
 from fairseq_smallvocab.compat.evaluated_config import unsafe_config_message
-
-_registered = False
 
 
 def _numpy_globals():
@@ -109,17 +112,66 @@ def fairseq_checkpoint_globals():
     return [argparse.Namespace] + _numpy_globals() + _omegaconf_globals() + _fairseq_globals()
 
 
-def allow_fairseq_checkpoint_globals():
-    """Register the allow-list with torch (once)."""
-    global _registered
-    if _registered:
+@contextlib.contextmanager
+def allowed_globals():
+    """Within it, torch's weights-only unpickler also allows ``fairseq_checkpoint_globals()``; on leaving, torch's
+    list is what it was (entries the user had added stay)."""
+    present = set(torch.serialization.get_safe_globals())
+    missing = [entry for entry in fairseq_checkpoint_globals() if entry not in present]
+    if hasattr(torch.serialization, "safe_globals"):  # torch >= 2.5
+        with torch.serialization.safe_globals(missing):
+            yield
         return
-    torch.serialization.add_safe_globals(fairseq_checkpoint_globals())
-    _registered = True
+    torch.serialization.add_safe_globals(missing)  # torch 2.4: no context of its own
+    try:
+        yield
+    finally:
+        torch.serialization.clear_safe_globals()
+        torch.serialization.add_safe_globals(list(present))
 
 
 class CheckpointLoadError(RuntimeError):
     """A checkpoint file that cannot be loaded, with the file and the fix."""
+
+
+_ERROR_CLASSES = {}
+
+
+def _load_error(message: str, err: BaseException) -> CheckpointLoadError:
+    """A ``CheckpointLoadError`` saying ``message`` that is also of ``err``'s class (raise it ``from err``), so that
+    code catching what torch raised (``pickle.UnpicklingError``, ``EOFError``...) still catches it."""
+    base = type(err)
+    if base not in _ERROR_CLASSES:
+        try:
+            cls = type("CheckpointLoadError", (CheckpointLoadError, base), {"__module__": __name__})
+            cls(message)
+        except TypeError:  # a class that cannot be mixed in, or wants other arguments
+            cls = CheckpointLoadError
+        _ERROR_CLASSES[base] = cls
+    return _ERROR_CLASSES[base](message)
+
+
+TRUE_VALUES = ("1", "y", "yes", "true")  # what torch reads as set in its TORCH_FORCE_* variables
+_warned_unsafe = False
+
+
+def weights_only_forced_off() -> bool:
+    """Whether ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` asks torch to load with ``weights_only=False`` where the caller
+    passes none (and ``TORCH_FORCE_WEIGHTS_ONLY_LOAD`` does not ask the opposite)."""
+    def on(name):
+        return os.getenv(name, "0").lower() in TRUE_VALUES
+
+    return on("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD") and not on("TORCH_FORCE_WEIGHTS_ONLY_LOAD")
+
+
+def _warn_unsafe_once():
+    global _warned_unsafe
+    if not _warned_unsafe:
+        _warned_unsafe = True
+        warnings.warn("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD is set: fairseq checkpoints are loaded with "
+                      "weights_only=False, so any type in them loads and a checkpoint can run code while it loads. "
+                      "Use it only for checkpoints you trust; unset it to load with the allow-list.", UserWarning,
+                      stacklevel=3)
 
 
 def checkpoint_configs(path):
@@ -127,8 +179,6 @@ def checkpoint_configs(path):
     ``load_checkpoint_file``): the model config is the argparse Namespace of a checkpoint written before fairseq's
     dataclass configs, whose task config is then None.  A missing file raises ``FileNotFoundError``, one that
     cannot be read safely ``CheckpointLoadError``; both say which file."""
-    import os
-
     from fairseq import checkpoint_utils
 
     if not os.path.isfile(path):
@@ -139,29 +189,42 @@ def checkpoint_configs(path):
 
 
 def load_checkpoint_file(f, *args, **kwargs):
-    """``torch.load`` as fairseq's checkpoint loading calls it, always with
-    ``weights_only=True`` (the allow-list above), and with errors that name
-    the file."""
-    kwargs["weights_only"] = True
+    """``torch.load`` as fairseq's checkpoint loading calls it: with ``weights_only=True`` and the allow-list
+    (``weights_only=False`` where ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` is set), and with errors that name the
+    file."""
     name = getattr(f, "name", f)
+    if weights_only_forced_off():
+        _warn_unsafe_once()
+        kwargs["weights_only"] = False
+    else:
+        kwargs["weights_only"] = True
     try:
-        state = torch.load(f, *args, **kwargs)
+        with allowed_globals():
+            state = torch.load(f, *args, **kwargs)
     except pickle.UnpicklingError as err:
         refused = _refused_globals(f, err)
         what = ", ".join(refused) if refused else f"what torch's safe loader refused ({_torch_reason(err)})"
-        raise CheckpointLoadError(
+        raise _load_error(
             f"refused to load {name}: it references {what}, which fairseq checkpoints never hold. It was not "
             "loaded, and nothing in it ran. Do not use the file unless you trust its source; if it is a fairseq "
             "checkpoint from a source you trust, report what is named here to fairseq-smallvocab, whose "
-            "allow-list (fairseq_smallvocab/compat/checkpoint_loading.py) may lack it.") from None
+            "allow-list (fairseq_smallvocab/compat/checkpoint_loading.py) may lack it.", err) from err
     except (RuntimeError, OSError, EOFError, ValueError, zipfile.BadZipFile) as err:
-        raise CheckpointLoadError(
+        raise _load_error(
             f"cannot read {name} as a fairseq checkpoint ({type(err).__name__}: {err}); the file may be incomplete "
-            "or corrupt (an interrupted copy or save): copy or save it again, or use another checkpoint") from None
+            "or corrupt (an interrupted copy or save): copy or save it again, or use another checkpoint", err) from err
     unsafe = unsafe_config_message(state, name)
     if unsafe:
         raise CheckpointLoadError(unsafe)
     return renamed_classes(state)
+
+
+def load_broadcast_state(f, *args, **kwargs):
+    """``torch.load`` as fairseq's distributed training calls it for the workers' copy of rank 0's loaded
+    checkpoint state (``distributed_utils.broadcast_object``), with the allow-list (which holds its tensors'
+    placeholder); what torch raises passes unchanged."""
+    with allowed_globals():
+        return torch.load(f, *args, **kwargs)
 
 
 # the plugin's classes under their former names, as checkpoints written before a rename record them
@@ -201,19 +264,23 @@ def _torch_reason(err) -> str:
     return (useful or [type(err).__name__])[0]
 
 
-class CheckpointTorch:
-    """What ``fairseq.checkpoint_utils`` sees as ``torch``: torch itself,
-    except ``load`` (see the module doc)."""
+class TorchWithLoad:
+    """What a fairseq module sees as ``torch``: torch itself, except ``load``."""
 
-    load = staticmethod(load_checkpoint_file)
+    def __init__(self, load):
+        self.load = load
 
     def __getattr__(self, name):
         return getattr(torch, name)
 
 
-def install_checkpoint_loader():
-    """Route fairseq's checkpoint loading through ``load_checkpoint_file`` (once)."""
+def install():
+    """Route fairseq's checkpoint loading through ``load_checkpoint_file``, and the distributed copy of a loaded
+    state through ``load_broadcast_state`` (once)."""
     from fairseq import checkpoint_utils
+    from fairseq.distributed import utils as distributed_utils
 
-    if not isinstance(checkpoint_utils.torch, CheckpointTorch):
-        checkpoint_utils.torch = CheckpointTorch()
+    if not isinstance(checkpoint_utils.torch, TorchWithLoad):
+        checkpoint_utils.torch = TorchWithLoad(load_checkpoint_file)
+    if not isinstance(distributed_utils.torch, TorchWithLoad):
+        distributed_utils.torch = TorchWithLoad(load_broadcast_state)

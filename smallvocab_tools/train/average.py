@@ -2,7 +2,7 @@
 ``scripts/average_checkpoints.py`` does (which the PyPI package does not ship): a converged, annealed run's last
 epochs averaged make the start that every fine-tuning arm forks from.
 
-Each input is read with fairseq's loader through the plugin's safe one (``allow_fairseq_checkpoint_globals``:
+Each input is read with fairseq's loader through the plugin's safe one (``compat/checkpoint_loading.py``:
 nothing in a checkpoint runs); the parameters are averaged in float64 and stored in each one's own dtype; every
 other field (config, optimizer state, training state) is the newest input's; the output is written to a
 temporary file beside it and moved into place, so an interrupted run never leaves half a checkpoint.
@@ -39,10 +39,8 @@ def average(paths: Sequence[Path]) -> dict:
     """The newest (first) checkpoint's state with its ``model`` replaced by the mean of every input's."""
     from fairseq import checkpoint_utils
 
-    from fairseq_smallvocab.compat.checkpoint_loading import allow_fairseq_checkpoint_globals, install_checkpoint_loader
+    import fairseq_smallvocab  # noqa: F401  (its checkpoint_loading patch: fairseq's loader reads safely)
 
-    allow_fairseq_checkpoint_globals()
-    install_checkpoint_loader()
     newest, sums = None, None
     for path in paths:
         state = checkpoint_utils.load_checkpoint_to_cpu(str(path))
