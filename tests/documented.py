@@ -321,11 +321,21 @@ def _gpu_checks(command):
     assert set(argv[3:]) <= set(_gpu_parts()), f"{command}: parts it does not know (it has {_gpu_parts()})"
 
 
+def _compat_switch(command):
+    """`export SMALLVOCAB_COMPAT=VALUE`: a value the plugin takes."""
+    from fairseq_smallvocab import compat
+
+    name, _, value = shlex.split(command)[1].partition("=")
+    assert name == compat.ENV, command
+    compat.chosen(value)
+
+
 # what an entry of kind "other" can have checked
 OTHER_CHECKS = {"make_target": lambda command: check_make(*split_command(command)[:2]),
                 "setup_py": lambda command: (REPO / "setup.py").is_file(),
                 "venv": lambda command: "VENV ?= .venv" in (REPO / "Makefile").read_text(),  # make setup's .venv
-                "gpu_checks": _gpu_checks}
+                "gpu_checks": _gpu_checks,
+                "compat_switch": lambda command: _compat_switch(command)}
 
 
 # -- the table's own checks ------------------------------------------------------------------------------------------

@@ -23,8 +23,8 @@ from fairseq_smallvocab.reinforce.config import SmallVocabReinforceConfig, check
 PACKAGE = Path(fairseq_smallvocab.__file__).parent
 MAX_LINES = 350
 # module globals written by the plugin's install-once hooks (at import, before anything runs)
-INSTALL_FLAGS = {"_fairseq_clip_grad_norm", "_installed", "_registered", "_installed_task_state",
-                 "_installed_checkpoint_files", "_warned_unsafe"}
+INSTALL_FLAGS = {"_fairseq_clip_grad_norm", "_installed", "_installed_task_state", "_installed_checkpoint_files",
+                 "_warned_unsafe"}
 
 
 def _modules():

@@ -9,6 +9,7 @@ import math
 
 from fairseq import metrics
 
+from fairseq_smallvocab import compat
 from fairseq_smallvocab.candidates.space import gold_outside_candidates
 
 logger = logging.getLogger(__name__)
@@ -27,12 +28,16 @@ class SmallVocabTaskState:
 
     def add_checkpoint_state(self, name, module):
         """Save ``module.state_dict()`` in every checkpoint and restore it when
-        training resumes from one (``compat.train_checkpoints``: in
+        training resumes from one (``compat.train_checkpoints``'s task_state: in
         ``extra_state[TaskClass]``, on every fairseq 0.12): for state that is
         neither the model's nor a parameter of the criterion (smallvocab_reinforce's
         learned baseline).  Fine-tuning from another checkpoint
         (--finetune-from-model, --reset-dataloader) starts it afresh, as
-        fairseq does."""
+        fairseq does.  Where ``SMALLVOCAB_COMPAT`` leaves the ``task_state`` patch out, nothing saves it: said
+        once here."""
+        if not compat.installed("task_state") and not self._checkpoint_parts:
+            logger.warning(f"{compat.ENV} leaves out task_state, so {name} is not saved with the checkpoints: a "
+                           "resumed run starts a fresh one. Leave task_state in to keep it.")
         self._checkpoint_parts[name] = module
 
     def checkpoint_state(self):
