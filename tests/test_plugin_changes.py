@@ -241,3 +241,44 @@ def test_with_the_switch_off_a_stock_run_is_fairseqs_own(tiny_bin, tmp_path):
     decoded = both(generate, None, TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD="1")
     assert decoded.returncode == 0 and decoded.stdout.count("\nH-") >= 20
 
+
+# -- fairseq's own tests with the plugin loaded (scripts/fairseq_tests.py) -----------------------------------------
+
+FAKE_FAIRSEQ_TESTS = '''
+import sys
+
+import torch
+from fairseq import checkpoint_utils
+
+
+def test_passes_either_way():
+    assert torch.ones(2).sum() == 2
+
+
+def test_sees_fairseqs_own_torch():  # the checkpoint_loading patch replaces it
+    assert checkpoint_utils.torch is torch
+
+
+def test_needs_the_plugin():
+    assert "fairseq_smallvocab" in sys.modules
+'''
+
+
+@pytest.mark.slow
+def test_the_fairseq_tests_script_says_what_the_plugin_turns_from_passing_to_failing(tmp_path):
+    """Run on a stand-in for fairseq's tests/ folder: one test the plugin breaks, one it fixes, one it leaves;
+    with SMALLVOCAB_COMPAT=off the broken one passes again."""
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_fake.py").write_text(FAKE_FAIRSEQ_TESTS)
+    script = REPO / "scripts" / "fairseq_tests.py"
+    found = run([sys.executable, script, "--fairseq", tmp_path, "--", "tests/test_fake.py"], check=False)
+    assert found.returncode == 1, found.stdout + found.stderr
+    lines = found.stdout.splitlines()
+    assert lines[:2] == ["without the plugin: 2 passed, 1 failed, 0 skipped",
+                         "with the plugin: 2 passed, 1 failed, 0 skipped"]
+    assert lines[2:] == ["pass without the plugin, fail with it: 1", "  tests.test_fake::test_sees_fairseqs_own_torch",
+                         "fail without the plugin, pass with it: 1", "  tests.test_fake::test_needs_the_plugin"]
+    off = run([sys.executable, script, "--fairseq", tmp_path, "--compat", "off", "--", "tests/test_fake.py"])
+    assert "pass without the plugin, fail with it: 0" in off.stdout.splitlines()
+    refused = run([sys.executable, script, "--fairseq", tmp_path / "nowhere"], check=False)
+    assert refused.returncode == 2 and "holds no tests/ folder" in refused.stderr
