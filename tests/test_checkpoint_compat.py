@@ -53,8 +53,7 @@ def _allowed_names():
 
 @pytest.mark.slow
 def test_every_global_in_a_real_checkpoint_is_allow_listed(checkpoint):
-    # asked in a fresh interpreter: in this one the allow-list is registered,
-    # and torch does not report globals that are already allowed
+    # asked in a fresh interpreter, without the plugin: torch does not report globals that are already allowed
     code = ("import sys, torch; print('\\n'.join("
             "torch.serialization.get_unsafe_globals_in_checkpoint(sys.argv[1])))")
     found = set(run([sys.executable, "-c", code, checkpoint.path]).stdout.split())

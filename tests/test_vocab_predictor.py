@@ -12,6 +12,7 @@ import torch
 from helpers import REPO, run
 from vocab_predictor_helpers import SPLITS, TRAIN_ARGS, train_predictor, vp_task
 
+from fairseq_smallvocab.compat.checkpoint_loading import allowed_globals
 from fairseq_smallvocab.data.datasets import KeepLastBatchDataset
 from fairseq_smallvocab.predictor.inference import (
     PredictorError,
@@ -232,7 +233,8 @@ def test_missing_corrupt_and_foreign_checkpoints(predictor, tmp_path):
     with pytest.raises(PredictorError, match="cannot read .* corrupt"):
         load_predictor(truncated)
     foreign = tmp_path / "foreign.pt"
-    state = torch.load(predictor, map_location="cpu")
+    with allowed_globals():
+        state = torch.load(predictor, map_location="cpu")
     state["cfg"]["model"]["_name"] = "lstm"
     torch.save(state, foreign)
     with pytest.raises(PredictorError, match="not of a vocabulary predictor"):

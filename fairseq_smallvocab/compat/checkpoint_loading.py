@@ -37,10 +37,13 @@ The allow-list is scoped: it holds for fairseq's own loads only (``allowed_globa
 ``safe_globals`` context), never for other ``torch.load`` calls in the process, and where the user had added
 an entry to torch's global list, it stays there.  The plugin routes fairseq's loads through it:
 ``fairseq.checkpoint_utils`` (``load_checkpoint_to_cpu``, used by fairseq-train, -generate, -interactive and the
-hub interface) sees torch through ``CheckpointTorch``, which is torch itself except for ``load``
+hub interface; ``load_ema_from_checkpoint``) sees torch through ``TorchWithLoad(load_checkpoint_file)``, which is
+torch itself except for ``load``
 (``load_checkpoint_file``: ``weights_only=True`` passed explicitly, as torch 2.4 and 2.5 still default to
-False), and ``fairseq.distributed.utils`` (the workers' copy of rank 0's loaded state) through one whose
-``load`` only allows the list.
+False), and ``fairseq.distributed.utils`` (``broadcast_object``: the workers' copy of rank 0's loaded state, and
+the other objects fairseq's distributed training broadcasts) through one whose ``load`` only allows the list.
+The list is torch's process-wide one for the duration of such a load.  The plugin's own tools read checkpoints
+with ``read_checkpoint``, the same loader whether or not the patch is installed (``SMALLVOCAB_COMPAT``).
 
 ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1`` (torch's switch for files you trust) is honoured as torch honours it
 where no ``weights_only`` is passed: fairseq's checkpoints then load with ``weights_only=False``, said in one
@@ -142,10 +145,14 @@ def _load_error(message: str, err: BaseException) -> CheckpointLoadError:
     code catching what torch raised (``pickle.UnpicklingError``, ``EOFError``...) still catches it."""
     base = type(err)
     if base not in _ERROR_CLASSES:
+        def init(self, text):  # one message, whatever the arguments the base wants (UnicodeDecodeError's five)
+            BaseException.__init__(self, text)
+
         try:
-            cls = type("CheckpointLoadError", (CheckpointLoadError, base), {"__module__": __name__})
+            cls = type(f"CheckpointLoadError_{base.__name__}", (CheckpointLoadError, base),
+                       {"__module__": __name__, "__init__": init, "__str__": BaseException.__str__})
             cls(message)
-        except TypeError:  # a class that cannot be mixed in, or wants other arguments
+        except TypeError:  # a class that cannot be mixed in
             cls = CheckpointLoadError
         _ERROR_CLASSES[base] = cls
     return _ERROR_CLASSES[base](message)
@@ -155,13 +162,14 @@ TRUE_VALUES = ("1", "y", "yes", "true")  # what torch reads as set in its TORCH_
 _warned_unsafe = False
 
 
+def _on(name) -> bool:
+    return os.getenv(name, "0").lower() in TRUE_VALUES
+
+
 def weights_only_forced_off() -> bool:
     """Whether ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` asks torch to load with ``weights_only=False`` where the caller
     passes none (and ``TORCH_FORCE_WEIGHTS_ONLY_LOAD`` does not ask the opposite)."""
-    def on(name):
-        return os.getenv(name, "0").lower() in TRUE_VALUES
-
-    return on("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD") and not on("TORCH_FORCE_WEIGHTS_ONLY_LOAD")
+    return _on("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD") and not _on("TORCH_FORCE_WEIGHTS_ONLY_LOAD")
 
 
 def _warn_unsafe_once():
@@ -174,16 +182,30 @@ def _warn_unsafe_once():
                       stacklevel=3)
 
 
-def checkpoint_configs(path):
-    """(model config, task config) of a fairseq checkpoint, read with fairseq's loader (through
-    ``load_checkpoint_file``): the model config is the argparse Namespace of a checkpoint written before fairseq's
-    dataclass configs, whose task config is then None.  A missing file raises ``FileNotFoundError``, one that
-    cannot be read safely ``CheckpointLoadError``; both say which file."""
+def read_checkpoint(path, **kwargs):
+    """fairseq's ``load_checkpoint_to_cpu(path)`` (its upgrades of old checkpoints included) through
+    ``load_checkpoint_file``, whether or not the ``checkpoint_loading`` patch is installed: how the plugin's own
+    tools and tasks read a checkpoint.  Where the patch is left out, fairseq sees the loader for this call only."""
     from fairseq import checkpoint_utils
 
+    if isinstance(checkpoint_utils.torch, TorchWithLoad):
+        return checkpoint_utils.load_checkpoint_to_cpu(str(path), **kwargs)
+    fairseqs = checkpoint_utils.torch
+    checkpoint_utils.torch = TorchWithLoad(load_checkpoint_file)
+    try:
+        return checkpoint_utils.load_checkpoint_to_cpu(str(path), **kwargs)
+    finally:
+        checkpoint_utils.torch = fairseqs
+
+
+def checkpoint_configs(path):
+    """(model config, task config) of a fairseq checkpoint, read with fairseq's loader (``read_checkpoint``):
+    the model config is the argparse Namespace of a checkpoint written before fairseq's
+    dataclass configs, whose task config is then None.  A missing file raises ``FileNotFoundError``, one that
+    cannot be read safely ``CheckpointLoadError``; both say which file."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f"checkpoint not found: {path}")
-    state = checkpoint_utils.load_checkpoint_to_cpu(str(path))
+    state = read_checkpoint(path)
     cfg = state.get("cfg")
     return (cfg.get("model") if cfg else None) or state.get("args"), (cfg.get("task") if cfg else None)
 
@@ -193,6 +215,8 @@ def load_checkpoint_file(f, *args, **kwargs):
     (``weights_only=False`` where ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` is set), and with errors that name the
     file."""
     name = getattr(f, "name", f)
+    if _on("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD") and _on("TORCH_FORCE_WEIGHTS_ONLY_LOAD"):
+        return torch.load(f, *args, **kwargs)  # torch refuses the pair itself, and its error says so
     if weights_only_forced_off():
         _warn_unsafe_once()
         kwargs["weights_only"] = False

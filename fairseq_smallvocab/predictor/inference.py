@@ -7,12 +7,12 @@ from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
-from fairseq import checkpoint_utils, tasks
+from fairseq import tasks
 from fairseq.data import data_utils
 from fairseq.dataclass.utils import merge_with_parent
 from omegaconf import open_dict
 
-from fairseq_smallvocab.compat.checkpoint_loading import CheckpointLoadError
+from fairseq_smallvocab.compat.checkpoint_loading import CheckpointLoadError, read_checkpoint
 from fairseq_smallvocab.data.datasets import (
     data_folder,
     dictionary_fingerprint,
@@ -59,7 +59,7 @@ def load_predictor(path, data: Optional[str] = None, **task_overrides):
     if not path.is_file():
         raise PredictorError(f"vocabulary predictor checkpoint not found: {path}")
     try:
-        state = checkpoint_utils.load_checkpoint_to_cpu(str(path))
+        state = read_checkpoint(path)
     except CheckpointLoadError as err:  # it names the file, what is wrong and what to do
         raise PredictorError(str(err)) from None
     except Exception as err:  # a truncated or foreign file: torch/pickle/zip errors

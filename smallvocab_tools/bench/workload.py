@@ -178,9 +178,9 @@ def real_setup(cfg: dict, count: int):
     task = tasks.setup_task(fcfg.task)
     model = task.build_model(fcfg.model)
     if cfg.get("checkpoint"):  # trained weights (the same for small and full: one model, one code path)
-        from fairseq import checkpoint_utils
+        from fairseq_smallvocab.compat.checkpoint_loading import read_checkpoint
 
-        model.load_state_dict(checkpoint_utils.load_checkpoint_to_cpu(cfg["checkpoint"])["model"], strict=True)
+        model.load_state_dict(read_checkpoint(cfg["checkpoint"])["model"], strict=True)
     if cfg["mode"] == "reinforce" and cfg["sample_limit"] == "flat":  # every sample to the limit: flat_limit.py
         from smallvocab_tools.bench.flat_limit import to_the_limit
 

@@ -1,8 +1,9 @@
 """Export a plugin checkpoint to CTranslate2 (``scripts/export_ctranslate2.py``).
 
 The plugin keeps fairseq's model classes and state-dict keys, so a checkpoint it trained or tuned is a stock
-fairseq Transformer: CTranslate2's own fairseq converter converts it, given the plugin as its user dir (the
-plugin lets torch's weights-only loader read the argparse Namespace every fairseq checkpoint holds).  This
+fairseq Transformer: CTranslate2's own fairseq converter converts it, given the plugin as its user dir (its
+torch.load runs within the plugin's allow-list, so torch's weights-only loader reads the argparse Namespace
+every fairseq checkpoint holds).  This
 module checks what the converter cannot say well (an LSTM, a predictor, dictionaries that are not the model's),
 converts into a new folder beside the output and puts it in place only once it is complete (the data tools'
 ``atomic_output_dir``: ``--force`` replaces only a folder of what an export writes, SIGTERM and Ctrl-C remove
@@ -84,9 +85,12 @@ def refuse_map_for_multilingual(path, info):
 def _convert(path, data, out_dir, quantization, vmap_file):
     from ctranslate2.converters import FairseqConverter
 
+    from fairseq_smallvocab.compat.checkpoint_loading import allowed_globals
+
     converter = FairseqConverter(str(path), str(data), user_dir=PLUGIN_DIR)
     try:
-        converter.convert(str(out_dir), vmap=vmap_file, quantization=quantization, force=True)
+        with allowed_globals():  # the converter's own torch.load (the checkpoint was read safely before)
+            converter.convert(str(out_dir), vmap=vmap_file, quantization=quantization, force=True)
     except RuntimeError as err:
         if "size mismatch" in str(err):
             raise ExportError(f"the dictionaries of {data} are not the ones {path} was trained with (the "

@@ -37,13 +37,11 @@ def last_epoch_checkpoints(folder, count: int) -> List[Path]:
 
 def average(paths: Sequence[Path]) -> dict:
     """The newest (first) checkpoint's state with its ``model`` replaced by the mean of every input's."""
-    from fairseq import checkpoint_utils
-
-    import fairseq_smallvocab  # noqa: F401  (its checkpoint_loading patch: fairseq's loader reads safely)
+    from fairseq_smallvocab.compat.checkpoint_loading import read_checkpoint  # fairseq's loader, read safely
 
     newest, sums = None, None
     for path in paths:
-        state = checkpoint_utils.load_checkpoint_to_cpu(str(path))
+        state = read_checkpoint(path)
         model = state["model"]
         if sums is None:
             newest, sums = state, {k: v.double() if v.is_floating_point() else v.clone() for k, v in model.items()}
