@@ -25,7 +25,7 @@ TORCH_WEIGHTS_ONLY_DEFAULT = tuple(int(x) for x in torch.__version__.split(".")[
 
 
 def test_every_patch_is_installed_where_the_switch_is_unset():
-    assert compat.ENV not in os.environ
+    assert compat.ENV not in os.environ, f"the tests run with every patch: unset {compat.ENV}"
     assert compat._installed == compat.NAMES
 
 
@@ -38,13 +38,21 @@ def test_the_switch_leaves_out_what_it_names(value, left_out):
     assert {p.name for p in compat.chosen(value)} == set(compat.NAMES) - left_out
 
 
-@pytest.mark.parametrize("value", ["pace", "-pase", "of", "-pace,quiet_logs", ",", "-"])
-def test_a_switch_value_that_names_no_patch_is_refused_with_the_names(value):
+@pytest.mark.parametrize("value, why", [("pace", "'pace' needs a leading '-'"), ("-pase", "'-pase' names no patch"),
+                                        ("of", "'of' names no patch"),
+                                        ("-pace,quiet_logs", "'quiet_logs' needs a leading '-'"),
+                                        (",", "it names nothing"), ("-", "'-' names no patch")])
+def test_a_switch_value_that_names_no_patch_is_refused_with_the_names(value, why):
     with pytest.raises(ValueError) as err:
         compat.chosen(value)
     message = str(err.value)
-    assert f"{compat.ENV}={value!r}" in message and "'off'" in message and "-pace,-quiet_logs" in message
+    assert f"{compat.ENV}={value!r}: {why}." in message and "'off'" in message and "-pace,-quiet_logs" in message
     assert all(name in message for name in compat.NAMES)
+
+
+@pytest.mark.parametrize("value", ["OFF", "Off"])
+def test_the_switch_reads_off_in_any_case(value):
+    assert compat.chosen(value) == ()
 
 
 def test_the_docs_show_the_list():
@@ -282,3 +290,47 @@ def test_the_fairseq_tests_script_says_what_the_plugin_turns_from_passing_to_fai
     assert "pass without the plugin, fail with it: 0" in off.stdout.splitlines()
     refused = run([sys.executable, script, "--fairseq", tmp_path / "nowhere"], check=False)
     assert refused.returncode == 2 and "holds no tests/ folder" in refused.stderr
+
+
+def test_both_of_torchs_switches_get_torchs_own_refusal(tmp_path, monkeypatch):
+    from fairseq import checkpoint_utils
+
+    path = _namespace_checkpoint(tmp_path)
+    monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
+    monkeypatch.setenv("TORCH_FORCE_WEIGHTS_ONLY_LOAD", "1")
+    with pytest.raises(RuntimeError, match="Only one of") as err:
+        checkpoint_utils.load_checkpoint_to_cpu(str(path))
+    assert not isinstance(err.value, CheckpointLoadError) and "corrupt" not in str(err.value)
+
+
+def test_an_error_whose_class_wants_other_arguments_is_still_of_that_class():
+    original = UnicodeDecodeError("ascii", b"\xff", 0, 1, "ordinal not in range(128)")
+    err = checkpoint_loading._load_error("cannot read x.pt", original)
+    assert isinstance(err, UnicodeDecodeError) and isinstance(err, ValueError) and isinstance(err, CheckpointLoadError)
+    assert str(err) == "cannot read x.pt"
+
+
+def test_the_plugins_own_readers_load_safely_with_the_patch_left_out(tmp_path, monkeypatch):
+    """SMALLVOCAB_COMPAT=-checkpoint_loading leaves fairseq's loading as fairseq's; the plugin's tools and tasks
+    (read_checkpoint: checkpoint_flags, the export, averaging, the predictor) still read with the allow-list,
+    and leave fairseq as they found it."""
+    from fairseq import checkpoint_utils
+
+    monkeypatch.setattr(checkpoint_utils, "torch", torch)  # as without the patch
+    path = _namespace_checkpoint(tmp_path)
+    assert checkpoint_loading.read_checkpoint(path)["cfg"]["model"].arch == "lstm"
+    assert checkpoint_utils.torch is torch
+    if TORCH_WEIGHTS_ONLY_DEFAULT:
+        with pytest.raises(pickle.UnpicklingError, match="argparse.Namespace"):
+            checkpoint_utils.load_checkpoint_to_cpu(str(path))  # fairseq's own, as without the plugin
+
+
+def test_a_plugin_task_says_what_is_lost_without_task_state(tiny_bin, monkeypatch, caplog):
+    from translation_helpers import mt_task
+
+    monkeypatch.setattr(compat, "_installed", tuple(n for n in compat.NAMES if n != "task_state"))
+    with caplog.at_level("WARNING"):
+        mt_task(tiny_bin, small_vocab_size=0)
+    assert "leaves out task_state" in caplog.text
+    assert "learned baseline) is not saved with the checkpoints" in caplog.text
+    assert "non-finite batches no longer stops the run" in caplog.text

@@ -103,8 +103,8 @@ PATCHES = (
            "fairseq.trainer.Trainer.get_train_iterator"),
           _install("pace")),
     Patch("quiet_logs",
-          "Python's warning filters leave out the five hydra deprecation warnings fairseq 0.12 causes, and each "
-          "sacrebleu log message passes once; process-wide (on every logger's and warning's way)",
+          "Python's warning filters leave out the hydra deprecation warnings fairseq 0.12 causes (five patterns, "
+          "from any code in the process), and the sacrebleu logger passes each of its messages once",
           "noise nobody running fairseq can act on (hydra >= 1.1; sacrebleu on tokenized text)",
           f"{FAIRSEQ}; hydra >= 1.1", "yes", ("warnings", "logging:sacrebleu"), _install("quiet_logs")),
 )
@@ -117,17 +117,18 @@ _installed: Tuple[str, ...] = ()  # the patches installed in this process (by ``
 def chosen(value: Optional[str]) -> Tuple[Patch, ...]:
     """The patches that ``SMALLVOCAB_COMPAT=value`` asks for (see the module doc)."""
     value = (value or "").strip()
-    if value in ("", "on"):
+    if value.lower() in ("", "on"):
         return PATCHES
-    if value == "off":
+    if value.lower() == "off":
         return ()
     items = [item.strip() for item in value.split(",") if item.strip()]
     bad = [item for item in items if not item.startswith("-") or item[1:] not in NAMES]
     if bad or not items:
+        why = [f"{item!r} needs a leading '-'" if item in NAMES else f"{item!r} names no patch" for item in bad]
         raise ValueError(
-            f"{ENV}={value!r}: {', '.join(map(repr, bad)) or 'nothing'} is not a patch to leave out. Use 'on' (the "
-            f"default), 'off' (no patch), or a comma list of patches to leave out, each with a leading '-' (e.g. "
-            f"{ENV}=-pace,-quiet_logs); the patches: {', '.join(NAMES)} (docs/checkpoints.md says what each does)")
+            f"{ENV}={value!r}: {'; '.join(why) or 'it names nothing'}. Use 'on' (the default), 'off' (no patch), "
+            f"or a comma list of patches to leave out, each with a leading '-' (e.g. {ENV}=-pace,-quiet_logs); the "
+            f"patches: {', '.join(NAMES)} (docs/checkpoints.md says what each does)")
     left_out = {item[1:] for item in items}
     return tuple(p for p in PATCHES if p.name not in left_out)
 
@@ -145,7 +146,8 @@ def install(environ=None) -> Tuple[str, ...]:
 
 
 def installed(name: str) -> bool:
-    """Whether the patch ``name`` is installed in this process."""
+    """Whether the patch ``name`` is installed in this process (grad_clip's then replaces fairseq's function
+    where torch sees a GPU, and only there)."""
     if name not in NAMES:
         raise KeyError(f"no patch named {name!r}: {', '.join(NAMES)}")
     return name in _installed

@@ -286,7 +286,8 @@ def unsafe_config_message(state, name):
     return (f"refused to load {name}: its config holds what fairseq would evaluate or parse and does not write there "
             f"({shown}). fairseq writes only small literals there ({_EXAMPLES}); nothing in the file ran. "
             "Do not use this file unless you trust its source; if you do, write a literal into that field "
-            "(torch.load(..., weights_only=True), set the field, torch.save).")
+            "(within fairseq_smallvocab.compat.checkpoint_loading.allowed_globals(): torch.load(path), set the "
+            "field, torch.save).")
 
 
 def _short(value, limit: int = 80) -> str:

@@ -1,9 +1,11 @@
-"""Less noise on every fairseq command the plugin is loaded in.
+"""Less noise on every fairseq command the plugin is loaded in (the ``quiet_logs`` patch: both filters are
+process-wide, for any code in the process; ``SMALLVOCAB_COMPAT=-quiet_logs`` leaves them out).
 
 * fairseq 0.12 composes its config with hydra 1.0's API (``hydra.experimental``, ``strict``, ``_group_``
-  package headers, schema matching); hydra >= 1.1 warns about each on every command, six warnings nobody running
-  fairseq can act on.  They come after the plugin is imported (``--user-dir`` is read while the arguments are
-  parsed, the config is composed after), so the plugin filters exactly those messages.
+  package headers, schema matching); hydra >= 1.1 warns about each on every command: six warnings (matched by
+  the five patterns below) nobody running fairseq can act on.  They come after the plugin is imported
+  (``--user-dir`` is read while the arguments are parsed, the config is composed after), so the plugin filters
+  exactly those messages.
 * sacrebleu says that hypotheses end in a tokenized period (three warnings) at every validation with
   ``--eval-bleu`` on tokenized text, such as the project's Multi30k recipes: once in a run says it; each distinct
   sacrebleu warning now passes once per process.

@@ -142,10 +142,11 @@ def _resume_hint(cfg, filename, err):
     others = _other_checkpoints(folder, os.path.abspath(filename))
     if not others:
         return None
-    name = os.path.basename(others[0])
+    newest, damaged = others[0], os.path.abspath(filename)
     return type(err)(  # the same classes as the load error (it is also the error torch raised)
-        f"{err}\nTo resume, the newest other checkpoint in {folder} is {name}: pass --restore-file {name} (or "
-        f"move the damaged file aside and copy {name} to checkpoint_last.pt)")
+        f"{err}\nTo resume, the newest other checkpoint in {folder} is {os.path.basename(newest)}: pass "
+        f"--restore-file {newest} (fairseq reads it from the working directory, so give its whole path), or move "
+        f"the damaged {damaged} aside and copy {os.path.basename(newest)} in its place")
 
 
 ARCHITECTURES_MATCH = "please ensure that the architectures match"

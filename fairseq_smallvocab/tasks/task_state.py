@@ -20,6 +20,11 @@ class SmallVocabTaskState:
     task calls ``init_state()``."""
 
     def init_state(self):
+        if not compat.installed("task_state"):  # nothing calls the methods below around fairseq's saving
+            logger.warning(f"{compat.ENV} leaves out task_state: this task's own state (smallvocab_reinforce's "
+                           "learned baseline) is not saved with the checkpoints, so a resumed run starts a fresh one, "
+                           "and a stretch of non-finite batches no longer stops the run before it saves. Leave "
+                           "task_state in to keep both.")
         self._checkpoint_parts = {}  # name -> module whose state_dict travels with checkpoints
         self._finite_count = [0, 0]  # training batches skipped as non-finite, finite ones (check_before_save)
         self._bleu_lens = [0.0, 0.0]  # --eval-bleu's output and reference lengths since the last validation
@@ -33,11 +38,8 @@ class SmallVocabTaskState:
         neither the model's nor a parameter of the criterion (smallvocab_reinforce's
         learned baseline).  Fine-tuning from another checkpoint
         (--finetune-from-model, --reset-dataloader) starts it afresh, as
-        fairseq does.  Where ``SMALLVOCAB_COMPAT`` leaves the ``task_state`` patch out, nothing saves it: said
-        once here."""
-        if not compat.installed("task_state") and not self._checkpoint_parts:
-            logger.warning(f"{compat.ENV} leaves out task_state, so {name} is not saved with the checkpoints: a "
-                           "resumed run starts a fresh one. Leave task_state in to keep it.")
+        fairseq does.  Where ``SMALLVOCAB_COMPAT`` leaves the ``task_state`` patch out, nothing saves it
+        (``init_state`` says so)."""
         self._checkpoint_parts[name] = module
 
     def checkpoint_state(self):
