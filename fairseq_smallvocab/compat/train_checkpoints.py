@@ -209,10 +209,13 @@ def trainer_load_checkpoint(fairseq_method):
         try:
             return fairseq_method(self, filename, *args, **kwargs)
         except Exception as err:
-            better = _resume_hint(cfg, filename, err) or _architecture_hint(err)
-            if better is None:
+            hint = _resume_hint(cfg, filename, err)
+            if hint is not None:
+                raise hint from err  # the load error, itself raised from torch's
+            mismatch = _architecture_hint(err)
+            if mismatch is None:
                 raise
-            raise better from err
+            raise mismatch from None  # one message, with what differs, instead of fairseq's state-dict dump
 
     load_checkpoint.__wrapped__ = fairseq_method
     return load_checkpoint
