@@ -166,12 +166,6 @@ def _on(name) -> bool:
     return os.getenv(name, "0").lower() in TRUE_VALUES
 
 
-def weights_only_forced_off() -> bool:
-    """Whether ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` asks torch to load with ``weights_only=False`` where the caller
-    passes none (and ``TORCH_FORCE_WEIGHTS_ONLY_LOAD`` does not ask the opposite)."""
-    return _on("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD") and not _on("TORCH_FORCE_WEIGHTS_ONLY_LOAD")
-
-
 def _warn_unsafe_once():
     global _warned_unsafe
     if not _warned_unsafe:
@@ -188,14 +182,13 @@ def read_checkpoint(path, **kwargs):
     tools and tasks read a checkpoint.  Where the patch is left out, fairseq sees the loader for this call only."""
     from fairseq import checkpoint_utils
 
-    if isinstance(checkpoint_utils.torch, TorchWithLoad):
-        return checkpoint_utils.load_checkpoint_to_cpu(str(path), **kwargs)
-    fairseqs = checkpoint_utils.torch
-    checkpoint_utils.torch = TorchWithLoad(load_checkpoint_file)
+    seen = checkpoint_utils.torch
+    if not isinstance(seen, TorchWithLoad):
+        checkpoint_utils.torch = TorchWithLoad(load_checkpoint_file)
     try:
         return checkpoint_utils.load_checkpoint_to_cpu(str(path), **kwargs)
     finally:
-        checkpoint_utils.torch = fairseqs
+        checkpoint_utils.torch = seen
 
 
 def checkpoint_configs(path):
@@ -215,13 +208,12 @@ def load_checkpoint_file(f, *args, **kwargs):
     (``weights_only=False`` where ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` is set), and with errors that name the
     file."""
     name = getattr(f, "name", f)
-    if _on("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD") and _on("TORCH_FORCE_WEIGHTS_ONLY_LOAD"):
+    forced_off = _on("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD")  # torch's switch, read as torch reads it
+    if forced_off and _on("TORCH_FORCE_WEIGHTS_ONLY_LOAD"):
         return torch.load(f, *args, **kwargs)  # torch refuses the pair itself, and its error says so
-    if weights_only_forced_off():
+    if forced_off:
         _warn_unsafe_once()
-        kwargs["weights_only"] = False
-    else:
-        kwargs["weights_only"] = True
+    kwargs["weights_only"] = not forced_off
     try:
         with allowed_globals():
             state = torch.load(f, *args, **kwargs)

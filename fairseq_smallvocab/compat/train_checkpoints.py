@@ -138,11 +138,11 @@ def _resume_hint(cfg, filename, err):
     save_dir = getattr(cfg, "save_dir", None)
     if not isinstance(err, CheckpointLoadError) or not isinstance(save_dir, str) or not os.path.isdir(save_dir):
         return None
-    folder = os.path.abspath(save_dir)
-    others = _other_checkpoints(folder, os.path.abspath(filename))
+    folder, damaged = os.path.abspath(save_dir), os.path.abspath(filename)
+    others = _other_checkpoints(folder, damaged)
     if not others:
         return None
-    newest, damaged = others[0], os.path.abspath(filename)
+    newest = others[0]
     return type(err)(  # the same classes as the load error (it is also the error torch raised)
         f"{err}\nTo resume, the newest other checkpoint in {folder} is {os.path.basename(newest)}: pass "
         f"--restore-file {newest} (fairseq reads it from the working directory, so give its whole path), or move "
