@@ -108,6 +108,7 @@ def _recall_curve(monkeypatch, vocab=300, computed=None):
     |V|-word target dictionary whose recall@K is K / |V| (percent); ``computed`` collects the Ks measured."""
     from types import SimpleNamespace
 
+    from fairseq_smallvocab.predictor import inference
     from smallvocab_tools.analysis import recall_curve as mod
 
     task = SimpleNamespace(target_dictionary=[None] * vocab, cfg=SimpleNamespace(data="data-bin"))
@@ -117,14 +118,15 @@ def _recall_curve(monkeypatch, vocab=300, computed=None):
             computed.append(list(ks))
         return {k: 100.0 * k / vocab for k in ks}
 
-    monkeypatch.setattr(mod, "load_predictor", lambda predictor, data=None: (object(), task))
-    monkeypatch.setattr(mod, "recall_at", recall_at)
-    monkeypatch.setattr(mod, "frequency_scores", lambda task: None)
-    return mod
+    # the script imports them when it runs (so that its --help loads without fairseq): replaced where it finds them
+    monkeypatch.setattr(inference, "load_predictor", lambda predictor, data=None: (object(), task))
+    monkeypatch.setattr(inference, "recall_at", recall_at)
+    monkeypatch.setattr(inference, "frequency_scores", lambda task: None)
+    return mod, inference
 
 
 def test_recall_curve_says_which_k_are_above_the_vocabulary(monkeypatch, capsys):
-    mod = _recall_curve(monkeypatch, vocab=300)
+    mod, _ = _recall_curve(monkeypatch, vocab=300)
     mod.main(["--run", "vp=ckpt.pt", "--ks", "50,100,500,1000"])
     out, err = capsys.readouterr()
     assert "| 100 |" in out and "| 500 |" not in out
@@ -133,7 +135,7 @@ def test_recall_curve_says_which_k_are_above_the_vocabulary(monkeypatch, capsys)
 
 def test_recall_curve_refuses_when_every_k_is_above_the_vocabulary(monkeypatch, capsys):
     computed = []
-    mod = _recall_curve(monkeypatch, vocab=300, computed=computed)
+    mod, _ = _recall_curve(monkeypatch, vocab=300, computed=computed)
     with pytest.raises(SystemExit) as exit_:
         mod.main(["--run", "vp=ckpt.pt", "--ks", "500,1000"])
     err = capsys.readouterr().err
@@ -144,11 +146,11 @@ def test_recall_curve_refuses_when_every_k_is_above_the_vocabulary(monkeypatch, 
 def test_recall_curve_warns_where_the_predictor_barely_beats_the_frequency_list(monkeypatch, capsys):
     """A predictor less than 3 points above the frequency list at some K: a warning per such K, naming both
     recalls and what to do; none where it is clearly above."""
-    mod = _recall_curve(monkeypatch, vocab=300)
+    mod, inference = _recall_curve(monkeypatch, vocab=300)
     gains = {50: 2.5, 100: 6.0}
-    monkeypatch.setattr(mod, "recall_at", lambda model, task, split, ks, batch_size=256, scores=None: {
+    monkeypatch.setattr(inference, "recall_at", lambda model, task, split, ks, batch_size=256, scores=None: {
         k: 100.0 * k / 300 + (0.0 if scores is not None else gains[k]) for k in ks})
-    monkeypatch.setattr(mod, "frequency_scores", lambda task: "frequency")
+    monkeypatch.setattr(inference, "frequency_scores", lambda task: "frequency")
     mod.main(["--run", "vp=ckpt.pt", "--ks", "50,100"])
     out, err = capsys.readouterr()
     assert "| 50 | 19.17 | 16.67 |" in out
@@ -159,7 +161,7 @@ def test_recall_curve_warns_where_the_predictor_barely_beats_the_frequency_list(
 @pytest.mark.parametrize("where", ["missing folder", "a file as folder", "a folder as the file", "format"])
 def test_recall_curve_checks_the_png_path_before_computing(monkeypatch, capsys, tmp_path, where):
     computed = []
-    mod = _recall_curve(monkeypatch, computed=computed)
+    mod, _ = _recall_curve(monkeypatch, computed=computed)
     (tmp_path / "file").write_text("x\n")
     png = {"missing folder": tmp_path / "plots" / "recall.png", "a file as folder": tmp_path / "file" / "r.png",
            "a folder as the file": tmp_path, "format": tmp_path / "recall.xyz"}[where]

@@ -170,6 +170,25 @@ def test_benchmark_refuses_nonsense_values(argv, problem, capsys):
     assert exit_.value.code == 2 and problem in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("arch, problem", [
+    ("no_such_arch", "--arch no_such_arch: fairseq knows no such arch (nor does the plugin): give a fairseq "
+                     "encoder-decoder arch, e.g. transformer, "),
+    ("transformer_lm", "--arch transformer_lm builds a TransformerLanguageModel, not an encoder-decoder model"),
+])
+def test_benchmark_refuses_an_arch_it_cannot_build_before_any_worker(arch, problem, monkeypatch, capsys):
+    """An unknown arch, or one without an encoder, is refused on the command line with archs that work, not by
+    each worker's traceback; a command line that is only parsed (a documented command) still parses."""
+    bench = _benchmark_module()
+    monkeypatch.setattr(bench, "run_interleaved", lambda *a, **k: pytest.fail("a configuration was run"))
+    argv = ["--arch", arch, "--modes", "ce", "--vocab-sizes", "300", "--k", "40"]
+    assert bench.parse_args(argv).arch == arch
+    with pytest.raises(SystemExit) as exit_:
+        bench.main(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and problem in err and "lstm_smallvocab" in err and "Traceback" not in err
+    assert bench.arch_problem("transformer") is None and bench.arch_problem("lstm_smallvocab") is None
+
+
 def test_benchmark_accepts_the_edge_values_that_mean_something():
     """--warmup 0 (no untimed step), --zipf 0 (uniform words), and a K above some of the sizes but below others
     (measured where it is below |V|, as documented)."""

@@ -97,6 +97,12 @@ def test_the_model_is_built_from_the_user_s_flags():
 @pytest.mark.parametrize("argv, message", [
     (["--model-args", "--encoder-layers 2"], "name the model's arch"),
     (["-t", "xx"], "dict.xx.txt: not found"),
+    # an arch fairseq does not know, and one of a model without an encoder: refused before any worker starts
+    (["--model-args", "--arch no_such_arch --encoder-layers 2"],
+     "--arch no_such_arch: fairseq knows no such arch (nor does the plugin): give a fairseq encoder-decoder arch, "
+     "e.g. transformer, "),
+    (["--model-args", "--arch transformer_lm --decoder-layers 2"],
+     "--arch transformer_lm builds a TransformerLanguageModel, not an encoder-decoder model"),
 ])
 def test_bad_command_lines_are_refused_by_name(tiny_bin, capsys, argv, message):
     from smallvocab_tools.bench.does_it_pay import parse_args
@@ -104,9 +110,12 @@ def test_bad_command_lines_are_refused_by_name(tiny_bin, capsys, argv, message):
     base = {"--data": str(tiny_bin), "-s": "src", "-t": "tgt", "--model-args": TINY_FLAGS}
     for flag, value in zip(argv[::2], argv[1::2]):
         base[flag] = value
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as exit_:
         parse_args([x for pair in base.items() for x in pair])
-    assert message in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and message in err and "Traceback" not in err
+    if "--arch" in message:  # the fix: archs that work, and how to list them all
+        assert "lstm_smallvocab" in err and "issubclass(m, E)" in err
 
 
 @pytest.mark.slow

@@ -5,7 +5,9 @@ owns are refused."""
 
 import json
 import logging
+import os
 import re
+from pathlib import Path
 
 import pytest
 from helpers import REPO, USER_DIR, run
@@ -76,8 +78,9 @@ def test_the_sweep_refuses_flags_it_owns_and_a_beam_of_one(model, tiny_bin, tmp_
                                   (["--beam", "1"], [], "give --beam >= 2"),
                                   (["--lenpens", "a,b"], [], "--lenpens 'a,b': give comma-separated numbers"),
                                   (["--ref", tmp_path / "none.txt"], [], "no such file"),
-                                  (["--out", tmp_path / "gone" / "r.json"], [], f"--out: the folder {tmp_path / 'gone'}"
-                                                                              " does not exist")):
+                                  (["--out", tmp_path / "gone" / "r.json"], [],
+                                   f"--out {tmp_path / 'gone' / 'r.json'}: the folder {tmp_path / 'gone'} does not "
+                                   "exist")):
         bad = run([SWEEP, "--path", model, "--data", tiny_bin, *flags, "--", *GENERATE, *extra], check=False)
         assert bad.returncode != 0 and message in bad.stderr, bad.stderr[-2000:]
     (tmp_path / "short.txt").write_text("one line\n")
@@ -108,3 +111,133 @@ def test_sacrebleus_tokenization_warning_comes_once_per_sweep_and_scores_stay(ca
         want = sacrebleu.corpus_bleu(row["hypotheses"], [refs], tokenize="none", force=True).score
         assert row["bleu"] == round(want, 2)
     assert rows[0]["bleu"] != rows[2]["bleu"]  # the values picked different hypotheses
+
+
+# -- the outputs, checked before the beam search (in-process: fairseq-generate replaced by a stand-in) ----------
+
+FAKE_GENERATE = "".join(f"T-{i}\ta b c\nH-{i}\t-1.0\ta b\nP-{i}\t-0.5 -0.5 0.0\nH-{i}\t-1.2\ta b c\nP-{i}\t-0.4 -0.4 "
+                        "-0.4 0.0\n" for i in range(3))
+
+
+def _sweep_in_process(monkeypatch, tmp_path, *flags, searched=None, checkpoint="checkpoint_best.pt"):
+    """lenpen_sweep.main on ``tmp_path / checkpoint`` with fairseq-generate replaced: ``searched`` (a list) counts
+    the beam searches; None: a search fails the test (the command must be refused before it)."""
+    import subprocess
+
+    from smallvocab_tools.analysis import lenpen_sweep
+
+    def generate(command, **kwargs):
+        if searched is None:
+            pytest.fail(f"the beam search started: {command}")
+        searched.append(command)
+        return subprocess.CompletedProcess(command, 0, FAKE_GENERATE, "")
+
+    monkeypatch.setattr(lenpen_sweep, "subprocess", type("Stand-in", (), {"run": staticmethod(generate)}))
+    checkpoint = tmp_path / checkpoint
+    if not checkpoint.exists():
+        checkpoint.write_bytes(b"not read: fairseq-generate is a stand-in")
+    return lenpen_sweep.main(["--path", str(checkpoint), "--data", "data-bin", "--beam", "2", *map(str, flags)])
+
+
+def _outputs(tmp_path):
+    """{case: (flags, what the refusal says)}, the files they meet made in ``tmp_path``."""
+    (tmp_path / "checkpoint_best.pt").write_bytes(b"not read: fairseq-generate is a stand-in")
+    (tmp_path / "a-file").write_text("x\n")
+    (tmp_path / "earlier").mkdir()
+    (tmp_path / "earlier" / "hyp.lenpen0.6.txt").write_text("an earlier sweep's, at 0.6\n")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("the user's\n")
+    (tmp_path / "other.json").write_text('{"not": "a sweep record"}\n')
+    d = tmp_path
+    return {
+        "an existing folder": (["--out", d], f"--out {d}: {d} is a folder; give a file name, e.g. {d / 'lenpen.json'}"),
+        "a path under a file": (["--out", d / "a-file" / "r.json"], f"--out {d / 'a-file' / 'r.json'}: {d / 'a-file'}"
+                                                                    " is not a folder: it is a file"),
+        "a path deeper under a file": (["--out", d / "a-file" / "sub" / "r.json"],
+                                       f"the folder {d / 'a-file' / 'sub'} cannot exist: {d / 'a-file'} is not a "
+                                       "folder"),
+        "a missing folder": (["--out", d / "gone" / "r.json"], f"--out {d / 'gone' / 'r.json'}: the folder "
+                                                               f"{d / 'gone'} does not exist; create it"),
+        "another file": (["--out", d / "other.json"], f"--out {d / 'other.json'} exists and is not a record of "
+                                                      "scripts/sweep_lenpen.py"),
+        "the checkpoint": (["--out", d / "checkpoint_best.pt"], f"--out {d / 'checkpoint_best.pt'} exists and is not"
+                                                                " a record of scripts/sweep_lenpen.py"),
+        "hypotheses into a file": (["--save-hyps", d / "a-file"], f"--save-hyps {d / 'a-file'}: {d / 'a-file'} is "
+                                                                  "not a folder: it is a file"),
+        "hypotheses under a file": (["--save-hyps", d / "a-file" / "hyps"], f"--save-hyps {d / 'a-file' / 'hyps'}: "
+                                                                            f"{d / 'a-file' / 'hyps'} cannot be made"),
+        "hypotheses among the user's files": (["--save-hyps", d / "mine"], f"--save-hyps {d / 'mine'} holds 1 file(s)"
+                                                                           " this sweep does not write: notes.txt"),
+        "hypotheses beside another sweep's": (["--save-hyps", d / "earlier", "--lenpens", "1,2"],
+                                              f"--save-hyps {d / 'earlier'} holds 1 file(s) this sweep does not "
+                                              "write: hyp.lenpen0.6.txt"),
+    }
+
+
+@pytest.mark.parametrize("case", ["an existing folder", "a path under a file", "a path deeper under a file",
+                                  "a missing folder", "another file", "the checkpoint", "hypotheses into a file",
+                                  "hypotheses under a file", "hypotheses among the user's files",
+                                  "hypotheses beside another sweep's"])
+def test_the_sweep_refuses_outputs_it_cannot_write_before_the_beam_search(monkeypatch, tmp_path, case):
+    """An --out that is a folder, lies under a file or in a missing folder, or is a file other than a sweep's
+    record (the checkpoint given by mistake), and a --save-hyps that is a file, lies under one, or holds files
+    that this sweep would not replace (hypotheses of two sweeps mixed): refused naming the path and the fix,
+    before the beam search, nothing written."""
+    flags, message = _outputs(tmp_path)[case]
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+    with pytest.raises(SystemExit) as exit_:
+        _sweep_in_process(monkeypatch, tmp_path, *flags)
+    assert message in str(exit_.value.code)
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == before  # nothing written
+    assert (tmp_path / "checkpoint_best.pt").read_bytes().startswith(b"not read")
+
+
+def test_the_sweep_refuses_a_folder_it_cannot_write_before_the_beam_search(monkeypatch, tmp_path):
+    """A read-only folder, for --out and for --save-hyps (a folder there, or one to make in it).  Denied by the
+    permission check itself: the tests run as root, whom a read-only mode does not stop."""
+    import os
+
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode: Path(path) != locked and real(path, mode))
+    for flags, message in ((["--out", locked / "r.json"], f"--out {locked / 'r.json'}: the folder {locked} is not "
+                                                          "writable"),
+                           (["--save-hyps", locked], f"--save-hyps {locked}: the folder {locked} is not writable"),
+                           (["--save-hyps", locked / "hyps"], f"--save-hyps {locked / 'hyps'}: {locked / 'hyps'} "
+                                                              f"cannot be made: the folder {locked} is not writable")):
+        with pytest.raises(SystemExit) as exit_:
+            _sweep_in_process(monkeypatch, tmp_path, *flags)
+        assert message in str(exit_.value.code)
+    assert list(locked.iterdir()) == []
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root writes into read-only folders")
+def test_the_sweep_refuses_a_read_only_folder_before_the_beam_search(monkeypatch, tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o555)
+    try:
+        with pytest.raises(SystemExit) as exit_:
+            _sweep_in_process(monkeypatch, tmp_path, "--out", locked / "r.json")
+        assert f"the folder {locked} is not writable" in str(exit_.value.code)
+    finally:
+        locked.chmod(0o755)
+
+
+def test_a_rerun_into_the_same_outputs_replaces_them(monkeypatch, tmp_path):
+    """The quick start and decode_multi30k.sh sweep again into the same --out (a retrained checkpoint, another
+    CKPT, other --lenpens): an earlier sweep's record is replaced, as are its hypotheses at the same values."""
+    searched = []
+    out, hyps = tmp_path / "lenpen.json", tmp_path / "hyps"
+    first = _sweep_in_process(monkeypatch, tmp_path, "--out", out, "--save-hyps", hyps, "--lenpens", "0.5,2",
+                              searched=searched)
+    assert json.loads(out.read_text()) == first and sorted(p.name for p in hyps.iterdir()) == [
+        "hyp.lenpen0.5.txt", "hyp.lenpen2.txt"]
+    again = _sweep_in_process(monkeypatch, tmp_path, "--out", out, "--save-hyps", hyps, "--lenpens", "0.5,2",
+                              searched=searched)
+    last = _sweep_in_process(monkeypatch, tmp_path, "--out", out, "--lenpens", "1,1.5", searched=searched,
+                             checkpoint="checkpoint_avg.pt")
+    assert len(searched) == 3 and again == first
+    assert json.loads(out.read_text()) == last and [r["lenpen"] for r in last["sweep"]] == [1.0, 1.5]
+    assert last["checkpoint"] == str(tmp_path / "checkpoint_avg.pt")

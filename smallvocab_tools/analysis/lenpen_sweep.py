@@ -129,6 +129,55 @@ def default_out(path: Path, subset: str) -> Path:
     return path.with_name(f"{path.stem}.lenpen-{subset}.json")
 
 
+RECORD_KEYS = {"checkpoint", "subset", "beam", "sweep", "best_lenpen"}  # what marks a file as a sweep's record
+MAX_RECORD_BYTES = 10 ** 7  # far above any record: a larger file is something else (a checkpoint), left unread
+
+
+def hyps_name(lenpen: float) -> str:
+    return f"hyp.lenpen{lenpen:g}.txt"
+
+
+def is_sweep_record(path: Path) -> bool:
+    """Whether ``path`` holds a record this script wrote (one a rerun may replace)."""
+    if not path.is_file() or path.stat().st_size > MAX_RECORD_BYTES:  # a pipe or device is not read either
+        return False
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return isinstance(record, dict) and RECORD_KEYS <= record.keys()
+
+
+def check_outputs(out: Path, save_hyps: Optional[Path], lenpens: Sequence[float]):
+    """Refuse, before the beam search, outputs the sweep cannot write or would write over something else: an
+    --out that is a folder, lies in a missing or unwritable folder or under a file, or is a file other than an
+    earlier sweep's record (a rerun replaces that); a --save-hyps that is a file, cannot be made or written, or
+    holds files other than the ones this sweep writes (an earlier sweep's at other values would mix with them)."""
+    from smallvocab_tools.data.output_dir import files_in, output_file_problem, output_folder_problem
+
+    problem = output_file_problem(out, "lenpen.json")
+    if problem:
+        raise SystemExit(f"--out {out}: {problem}")
+    if out.exists() and not is_sweep_record(out):
+        raise SystemExit(f"--out {out} exists and is not a record of scripts/sweep_lenpen.py, so the sweep would "
+                         "write over it: give another --out (e.g. beside it, lenpen.json), or remove the file "
+                         "yourself if it is not needed")
+    if save_hyps is None:
+        return
+    problem = output_folder_problem(save_hyps)
+    if problem:
+        raise SystemExit(f"--save-hyps {save_hyps}: {problem}")
+    if save_hyps.is_dir():
+        written = {hyps_name(v) for v in lenpens}
+        other = [name for name in files_in(save_hyps) if name not in written]
+        if other:
+            more = f" and {len(other) - 10} more" if len(other) > 10 else ""
+            raise SystemExit(f"--save-hyps {save_hyps} holds {len(other)} file(s) this sweep does not write: "
+                             f"{', '.join(other[:10])}{more}; its hypotheses would mix with them (an earlier "
+                             "sweep's folder is reused only with the same --lenpens): give an empty or new folder, "
+                             "or empty this one yourself")
+
+
 def write_atomic(path: Path, text: str):
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
@@ -174,8 +223,7 @@ def main(argv=None):
             raise SystemExit(f"--ref {args.ref}: no such file")
         refs = args.ref.read_text(encoding="utf-8").splitlines()
     out = args.out or default_out(args.path, args.subset)
-    if not out.parent.is_dir():  # said before the beam search, not after it
-        raise SystemExit(f"--out: the folder {out.parent} does not exist: make it first, or give another")
+    check_outputs(out, args.save_hyps, lenpens)  # said before the beam search, not after it
 
     command = ["fairseq-generate", args.data, "--path", str(args.path), "--gen-subset", args.subset,
                "--beam", str(args.beam), "--nbest", str(args.beam), "--unnormalized", *extra]
@@ -204,7 +252,7 @@ def main(argv=None):
     if args.save_hyps is not None:
         args.save_hyps.mkdir(parents=True, exist_ok=True)
         for row in rows:
-            write_atomic(args.save_hyps / f"hyp.lenpen{row['lenpen']:g}.txt", "\n".join(row["hypotheses"]) + "\n")
+            write_atomic(args.save_hyps / hyps_name(row["lenpen"]), "\n".join(row["hypotheses"]) + "\n")
     record = {"checkpoint": str(args.path), "data": str(args.data), "subset": args.subset, "beam": args.beam,
               "tokenize": args.tokenize, "references": str(args.ref) if args.ref else "T- lines",
               "generate_args": extra, "sentences": len(sentences),

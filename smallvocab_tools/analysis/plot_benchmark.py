@@ -20,8 +20,6 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from fairseq_smallvocab.candidates.space import default_small_vocab_size
-
 
 def _key(r):
     return (r["device"], r["mode"], r["vocab_size"], r.get("beam"), r["batch"])
@@ -38,6 +36,8 @@ def _label(mode, beam, batch=None):
 def paper_k_pairs(records):
     """(small record at the paper's K, the full-softmax record of the same device,
     mode, |V|, beam and batch) for every such small record that has one."""
+    from fairseq_smallvocab.candidates.space import default_small_vocab_size  # here: --help loads without fairseq
+
     full = {_key(r): r for r in records if r["softmax"] == "full"}
     for r in records:
         ref = full.get(_key(r))

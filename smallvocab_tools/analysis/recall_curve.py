@@ -13,12 +13,11 @@ folder.
 
 import argparse
 import logging
-import os
 import sys
 from pathlib import Path
 
-from fairseq_smallvocab.predictor.inference import PredictorError, frequency_scores, load_predictor, recall_at
 from smallvocab_tools.analysis.plotting import finish, new_figure
+from smallvocab_tools.data.output_dir import output_file_problem
 
 DEFAULT_KS = [50, 100, 200, 300, 500, 750, 1000, 1500, 2000, 3000, 5000, 10000]
 
@@ -46,6 +45,8 @@ def measure(runs, split, ks, batch_size=256, log=print):
     ``log``); a run with no K left is an error, raised before any
     computation.  A run less than WEAK_MARGIN points above the frequency
     list at some K gets a warning (``log``) with what to do."""
+    from fairseq_smallvocab.predictor.inference import frequency_scores, load_predictor, recall_at
+
     loaded = []
     for label, predictor, data in runs:
         model, task = load_predictor(predictor, data)
@@ -102,15 +103,9 @@ def check_png(path):
     from matplotlib.backend_bases import FigureCanvasBase
 
     path = Path(path)
-    folder = path.parent
-    if path.is_dir():
-        return f"{path} is a folder; give a file name, e.g. {path / 'recall.png'}"
-    if not folder.exists():
-        return f"the folder {folder} does not exist; create it (mkdir -p {folder}) or choose another path"
-    if not folder.is_dir():
-        return f"{folder} is not a folder"
-    if not os.access(folder, os.W_OK | os.X_OK):
-        return f"the folder {folder} is not writable; choose another path"
+    problem = output_file_problem(path, "recall.png")
+    if problem:
+        return problem
     formats = FigureCanvasBase.get_supported_filetypes()
     suffix = path.suffix[1:].lower()
     if suffix and suffix not in formats:
@@ -132,6 +127,8 @@ def main(argv=None):
     problem = check_png(args.png) if args.png else None
     if problem:
         parser.exit(2, f"error: --png {args.png}: {problem}\n")
+    from fairseq_smallvocab.predictor.inference import PredictorError  # after the command line: --help is quick
+
     try:
         ks = sorted({int(k) for k in args.ks.split(",") if k.strip()})
         curves = measure(args.runs, args.split, ks, args.batch_size, log=lambda m: print(m, file=sys.stderr))

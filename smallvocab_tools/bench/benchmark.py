@@ -233,6 +233,30 @@ def model_arch(flags: str):
     return None
 
 
+# fairseq encoder-decoder archs the benchmarks build, and how to list every one fairseq and the plugin register
+ARCH_EXAMPLES = "transformer, transformer_iwslt_de_en, transformer_wmt_en_de, lstm, lstm_smallvocab"
+LIST_ARCHS = ("python -c \"import fairseq_smallvocab; from fairseq.models import ARCH_MODEL_REGISTRY as R, "
+              "FairseqEncoderDecoderModel as E; print(*sorted(a for a, m in R.items() if issubclass(m, E)))\"")
+
+
+def arch_problem(arch: str):
+    """Why ``arch`` cannot be measured (None when it can): fairseq (with the plugin's archs) must know it, and it
+    must build an encoder-decoder, the kind of model whose decoder a small vocabulary restricts.  Checked before
+    any worker starts: a worker would fail on it with the whole configuration and a traceback."""
+    from fairseq.models import ARCH_MODEL_REGISTRY, FairseqEncoderDecoderModel
+
+    import fairseq_smallvocab  # noqa: F401  (registers the plugin's archs beside fairseq's)
+
+    model = ARCH_MODEL_REGISTRY.get(arch)
+    fix = f"give a fairseq encoder-decoder arch, e.g. {ARCH_EXAMPLES} (to list them all: {LIST_ARCHS})"
+    if model is None:
+        return f"--arch {arch}: fairseq knows no such arch (nor does the plugin): {fix}"
+    if not issubclass(model, FairseqEncoderDecoderModel):
+        return (f"--arch {arch} builds a {model.__name__}, not an encoder-decoder model: a small vocabulary "
+                f"restricts the output of a translation model's decoder; {fix}")
+    return None
+
+
 def parse_args(argv=None, runnable=False):
     """The command line, --quick's settings applied (options given explicitly win), checked; with ``runnable``,
     also what running it needs beyond the command line: a CUDA device for --device cuda, and K below the
@@ -430,6 +454,10 @@ def parse_args(argv=None, runnable=False):
     if args.data and not args.candidates_dir:
         parser.error("--data needs --candidates-dir, the small-vocabulary runs' candidate lists "
                      "(write them with scripts/export_candidates.py --k K)")
+    if runnable:  # an arch a worker cannot build: said now, not by each worker's traceback
+        problem = arch_problem(model_arch(args.model_args) if args.model_args is not None else args.arch)
+        if problem:
+            parser.error(problem)
     if runnable and args.data:
         check_ks(parser, args, [data_vocab_size(args)], f"the target dictionary of {args.data}")
     if runnable and args.device == "cuda":

@@ -24,7 +24,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from smallvocab_tools.bench.benchmark import NSPECIAL, POSITIVE, model_arch, paper_k
+from smallvocab_tools.bench.benchmark import NSPECIAL, POSITIVE, arch_problem, model_arch, paper_k
 from smallvocab_tools.bench.report import markdown
 from smallvocab_tools.bench.runner import run_interleaved
 
@@ -56,13 +56,17 @@ def parse_args(argv=None):
     parser.add_argument("--threads", type=POSITIVE, default=2, help="torch threads, as your training runs")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     args = parser.parse_args(argv)
-    if model_arch(args.model_args) is None:
+    arch = model_arch(args.model_args)
+    if arch is None:
         parser.error(f"--model-args {args.model_args!r}: name the model's arch (--arch ARCH), as fairseq-train "
                      "takes it")
     for lang in (args.source_lang, args.target_lang):
         if not (args.data / f"dict.{lang}.txt").is_file():
             parser.error(f"{args.data / f'dict.{lang}.txt'}: not found: --data takes a folder binarized by "
                          "fairseq-preprocess (scripts/prepare_data.py), -s / -t naming its languages")
+    problem = arch_problem(arch)  # before the corpus is read and any worker starts
+    if problem:
+        parser.error(f"--model-args {args.model_args!r}: {problem}")
     if args.device == "cuda":
         import torch
 

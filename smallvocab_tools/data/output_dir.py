@@ -3,7 +3,9 @@ export, written whole or not at all (``atomic_output_dir``): the folder is
 replaced only when complete, never a user's folder or one holding files the
 tools did not write (``--force`` refuses those), its mode as ``mkdir``'s
 under the umask, the temporary folders of killed runs removed; and an output
-folder kept apart from the input (``check_dest_apart_from_inputs``)."""
+folder kept apart from the input (``check_dest_apart_from_inputs``); and why
+a file or folder a tool is to write cannot be written there, told before the
+work that makes it (``output_file_problem``, ``output_folder_problem``)."""
 
 import contextlib
 import os
@@ -12,7 +14,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
 from smallvocab_tools.data.errors import DataError
 
@@ -38,6 +40,47 @@ def check_dest_apart_from_inputs(dest, inputs, option="--dest"):
             continue
         raise DataError(f"{option} {dest} {how} the input folder {folder}; choose an output folder outside "
                         "the input (nothing was written)")
+
+
+def _nearest_existing(path: Path) -> Path:
+    return next(parent for parent in path.parents if parent.exists())
+
+
+def _unwritable_place(folder: Path) -> Optional[str]:
+    """Why nothing can be written into ``folder`` (None when it can): it is a file, it cannot be written, or it
+    does not exist and cannot be made (``mkdir -p``: a file on its way, or the nearest folder read-only)."""
+    if folder.exists():
+        if not folder.is_dir():
+            return f"{folder} is not a folder: it is a file; choose another path"
+        if not os.access(folder, os.W_OK | os.X_OK):
+            return f"the folder {folder} is not writable; choose another path"
+        return None
+    above = _nearest_existing(folder)
+    if not above.is_dir():
+        return f"{folder} cannot be made: {above} is not a folder, it is a file; choose another path"
+    if not os.access(above, os.W_OK | os.X_OK):
+        return f"{folder} cannot be made: the folder {above} is not writable; choose another path"
+    return None
+
+
+def output_file_problem(path, example: str) -> Optional[str]:
+    """Why a tool cannot write the file ``path`` (None when it can): it is a folder (``example``: a file name
+    to suggest inside it), its folder does not exist, is a file, or is not writable."""
+    path = Path(path)
+    folder = path.parent
+    if path.is_dir():
+        return f"{path} is a folder; give a file name, e.g. {path / example}"
+    if not folder.exists():
+        above = _nearest_existing(folder)
+        if not above.is_dir():
+            return f"the folder {folder} cannot exist: {above} is not a folder, it is a file; choose another path"
+        return f"the folder {folder} does not exist; create it (mkdir -p {folder}) or choose another path"
+    return _unwritable_place(folder)
+
+
+def output_folder_problem(folder) -> Optional[str]:
+    """Why a tool cannot write files into ``folder``, made where it does not exist (None when it can)."""
+    return _unwritable_place(Path(folder))
 
 
 def _pid_alive(pid: int) -> bool:

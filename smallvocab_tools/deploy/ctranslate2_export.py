@@ -17,12 +17,10 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-import fairseq_smallvocab
 from smallvocab_tools.data.errors import DataError
 from smallvocab_tools.data.output_dir import atomic_output_dir
 from smallvocab_tools.data.prep import exit_on_sigterm
 
-PLUGIN_DIR = os.path.dirname(os.path.abspath(fairseq_smallvocab.__file__))
 QUANTIZATIONS = ("int8", "float16", "float32")
 DEFAULT_PER_TOKEN = 20  # the map's per-token words where they are not sized on a split
 MULTILINGUAL_TASKS = ("translation_multi_simple_epoch", "translation_multi_smallvocab")
@@ -85,9 +83,11 @@ def refuse_map_for_multilingual(path, info):
 def _convert(path, data, out_dir, quantization, vmap_file):
     from ctranslate2.converters import FairseqConverter
 
+    import fairseq_smallvocab
     from fairseq_smallvocab.compat.checkpoint_loading import allowed_globals
 
-    converter = FairseqConverter(str(path), str(data), user_dir=PLUGIN_DIR)
+    plugin_dir = os.path.dirname(os.path.abspath(fairseq_smallvocab.__file__))
+    converter = FairseqConverter(str(path), str(data), user_dir=plugin_dir)
     try:
         with allowed_globals():  # the converter's own torch.load (the checkpoint was read safely before)
             converter.convert(str(out_dir), vmap=vmap_file, quantization=quantization, force=True)

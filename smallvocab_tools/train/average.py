@@ -18,8 +18,6 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-import torch
-
 EPOCH_CHECKPOINT = re.compile(r"checkpoint(\d+)\.pt")
 
 
@@ -62,6 +60,8 @@ def average(paths: Sequence[Path]) -> dict:
 
 def write(state: dict, output: Path):
     """Saved through a temporary file in the output's folder, then moved into place."""
+    import torch  # here, not at the top: --help answers without importing torch
+
     tmp = output.with_name(output.name + ".tmp")
     torch.save(state, tmp)
     os.replace(tmp, output)
