@@ -13,6 +13,30 @@ if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
         os.environ.setdefault(_name, "1")
 
 
+def pytest_addoption(parser):
+    parser.addoption("--order", default="file", metavar="ORDER",
+                     help="the order the tests run in: 'file' (as collected, the default), 'reverse', or "
+                          "'shuffle:SEED' (a seeded shuffle, the same on every xdist worker). A test that passes in "
+                          "one order and fails in another depends on another test's state.")
+
+
+def pytest_collection_modifyitems(config, items):
+    """``--order``: reverse or shuffle the collected tests (every xdist worker collects the same order)."""
+    order = config.getoption("order")
+    if order == "file":
+        return
+    if order == "reverse":
+        items.reverse()
+        return
+    kind, _, seed = order.partition(":")
+    if kind != "shuffle" or not seed.isdigit():
+        raise pytest.UsageError(f"--order {order!r}: use 'file', 'reverse' or 'shuffle:SEED' (SEED an integer, "
+                                "e.g. shuffle:1)")
+    import random
+
+    random.Random(int(seed)).shuffle(items)
+
+
 def pytest_runtest_setup(item):
     """Before the test's fixtures: whether it may run subprocesses (helpers.run)."""
     RUNNING["slow"] = item.get_closest_marker("slow") is not None

@@ -33,7 +33,8 @@ Protocol (one JSON object per line): the test writes {"kind", "argv",
 "cwd", "env", "stdin", "stdout", "stderr"} (kind: "script", "module" or
 "entry"; argv: the script, module or console script path, then its
 arguments; the last three are file paths) to the server's stdin; the server
-answers {"returncode"}.
+answers {"pid"} (the child's, which leads its own process group) when it
+has forked and {"returncode"} when the child has exited.
 """
 
 import json
@@ -87,6 +88,7 @@ def _log_like_a_fresh_import():
 def _child(request):
     """In the forked child: become the command; never returns."""
     try:
+        os.setpgid(0, 0)  # a group of its own: a test past its deadline kills the command with what it started
         os.chdir(request["cwd"] or os.getcwd())
         os.environ.clear()
         os.environ.update(request["env"])
@@ -184,6 +186,8 @@ def serve():
         pid = os.fork()
         if pid == 0:
             _child(request)
+        channel_out.write(json.dumps({"pid": pid}) + "\n")
+        channel_out.flush()
         _, status = os.waitpid(pid, 0)
         channel_out.write(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}) + "\n")
         channel_out.flush()

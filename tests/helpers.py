@@ -34,6 +34,38 @@ def load_script(script):
     return module
 
 
+# How long one command a test starts may run (seconds; SMALLVOCAB_TEST_DEADLINE sets it): past it, the command
+# and every process it started are killed and the test fails naming it, instead of the suite waiting for CI's
+# limit. The longest command of the slow tier (the quick start end to end) takes a few minutes beside a busy CPU.
+DEADLINE = float(os.environ.get("SMALLVOCAB_TEST_DEADLINE", "1200"))
+
+
+def kill_group(pid):
+    """Kill the process group that ``pid`` leads (the command and whatever it started), if it is still there."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def reaped(proc, args, stdin=None, deadline=None):
+    """``proc``'s (stdout, stderr) once it has exited (``proc`` leads its own process group: started with
+    ``start_new_session=True``). Past ``deadline`` seconds (``DEADLINE``), or when the test is interrupted, the
+    group is killed and waited for: nothing a test starts outlives it; a deadline passed fails the test."""
+    try:
+        return proc.communicate(stdin, timeout=DEADLINE if deadline is None else deadline)
+    except subprocess.TimeoutExpired:
+        kill_group(proc.pid)
+        stdout, stderr = proc.communicate()
+        raise AssertionError(f"{args} still ran after {DEADLINE if deadline is None else deadline:g} s: killed "
+                             f"with the processes it started\nstdout:\n{(stdout or '')[-3000:]}"
+                             f"\nstderr:\n{(stderr or '')[-3000:]}") from None
+    except BaseException:
+        kill_group(proc.pid)
+        proc.communicate()
+        raise
+
+
 def run(args, cwd=None, check=True, stdin=None, env=None):
     """Run a command with this interpreter's environment; returns the
     CompletedProcess (stdout/stderr as text).  ``args[0]`` may be a fairseq
@@ -56,8 +88,10 @@ def run(args, cwd=None, check=True, stdin=None, env=None):
     elif kind is not None:  # python script.py ..., python -m module ...
         result = _SERVER.run(kind, args[1:] if kind == "script" else args[2:], cwd, stdin, full_env)
     else:
-        result = subprocess.run(args, cwd=cwd, capture_output=True, text=True, input=stdin, env=full_env,
-                                check=False)
+        proc = subprocess.Popen(args, cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, env=full_env, start_new_session=True)
+        stdout, stderr = reaped(proc, args, stdin)
+        result = subprocess.CompletedProcess(args, proc.returncode, stdout, stderr)
     if check and result.returncode != 0:
         raise AssertionError(f"{args} exited {result.returncode}\nstdout:\n{result.stdout[-3000:]}"
                              f"\nstderr:\n{result.stderr[-5000:]}")
@@ -120,8 +154,18 @@ def launch_two(args):
                   "--distributed-world-size", "2", "--distributed-rank", str(rank), "--distributed-no-spawn",
                   "--device-id", str(rank)]
         procs.append(subprocess.Popen(ranked, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                      env=dict(os.environ, OMP_NUM_THREADS="1")))
-    outs = [p.communicate(timeout=600)[0] for p in procs]
+                                      env=dict(os.environ, OMP_NUM_THREADS="1"), start_new_session=True))
+    import time
+
+    end = time.monotonic() + DEADLINE
+    try:  # one deadline for both ranks; a rank that waits for a dead one is killed with it
+        outs = [reaped(p, f"rank {rank}", deadline=max(0.0, end - time.monotonic()))[0]
+                for rank, p in enumerate(procs)]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                kill_group(p.pid)
+                p.communicate()
     for p, out in zip(procs, outs):
         assert p.returncode == 0, out[-4000:]
     return outs
@@ -155,11 +199,30 @@ class _ForkServer:
         self.dir = Path(tempfile.mkdtemp(prefix="smallvocab-forkserver-"))
         self.log = open(self.dir / "server.log", "w")
         self.proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("forkserver.py"))],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, bufsize=0,
                                      env=dict(os.environ, PYTHONUNBUFFERED="1"))
-        if self.proc.stdout.readline() != "ready\n":
+        self.pending = b""
+        if self._answer(600) != "ready":  # it imports torch and fairseq
             raise RuntimeError(f"forkserver.py did not start: {(self.dir / 'server.log').read_text()[-3000:]}")
         atexit.register(self.stop)
+
+    def _answer(self, timeout):
+        """The server's next line (without its newline), "" if it has ended, or None after ``timeout`` seconds.
+        Read from the pipe's descriptor, not a buffered file, so that a line already read stays visible."""
+        import select
+        import time
+
+        end = time.monotonic() + timeout
+        while b"\n" not in self.pending:
+            ready, _, _ = select.select([self.proc.stdout], [], [], max(0.0, end - time.monotonic()))
+            if not ready:
+                return None
+            chunk = os.read(self.proc.stdout.fileno(), 65536)
+            if not chunk:
+                return ""
+            self.pending += chunk
+        line, self.pending = self.pending.split(b"\n", 1)
+        return line.decode()
 
     def stop(self):
         import shutil
@@ -178,9 +241,24 @@ class _ForkServer:
         files["stdin"].write_text(stdin or "")
         request = {"kind": kind, "argv": args, "cwd": str(cwd or os.getcwd()), "env": env,
                    **{name: str(path) for name, path in files.items()}}
-        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.write((json.dumps(request) + "\n").encode())
         self.proc.stdin.flush()
-        answer = self.proc.stdout.readline()
+        forked = self._answer(60)
+        if not forked:
+            raise RuntimeError(f"forkserver.py died: {(self.dir / 'server.log').read_text()[-3000:]}")
+        pid = json.loads(forked)["pid"]
+        try:
+            answer = self._answer(DEADLINE)
+        except BaseException:  # interrupted: the command does not outlive the test
+            kill_group(pid)
+            self._answer(60)
+            raise
+        if answer is None:
+            kill_group(pid)
+            self._answer(60)
+            raise AssertionError(f"{args} still ran after {DEADLINE:g} s: killed with the processes it started"
+                                 f"\nstdout:\n{files['stdout'].read_text(errors='replace')[-3000:]}"
+                                 f"\nstderr:\n{files['stderr'].read_text(errors='replace')[-3000:]}")
         if not answer:
             raise RuntimeError(f"forkserver.py died: {(self.dir / 'server.log').read_text()[-3000:]}")
         returncode = json.loads(answer)["returncode"]

@@ -77,3 +77,50 @@ def test_one_console_script_runs_in_its_own_process_and_leaves_without_teardown(
         timeout=300).stdout.rstrip().splitlines()[-1]
     bad = subprocess.run([*LEAVING_FAIRSEQ_TRAIN, "--no-such-option"], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 1 and bad.stderr.splitlines()[-1] == "RuntimeError", bad.stderr[-2000:]
+
+
+# a command that hangs, with a child of its own that hangs too: the child's pid is written first
+HANGING = r'''
+import os, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+with open(sys.argv[1] + ".tmp", "w") as f:
+    f.write(str(child.pid))
+os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+print("started", flush=True)
+time.sleep(600)
+'''
+
+
+def _gone(pid):
+    """Whether the process has ended (a zombie not yet reaped by whoever adopted it counts as ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("fork", ["1", "0"])
+def test_a_command_past_its_deadline_is_killed_with_its_children_and_fails_the_test(fork, tmp_path, monkeypatch):
+    """A command that never ends (and a process it started) is killed at the deadline, forked or not, and the
+    test fails naming it and showing its output; the fork server then runs the next command as before."""
+    import time
+
+    import helpers
+
+    script, pid_file = tmp_path / "hang.py", tmp_path / "child.pid"
+    script.write_text(HANGING)
+    monkeypatch.setenv("SMALLVOCAB_TEST_FORK", fork)
+    monkeypatch.setattr(helpers, "DEADLINE", 3.0)
+    with pytest.raises(AssertionError, match=r"still ran after 3 s: killed with the processes it started") as err:
+        run([script, pid_file])
+    assert "started" in str(err.value)
+    child = int(pid_file.read_text())
+    end = time.monotonic() + 30  # SIGKILL's delivery; its parent, killed too, no longer reaps it at once
+    while not _gone(child) and time.monotonic() < end:
+        time.sleep(0.05)
+    assert _gone(child), f"the command's child (pid {child}) outlived the deadline"
+    (tmp_path / "next.py").write_text("print('next')\n")
+    assert run([tmp_path / "next.py"]).stdout == "next\n"
