@@ -147,15 +147,18 @@ def test_recall_curve_warns_where_the_predictor_barely_beats_the_frequency_list(
     """A predictor less than 3 points above the frequency list at some K: a warning per such K, naming both
     recalls and what to do; none where it is clearly above."""
     mod, inference = _recall_curve(monkeypatch, vocab=300)
-    gains = {50: 2.5, 100: 6.0}
+    gains = {50: 2.5, 100: 6.0, 150: -30.5}
     monkeypatch.setattr(inference, "recall_at", lambda model, task, split, ks, batch_size=256, scores=None: {
         k: 100.0 * k / 300 + (0.0 if scores is not None else gains[k]) for k in ks})
     monkeypatch.setattr(inference, "frequency_scores", lambda task: "frequency")
-    mod.main(["--run", "vp=ckpt.pt", "--ks", "50,100"])
+    mod.main(["--run", "vp=ckpt.pt", "--ks", "50,100,150"])
     out, err = capsys.readouterr()
     assert "| 50 | 19.17 | 16.67 |" in out
-    assert err.count("warning:") == 1 and "warning: vp: recall@50 19.17% is within 3 points of the frequency " \
+    assert err.count("warning:") == 2 and "warning: vp: recall@50 19.17% is within 3 points of the frequency " \
         "list's 16.67%" in err and "the full softmax (--small-vocab-size 0)" in err
+    # far below: said as it is, not "within 3 points"
+    assert "warning: vp: recall@150 19.50% is 30.50 points below the frequency list's 50.00%" in err
+    assert "the predictor adds nothing" in err and err.count("adds little") == 1
 
 
 @pytest.mark.parametrize("where", ["missing folder", "a file as folder", "a folder as the file", "format"])

@@ -213,3 +213,56 @@ def test_truncated_checkpoint_via_path_gets_a_clear_error(checkpoint, tiny_bin, 
     assert result.returncode != 0
     assert f"cannot read {broken} as a fairseq checkpoint" in result.stderr
     assert "may be incomplete or corrupt" in result.stderr
+
+
+@pytest.mark.parametrize("field, value, reason", [
+    ("lr", [0.001] * 10_001, "a list of 10,001 elements, more than the 10,000 accepted"),
+    ("update_freq", (1,) * 10_001, "a tuple of 10,001 elements, more than the 10,000 accepted"),
+    ("lr", True, "a boolean (True): booleans are not accepted where fairseq writes numbers"),
+    ("lr", [0.001, False], "a value of type list whose item 1 is a boolean (False): booleans are not accepted "
+                           "where fairseq writes numbers"),
+    ("update_freq", "True", "text that is not integers: it reads as a boolean (True): booleans are not accepted"),
+    ("update_freq", [1.5], "a value of type list whose item 0 is a float (1.5), not an integer"),
+    ("update_freq", ["1"], "a value of type list whose item 0 is a value of type str ('1'; fairseq writes "
+                           "integers there)"),
+    ("lr", {"a": 1}, "a value of type dict (fairseq writes numbers or a list of them there)"),
+])
+def test_a_parsed_number_field_is_refused_with_the_real_reason(tmp_path, field, value, reason):
+    """A checkpoint config's lr or update_freq that fairseq would fail on is refused naming the file and the
+    field, and the reason is the real one: a list over the 10,000-element limit was called "a value of type
+    list", a boolean "a value of type bool" (or, as text, "text that is not integers")."""
+    from fairseq_smallvocab.compat.checkpoint_loading import CheckpointLoadError, load_checkpoint_file
+
+    path = tmp_path / "ckpt.pt"
+    torch.save({"cfg": {"optimization": {"lr": [0.001], "update_freq": [1], field: value}}, "model": {}}, path)
+    with pytest.raises(CheckpointLoadError) as err:
+        load_checkpoint_file(str(path))
+    assert f"refused to load {path}" in str(err.value) and f"cfg.optimization.{field} = " in str(err.value)
+    assert reason in str(err.value), str(err.value)
+    torch.save({"cfg": {"optimization": {"lr": [0.001] * 10_000, "update_freq": [1] * 10_000}}, "model": {}}, path)
+    assert "cfg" in load_checkpoint_file(str(path))  # at the limit: loads
+
+
+@pytest.mark.parametrize("field, value, reason", [
+    ("trained_small_vocab_size", True, "a boolean (True): booleans are not accepted where the plugin's task "
+                                       "records an integer"),
+    ("trained_small_vocab_size", [40], "a value of type list (the plugin's task records an integer >= 0 there)"),
+    ("trained_small_vocab_size", -1, "-1, below 0"),
+    ("target_dict_fingerprint", True, "a boolean (True): booleans are not accepted"),
+    ("source_dict_fingerprint", "abc", "a value of type str"),
+])
+def test_a_recorded_field_of_another_form_is_refused_naming_it(tmp_path, field, value, reason):
+    """What the plugin's task records in a model's config and reads with int() when it decodes: True was read as
+    K = 1 ("--small-vocab-size 1 leaves no room", a flag never given) or as another target dictionary, a list
+    failed in int(); the loader refuses such a file naming the field and the reason."""
+    from fairseq_smallvocab.compat.checkpoint_loading import CheckpointLoadError, load_checkpoint_file
+
+    path = tmp_path / "ckpt.pt"
+    recorded = {"trained_small_vocab_size": 40, "source_dict_fingerprint": 2 ** 59, "target_dict_fingerprint": 7}
+    torch.save({"cfg": {"model": dict(recorded)}, "model": {}}, path)
+    assert "cfg" in load_checkpoint_file(str(path))  # what the task writes loads
+    torch.save({"cfg": {"model": {**recorded, field: value}}, "model": {}}, path)
+    with pytest.raises(CheckpointLoadError) as err:
+        load_checkpoint_file(str(path))
+    assert f"refused to load {path}" in str(err.value) and f"cfg.model.{field} = " in str(err.value)
+    assert reason in str(err.value), str(err.value)

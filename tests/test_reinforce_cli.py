@@ -123,7 +123,10 @@ def test_fairseq_train_with_several_samples_a_sacrebleu_reward_and_temperature(t
                            (["--reward", "rouge"], "unknown reward 'rouge': --reward must be one of gleu, gleu_bp, "
                                                    "bleu, chrf, constant, or python:MODULE.FUNCTION"),
                            (["--rl-engine", "capture=graphs"], "--rl-engine: capture=graphs: capture takes one of"),
-                           (["--rl-capture", "buckets"], "unrecognized arguments: --rl-capture buckets")):
+                           (["--rl-capture", "buckets"], "--rl-capture was replaced by --rl-engine, which takes "
+                                                         "the device settings as one comma-separated KEY=VALUE "
+                                                         "list (e.g. --rl-engine capture=off,stop_check_every=4): "
+                                                         "use --rl-engine capture=buckets")):
         bad = run(["fairseq-train", tiny_bin, *rl, *flags, "--max-epoch", "3"], check=False)
         assert bad.returncode != 0 and message in bad.stderr, bad.stderr[-2000:]
 

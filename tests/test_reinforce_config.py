@@ -185,3 +185,86 @@ def test_auto_captures_on_a_cuda_device_and_runs_eagerly_elsewhere(monkeypatch, 
         crit.say_what_runs(cuda)
     assert (crit.settings.capture, crit.settings.graphed_pass) == ("off", "buckets")
     assert "on cuda, capture=off (auto: autocast is on (--amp))" in caplog.text
+
+
+def test_the_stock_translation_task_is_refused_when_the_criterion_is_built():
+    """--criterion smallvocab_reinforce with the stock --task translation trained until the first batch, which
+    failed with "unexpected keyword argument 'sample_request'": the criterion refuses that task when it is built,
+    naming the task to use (and how it trains the full softmax); the plugin's task is taken."""
+    from fairseq.tasks.translation import TranslationConfig, TranslationTask
+    from helpers import make_dictionary
+
+    stock = TranslationTask(TranslationConfig(), make_dictionary(20), make_dictionary(20))
+    with pytest.raises(ValueError) as err:
+        _crit(stock, ce_weight=0.5)
+    message = str(err.value)
+    assert "--criterion smallvocab_reinforce" in message and "--task translation's cannot" in message
+    assert "--task translation_smallvocab" in message and "--small-vocab-size 0" in message
+
+
+def test_the_plugins_task_is_taken_and_its_k_bounds_the_risk_beam_at_start_up(tiny_bin):
+    """--risk-candidates beam's width (--rl-samples) at or above the task's K is refused when the criterion is
+    built, naming --rl-samples, not at the first batch."""
+    from translation_helpers import mt_task
+
+    task = mt_task(tiny_bin, small_vocab_size=40)
+    _crit(task, rl_objective="risk", risk_candidates="beam", rl_samples=39)
+    with pytest.raises(ValueError, match=r"--rl-samples 40 \(--risk-candidates beam's width\) is not below the "
+                                         r"small vocabulary of each input \(K = 40"):
+        _crit(task, rl_objective="risk", risk_candidates="beam", rl_samples=40)
+
+
+def _parse_training_flags(flags):
+    """fairseq-train's parse of ``flags`` (with the plugin's task, model and this criterion), in-process."""
+    from fairseq import options
+
+    import fairseq_smallvocab  # noqa: F401  (registers the task, the model and the criterion)
+
+    return options.parse_args_and_arch(options.get_training_parser(), [
+        "data-bin", "--task", "translation_smallvocab", "--arch", "lstm_smallvocab", "--criterion",
+        "smallvocab_reinforce", *flags])
+
+
+@pytest.mark.parametrize("flags, replacement", [
+    (["--rl-capture", "off"], "--rl-engine capture=off"),
+    (["--rl-compile", "fuse"], "--rl-engine compile=fuse"),
+    (["--rl-graphed-pass", "buckets"], "--rl-engine graphed_pass=buckets"),
+    (["--rl-merged-pass", "on"], "--rl-engine merged_pass=on"),
+    (["--rl-stop-check-every", "4"], "--rl-engine stop_check_every=4"),
+    (["--rl-untested-cuda-modes"], "--rl-engine untested_cuda_modes=VALUE"),
+])
+def test_a_former_device_flag_is_refused_naming_its_rl_engine_key(flags, replacement, capsys):
+    """The device flags --rl-engine replaced said only "unrecognized arguments": each names the key that
+    replaced it, with its value; --rl-engine itself and the former --rl-lambda still parse."""
+    with pytest.raises(SystemExit) as exit_:
+        _parse_training_flags(flags)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and f"{flags[0]} was replaced by --rl-engine" in err and f"use {replacement}" in err
+    assert "unrecognized arguments" not in err
+    args = _parse_training_flags(["--rl-engine", "capture=off", "--rl-lambda", "0.5"])
+    assert args.rl_engine == "capture=off" and args.ce_weight == 0.5 and not hasattr(args, "rl_capture")
+
+
+def test_a_former_device_option_in_a_hydra_config_is_refused_naming_rl_engine():
+    """fairseq-hydra-train with +criterion.rl_capture=off failed in fairseq's add_defaults with omegaconf's
+    "Key 'rl_capture' not in 'SmallVocabReinforceConfig'": it names criterion.rl_engine and how to give it (a
+    quoted override, or the YAML key); the option that replaced it merges as before."""
+    from fairseq.dataclass.initialize import add_defaults
+    from omegaconf import OmegaConf
+
+    from fairseq_smallvocab.compat.former_options import FormerOptionError
+    from fairseq_smallvocab.engine.settings import ENGINE_KEYS
+    from fairseq_smallvocab.reinforce.config import FORMER_ENGINE_OPTIONS
+
+    assert set(FORMER_ENGINE_OPTIONS) <= set(ENGINE_KEYS)  # each has its key
+    for name in ("smallvocab_reinforce", "reinforce_gleu"):
+        cfg = OmegaConf.create({"criterion": {"_name": name, "rl_capture": "off"}})
+        with pytest.raises(FormerOptionError) as err:
+            add_defaults(cfg)
+        assert str(err.value) == (
+            "criterion.rl_capture was replaced by criterion.rl_engine, --rl-engine's comma-separated KEY=VALUE "
+            "settings: give +criterion.rl_engine='capture=off' (quoted) on the command line, or rl_engine: "
+            "capture=off under criterion: in the YAML file")
+    cfg = OmegaConf.create({"criterion": {"_name": "smallvocab_reinforce", "rl_engine": "capture=off"}})
+    add_defaults(cfg)
+    assert cfg.criterion.rl_engine == "capture=off" and cfg.criterion.rl_samples == 1

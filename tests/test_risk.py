@@ -172,7 +172,8 @@ def test_risk_logs_reduce_as_one_process_does(tiny_bin):
 
 @pytest.mark.parametrize("options,message", [
     (dict(rl_objective="risk", rl_samples=1), "--rl-objective risk needs --rl-samples >= 2"),
-    (dict(rl_objective="risk", rl_samples=2, risk_sharpness=0.0), "--risk-sharpness must be a finite number > 0"),
+    (dict(rl_objective="risk", rl_samples=2, risk_sharpness=0.0),
+     r"--risk-sharpness must be a finite number in \(0, 634\], got 0"),
     (dict(rl_objective="risk", rl_samples=2, risk_sharpness=math.inf), "--risk-sharpness"),
     (dict(rl_objective="mrt"), "--rl-objective must be reinforce or risk"),
 ])
@@ -242,3 +243,64 @@ def test_beam_candidates_are_the_searchs_n_best_and_their_risk_equals_the_hand_c
 def test_beam_candidates_outside_risk_or_with_a_temperature_are_refused(options, message):
     with pytest.raises(ValueError, match=message):
         check_config(SmallVocabReinforceConfig(**options))
+
+
+def test_a_sharpness_whose_scores_would_overflow_is_refused_naming_the_flag():
+    """--risk-sharpness 1e38 passed its check, then every candidate's score (alpha times its mean log-probability)
+    overflowed to -inf, every batch was skipped as non-finite and the run's stop blamed --lr. The largest accepted
+    sharpness keeps the scores of candidates as unlikely as a softmax can draw finite in half precision."""
+    from fairseq_smallvocab.reinforce.config import MAX_RISK_SHARPNESS
+
+    for alpha in (1e38, MAX_RISK_SHARPNESS * 1.01):
+        with pytest.raises(ValueError, match=r"--risk-sharpness must be a finite number in \(0, 6\d\d\]") as err:
+            check_config(SmallVocabReinforceConfig(rl_objective="risk", rl_samples=2, risk_sharpness=alpha))
+        assert f"got {alpha:g}" in str(err.value)
+    check_config(SmallVocabReinforceConfig(rl_objective="risk", rl_samples=2, risk_sharpness=MAX_RISK_SHARPNESS))
+    # the lowest per-step log-probability of a word a float32 softmax can draw (its probability the smallest
+    # float32 above 0), at every step: the score stays finite in float16 and so does its gradient
+    lprobs = torch.full((2, 3), math.log(2.0 ** -149), requires_grad=True)
+    mask = torch.ones(2, 3, dtype=torch.bool)
+    scores = objective.candidate_scores(lprobs, mask, MAX_RISK_SHARPNESS)
+    assert torch.isfinite(scores.half()).all()
+    risk, _ = objective.expected_risk(torch.tensor([0.2, 0.7]), scores, torch.ones(2, dtype=torch.bool), 2)
+    risk.backward()
+    assert torch.isfinite(lprobs.grad.half()).all()
+
+
+def test_risk_whose_candidates_are_all_one_sentence_warns_once(monkeypatch, caplog):
+    """Every input's N samples the same sentence (distinct = 1): the risk has no gradient, which the log said
+    nowhere; a warning says so once with what to do, except for the constant control reward (which never has
+    one), and nothing is said while the candidates differ."""
+    import logging
+
+    model, task, sample = _setup(True)
+    _ranked_choices(monkeypatch, lambda r: 0)  # every sample the greedy one
+    crit = _crit(task, ce_weight=0.0, rl_objective="risk", max_sample_len=7, rl_samples=3)
+    with caplog.at_level(logging.WARNING):
+        for _ in range(2):
+            _, _, log = crit(model.train(), sample)
+    assert log["distinct"] == B
+    said = [r.getMessage() for r in caplog.records if "same sentence" in r.getMessage()]
+    assert len(said) == 1, caplog.text
+    assert "3 candidates" in said[0] and "no gradient" in said[0] and "--rl-samples" in said[0]
+    assert "--sample-temperature" in said[0] and "--risk-candidates beam" in said[0]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        _crit(task, ce_weight=0.0, rl_objective="risk", max_sample_len=7, rl_samples=3, reward="constant")(
+            model, sample)
+        _ranked_choices(monkeypatch, lambda r: r % 3)  # three different samples per input
+        _crit(task, ce_weight=0.0, rl_objective="risk", max_sample_len=7, rl_samples=3)(model, sample)
+    assert "same sentence" not in caplog.text
+
+
+@pytest.mark.parametrize("small", [True, False])
+def test_a_beam_as_wide_as_the_vocabulary_is_refused_naming_rl_samples(small):
+    """--risk-candidates beam searches with a beam of --rl-samples, which keeps at most K - 1 hypotheses (|V| - 1
+    without candidates): a wider one was refused naming --beam, a flag the user never gave (K), or failed in the
+    decoder with a batch size mismatch (|V|)."""
+    model, task, sample = _setup(small)
+    width = sample["net_input"]["candidates"].size(1) if small else len(task.target_dictionary)
+    crit = _crit(task, rl_objective="risk", risk_candidates="beam", max_sample_len=7, rl_samples=width)
+    with pytest.raises(ValueError, match=rf"--rl-samples {width} \(--risk-candidates beam's width\)") as err:
+        crit(model, sample)
+    assert "--beam" not in str(err.value) and f"--rl-samples {width - 1} or less" in str(err.value)

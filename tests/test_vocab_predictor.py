@@ -241,8 +241,9 @@ def test_missing_corrupt_and_foreign_checkpoints(predictor, tmp_path):
         load_predictor(foreign)
 
 
-@pytest.mark.parametrize("hits, warned", [((30, 80), "not above the frequency list (recall@50 30.00 vs 40.00; "
-                                                      "recall@100 80.00 vs 80.00)"),
+@pytest.mark.parametrize("hits, warned", [((30, 80), "not above the frequency list (recall@50 30.00% is 10.00 "
+                                                      "points below the frequency list's 40.00%; recall@100 80.00% "
+                                                      "is level with the frequency list's 80.00%)"),
                                           ((45, 90), None)])
 def test_a_predictor_not_above_the_frequency_list_is_warned_about(tiny_bin, caplog, hits, warned):
     """After a validation, each --recall-at K where the predictor's recall over the whole validation set (every
@@ -268,4 +269,19 @@ def test_a_predictor_not_above_the_frequency_list_is_warned_about(tiny_bin, capl
     if warned is None:
         assert "frequency list" not in caplog.text
     else:
-        assert caplog.text.count("frequency list") == 1 and warned in caplog.text, caplog.text
+        assert caplog.text.count("validation: the predictor") == 1 and warned in caplog.text, caplog.text
+
+
+@pytest.mark.parametrize("recall, frequency, said", [
+    (37.91, 88.41, "50.50 points below the frequency list's 88.41%"),  # far below: never "within 3 points"
+    (39.0, 40.0, "1.00 points below the frequency list's 40.00%"),
+    (40.0, 40.0, "level with the frequency list's 40.00%"),
+    (42.5, 40.0, "within 3 points of the frequency list's 40.00%"),
+    (50.0, 40.0, "10.00 points above the frequency list's 40.00%"),
+])
+def test_the_comparison_with_the_frequency_list_follows_the_numbers(recall, frequency, said):
+    """How a predictor's recall stands against the frequency list's is worded from the two numbers, in both
+    directions (a recall 50 points below the list was said to be "within 3 points" of it)."""
+    from fairseq_smallvocab.predictor.scoring import versus_frequency
+
+    assert versus_frequency(recall, frequency, margin=3.0) == said

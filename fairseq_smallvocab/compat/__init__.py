@@ -85,6 +85,13 @@ PATCHES = (
           FAIRSEQ, "yes",
           ("fairseq.trainer.Trainer.load_checkpoint", "fairseq.checkpoint_utils.PathManager"),
           _install("train_checkpoints", "install_checkpoint_files")),
+    Patch("former_options",
+          "a hydra config section that sets a former option of the plugin's criterion (+criterion.rl_capture=off, "
+          "one of the device options --rl-engine replaced) is refused naming what replaced it when fairseq merges "
+          "it into the criterion's dataclass (merge_with_parent, called by add_defaults)",
+          "omegaconf's ConfigKeyError said only that the key is not in SmallVocabReinforceConfig",
+          FAIRSEQ, "no: only the plugin's dataclasses that name former options",
+          ("fairseq.dataclass.utils.merge_with_parent",), _install("former_options")),
     Patch("grad_clip",
           "utils.clip_grad_norm_ computes the norm where the gradients are when all are on the CPU; installed "
           "only where torch sees a GPU",

@@ -42,13 +42,14 @@ from fairseq.criterions import FairseqCriterion, register_criterion
 
 from fairseq_smallvocab.candidates.space import candidate_positions
 from fairseq_smallvocab.compat.registry import register_alias
+from fairseq_smallvocab.criterions.reinforce_setup import add_former_flags, check_beam_width, check_task
 from fairseq_smallvocab.engine import passes
 from fairseq_smallvocab.engine.request import SampleRequest, check_memory, sample_limits
 from fairseq_smallvocab.engine.settings import AUTO, why_auto_is_off
 from fairseq_smallvocab.output.chunked_ce import full_cross_entropy
 from fairseq_smallvocab.reinforce import logs, objective
 from fairseq_smallvocab.reinforce.config import SmallVocabReinforceConfig, check_config
-from fairseq_smallvocab.reinforce.rewards import without_ids
+from fairseq_smallvocab.reinforce.rewards import ConstantReward, without_ids
 from fairseq_smallvocab.reinforce.user_reward import build as build_reward
 
 logger = logging.getLogger(__name__)
@@ -64,11 +65,14 @@ class SmallVocabReinforceCriterion(FairseqCriterion):
         # the CE weight's first spelling, kept so that old commands run unchanged
         parser.add_argument("--rl-lambda", dest="ce_weight", type=float, default=argparse.SUPPRESS,
                             help="the former name of --ce-weight")
+        add_former_flags(parser)  # the device flags --rl-engine replaced: refused naming their keys
 
     def __init__(self, task, cfg: SmallVocabReinforceConfig):
         super().__init__(task)
+        check_task(task)
         self.settings = check_config(cfg)
         self.cfg = cfg
+        check_beam_width(task, cfg)
         self.reward = build_reward(str(cfg.reward), task.target_dictionary, cfg.reward_post_process,
                                    cfg.gleu_max_order)
         self.risk = str(cfg.rl_objective) == "risk"
@@ -84,6 +88,7 @@ class SmallVocabReinforceCriterion(FairseqCriterion):
         self.passes = passes.of(self.settings)  # the decoder's own calls unless a device mode is on
         self._capped_to_positions = False  # whether the log has said that the decoder's positions cap samples
         self._said_what_runs = False  # whether the log has said what a CUDA-only mode runs as here
+        self._said_one_sentence = False  # whether the log has said that risk's candidates were all one sentence
         self.languages = logs.target_languages(task)  # a multilingual task's: each logs its reward
 
     def forward(self, model, sample, reduce=True):
@@ -135,6 +140,8 @@ class SmallVocabReinforceCriterion(FairseqCriterion):
             scores = objective.candidate_scores(samples.lprobs, chosen, self.cfg.risk_sharpness)
             rl, _ = objective.expected_risk(reward, scores, keep, n)
             extra.update(risk=rl.item(), distinct=keep.sum().item())
+            if model.training:
+                self.say_if_one_sentence(extra["distinct"], sample["target"].size(0))
         else:
             rl = objective.policy_gradient(objective.advantage(reward, base, mask), samples.lprobs, chosen, n)
         loss = objective.mixed(ce, rl, self.cfg.ce_weight)
@@ -201,6 +208,19 @@ class SmallVocabReinforceCriterion(FairseqCriterion):
             return first
         return candidate_positions(candidates, first.view(-1, 1).to(candidates), self.task.target_dictionary.unk()
                                    ).view(-1)
+
+    def say_if_one_sentence(self, distinct: int, inputs: int):
+        """Once: a training batch whose every input's candidates were one sentence (``distinct`` of them over
+        ``inputs`` inputs), so the risk had no gradient there (the constant control reward has none anyway)."""
+        if distinct > inputs or self._said_one_sentence or isinstance(self.reward, ConstantReward):
+            return
+        n = self.cfg.rl_samples
+        logger.warning(f"--rl-objective risk: the {n} candidates of each input of a training batch (--rl-samples "
+                       f"{n}) were all the same sentence, so the risk (the expected cost over distinct candidates) "
+                       "got no gradient from it; the log's 'distinct' says how many differ per input. For varied "
+                       "candidates draw more of them (a larger --rl-samples), at a higher --sample-temperature, "
+                       "or take a beam's (--risk-candidates beam)")
+        self._said_one_sentence = True
 
     @staticmethod
     def drawn_logs(samples):

@@ -214,6 +214,16 @@ class SmallVocabSequenceGenerator(SequenceGenerator):
         return positions
 
 
+def beam_too_wide(n: int, width: int, small: bool) -> str:
+    """The refusal of --risk-candidates beam's width ``n`` (--rl-samples) at or above ``width`` (K, or |V| for
+    the full softmax, ``small`` False): a beam keeps at most ``width`` - 1 hypotheses, pad never chosen."""
+    vocabulary = (f"the small vocabulary of each input (K = {width}, --small-vocab-size)" if small
+                  else f"the target vocabulary (|V| = {width} entries)")
+    return (f"--rl-samples {n} (--risk-candidates beam's width) is not below {vocabulary}, and a beam keeps at "
+            f"most {width - 1} hypotheses (pad is never chosen): pass --rl-samples {width - 1} or less"
+            + (", or raise --small-vocab-size" if small else ""))
+
+
 def beam_candidates(model, net_input, rows: Optional[Tensor], request: SampleRequest):
     """Sequence-level risk's candidates by beam search (``SampleRequest.beam``): each example's N best
     hypotheses of a beam of width N inside its candidates, as Edunov et al. 2018 generate theirs, without
@@ -228,6 +238,9 @@ def beam_candidates(model, net_input, rows: Optional[Tensor], request: SampleReq
         raise ValueError("candidates by beam search (--risk-candidates beam) cannot force a first token (a "
                          "multilingual task's language token): use --risk-candidates sample")
     n, d = request.num_samples, model.decoder.dictionary
+    width = rows.size(1) if rows is not None else len(d)
+    if n >= width:  # (the generator's own refusal names --beam; fairseq caps a full softmax's beam at |V| - 1)
+        raise ValueError(beam_too_wide(n, width, rows is not None))
     limit = int(request.max_lens.max())
     generator = SmallVocabSequenceGenerator([model], d, beam_size=n, max_len_a=0, max_len_b=max(limit - 1, 1))
     given = dict(net_input) if rows is None else {**net_input, "candidates": rows}

@@ -92,3 +92,18 @@ def check_k(k: int, vocab_size: int, what: str = "K"):
     if not 1 <= k <= vocab_size:
         raise ValueError(f"{what} = {k} is out of range: it must be between 1 and the target "
                          f"vocabulary size {vocab_size}")
+
+
+def versus_frequency(recall: float, frequency: float, margin: float = 0.0) -> str:
+    """How a predictor's recall (percent) stands against the frequency list's, worded from the two numbers:
+    "X points below the frequency list's F%", "level with" it, "within ``margin`` points of" it (above it by
+    less than ``margin``), or "X points above" it."""
+    gap = round(recall - frequency, 2)  # (as the percentages are shown)
+    theirs = f"the frequency list's {frequency:.2f}%"
+    if gap < 0:
+        return f"{-gap:.2f} points below {theirs}"
+    if gap == 0:
+        return f"level with {theirs}"
+    if gap < margin:
+        return f"within {margin:g} points of {theirs}"
+    return f"{gap:.2f} points above {theirs}"

@@ -8,6 +8,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
+import torch
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 
 from fairseq_smallvocab.engine.settings import ENGINE_KEYS, FULL_SOFTMAX_MODES, EngineSettings
@@ -19,6 +20,16 @@ FULL_SOFTMAX_CHOICES = ChoiceEnum(list(FULL_SOFTMAX_MODES))
 OBJECTIVES = ChoiceEnum(["reinforce", "risk"])
 RISK_CANDIDATES = ChoiceEnum(["sample", "beam"])
 MAX_BASELINE_LR = 1.0  # the learned baseline's Adam: see check_config
+# The largest --risk-sharpness alpha: a candidate's score is alpha times its mean log-probability per step
+# (objective.candidate_scores), and the gradient reaching each log-probability is alpha * q (c - E[c]) / |y|, up
+# to alpha.  The lowest log-probability of a word a float32 softmax can draw is log(2^-149) = -103.3 (the smallest
+# float32 above 0; a word below it has probability 0 and is never drawn), so a mean log-probability is at least
+# that, and alpha <= 65504 / 103.3 = 634 (65504: float16's largest value) keeps every score and that gradient
+# finite even in half precision, the narrowest dtype fairseq trains in (--fp16: its decoder states carry the
+# gradient back), float32's range (3.4e38) far above.  At alpha = 1e38 the scores of ordinary candidates were -inf
+# in float32 already, every batch was skipped as not finite, and the run's stop blamed --lr.  Little is lost
+# above the bound: at it, candidates 0.01 apart in mean log-probability already weigh 566 to 1.
+MAX_RISK_SHARPNESS = math.floor(torch.finfo(torch.float16).max / (149 * math.log(2.0)))
 
 
 @dataclass
@@ -32,7 +43,8 @@ class SmallVocabReinforceConfig(FairseqDataclass):
     risk_sharpness: float = field(
         default=1.0, metadata={"help": "risk: alpha, the factor of the length-normalised log-probabilities whose "
                                        "softmax over a source's distinct samples weighs their costs (larger: the "
-                                       "likeliest samples weigh more)"})
+                                       "likeliest samples weigh more; at most 634, where the scores would overflow "
+                                       "half precision)"})
     risk_candidates: RISK_CANDIDATES = field(
         default="sample", metadata={"help": "risk's N candidates per input: sample (--rl-samples samples, a repeat "
                                             "counted once) or beam (the --rl-samples best of a beam search of that "
@@ -78,6 +90,36 @@ class SmallVocabReinforceConfig(FairseqDataclass):
                                         "kept) or chunked (no tokens x |V| tensor: chunks of rows made again in "
                                         "the backward, as fused linear cross-entropy does); the same loss"})
 
+    @classmethod
+    def former_option(cls, name: str, value=None, hydra: bool = False) -> Optional[str]:
+        """The refusal of ``name``, a former option of the criterion (``FORMER_ENGINE_OPTIONS``' config field,
+        e.g. ``rl_capture``) set to ``value``, naming what replaced it, as a command line (``hydra``: a hydra
+        config's) says it; None where ``name`` is no former option."""
+        return former_option(name, value, hydra)
+
+
+# the device options that --rl-engine replaced: each was the flag --rl-KEY (config field rl_KEY) and is now the key
+# KEY of --rl-engine; given, they are refused naming it (on the command line: the criterion's add_args; in a
+# hydra config: compat/former_options.py), rather than as an unknown argument or key
+FORMER_ENGINE_OPTIONS = ("capture", "compile", "graphed_pass", "merged_pass", "static_state", "stop_check_every",
+                         "stored_probs_max_elements", "transposed_min_rows", "union_max_ratio", "capture_max_buckets",
+                         "capture_max_mib", "graphed_pass_max_buckets", "graphed_pass_max_mib", "untested_cuda_modes")
+
+
+def former_option(name: str, value=None, hydra: bool = False) -> Optional[str]:
+    """``SmallVocabReinforceConfig.former_option``."""
+    key = name[len("rl_"):] if name.startswith("rl_") else None
+    if key not in FORMER_ENGINE_OPTIONS:
+        return None
+    setting = f"{key}={'VALUE' if value is None else value}"
+    if hydra:
+        return (f"criterion.{name} was replaced by criterion.rl_engine, --rl-engine's comma-separated KEY=VALUE "
+                f"settings: give +criterion.rl_engine='{setting}' (quoted) on the command line, or "
+                f"rl_engine: {setting} under criterion: in the YAML file")
+    return (f"--{name.replace('_', '-')} was replaced by --rl-engine, which takes the device settings as one "
+            f"comma-separated KEY=VALUE list (e.g. --rl-engine capture=off,stop_check_every=4): use --rl-engine "
+            f"{setting}")
+
 
 def check_config(cfg: SmallVocabReinforceConfig) -> EngineSettings:
     """Every setting of the criterion, checked in one place before anything
@@ -92,8 +134,13 @@ def check_config(cfg: SmallVocabReinforceConfig) -> EngineSettings:
                          "greedy sequences use --rl-baseline self-critical, whose baseline is the greedy decode")
     if str(cfg.rl_objective) not in ("reinforce", "risk"):
         raise ValueError(f"unknown objective '{cfg.rl_objective}': --rl-objective must be reinforce or risk")
-    if not 0 < cfg.risk_sharpness < math.inf:
-        raise ValueError(f"--risk-sharpness must be a finite number > 0, got {cfg.risk_sharpness}")
+    if not 0 < cfg.risk_sharpness <= MAX_RISK_SHARPNESS:
+        raise ValueError(f"--risk-sharpness must be a finite number in (0, {MAX_RISK_SHARPNESS}], got "
+                         f"{cfg.risk_sharpness:g}: a candidate's score is the sharpness times its mean "
+                         "log-probability (as low as -103 per token), and above the bound the scores and their "
+                         "gradients leave half precision's range (--fp16; at 1e38 every score is -inf even in "
+                         "float32, and every batch would be skipped as not finite). Values near the bound already "
+                         "put almost all the weight on the likeliest candidate; the default is 1")
     if str(cfg.risk_candidates) not in ("sample", "beam"):
         raise ValueError(f"unknown --risk-candidates '{cfg.risk_candidates}': sample or beam")
     if str(cfg.risk_candidates) == "beam" and str(cfg.rl_objective) != "risk":

@@ -31,7 +31,7 @@ from fairseq_smallvocab.data.datasets import (
     split_folder,
     token_stream,
 )
-from fairseq_smallvocab.predictor.scoring import document_frequency
+from fairseq_smallvocab.predictor.scoring import document_frequency, versus_frequency
 
 logger = logging.getLogger(__name__)
 
@@ -80,8 +80,9 @@ class VocabPredictionTask(FairseqTask):
         """After a validation (fairseq saves, or would, right after one): warn where the predictor's recall@K
         over the whole validation set is not above the frequency list's, which any input gets for free."""
         recall, self._recall = self._recall, {}
-        behind = [f"recall@{k} {100 * hits / tokens:.2f} vs {100 * freq / tokens:.2f}"
+        behind = [(k, 100 * hits / tokens, 100 * freq / tokens)
                   for k, (hits, freq, tokens) in sorted(recall.items()) if tokens and hits <= freq]
+        behind = [f"recall@{k} {ours:.2f}% is {versus_frequency(ours, theirs)}" for k, ours, theirs in behind]
         if behind:
             logger.warning(f"validation: the predictor is not above the frequency list ({'; '.join(behind)}): "
                            "usual in its first epochs, but a predictor that stays there gives candidates no "

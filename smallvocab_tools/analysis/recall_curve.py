@@ -46,6 +46,7 @@ def measure(runs, split, ks, batch_size=256, log=print):
     computation.  A run less than WEAK_MARGIN points above the frequency
     list at some K gets a warning (``log``) with what to do."""
     from fairseq_smallvocab.predictor.inference import frequency_scores, load_predictor, recall_at
+    from fairseq_smallvocab.predictor.scoring import versus_frequency
 
     loaded = []
     for label, predictor, data in runs:
@@ -67,11 +68,13 @@ def measure(runs, split, ks, batch_size=256, log=print):
         if folder not in baselines:
             baselines[folder] = recall_at(model, task, split, run_ks, batch_size, scores=frequency_scores(task))
         for k in run_ks:
-            if curves[label][k] - baselines[folder][k] < WEAK_MARGIN:
-                log(f"warning: {label}: recall@{k} {curves[label][k]:.2f}% is within {WEAK_MARGIN:g} points of the "
-                    f"frequency list's {baselines[folder][k]:.2f}% (the {k} most frequent training words for every "
-                    "input): the predictor adds little. Train it longer or on more data, raise K, or use the full "
-                    "softmax (--small-vocab-size 0)")
+            recall, frequency = curves[label][k], baselines[folder][k]
+            if recall - frequency < WEAK_MARGIN:
+                adds = "little" if recall > frequency else "nothing"
+                log(f"warning: {label}: recall@{k} {recall:.2f}% is "
+                    f"{versus_frequency(recall, frequency, WEAK_MARGIN)} (the {k} most frequent training words for "
+                    f"every input): the predictor adds {adds}. Train it longer or on more data, raise K, or use the "
+                    "full softmax (--small-vocab-size 0)")
     for folder, curve in baselines.items():
         name = "frequency baseline" if len(baselines) == 1 else f"frequency baseline ({folder})"
         curves[name] = curve
