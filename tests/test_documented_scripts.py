@@ -126,8 +126,9 @@ open(sys.argv[1], "w"))' "$json" "${arms[@]}" ;;
 fi
 if [ "${1-}" = scripts/prepare_data.py ]; then  # the checked text it writes beside the data (DEST/raw), as far as read
   prev=
-  for arg in "$@"; do case $prev in --dest) dest=$arg ;; --src) src=$arg ;; esac; prev=$arg; done
+  for arg in "$@"; do case $prev in --dest) dest=$arg ;; --src) src=$arg ;; --tgt) tgt=$arg ;; esac; prev=$arg; done
   mkdir -p "$dest/raw" && echo "a sentence" > "$dest/raw/test.$src"
+  seq 1000 | sed 's/^/w/; s/$/ 1/' > "$dest/dict.$tgt.txt"  # the target dictionary (|V| read by the quick start)
 fi
 if [ "${1-}" = scripts/prepare_multi30k.py ]; then  # the stats.json it writes (prep.py), as far as read
   out=data-bin; prev=

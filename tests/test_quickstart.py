@@ -1,8 +1,8 @@
 """examples/quickstart/run.sh, the README's quick start, end to end on tiny raw text: sentencepiece with one model
 and one dictionary, the predictor and its recall beside the frequency list's, CE inside the candidates with
 every embedding shared, REINFORCE, test BLEU of both on the raw references, fairseq-interactive on raw lines and
-the CTranslate2 export; run again, it trains nothing and scores the same, and a step not marked finished
-goes on from where it stopped."""
+the CTranslate2 export; run again, it trains nothing and scores the same, refuses other settings than a step
+recorded, and a step not marked finished goes on from where it stopped."""
 
 import json
 import re
@@ -58,6 +58,13 @@ def test_the_quick_start_runs_from_raw_text_to_an_exported_model(tiny_raw, tmp_p
     scores = re.compile(r"^(\S+): BLEU ([\d.]+) \(lenpen ([\d.]+)", re.M)  # each model's test BLEU
     assert scores.findall(again.stdout) == scores.findall(first.stdout) and len(scores.findall(first.stdout)) == 2
     assert "(lenpen" in again.stdout and again.stdout.count("evaluated before") == 2
+    # another setting on the finished run, as its steps recorded them: refused by name before anything runs
+    refused = run(["bash", "examples/quickstart/run.sh"], cwd=REPO, check=False,
+                  env={**env, "REWARD": "bleu", "K": "100"})
+    assert refused.returncode == 2 and "== 1/8" not in refused.stderr, refused.stderr
+    assert all(f"/{name} was made with other settings" in refused.stderr for name in ("vp", "ce", "rl"))
+    assert "REWARD was gleu_bp, now bleu" in refused.stderr and "K was 120, now 100" in refused.stderr
+    assert "data-bin was made" not in refused.stderr
     # the control, CE continued (LAMBDA=1) in its own folder: the REINFORCE run's export stays as it was, the CE
     # model's evaluation is reused, and the verdict judges REINFORCE against the control
     export = (out / "rl" / "ct2" / "model.bin").read_bytes()
@@ -79,3 +86,94 @@ def test_the_quick_start_runs_from_raw_text_to_an_exported_model(tiny_raw, tmp_p
     assert (out / "rl.train.log").read_text() == logs["rl"]
     missing = run(["bash", "examples/quickstart/run.sh"], cwd=REPO, check=False, env={"OUT": str(tmp_path / "x")})
     assert missing.returncode != 0 and "RAW: the folder of your train, valid and test" in missing.stderr
+
+
+def _finished(out, raw, arch):
+    """OUT as a finished quick start leaves its records (the data's, the predictor's, CE's, REINFORCE's, the last in
+    the format runs recorded before the others were): nothing else, so that whatever starts would fail."""
+    (out / "data-bin").mkdir(parents=True)
+    (out / "data-bin" / "stats.json").write_text("{}")
+    (out / "data-bin.settings").write_text(f"RAW={raw}\nSRC=src\nTGT=tgt\nSP_VOCAB=200\nEMPTY_LINES=fail\n")
+    records = {"vp": "K=120\nSEED=1\nVP_EPOCHS=1\n",
+               "ce": f"K=120\nARCH_ARGS={arch}\nWARMUP=400\nSEED=1\nCE_UPDATES=4000\nCE_PATIENCE=10\nCE_EPOCHS=1\n",
+               "rl": "LAMBDA=0.005\nREWARD=gleu_bp\nSAMPLES=4\nRL_LR=3e-5\nRL_UPDATES=12\n"}
+    for name, text in records.items():
+        (out / name).mkdir()
+        (out / name / "quickstart.settings").write_text(text)
+        (out / name / ".quickstart-done").touch()
+    return {path: path.read_bytes() for path in out.rglob("*") if path.is_file()}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("changed, said", [
+    ({"REWARD": "bleu", "LAMBDA": "1"},  # a REINFORCE setting: another RL_SAVE
+     [r"error: \S+/rl was made with other settings \(\S+/rl/quickstart\.settings\): LAMBDA was 0\.005, now 1; "
+      r"REWARD was gleu_bp, now bleu\. Run with the recorded ones \(LAMBDA=0\.005 REWARD=gleu_bp\) to use it as it "
+      r"is; or set RL_SAVE to another folder in OUT \(e\.g\. RL_SAVE=\S+/rl-2", r"or remove \S+/rl and "]),
+    ({"K": "100"},  # the predictor's and CE's: another OUT
+     [r"error: \S+/vp was made with other settings \(\S+/vp/quickstart\.settings\): K was 120, now 100\. Run with "
+      r"the recorded ones \(K=120\) to use it as it is; or set OUT to another folder",
+      r"error: \S+/ce was made with other settings .*: K was 120, now 100\."]),
+    ({"SP_VOCAB": "300", "EMPTY_LINES": "drop"},
+     [r"error: \S+/data-bin was made with other settings \(\S+/data-bin\.settings\): SP_VOCAB was 200, now 300; "
+      r"EMPTY_LINES was fail, now drop\."]),
+    ({"CE_UPDATES": "8000"},  # a finished step's budget: deleting its .quickstart-done trains it further
+     [r"error: \S+/ce was made with other settings .*: CE_UPDATES was 4000, now 8000\. Run with the recorded ones "
+      r"\(CE_UPDATES=4000\) to use it as it is; to train it further, delete \S+/ce/\.quickstart-done"]),
+])
+def test_a_rerun_with_other_settings_is_refused_by_name_before_anything_runs(tiny_raw, tmp_path, changed, said):
+    out = tmp_path / "qs"
+    before = _finished(out, tiny_raw.resolve(), TINY["ARCH_ARGS"])
+    env = {"RAW": str(tiny_raw), "SRC": "src", "TGT": "tgt", "OUT": str(out), **TINY, **changed}
+    refused = run(["bash", "examples/quickstart/run.sh"], cwd=REPO, env=env, check=False)
+    assert refused.returncode == 2, refused.stderr
+    for pattern in said:
+        assert re.search(pattern, refused.stderr), refused.stderr
+    assert "== 1/8" not in refused.stderr and refused.stdout == ""  # no step started, nothing printed as done
+    assert {path: path.read_bytes() for path in out.rglob("*") if path.is_file()} == before
+    # the same settings: nothing refused (the run goes on, here to the missing dictionary of the fake data)
+    same = run(["bash", "examples/quickstart/run.sh"], cwd=REPO, check=False,
+               env={"RAW": str(tiny_raw), "SRC": "src", "TGT": "tgt", "OUT": str(out), **TINY})
+    assert "other settings" not in same.stderr and "== 1/8" in same.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("setting, said", [
+    ({"K": "abc"}, "K=abc: K, the candidates per sentence, must be a whole number"),
+    ({"K": "3"}, "K=3 leaves no room for words beside the target dictionary's 4 special symbols: set K above 4"),
+    ({"EMPTY_LINES": "keep"}, "EMPTY_LINES=keep: fail (stop at a sentence pair with an empty side) or drop"),
+])
+def test_a_bad_k_or_empty_lines_is_refused_by_name_before_anything_is_written(tmp_path, setting, said):
+    out = tmp_path / "qs"
+    refused = run(["bash", "examples/quickstart/run.sh"], cwd=REPO, check=False,
+                  env={"RAW": str(tmp_path / "corpus"), "OUT": str(out), **setting})
+    assert refused.returncode == 2 and said in refused.stderr, refused.stderr
+    assert not out.exists()
+
+
+@pytest.mark.slow
+def test_k_not_below_the_dictionary_trains_the_full_softmax_and_empty_lines_can_be_dropped(tiny_raw, tmp_path):
+    import shutil
+
+    from fairseq.data import Dictionary
+
+    raw = tmp_path / "raw"
+    shutil.copytree(tiny_raw, raw)
+    lines = (raw / "train.tgt").read_text().splitlines()
+    (raw / "train.tgt").write_text("\n".join(["", *lines[1:]]) + "\n")  # the first pair's target empty
+    env = {"RAW": str(raw), "SRC": "src", "TGT": "tgt", **TINY, "K": "100000", "BEAM": "1", "RL_UPDATES": "2"}
+    failed = run(["bash", "examples/quickstart/run.sh"], cwd=REPO, check=False, env={**env, "OUT": str(tmp_path / "a")})
+    assert failed.returncode == 2 and "1 empty line(s): line 1" in failed.stderr  # the default: EMPTY_LINES=fail
+    assert "in the quick start, EMPTY_LINES=drop leaves the sentence pairs with an empty side out" in failed.stderr
+    out = tmp_path / "b"
+    done = run(["bash", "examples/quickstart/run.sh"], cwd=REPO, env={**env, "OUT": str(out), "EMPTY_LINES": "drop"})
+    assert json.loads((out / "data-bin" / "stats.json").read_text())["dropped_pairs"]["train"] == 1
+    vocab = len(Dictionary.load(str(out / "data-bin" / "dict.tgt.txt")))
+    assert (f"K=100000 is not below the target dictionary's size, |V| = {vocab} ({out}/data-bin/dict.tgt.txt: "
+            f"{vocab - 4} entries and 4 special symbols): the full softmax, as fairseq-train does with "
+            "--small-vocab-size 100000") in done.stderr
+    assert "'small_vocab_size': 0" in (out / "ce.train.log").read_text()
+    assert "'small_vocab_size': 0" in (out / "rl.train.log").read_text()
+    assert not (out / "vp" / "checkpoint_best.pt").exists() and not (out / "does-it-pay.txt").exists()
+    assert (out / "rl" / "ct2" / "model.bin").is_file() and not (out / "rl" / "ct2" / "vmap.txt").exists()
+    assert re.search(r"^Verdict \(rl\): ", done.stdout, re.M)

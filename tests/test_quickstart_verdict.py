@@ -120,3 +120,23 @@ def test_the_command_prints_the_table_the_verdict_and_the_warning(tmp_path, caps
     out = capsys.readouterr().out
     assert out.count("| rl | REINFORCE |") == 1 and out.count("| ce | CE |") == 1  # CE among --runs: once
     assert "Verdict (rl): REINFORCE helped" in out and "warning: CE stopped at its cap" in out
+
+
+@pytest.mark.parametrize("ce, rl, wording", [
+    ((0.5, 1), (0.1, 2), "REINFORCE helped"),  # far apart: p = 0.005, the bootstrap's smallest at 200 resamples
+    ((0.1, 2), (0.5, 1), "REINFORCE did not help"),
+    ((0.3, 3), (0.3, 21), "inconclusive"),  # +0.15 BLEU, p about 0.4
+    ((0.3, 1), (0.3, 1), "inconclusive"),  # the same output: sacrebleu's bootstrap alone gives it p = 1/201
+])
+def test_the_verdicts_wording_follows_the_difference_and_p_it_prints(tmp_path, monkeypatch, ce, rl, wording):
+    monkeypatch.setenv("SACREBLEU_SEED", "12345")  # sacrebleu's default: the resamples are fixed
+    refs = _refs()
+    _, text, said = _verdict(tmp_path, [("rl", _damaged(refs, *rl), 0.005)], _damaged(refs, *ce), refs)
+    delta, p = re.search(r"^\| rl \| REINFORCE \|.* \| ([+-][\d.]+) \(p = ([\d.]+)\) \|$", text, re.M).groups()
+    assert said[0].startswith(f"Verdict (rl): {wording}: {delta} test BLEU")
+    assert f"p = {p}" in said[0]  # the table's numbers, and the verdict's
+    significant = float(p) < 0.05
+    assert "not significant at 0.05" not in said[0] or not significant
+    assert ("REINFORCE helped" in said[0]) == (significant and float(delta) > 0)
+    assert ("REINFORCE did not help" in said[0]) == (significant and float(delta) < 0)
+    assert (wording == "inconclusive") == (not significant or float(delta) == 0)

@@ -28,8 +28,18 @@
 # its own RL_SAVE (a folder in OUT, e.g. LAMBDA=1 RL_SAVE=OUT/ce-continued: the control) starts from the same CE
 # checkpoint, and leaves the other runs' outputs as they are. To train a finished step further (a larger CE_UPDATES),
 # delete its .quickstart-done.
+# Each step records the settings that shape its outputs when it starts: the data's in OUT/data-bin.settings, the
+# predictor's, CE's and each REINFORCE run's in FOLDER/quickstart.settings. Run again with another value of one of
+# them (another K, REWARD, ARCH_ARGS, ...), the script stops before doing anything and names each setting that
+# differs, with its old and new value: it would skip the finished step and report that step's results as those of
+# today's settings. Run with the recorded values, or use another OUT (or RL_SAVE, for a REINFORCE setting), or
+# remove the folder. A budget (VP_EPOCHS, CE_UPDATES, CE_PATIENCE, CE_EPOCHS, RL_UPDATES) may change for a step
+# without its .quickstart-done (stopped, or that file deleted to train it further).
 # Settings: RAW, SRC, TGT, OUT (every output; default checkpoints/quickstart), SP_VOCAB (sentencepiece pieces),
-# K (candidates per sentence; 500, the paper's for up to 10,000 dictionary entries: 1000 above),
+# EMPTY_LINES (fail: stop at a sentence pair with an empty side, naming its file and line; drop: leave such pairs
+# out, and say how many), K (candidates per sentence; 500, the paper's for up to 10,000 dictionary entries: 1000
+# above; 0, or K not below |V|, the target dictionary's size, trains the full softmax, as fairseq-train does with
+# such a --small-vocab-size, without steps 2 and 3),
 # VP_EPOCHS, CE_UPDATES, CE_PATIENCE, CE_EPOCHS (a cap; 0: none), WARMUP (CE's warmup updates; default 400,
 # or a tenth of CE_UPDATES where that is less), ARCH_ARGS (the Transformer's flags), RL_UPDATES, RL_LR, REWARD,
 # SAMPLES, LAMBDA, RL_SAVE (default OUT/rl), BEAM, LENPEN, THREADS, DEVICE (cpu or cuda), SEED.
@@ -39,6 +49,7 @@ SRC=${SRC:-en}
 TGT=${TGT:-de}
 OUT=${OUT:-checkpoints/quickstart}
 SP_VOCAB=${SP_VOCAB:-8000}
+EMPTY_LINES=${EMPTY_LINES:-fail}
 K=${K:-500}
 VP_EPOCHS=${VP_EPOCHS:-20}  # on 8,000 pairs: dev recall@500 88.6 after 10 epochs, 90.8 after 20, no higher by 30
 CE_UPDATES=${CE_UPDATES:-4000}
@@ -59,7 +70,24 @@ LENPEN=${LENPEN:-dev}
 THREADS=${THREADS:-2}
 DEVICE=${DEVICE:-cpu}
 SEED=${SEED:-1}
+# the settings checked before anything is written
 case $DEVICE in cpu) DEV_ARGS=--cpu ;; cuda) DEV_ARGS= ;; *) echo "DEVICE=$DEVICE: cpu or cuda" >&2; exit 2 ;; esac
+case $EMPTY_LINES in
+  fail|drop) ;;
+  *) echo "EMPTY_LINES=$EMPTY_LINES: fail (stop at a sentence pair with an empty side) or drop (leave such pairs" \
+       "out)" >&2; exit 2 ;;
+esac
+case $K in
+  ''|*[!0-9]*) echo "K=$K: K, the candidates per sentence, must be a whole number (500 for a target dictionary of" \
+                 "up to 10,000 entries, 1000 above; 0 for the full softmax)" >&2; exit 2 ;;
+esac
+K=$(( 10#$K ))  # (no octal: 0500 is 500)
+if [ "$K" -ge 1 ] && [ "$K" -le 4 ]; then
+  echo "K=$K leaves no room for words beside the target dictionary's 4 special symbols: set K above 4 (500 for up" \
+    "to 10,000 dictionary entries, 1000 above), or 0 for the full softmax" >&2
+  exit 2
+fi
+ARCH_ARGS=$(tr -s '[:space:]' ' ' <<< "$ARCH_ARGS" | sed 's/^ //; s/ $//')  # one line, as it is recorded
 export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS PYTHONUNBUFFERED=1
 DATA=$OUT/data-bin
 COMMON=(--user-dir fairseq_smallvocab $DEV_ARGS --num-workers 0 --seed "$SEED" --no-progress-bar --log-format simple
@@ -68,29 +96,103 @@ RL_LOG=$(( RL_UPDATES / 10 < 1 ? 1 : (RL_UPDATES / 10 > 50 ? 50 : RL_UPDATES / 1
 step() { echo "== $*" >&2; }
 # what a training prints on the screen (the whole log goes to its file): pace, validations, warnings, the end
 shown() { grep --line-buffered -E "${1:-pace: }|pace: |pace with validation: |valid on|done training|early stop| WARNING | ERROR " || [ $? -eq 1 ]; }
+
+# What each step was made with (NAME=VALUE lines; after a "+", its budget, which may change while the step is not
+# finished), checked against its record from an earlier run before anything runs.
+DATA_SETTINGS=("RAW=$(readlink -m "$RAW")" "SRC=$SRC" "TGT=$TGT" "SP_VOCAB=$SP_VOCAB" "EMPTY_LINES=$EMPTY_LINES")
+VP_SETTINGS=("K=$K" "SEED=$SEED" + "VP_EPOCHS=$VP_EPOCHS")
+CE_SETTINGS=("K=$K" "ARCH_ARGS=$ARCH_ARGS" "WARMUP=$WARMUP" "SEED=$SEED"
+             + "CE_UPDATES=$CE_UPDATES" "CE_PATIENCE=$CE_PATIENCE" "CE_EPOCHS=$CE_EPOCHS")
+RL_SETTINGS=("LAMBDA=$LAMBDA" "REWARD=$REWARD" "SAMPLES=$SAMPLES" "RL_LR=$RL_LR" "K=$K" "ARCH_ARGS=$ARCH_ARGS"
+             "SEED=$SEED" + "RL_UPDATES=$RL_UPDATES")
+record() {  # record FILE NAME=VALUE...: the settings into FILE, one a line
+  local pair
+  for pair in "${@:2}"; do [ "$pair" = + ] || printf '%s\n' "$pair"; done > "$1"
+}
+refusals=""
+check() {  # check FOLDER RECORD DONE FIX NAME=VALUE...: a refusal for each setting that RECORD holds another value of
+  local folder=$1 file=$2 done=$3 fix=$4 pair had budget="" changed="" grown="" back="" more=""
+  shift 4
+  [ -f "$file" ] || return 0
+  for pair in "$@"; do
+    if [ "$pair" = + ]; then budget=1; continue; fi
+    if [ -n "$budget" ] && [ ! -e "$done" ]; then continue; fi  # a step not finished goes on to its new budget
+    had=$(grep -m1 -e "^${pair%%=*}=" "$file") || continue  # (a record from before the setting was kept)
+    if [ "$had" = "$pair" ]; then continue; fi
+    case $had in *[[:space:]]*) back+="${back:+ }${pair%%=*}='${had#*=}'" ;; *) back+="${back:+ }$had" ;; esac
+    had="${pair%%=*} was ${had#*=}, now ${pair#*=}"
+    if [ -n "$budget" ]; then grown+="${grown:+; }$had"; else changed+="${changed:+; }$had"; fi
+  done
+  [ -n "$back" ] || return 0
+  if [ -n "$grown" ] && [ -z "$changed" ]; then
+    more="; to train it further, delete $done (it goes on from its checkpoint_last.pt)"
+  fi
+  refusals+="$folder was made with other settings ($file): ${changed:+$changed${grown:+; }}$grown. Run with the"
+  refusals+=" recorded ones ($back) to use it as it is$more; or $fix"$'\n'
+  return 0
+}
+NEW_OUT="set OUT to another folder to make everything with today's settings (or remove $OUT)."
+check "$DATA" "$DATA.settings" "$DATA/stats.json" "$NEW_OUT" "${DATA_SETTINGS[@]}"
+check "$OUT/vp" "$OUT/vp/quickstart.settings" "$OUT/vp/.quickstart-done" "$NEW_OUT" "${VP_SETTINGS[@]}"
+check "$OUT/ce" "$OUT/ce/quickstart.settings" "$OUT/ce/.quickstart-done" "$NEW_OUT" "${CE_SETTINGS[@]}"
+check "$RL_SAVE" "$RL_SAVE/quickstart.settings" "$RL_SAVE/.quickstart-done" "set RL_SAVE to another folder in \
+OUT (e.g. RL_SAVE=$OUT/rl-2: it starts from the same CE model, and the verdict compares them), or remove $RL_SAVE \
+and $RL_SAVE.train.log." "${RL_SETTINGS[@]}"
+if [ -n "$refusals" ]; then
+  printf '%s' "$refusals" | sed 's/^/error: /' >&2
+  echo "(each step's outputs would be reported under today's settings, which did not make them; nothing was run)" >&2
+  exit 2
+fi
 mkdir -p "$OUT/vp" "$OUT/ce" "$RL_SAVE"
 
 step "1/8 sentencepiece ($SP_VOCAB pieces, one model for $SRC and $TGT) and binarizing: $DATA"
 if [ ! -f "$DATA/stats.json" ]; then
-  python scripts/prepare_data.py --raw-dir "$RAW" --src "$SRC" --tgt "$TGT" --dest "$DATA" \
-    --subword sentencepiece --sp-vocab-size "$SP_VOCAB" --joined-dictionary
+  # (its messages also into OUT/data-bin.log: an empty line's names --empty-lines, the quick start's EMPTY_LINES)
+  if ! { python scripts/prepare_data.py --raw-dir "$RAW" --src "$SRC" --tgt "$TGT" --dest "$DATA" \
+           --subword sentencepiece --sp-vocab-size "$SP_VOCAB" --joined-dictionary --empty-lines "$EMPTY_LINES" \
+           2>&1 1>&3 | tee "$DATA.log" >&2; } 3>&1; then
+    if grep -q -e "--empty-lines drop" "$DATA.log"; then
+      echo "error: in the quick start, EMPTY_LINES=drop leaves the sentence pairs with an empty side out" >&2
+    fi
+    exit 2
+  fi
+  record "$DATA.settings" "${DATA_SETTINGS[@]}"
 fi
-SMALL=(--task translation_smallvocab -s "$SRC" -t "$TGT" --vocab-predictor "$OUT/vp/checkpoint_best.pt"
-       --small-vocab-size "$K")
+V=$(( $(wc -l < "$DATA/dict.$TGT.txt") + 4 ))  # |V| as fairseq counts it: the dictionary's entries and 4 specials
+SMALL_K=$K
+if [ "$K" -ge "$V" ]; then  # as fairseq-train does with a --small-vocab-size of |V| or more
+  echo "K=$K is not below the target dictionary's size, |V| = $V ($DATA/dict.$TGT.txt: $(( V - 4 )) entries and 4" \
+    "special symbols): the full softmax, as fairseq-train does with --small-vocab-size $K; steps 2 and 3 (the small" \
+    "softmax's) are skipped. For the small softmax, set K below $V." >&2
+  SMALL_K=0
+elif [ "$K" = 0 ]; then
+  echo "K=0: the full softmax; steps 2 and 3 (the small softmax's) are skipped" >&2
+fi
+if [ "$SMALL_K" -gt 0 ]; then
+  SMALL=(--task translation_smallvocab -s "$SRC" -t "$TGT" --vocab-predictor "$OUT/vp/checkpoint_best.pt"
+         --small-vocab-size "$K")
+else
+  SMALL=(--task translation_smallvocab -s "$SRC" -t "$TGT" --small-vocab-size 0)
+fi
 
 step "2/8 does the small softmax pay on this model here (small vs full: ARCH_ARGS, |V| of $DATA, K = $K, a" \
   "REINFORCE step and beam $BEAM decoding, random weights; about a minute): $OUT/does-it-pay.txt"
-PAYS_SETTINGS="ARCH_ARGS=$(echo $ARCH_ARGS) K=$K SAMPLES=$SAMPLES BEAM=$BEAM THREADS=$THREADS DEVICE=$DEVICE"
-if [ "$(head -1 "$OUT/does-it-pay.txt" 2>/dev/null)" != "# $PAYS_SETTINGS" ]; then
+PAYS_SETTINGS="ARCH_ARGS=$ARCH_ARGS K=$K SAMPLES=$SAMPLES BEAM=$BEAM THREADS=$THREADS DEVICE=$DEVICE"
+if [ "$SMALL_K" = 0 ]; then
+  echo "skipped: the full softmax (K=$K)"
+elif [ "$(head -1 "$OUT/does-it-pay.txt" 2>/dev/null)" != "# $PAYS_SETTINGS" ]; then
   { echo "# $PAYS_SETTINGS"
     python scripts/does_it_pay.py --data "$DATA" -s "$SRC" -t "$TGT" --model-args "$ARCH_ARGS" --k "$K" \
       --rl-samples "$SAMPLES" --beam "$BEAM" --threads "$THREADS" --device "$DEVICE"; } > "$OUT/does-it-pay.txt.tmp"
   mv "$OUT/does-it-pay.txt.tmp" "$OUT/does-it-pay.txt"
 fi
-sed -n '/^|V| = /,$p' "$OUT/does-it-pay.txt"
+if [ "$SMALL_K" -gt 0 ]; then sed -n '/^|V| = /,$p' "$OUT/does-it-pay.txt"; fi
 
 step "3/8 the vocabulary predictor ($VP_EPOCHS epochs): $OUT/vp"
-if [ ! -f "$OUT/vp/.quickstart-done" ]; then
+if [ "$SMALL_K" = 0 ]; then
+  echo "skipped: the full softmax (K=$K)"
+elif [ ! -f "$OUT/vp/.quickstart-done" ]; then
+  record "$OUT/vp/quickstart.settings" "${VP_SETTINGS[@]}"
   fairseq-train "$DATA" "${COMMON[@]}" -s "$SRC" -t "$TGT" --task vocab_prediction --arch vocab_predictor \
     --criterion vocab_prediction_bce --recall-at "$K" --optimizer adagrad --lr 0.08 --weight-decay 1e-6 \
     --clip-norm 1.0 --batch-size 128 --max-epoch "$VP_EPOCHS" --best-checkpoint-metric "recall@$K" \
@@ -98,11 +200,14 @@ if [ ! -f "$OUT/vp/.quickstart-done" ]; then
     | tee -a "$OUT/vp.train.log" | shown
   touch "$OUT/vp/.quickstart-done"
 fi
-python scripts/recall_curve.py --run "predictor=$OUT/vp/checkpoint_best.pt" --split valid --ks "$K"
+if [ "$SMALL_K" -gt 0 ]; then
+  python scripts/recall_curve.py --run "predictor=$OUT/vp/checkpoint_best.pt" --split valid --ks "$K"
+fi
 
-step "4/8 CE inside the $K candidates (until dev BLEU stops rising for $CE_PATIENCE epochs, at most" \
-  "$CE_UPDATES updates): $OUT/ce"
+step "4/8 CE $([ "$SMALL_K" = 0 ] && echo "with the full softmax" || echo "inside the $K candidates") (until dev" \
+  "BLEU stops rising for $CE_PATIENCE epochs, at most $CE_UPDATES updates): $OUT/ce"
 if [ ! -f "$OUT/ce/.quickstart-done" ]; then
+  record "$OUT/ce/quickstart.settings" "${CE_SETTINGS[@]}"
   fairseq-train "$DATA" "${COMMON[@]}" "${SMALL[@]}" $ARCH_ARGS \
     --criterion label_smoothed_cross_entropy --label-smoothing 0.1 --optimizer adam --adam-betas '(0.9, 0.98)' \
     --lr 0.001 --lr-scheduler inverse_sqrt --warmup-updates "$WARMUP" --clip-norm 1.0 --max-tokens 4096 \
@@ -115,8 +220,7 @@ fi
 
 step "5/8 REINFORCE ($REWARD, $SAMPLES samples, lambda $LAMBDA, Adam $RL_LR, $RL_UPDATES updates): $RL_SAVE"
 if [ ! -f "$RL_SAVE/.quickstart-done" ]; then
-  printf '%s\n' "LAMBDA=$LAMBDA" "REWARD=$REWARD" "SAMPLES=$SAMPLES" "RL_LR=$RL_LR" "RL_UPDATES=$RL_UPDATES" \
-    > "$RL_SAVE/quickstart.settings"
+  record "$RL_SAVE/quickstart.settings" "${RL_SETTINGS[@]}"
   fairseq-train "$DATA" "${COMMON[@]}" "${SMALL[@]}" $ARCH_ARGS \
     --finetune-from-model "$OUT/ce/checkpoint_best.pt" --criterion smallvocab_reinforce --reward "$REWARD" \
     --reward-post-process sentencepiece --rl-samples "$SAMPLES" --rl-baseline loo --ce-weight "$LAMBDA" \
@@ -164,15 +268,19 @@ head -3 "$DATA/raw/test.$SRC" | fairseq-interactive "$DATA" "${COMMON[@]}" "${SM
 if ! python -c "import ctranslate2" 2>/dev/null; then
   echo "ctranslate2 is not installed (pip install ctranslate2): the export is skipped" >&2
 else
+  VMAP=(--vmap-from "$OUT/vp/checkpoint_best.pt" --k "$K")  # the predictor as its vocabulary map
+  if [ "$SMALL_K" = 0 ]; then VMAP=(); fi
   python scripts/export_ctranslate2.py --path "$RL_SAVE/checkpoint_best.pt" --data "$DATA" --out "$RL_SAVE/ct2" \
-    --vmap-from "$OUT/vp/checkpoint_best.pt" --k "$K" --force
+    "${VMAP[@]}" --force
   echo "translate with it: README.md, Deploy (sources as sentencepiece pieces: $DATA/spm.$SRC.model)"
 fi
 
 step "8/8 the verdict: CE and the runs in $OUT (REINFORCE, CE continued) on test, paired bootstrap"
 runs=("$RL_SAVE")
-for settings in "$OUT"/*/quickstart.settings; do
-  [ -f "$(dirname "$settings")/eval.settings" ] && runs+=("$(dirname "$settings")")
+for settings in "$OUT"/*/quickstart.settings; do  # REINFORCE's and the control's (the predictor's and CE's: no LAMBDA)
+  if [ -f "$(dirname "$settings")/eval.settings" ] && grep -q '^LAMBDA=' "$settings"; then
+    runs+=("$(dirname "$settings")")
+  fi
 done
 python scripts/quickstart_verdict.py --ce "$OUT/ce" --runs "${runs[@]}" --ref "$DATA/raw/test.$TGT" \
   --ce-log "$OUT/ce.train.log"

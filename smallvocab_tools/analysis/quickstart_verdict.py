@@ -19,7 +19,7 @@ import argparse
 import re
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from smallvocab_tools.analysis.paired_bleu import paired_bootstrap, read
 
@@ -90,20 +90,33 @@ def compare(ce: Path, runs: List[Path], ref: Path, n_samples: int = 1000) -> Lis
         others = [run for run in runs if run != control]
         if others:
             results = paired_bootstrap([(str(f), hyps[f]) for f in [control, *others]], refs, n_samples)
-            against_control = {run: (result.score - results[0].score, result.p_value)
-                               for run, result in zip(others, results[1:])}
-    base = against_ce[0].score
+            against_control = {run: _difference(result, results[0]) for run, result in zip(others, results[1:])}
     for folder, result in zip([ce, *runs], against_ce):
         rows.append({"run": folder, "kind": "CE" if folder == ce else "CE continued" if folder == control
                      else "REINFORCE", "bleu": result.score, "len_ratio": _length_ratio(hyps[folder], refs),
                      "lenpen": settings(folder / "eval.settings").get("LENPEN", "-"),
-                     "vs_ce": None if folder == ce else (result.score - base, result.p_value),
+                     "vs_ce": None if folder == ce else _difference(result, against_ce[0]),
                      "vs_control": against_control.get(folder)})
     return rows
 
 
+def _difference(result, base) -> Tuple[float, float]:
+    """A run's BLEU minus the other's, and the paired bootstrap's p.  No difference at all is no evidence of one:
+    p = 1 (sacrebleu's bootstrap gives two identical outputs its smallest p, 1 / (resamples + 1), as every
+    resample differs by exactly the observed 0)."""
+    delta = result.score - base.score
+    return delta, 1.0 if delta == 0 else result.p_value
+
+
+def _shown(delta_p) -> Tuple[str, str]:
+    """The difference and p as the table and the verdict print them (-0.00 as +0.00)."""
+    delta, p = delta_p
+    text = f"{delta:+.2f}"
+    return ("+0.00" if float(text) == 0 else text), f"{p:.3f}"
+
+
 def _cell(delta_p) -> str:
-    return "-" if delta_p is None else f"{delta_p[0]:+.2f} (p = {delta_p[1]:.3f})"
+    return "-" if delta_p is None else "{} (p = {})".format(*_shown(delta_p))
 
 
 def table(rows: List[Dict]) -> str:
@@ -124,14 +137,21 @@ def verdicts(rows: List[Dict], sentences: int) -> List[str]:
     for row in rows:
         if row["kind"] != "REINFORCE":
             continue
-        (delta, p), other = (row["vs_control"], "CE continued") if control else (row["vs_ce"], "CE")
+        delta_p, other = (row["vs_control"], "CE continued") if control else (row["vs_ce"], "CE")
         name = row["run"].name
-        if p < SIGNIFICANT and delta > 0:
-            line = f"Verdict ({name}): REINFORCE helped: {delta:+.2f} test BLEU over {other} (p = {p:.3f})."
-        elif p < SIGNIFICANT and delta < 0:
-            line = f"Verdict ({name}): REINFORCE did not help: {delta:+.2f} test BLEU against {other} (p = {p:.3f})."
-        else:  # (sacrebleu's bootstrap gives identical outputs a small p: no difference is no verdict either)
-            line = (f"Verdict ({name}): inconclusive: {delta:+.2f} test BLEU against {other}, p = {p:.3f} (not "
+        # the wording follows the numbers as printed (the table's too): a p shown as 0.050 is not significant,
+        # and a difference shown as +0.00 is none
+        delta, p = _shown(delta_p)
+        significant = float(p) < SIGNIFICANT
+        if float(delta) == 0:
+            line = (f"Verdict ({name}): inconclusive: {delta} test BLEU against {other}, p = {p} (no difference "
+                    f"to the second decimal on {sentences:,} test sentences).")
+        elif significant and float(delta) > 0:
+            line = f"Verdict ({name}): REINFORCE helped: {delta} test BLEU over {other} (p = {p})."
+        elif significant:
+            line = f"Verdict ({name}): REINFORCE did not help: {delta} test BLEU against {other} (p = {p})."
+        else:
+            line = (f"Verdict ({name}): inconclusive: {delta} test BLEU against {other}, p = {p} (not "
                     f"significant at {SIGNIFICANT} on {sentences:,} test sentences).")
         if control is None:
             line += (" Without the control (CE continued for the same updates: LAMBDA=1 with its own RL_SAVE) a "
