@@ -52,6 +52,26 @@ def test_slow_updates_are_said_within_the_window_s_seconds():
                           "--max-update 139: 11 more updates, about 2.9 min at this pace")]
 
 
+def test_a_validation_within_the_first_window_is_left_out_of_the_first_pace():
+    """A validation after update 5 (--validate-interval-updates 4): 5 s of the epoch's end, then 60 s of validating
+    and saving; the first pace says 1.5 s an update, as it says validation and saving are not in it."""
+    from fairseq_smallvocab.compat.pace import Pace
+
+    clock = Clock()
+    pace = Pace(clock)
+    opt = SimpleNamespace(max_update=4000, max_epoch=0)
+    data = SimpleNamespace(validate_interval_updates=4, validate_interval=0, disable_validation=False)
+    pace.update(1, opt, data)
+    assert _updates(pace, clock, 1.5, 4, opt, start=2, dataset=data) == []
+    clock.now += 5.0
+    pace.validating()
+    clock.now += 60.0
+    pace.before_update()
+    said = _updates(pace, clock, 1.5, 10, opt, start=6, dataset=data)
+    assert said == [(11, "pace: 1.500 s/update (updates 2-11; validation and saving not included); --max-update "
+                         "4,000: 3,989 more updates, about 100 min at this pace")]
+
+
 @pytest.mark.parametrize("opt, epoch_updates, expected", [
     ({"max_update": 0, "max_epoch": 3}, 100, "--max-epoch 3 (100 updates an epoch): 289 more updates"),
     ({"max_update": 200, "max_epoch": 3}, 100, "--max-update 200: 189 more updates"),

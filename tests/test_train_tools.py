@@ -9,7 +9,7 @@ import sys
 
 import pytest
 import torch
-from helpers import BUSY_TORCH_THREAD, USER_DIR, run
+from helpers import BUSY_TORCH_THREAD, REPO, USER_DIR, run
 
 from fairseq_smallvocab.compat.checkpoint_loading import allowed_globals
 from smallvocab_tools.train import budget
@@ -160,3 +160,16 @@ def test_the_probe_worker_exits_0_after_a_good_run_while_a_daemon_thread_still_r
     failed = subprocess.run([sys.executable, "-c", PROBE_WORKER_WITH_A_BUSY_THREAD, "--fail"], capture_output=True,
                             text=True, timeout=120)
     assert failed.returncode != 0 and "the run failed" in failed.stderr
+
+
+@pytest.mark.slow
+def test_the_annealed_transformer_recipe_shows_why_updates_per_epoch_failed(tmp_path):
+    """SCHEDULE=anneal counts an epoch's updates first: a data folder that is not one stops the recipe with
+    updates_per_epoch.py's own message (it was hidden, and the shell's arithmetic failed on the empty count),
+    before the save folder is made."""
+    result = run(["bash", "examples/translation/run_transformer_multi30k.sh"], cwd=REPO, check=False,
+                 env={"SCHEDULE": "anneal", "DATA": str(tmp_path / "nodata"), "CANDS": str(tmp_path / "cands"),
+                      "SAVE": str(tmp_path / "save")})
+    assert result.returncode == 2, result.stderr
+    assert f"the data folder {tmp_path / 'nodata'} does not exist" in result.stderr, result.stderr
+    assert "syntax error" not in result.stderr and not (tmp_path / "save").exists()

@@ -22,8 +22,9 @@
 # RL_LAMBDA and RISK_LAMBDA weigh the CE term summed over a sentence's tokens against the sentence's RL term:
 # RISK_LAMBDA 0.07 (1 / (1 + 13.5 tokens)) is Edunov et al.'s even mix of per-token CE and per-sentence risk.
 # A stopped run resumes from its checkpoint_last.pt; a finished one (its decodes exist) is skipped; a run made under
-# other settings (its OUT/ARM-sSEED/recipe.settings) is refused.  The start, the probe and every run record their
-# settings and measured seconds.
+# other settings (its OUT/ARM-sSEED/recipe.settings) is refused, and so, before anything runs, are bad ARMS, BUDGET,
+# POINTS, PROBE_UPDATES or CONTROL and an OUT holding runs of another BUDGET (the report compares equal seconds).
+# The start, the probe and every run record their settings and measured seconds.
 # Run from the project root with the project's environment active, after examples/vocab_predictor/run_multi30k.sh
 # (which exports the K=500 lists):
 #   source .venv/bin/activate && bash examples/translation/run_rl_budget_multi30k.sh
@@ -74,6 +75,27 @@ arm_flags() {  # arm_flags NAME-kK: the arm's own flags, or nothing for a name t
 for arm in $ARMS; do  # checked before hours of training
   if [ -z "$(arm_flags "$arm")" ]; then
     echo "ARMS: '$arm' is no arm: NAME-kK with NAME ce, rfN or riskN (N samples) and K the candidates" >&2; exit 2
+  fi
+done
+python -c "import sys; from smallvocab_tools.train.budget import budget_problem; p = budget_problem(sys.argv[1]); \
+sys.exit(p and f'BUDGET={sys.argv[1]}: {p}')" "$BUDGET" || exit 2
+for name in POINTS PROBE_UPDATES; do
+  if ! [[ ${!name} =~ ^[1-9][0-9]*$ ]]; then echo "$name=${!name}: a whole number above 0" >&2; exit 2; fi
+done
+if [ "$PROBE_UPDATES" -le 2 ]; then  # budget_probe.py leaves each probe run's first 2 updates untimed (--skip)
+  echo "PROBE_UPDATES=$PROBE_UPDATES: more than 2 (the probe leaves the first 2 updates of each run untimed)" >&2
+  exit 2
+fi
+if [[ " $ARMS " != *" $CONTROL "* ]] && ! compgen -G "$OUT/$CONTROL-s*/recipe.settings" > /dev/null; then
+  echo "CONTROL=$CONTROL is not in ARMS ($ARMS) nor among the runs of $OUT: give one of the arms" >&2; exit 2
+fi
+for recorded in "$OUT"/*-k*-s*/recipe.settings; do  # one budget a folder: the report compares equal seconds
+  [ -f "$recorded" ] || continue
+  was=$(sed -n 's/.* budget=\([^ ]*\) .*/\1/p' "$recorded")
+  if [ "$was" != "$BUDGET" ]; then
+    echo "OUT=$OUT holds runs of BUDGET=$was (e.g. $recorded), not $BUDGET: arms compare only at equal seconds;" \
+      "set BUDGET=$was, or OUT to another folder for this budget" >&2
+    exit 2
   fi
 done
 mkdir -p "$OUT"

@@ -43,7 +43,15 @@ TASK=(--user-dir fairseq_smallvocab --task translation_smallvocab -s "$SRC" -t "
 case $SCHEDULE in
   inverse_sqrt) SCHEDULE_ARGS=(--lr-scheduler inverse_sqrt --no-epoch-checkpoints) ;;
   anneal)
-    UPDATES=$(( EPOCHS * $(python scripts/updates_per_epoch.py "$DATA" "${TASK[@]}" 2> /dev/null) ))
+    # (fairseq's loading lines hidden; an error is shown whole)
+    said=$(mktemp)
+    if ! PER_EPOCH=$(python scripts/updates_per_epoch.py "$DATA" "${TASK[@]}" 2> "$said"); then
+      cat "$said" >&2
+      rm -f "$said"
+      exit 2
+    fi
+    rm -f "$said"
+    UPDATES=$(( EPOCHS * PER_EPOCH ))
     SCHEDULE_ARGS=(--lr-scheduler polynomial_decay --total-num-update "$UPDATES" --end-learning-rate 0
                    --keep-last-epochs "$AVERAGE") ;;
   *) echo "SCHEDULE=$SCHEDULE: inverse_sqrt or anneal" >&2; exit 2 ;;

@@ -5,7 +5,9 @@ cost is known within its first minute rather than after its first epoch or
 never.  The first update (data loading, allocations, candidate lists) is not
 timed; the pace is measured over the next ``WINDOW_UPDATES`` updates, or as
 many (at least one) as end within ``WINDOW_SECONDS``.  Validation and saving
-are not in it: after the first validation that follows, a second line adds
+are not in it (a validation within those updates, from the end of the update
+before it to the start of the next, is left out of their seconds): after the
+first validation that follows, a second line adds
 what that validation and its checkpoint cost (timed from its first step to
 the next update), spread over the updates between validations
 (--validate-interval-updates and --validate-interval), to the updates' own
@@ -41,6 +43,7 @@ class Pace:
         self.validation_start = None  # the first validation step of the validation under way
         self.validation_seconds = None  # the last validation and its saving, until said
         self.said_validation = False
+        self.paused = 0.0  # the seconds of validations (and saving) since ``start``, left out of the first pace
 
     def validating(self):
         """Call at each validation step: the first of a validation starts its clock and closes the span of
@@ -54,8 +57,11 @@ class Pace:
     def before_update(self):
         """Call before each update: a validation (and fairseq's saving after it) ends here."""
         if self.validation_start is not None:
-            self.validation_seconds = self.clock() - self.validation_start
+            now = self.clock()
+            self.validation_seconds = now - self.validation_start
             self.validation_start = None
+            if self.start is not None and self.said is None and self.last is not None:
+                self.paused += now - self.last[0]  # from the end of the update before it: none of it an update's
 
     def update(self, num_updates: int, optimization, dataset=None) -> str:
         """Call after an update (``dataset``: fairseq's cfg.dataset, for the validation intervals); returns the
@@ -77,9 +83,10 @@ class Pace:
             self.start, self.first = now, num_updates
             return ""
         timed = num_updates - self.first
-        if timed <= 0 or (timed < WINDOW_UPDATES and now - self.start < WINDOW_SECONDS):
+        seconds = now - self.start - self.paused
+        if timed <= 0 or (timed < WINDOW_UPDATES and seconds < WINDOW_SECONDS):
             return ""
-        self.said = (now - self.start) / timed
+        self.said = seconds / timed
         return pace_line(self.said, self.first + 1, num_updates, optimization, self.epoch_updates)
 
 

@@ -8,7 +8,10 @@ converged CE start (runs named ARM-kK-sSEED, each with its recipe.settings; the 
 - ``comparisons``: each arm against the control arm on test2016 beam 5 (each at its dev length penalty): per seed
   (the same seed's run of each) and pooled over the seeds (their sentences concatenated), BLEU and chrF gains with
   sacrebleu's paired bootstrap, the dev gain beside it.
-- ``table`` / ``plot``: the page's table and figure.
+- ``table`` / ``plot``: the page's table and figure, the budget said above the table.
+
+Every run of the folder must have had the same budget (its recipe.settings ``budget=``), and ``--control`` must be
+one of its arms: the report refuses otherwise, before it scores anything or writes a file.
 
     python scripts/rl_budget_report.py checkpoints/rl-budget-multi30k.en-de --data data-bin/multi30k.en-de --tgt de \
       --control ce-k500 --markdown table.md --png dev_bleu_seconds.png --json runs.json
@@ -16,6 +19,7 @@ converged CE start (runs named ARM-kK-sSEED, each with its recipe.settings; the 
 
 import argparse
 import json
+import math
 import re
 import statistics
 from pathlib import Path
@@ -24,17 +28,89 @@ from typing import Dict, List, Optional
 from smallvocab_tools.analysis.paired_bleu import read
 from smallvocab_tools.analysis.recipe_runs import DECODES, corpus_scores, decode_name
 from smallvocab_tools.analysis.train_logs import parse
+from smallvocab_tools.data.output_dir import output_file_problem
 
 _RUN = re.compile(r"^(\w+)-k(\d+)-s(\d+)$")
+
+
+class ReportError(Exception):
+    """What the folder or the arguments lack for the report, said before any work."""
 
 
 def settings(path: Path) -> dict:
     """A run's recipe.settings: KEY=VALUE words, ``flags=`` last and taking the rest of the line."""
     text = path.read_text().strip()
     head, _, flags = text.partition(" flags=")
-    out = dict(word.split("=", 1) for word in head.split())
+    out = dict(word.split("=", 1) for word in head.split() if "=" in word)
     out["flags"] = flags
     return out
+
+
+def _number(record: dict, field: str, path: Path, integer: bool = False) -> float:
+    """``record[field]`` as a positive finite number (a whole one where ``integer``), or a ReportError naming the
+    file and the field."""
+    text = record.get(field)
+    try:
+        value = int(text) if integer else float(text)
+    except (TypeError, ValueError):
+        value = None
+    if value is None or not 0 < value < math.inf:
+        raise ReportError(f"{path}: {field}={text if text is not None else '(missing)'} is not a "
+                          f"{'whole number' if integer else 'number'} above 0; the recipe writes this file: move "
+                          f"the run's folder away and run the recipe again to retrain it")
+    return value
+
+
+def recipe_runs(folder: Path) -> List[dict]:
+    """The runs of the folder (ARM-kK-sSEED with recipe.settings and train.log): their folder, arm, K, seed and
+    settings, the numbers checked (``updates``, ``budget``, ``seconds_per_update``)."""
+    out = []
+    for path in sorted(folder.iterdir()):
+        match = _RUN.match(path.name)
+        if not match or not (path / "recipe.settings").is_file() or not (path / "train.log").is_file():
+            continue
+        record = settings(path / "recipe.settings")
+        for field in ("updates", "budget", "seconds_per_update"):
+            record[field] = _number(record, field, path / "recipe.settings", integer=field == "updates")
+        out.append({"path": path, "arm": f"{match.group(1)}-k{match.group(2)}", "k": int(match.group(2)),
+                    "seed": int(match.group(3)), "settings": record})
+    return out
+
+
+def seconds(value: float) -> str:
+    """A budget as said: "3,600 s", "2.5 s"."""
+    return f"{value:,.0f} s" if value == int(value) else f"{value:,.6g} s"
+
+
+def the_budget(found: List[dict], folder: Path) -> Optional[float]:
+    """The one budget of the runs ``found`` (``recipe_runs``), None without runs; a ReportError where they differ:
+    arms given different seconds do not compare."""
+    by_budget: Dict[float, List[str]] = {}
+    for r in found:
+        by_budget.setdefault(r["settings"]["budget"], []).append(r["path"].name)
+    if len(by_budget) > 1:
+        said = "; ".join(f"{seconds(b)}: {', '.join(names)}" for b, names in sorted(by_budget.items()))
+        raise ReportError(f"the runs of {folder} were trained for different budgets ({said}); arms compare only at "
+                          "equal seconds: move the runs of the other budgets to a folder of their own and report "
+                          "each folder")
+    return next(iter(by_budget), None)
+
+
+def check_control(found: List[dict], folder: Path, control: str, decode: str = "test.beam5"):
+    """A ReportError unless ``control`` is an arm of the runs ``found`` (``recipe_runs``) and, where any run has
+    decoded ``decode``, one of the control's runs has."""
+    arms = sorted({r["arm"] for r in found})
+    if not arms:
+        raise ReportError(f"{folder} holds no runs (ARM-kK-sSEED folders with recipe.settings and train.log): "
+                          "give the recipe's OUT once its runs are trained")
+    if control not in arms:
+        raise ReportError(f"--control {control}: {folder} has no run of that arm (its arms: {', '.join(arms)}); "
+                          "give one of them")
+    decoded = sorted({r["arm"] for r in found if (r["path"] / f"hyp-{decode}.txt").is_file()})
+    if decoded and control not in decoded:
+        raise ReportError(f"--control {control}: none of its runs has hyp-{decode}.txt (the decoded arms: "
+                          f"{', '.join(decoded)}); decode its runs first (the recipe does, run again), or give one "
+                          "of those")
 
 
 def _decodes(folder: Path, data: Path, tgt: str) -> dict:
@@ -55,18 +131,14 @@ def runs(folder: Path, data: Path, tgt: str) -> List[dict]:
         k = int(path.name[len("start-k"):])
         starts[k] = _decodes(path, data, tgt)
         out.append({"arm": "start", "k": k, "seed": 0, "decodes": starts[k], "curve": []})
-    for path in sorted(folder.iterdir()):
-        match = _RUN.match(path.name)
-        if not match or not (path / "recipe.settings").is_file() or not (path / "train.log").is_file():
-            continue
-        arm, k, seed = f"{match.group(1)}-k{match.group(2)}", int(match.group(2)), int(match.group(3))
-        record = settings(path / "recipe.settings")
-        pace = float(record["seconds_per_update"])
+    for run in recipe_runs(folder):
+        path, k, record = run["path"], run["k"], run["settings"]
+        pace = record["seconds_per_update"]
         start = starts.get(k, {}).get("dev greedy", {}).get("bleu")
         curve = [(0.0, start)] if start is not None else []
         curve += [(v["num_updates"] * pace, v["bleu"]) for v in parse(path / "train.log")["valid"] if "bleu" in v]
-        out.append({"arm": arm, "k": k, "seed": seed, "seconds_per_update": pace,
-                    "updates": int(record["updates"]), "budget": float(record["budget"]),
+        out.append({"arm": run["arm"], "k": k, "seed": run["seed"], "seconds_per_update": pace,
+                    "updates": record["updates"], "budget": record["budget"],
                     "flags": record["flags"], "decodes": _decodes(path, data, tgt), "curve": curve})
     return out
 
@@ -89,6 +161,9 @@ def comparisons(folder: Path, data: Path, tgt: str, control: str, decode: str = 
                 raise SystemExit(f"{hyp}: {len(hyps)} lines, but {data / 'raw' / f'{split}.{tgt}'} has {len(refs)}")
             found.setdefault(f"{match.group(1)}-k{match.group(2)}", {})[int(match.group(3))] = hyps
     if control not in found:
+        if found:
+            raise ReportError(f"--control {control}: no run of that arm has hyp-{decode}.txt (the decoded arms: "
+                              f"{', '.join(sorted(found))})")
         return []
     rows = []
     for arm in sorted(a for a in found if a != control):
@@ -117,6 +192,11 @@ def _cell(record: dict, column: str) -> str:
 
 
 def table(records: List[dict], rows: List[dict], decode: str = "test beam 5") -> str:
+    """The runs' table and, below it, the comparisons'; above them, the runs' budget (each arm's updates at its
+    probed seconds per update)."""
+    budgets = sorted({r["budget"] for r in records if r["arm"] != "start"})
+    title = (f"Budget: {' / '.join(seconds(b) for b in budgets)} of training per run (its updates x its arm's "
+             "probed seconds per update)\n\n" if budgets else "")
     head = ("| arm | K | seed | s / update | updates | best dev greedy in training | "
             + " | ".join(decode_name(split, tag) for split, tag in DECODES) + f" | {decode} length ratio |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
@@ -138,11 +218,16 @@ def table(records: List[dict], rows: List[dict], decode: str = "test beam 5") ->
             lines.append(f"| {r['arm']} | {r['control']} | {r['seeds']} | {r['bleu']:.2f} | {r['control_bleu']:.2f} | "
                          f"{r['bleu_gain']:+.2f} ({r['bleu_p']:.4f}) | {r['chrf_gain']:+.2f} ({r['chrf_p']:.4f}) | "
                          f"{r['length_ratio']:.3f} |")
-    return "\n".join(lines) + "\n"
+    return title + "\n".join(lines) + "\n"
 
 
-def plot(records: List[dict], path, title: str = "Greedy dev BLEU against the budget's seconds"):
+def plot(records: List[dict], path, title: Optional[str] = None):
     from smallvocab_tools.analysis.plotting import finish, new_figure
+
+    if title is None:
+        budgets = sorted({r["budget"] for r in records if r["arm"] != "start"})
+        title = "Greedy dev BLEU against the budget's seconds" + (
+            f" ({' / '.join(seconds(b) for b in budgets)})" if budgets else "")
 
     plt, fig, ax = new_figure((7, 4.5))
     arms = sorted({r["arm"] for r in records if r["arm"] != "start"})
@@ -171,8 +256,27 @@ def main(argv: Optional[List[str]] = None):
     args = parser.parse_args(argv)
     if not args.folder.is_dir():
         parser.error(f"{args.folder}: no such folder")
-    records = runs(args.folder, args.data, args.tgt)
-    rows = comparisons(args.folder, args.data, args.tgt, args.control, n_samples=args.bootstrap)
+    if args.bootstrap < 1:
+        parser.error(f"--bootstrap {args.bootstrap}: give 1 or more resamples (1000 is usual)")
+    for flag, example in (("markdown", "table.md"), ("png", "dev_bleu_seconds.png"), ("json", "runs.json")):
+        problem = getattr(args, flag) and output_file_problem(getattr(args, flag), example)
+        if problem:
+            parser.error(f"--{flag} {getattr(args, flag)}: {problem}")
+    try:
+        found = recipe_runs(args.folder)
+        budget = the_budget(found, args.folder)
+        check_control(found, args.folder, args.control)
+        decoded = [r["path"] for r in found] + sorted(args.folder.glob("start-k*"))
+        missing = sorted({str(args.data / "raw" / f"{split}.{args.tgt}") for path in decoded for split, tag in DECODES
+                          if (path / f"hyp-{split}{tag}.txt").is_file()
+                          and not (args.data / "raw" / f"{split}.{args.tgt}").is_file()})
+        if missing:
+            raise ReportError(f"--data {args.data} --tgt {args.tgt}: the references {', '.join(missing)} are "
+                              "missing; give the binarized corpus the runs were trained on (its raw/ folder)")
+        records = runs(args.folder, args.data, args.tgt)
+        rows = comparisons(args.folder, args.data, args.tgt, args.control, n_samples=args.bootstrap)
+    except ReportError as err:
+        parser.exit(2, f"error: {err}\n")
     text = table(records, rows)
     print(text, end="")
     if args.markdown:
@@ -180,8 +284,8 @@ def main(argv: Optional[List[str]] = None):
     if args.png:
         plot(records, args.png)
     if args.json:
-        args.json.write_text(json.dumps({"runs": records, "comparisons": rows}, indent=1) + "\n")
+        args.json.write_text(json.dumps({"budget": budget, "runs": records, "comparisons": rows}, indent=1) + "\n")
     paces = [r["seconds_per_update"] for r in records if r["arm"] != "start"]
     if paces:
-        print(f"{len(paces)} runs; seconds per update {min(paces):.2f}-{statistics.median(paces):.2f}-"
-              f"{max(paces):.2f} (min-median-max)")
+        print(f"{len(paces)} runs of {seconds(budget)} each; seconds per update {min(paces):.2f}-"
+              f"{statistics.median(paces):.2f}-{max(paces):.2f} (min-median-max)")

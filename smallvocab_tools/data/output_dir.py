@@ -75,6 +75,8 @@ def output_file_problem(path, example: str) -> Optional[str]:
         if not above.is_dir():
             return f"the folder {folder} cannot exist: {above} is not a folder, it is a file; choose another path"
         return f"the folder {folder} does not exist; create it (mkdir -p {folder}) or choose another path"
+    if path.exists() and not os.access(path, os.W_OK):
+        return f"{path} is not writable; choose another path"
     return _unwritable_place(folder)
 
 

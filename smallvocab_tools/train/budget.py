@@ -15,11 +15,16 @@ record (the known arms' recorded over re-measured paces).
     python scripts/budget_probe.py --arm ce="--ce-weight 1" --arm rf4="--rl-samples 4 --rl-baseline loo" \
       --updates 8 --rounds 2 --json OUT/speed.json -- DATA --user-dir fairseq_smallvocab ... (the common flags)
     python scripts/budget_probe.py --json OUT/speed.json --budget 3600 --arm-updates rf4
+
+A budget is more than 0 and at most ``MAX_BUDGET`` seconds, a recorded pace between ``MIN_PACE`` and ``MAX_PACE``
+seconds per update, and the updates they give at most ``MAX_UPDATES``: anything else is a typo or a broken record,
+refused with the file and field to fix.
 """
 
 import argparse
 import json
 import math
+import os
 import platform
 import re
 import shlex
@@ -32,6 +37,65 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 TIMED = re.compile(r"^probe_update_seconds ([\d.]+)$", re.M)
+
+MAX_BUDGET = 8 * 7 * 24 * 3600.0  # eight weeks of seconds
+MIN_PACE, MAX_PACE = 1e-6, 24 * 3600.0  # a microsecond to a day per update
+MAX_UPDATES = 2**31 - 1  # what fairseq-train's --max-update holds
+
+
+class RecordError(ValueError):
+    """A probe's record that cannot be read or used: its file and field, and what to do."""
+
+
+def budget_problem(value) -> Optional[str]:
+    """Why ``value`` (seconds, or their text) is no budget; None when it is one."""
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        return f"{value!r} is not a number of seconds"
+    if not 0 < seconds <= MAX_BUDGET:
+        return f"{value} is not a budget: give seconds above 0 and at most {MAX_BUDGET:,.0f} (eight weeks)"
+    return None
+
+
+def pace_problem(value) -> Optional[str]:
+    """Why ``value`` (a record's seconds_per_update) is no pace; None when it is one."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"{json.dumps(value)} is not a number of seconds"
+    if not MIN_PACE <= value <= MAX_PACE:
+        return (f"{value} is not a pace a probe measures (between {MIN_PACE:g} and {MAX_PACE:,.0f} seconds per "
+                "update)")
+    return None
+
+
+def _budget_arg(text: str) -> float:
+    problem = budget_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return float(text)
+
+
+def read_record(path) -> dict:
+    """A probe's record (``--json``), every arm's pace checked; a RecordError naming the file and the field."""
+    path = Path(path)
+    again = f"move {path} away and probe the arms again (budget_probe.py --arm NAME='FLAGS' ... --json {path} -- ...)"
+    try:
+        record = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise RecordError(f"{path}: no such record; probe the arms first (budget_probe.py --arm NAME='FLAGS' ... "
+                          f"--json {path} -- ...)") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise RecordError(f"{path}: cannot be read ({err})") from None
+    except json.JSONDecodeError as err:
+        raise RecordError(f"{path}: not a whole JSON record ({err}; a probe cut short?): {again}") from None
+    arms = record.get("arms") if isinstance(record, dict) else None
+    if not isinstance(arms, dict) or not all(isinstance(arm, dict) for arm in arms.values()):
+        raise RecordError(f"{path}: no 'arms' object of NAME: {{\"seconds_per_update\": ...}}: {again}")
+    for name, arm in arms.items():
+        problem = pace_problem(arm.get("seconds_per_update"))
+        if problem:
+            raise RecordError(f"{path}: arms.{name}.seconds_per_update: {problem}: {again}")
+    return record
 
 
 def timed_train(argv: List[str]):
@@ -88,6 +152,8 @@ def probe_command(common: Sequence[str], arm: Sequence[str], updates: int, save_
 def probe(arms: Dict[str, List[str]], common: Sequence[str], updates: int, rounds: int, skip: int,
           runner=None, log=print) -> dict:
     """Each arm's median seconds per update, measured interleaved (see the module)."""
+    if skip < 0:
+        raise ValueError(f"--skip must be 0 or more (updates left untimed at start-up), got {skip}")
     if updates <= skip:
         raise ValueError(f"--updates must exceed --skip (updates timed after start-up), got {updates} and {skip}")
     runner = runner or _run
@@ -129,8 +195,6 @@ def extend(record: dict, arms: Dict[str, List[str]], common: Sequence[str], upda
 
 
 def machine() -> str:
-    import os
-
     return f"{platform.machine()}, {os.cpu_count()} cores, {platform.processor() or platform.system()}"
 
 
@@ -142,8 +206,22 @@ def _run(command: List[str]) -> str:
 
 
 def updates_for(record: dict, budget: float) -> Dict[str, int]:
-    """Each arm's updates in ``budget`` seconds at its measured pace (at least 1)."""
-    return {name: max(1, math.floor(budget / arm["seconds_per_update"])) for name, arm in record["arms"].items()}
+    """Each arm's updates in ``budget`` seconds at its measured pace (at least 1); a ValueError for a budget or a
+    pace out of range (see the module), or updates more than fairseq-train's --max-update holds."""
+    problem = budget_problem(budget)
+    if problem:
+        raise ValueError(f"budget: {problem}")
+    out = {}
+    for name, arm in record["arms"].items():
+        problem = pace_problem(arm["seconds_per_update"])
+        if problem:
+            raise ValueError(f"arms.{name}.seconds_per_update: {problem}")
+        out[name] = max(1, math.floor(budget / arm["seconds_per_update"]))
+        if out[name] > MAX_UPDATES:
+            raise ValueError(f"{budget:g} s at arm {name}'s {arm['seconds_per_update']:g} s/update is {out[name]:,} "
+                             f"updates, more than fairseq-train's --max-update holds ({MAX_UPDATES:,}): give a "
+                             "smaller budget")
+    return out
 
 
 def _arm(text: str):
@@ -169,17 +247,23 @@ def main(argv: Optional[List[str]] = None):
     parser.add_argument("--skip", type=int, default=2, help="first updates of each run left untimed")
     parser.add_argument("--rounds", type=int, default=2, help="rounds (arms in order, then in reverse)")
     parser.add_argument("--json", required=True, help="the record: written by a probe, read by --arm-updates")
-    parser.add_argument("--budget", type=float, default=None, help="seconds: with --arm-updates")
+    parser.add_argument("--budget", type=_budget_arg, default=None,
+                        help=f"seconds (above 0, at most {MAX_BUDGET:,.0f}): with --arm-updates")
     parser.add_argument("--arm-updates", default=None,
                         help="print this arm's updates in --budget seconds, from the record (no probe)")
     args = parser.parse_args(argv)
     if args.arm_updates is not None:
-        if args.budget is None or not 0 < args.budget < math.inf:
-            parser.error("--arm-updates needs --budget SECONDS > 0")
-        record = json.loads(Path(args.json).read_text())
-        if args.arm_updates not in record["arms"]:
-            parser.error(f"{args.json} has no arm {args.arm_updates!r} (it has {', '.join(record['arms'])})")
-        print(updates_for(record, args.budget)[args.arm_updates])
+        if args.budget is None:
+            parser.error("--arm-updates needs --budget SECONDS")
+        try:
+            record = read_record(args.json)
+            if args.arm_updates not in record["arms"]:
+                parser.error(f"{args.json} has no arm {args.arm_updates!r} (it has {', '.join(record['arms'])})")
+            print(updates_for({"arms": {args.arm_updates: record["arms"][args.arm_updates]}},
+                              args.budget)[args.arm_updates])
+        except ValueError as err:
+            sys.exit(f"error: {args.json}: --budget {args.budget:g}: {err}" if not isinstance(err, RecordError)
+                     else f"error: {err}")
         return
     if not args.arm or not common:
         parser.error("a probe needs --arm NAME='FLAGS' (one or more) and the common fairseq-train flags after --")
@@ -187,12 +271,21 @@ def main(argv: Optional[List[str]] = None):
         parser.error("two --arm share a name")
     if args.rounds < 1:
         parser.error(f"--rounds must be >= 1, got {args.rounds}")
+    if args.skip < 0:
+        parser.error(f"--skip must be 0 or more (the first updates of each probe run left untimed), got {args.skip}")
+    if args.updates <= args.skip:
+        parser.error(f"--updates must exceed --skip (updates timed after start-up), got {args.updates} and "
+                     f"{args.skip}")
     out = Path(args.json)
+    if out.is_dir():
+        parser.error(f"--json {out}: a folder; give the record's file name, e.g. {out / 'speed.json'}")
     if not out.parent.is_dir():
-        parser.error(f"--json {out}: the folder {out.parent} does not exist")
+        parser.error(f"--json {out}: the folder {out.parent} does not exist; create it (mkdir -p {out.parent})")
+    if not os.access(out.parent, os.W_OK | os.X_OK):
+        parser.error(f"--json {out}: the folder {out.parent} is not writable; choose another path")
     try:
         if out.is_file():  # arms added to a record: probed beside its arms, whose paces stay as recorded
-            record = extend(json.loads(out.read_text()), dict(args.arm), common, args.updates, args.rounds, args.skip)
+            record = extend(read_record(out), dict(args.arm), common, args.updates, args.rounds, args.skip)
         else:
             record = probe(dict(args.arm), common, args.updates, args.rounds, args.skip)
     except (ValueError, RuntimeError) as err:
