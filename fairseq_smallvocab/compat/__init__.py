@@ -109,6 +109,13 @@ PATCHES = (
           ("fairseq.trainer.Trainer.train_step", "fairseq.trainer.Trainer.valid_step",
            "fairseq.trainer.Trainer.get_train_iterator"),
           _install("pace")),
+    Patch("data_buffer_exit",
+          "at exit, before the interpreter's teardown, fairseq's data-buffer threads (BufferedIterator's "
+          "BackgroundConsumer) still running are stopped after the batch under way (their queues emptied)",
+          "a run stopped by --max-update while that thread collates inside torch aborted at exit (134, "
+          "pytorch/pytorch#38228) after saving its checkpoints; scripts under set -e stopped there",
+          FAIRSEQ, "yes", ("fairseq.data.iterators.BufferedIterator._create_consumer",),
+          _install("data_buffer_exit")),
     Patch("quiet_logs",
           "Python's warning filters leave out the hydra deprecation warnings fairseq 0.12 causes (five patterns, "
           "from any code in the process), and the sacrebleu logger passes each of its messages once",
