@@ -14,6 +14,7 @@ file is also the pytest plugin that loads fairseq-smallvocab (``SMALLVOCAB_USER_
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -73,8 +74,11 @@ def main(argv=None):
                      "facebookresearch/fairseq (docs/fairseq-tests.md says which commit)")
     plugin_env = {} if args.compat is None else {"SMALLVOCAB_COMPAT": args.compat}
     with tempfile.TemporaryDirectory() as tmp:
-        plain = run_pytest(args.fairseq, args.pytest_args, Path(tmp) / "plain.xml")
-        loaded = run_pytest(args.fairseq, args.pytest_args, Path(tmp) / "plugin.xml", plugin_env)
+        # the tests alone, run from a folder of their own: run in the checkout, its fairseq/ would be the one
+        # imported (its own directory comes first on sys.path), not the installed fairseq
+        shutil.copytree(args.fairseq / "tests", Path(tmp) / "run" / "tests")
+        plain = run_pytest(Path(tmp) / "run", args.pytest_args, Path(tmp) / "plain.xml")
+        loaded = run_pytest(Path(tmp) / "run", args.pytest_args, Path(tmp) / "plugin.xml", plugin_env)
     # a test the run with the plugin lacks (its module no longer imports, say) counts as failed
     broken = sorted(t for t, v in plain.items() if v == "passed" and loaded.get(t, "failed") == "failed")
     fixed = sorted(t for t, v in plain.items() if v == "failed" and loaded.get(t) == "passed")

@@ -275,9 +275,12 @@ def test_needs_the_plugin():
 @pytest.mark.slow
 def test_the_fairseq_tests_script_says_what_the_plugin_turns_from_passing_to_failing(tmp_path):
     """Run on a stand-in for fairseq's tests/ folder: one test the plugin breaks, one it fixes, one it leaves;
-    with SMALLVOCAB_COMPAT=off the broken one passes again."""
+    with SMALLVOCAB_COMPAT=off the broken one passes again. The checkout's own fairseq/ (a fairseq that does not
+    import on this Python, here) is not the one tested: the installed one is."""
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "test_fake.py").write_text(FAKE_FAIRSEQ_TESTS)
+    (tmp_path / "fairseq").mkdir()
+    (tmp_path / "fairseq" / "__init__.py").write_text("raise ImportError('the checkout\'s fairseq was imported')\n")
     script = REPO / "scripts" / "fairseq_tests.py"
     found = run([sys.executable, script, "--fairseq", tmp_path, "--", "tests/test_fake.py"], check=False)
     assert found.returncode == 1, found.stdout + found.stderr
