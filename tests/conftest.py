@@ -20,21 +20,39 @@ def pytest_addoption(parser):
                           "one order and fails in another depends on another test's state.")
 
 
-def pytest_collection_modifyitems(config, items):
-    """``--order``: reverse or shuffle the collected tests (every xdist worker collects the same order)."""
-    order = config.getoption("order")
+def reordered(items, order):
+    """``items`` in the ``--order`` given: as they are ('file'), reversed, or shuffled by a seed; a
+    pytest.UsageError for any other value."""
     if order == "file":
-        return
+        return list(items)
     if order == "reverse":
-        items.reverse()
-        return
+        return list(reversed(items))
     kind, _, seed = order.partition(":")
     if kind != "shuffle" or not seed.isdigit():
         raise pytest.UsageError(f"--order {order!r}: use 'file', 'reverse' or 'shuffle:SEED' (SEED an integer, "
                                 "e.g. shuffle:1)")
     import random
 
-    random.Random(int(seed)).shuffle(items)
+    shuffled = list(items)
+    random.Random(int(seed)).shuffle(shuffled)
+    return shuffled
+
+
+def pytest_collection_modifyitems(config, items):
+    """``--order``: reverse or shuffle the collected tests (every xdist worker collects the same order)."""
+    items[:] = reordered(items, config.getoption("order"))
+
+
+@pytest.fixture(autouse=True)
+def _torch_threads():
+    """Each test starts with this worker's torch threads: a test that sets them (the benchmarks set them for
+    their process) leaves them to itself. Left changed, they changed the order of every later test's float sums
+    in that worker, and so which tests came out within their tolerances depended on the tests before them."""
+    import torch
+
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
 
 
 def pytest_runtest_setup(item):

@@ -330,12 +330,24 @@ def _compat_switch(command):
     compat.chosen(value)
 
 
+def _test_order(command):
+    """`make test PYTEST_ARGS="--order ORDER"`: the target and variable, and an ORDER the tests' conftest takes."""
+    from conftest import reordered
+
+    env, argv = split_command(command)[:2]
+    check_make(env, argv)
+    args = shlex.split(next(a for a in argv if a.startswith("PYTEST_ARGS=")).partition("=")[2])
+    assert args[0] == "--order" and len(args) == 2, command
+    reordered([1, 2, 3], args[1])
+
+
 # what an entry of kind "other" can have checked
 OTHER_CHECKS = {"make_target": lambda command: check_make(*split_command(command)[:2]),
                 "setup_py": lambda command: (REPO / "setup.py").is_file(),
                 "venv": lambda command: "VENV ?= .venv" in (REPO / "Makefile").read_text(),  # make setup's .venv
                 "gpu_checks": _gpu_checks,
-                "compat_switch": lambda command: _compat_switch(command)}
+                "compat_switch": lambda command: _compat_switch(command),
+                "test_order": _test_order}
 
 
 # -- the table's own checks ------------------------------------------------------------------------------------------

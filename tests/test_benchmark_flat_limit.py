@@ -15,14 +15,6 @@ from smallvocab_tools.bench.workload import real_setup
 LIMIT = 30
 
 
-@pytest.fixture(autouse=True)
-def _threads():
-    """The workers set torch's threads for their process: this one's are put back."""
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture
 def drawn(monkeypatch):
     """Every sample request the engine gets, with the lengths it drew (and the greedy decode's)."""

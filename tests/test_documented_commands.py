@@ -185,7 +185,6 @@ def _run_in_process(argv, capsys):
 def test_scripts_run_in_process_on_tiny_settings(tmp_path, capsys):
     """The documented commands that take a second or two, run in this process (no subprocess), each adapted
     as the table says."""
-    import torch
     from helpers import TINY
 
     c = NAMED
@@ -202,11 +201,7 @@ def test_scripts_run_in_process_on_tiny_settings(tmp_path, capsys):
     }
     assert set(runs) == {command for command, doc in COMMANDS.items()
                          if doc.get("test") == "test_scripts_run_in_process_on_tiny_settings"}
-    threads = torch.get_num_threads()
-    try:
-        out = {command: _run_in_process(argv, capsys) for command, argv in runs.items()}
-    finally:  # the benchmarks set torch's threads for the process: the tests after this one keep theirs
-        torch.set_num_threads(threads)
+    out = {command: _run_in_process(argv, capsys) for command, argv in runs.items()}  # (conftest puts threads back)
     assert out[c["USER_DIR_OF_AN_INSTALL"]].strip() == str(USER_DIR)  # what --user-dir takes
     for name in ("speedup", "time_vs_k", "memory"):  # the plots docs/ shows, redrawn from its records
         assert (REPO / "docs" / "data" / f"bench_{name}.png").exists()
