@@ -6,7 +6,8 @@ tests the plugin turns from passing to failing (exit status 1 where any) and whi
 
 FAIRSEQ_CHECKOUT holds fairseq's ``tests/`` folder: a checkout of facebookresearch/fairseq at the commit the
 installed fairseq was cut from (docs/fairseq-tests.md says which, and why its PyPI source lacks them). The
-tests run against the installed fairseq, in that folder, each run in its own pytest process; ``--compat``
+tests run against the installed fairseq, from a copy of that ``tests/`` folder (in the checkout itself its
+``fairseq/`` would be imported instead), each run in its own pytest process; ``--compat``
 sets ``SMALLVOCAB_COMPAT`` for the run with the plugin (e.g. ``off``; without it, every patch, whatever the
 environment says).  Loaded with ``-p fairseq_tests``, this
 file is also the pytest plugin that loads fairseq-smallvocab (``SMALLVOCAB_USER_DIR``) before any test runs.
@@ -52,8 +53,9 @@ def run_pytest(fairseq: Path, args, junit: Path, plugin_env=None) -> dict:
                    SMALLVOCAB_USER_DIR=str(USER_DIR))
     subprocess.run(command, cwd=fairseq, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     if not junit.is_file():
-        raise SystemExit(f"pytest wrote no results in {fairseq} (pytest {' '.join(args)}): run it there by hand "
-                         "to see why (is fairseq's tests/ folder there, and pytest installed?)")
+        raise SystemExit(f"pytest wrote no results (pytest {' '.join(args)}): to see why, copy the checkout's "
+                         "tests/ folder into an empty folder and run that command there (is pytest installed, do "
+                         "the tests import?)")
     return outcomes(junit)
 
 

@@ -186,6 +186,10 @@ def serve():
         pid = os.fork()
         if pid == 0:
             _child(request)
+        try:  # (the child does so too: whichever runs first, the group exists before the test may kill it)
+            os.setpgid(pid, pid)
+        except OSError:  # the child has already exec'd or ended
+            pass
         channel_out.write(json.dumps({"pid": pid}) + "\n")
         channel_out.flush()
         _, status = os.waitpid(pid, 0)

@@ -37,3 +37,16 @@ def test_hydra_recipes_train_the_predictor_ce_and_reinforce(tiny_bin, tmp_path):
                   cwd=tmp_path)
     assert (tmp_path / "outputs").is_dir() and not (REPO / "outputs").exists()
     assert missing.returncode != 0 and "no data folder" in missing.stderr and "task.data=DIR" in missing.stderr
+
+
+@pytest.mark.slow
+def test_fairseq_hydra_train_refuses_a_former_device_option_naming_rl_engine(tiny_bin, tmp_path):
+    """As fairseq-hydra-train runs it (its first add_defaults before --user-dir has registered the criterion,
+    fairseq-train's main a second one after): the former option is refused by name, not by omegaconf."""
+    out = run([*HYDRA, "--config-name", "translation_reinforce", f"common.user_dir={USER_DIR}",
+               f"task.data={tiny_bin}", "task.source_lang=src", "task.target_lang=tgt", "task.small_vocab_size=0",
+               "model.embed_dim=16", f"checkpoint.save_dir={tmp_path / 'rl'}", "+criterion.rl_capture=off"],
+              check=False, cwd=tmp_path)
+    assert out.returncode != 0
+    assert "criterion.rl_capture was replaced by criterion.rl_engine" in out.stderr, out.stderr[-3000:]
+    assert "ConfigKeyError" not in out.stderr

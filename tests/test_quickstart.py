@@ -138,6 +138,22 @@ def test_a_rerun_with_other_settings_is_refused_by_name_before_anything_runs(tin
 
 
 @pytest.mark.slow
+def test_a_step_that_made_nothing_or_is_still_open_takes_new_settings(tiny_raw, tmp_path):
+    """A REINFORCE run refused at its start (a reward misspelt) recorded its settings and made nothing: the rerun
+    with the right setting goes on. CE stopped before its end takes a larger CE_UPDATES, and the WARMUP that
+    follows it (a tenth of it under 4,000): both are its budget."""
+    out = tmp_path / "qs"
+    _finished(out, tiny_raw.resolve(), TINY["ARCH_ARGS"])
+    (out / "rl" / ".quickstart-done").unlink()  # and no checkpoint_last.pt: nothing made
+    (out / "ce" / ".quickstart-done").unlink()
+    (out / "ce" / "checkpoint_last.pt").write_bytes(b"stopped")
+    again = run(["bash", "examples/quickstart/run.sh"], cwd=REPO, check=False,
+                env={"RAW": str(tiny_raw), "SRC": "src", "TGT": "tgt", "OUT": str(out), **TINY, "REWARD": "bleu",
+                     "CE_UPDATES": "2000"})
+    assert "other settings" not in again.stderr and "== 1/8" in again.stderr, again.stderr
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("setting, said", [
     ({"K": "abc"}, "K=abc: K, the candidates per sentence, must be a whole number"),
     ({"K": "3"}, "K=3 leaves no room for words beside the target dictionary's 4 special symbols: set K above 4"),

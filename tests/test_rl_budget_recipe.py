@@ -49,6 +49,9 @@ def test_a_budget_other_than_the_folder_s_runs_is_refused_before_anything(tmp_pa
     assert result.returncode == 2 and "holds runs of BUDGET=60" in result.stderr and "set BUDGET=60, or OUT to " \
         "another folder" in result.stderr, result.stderr
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["ce-k500-s1"]
+    same = run(["bash", str(REPO / "examples/translation/run_rl_budget_multi30k.sh")], cwd=REPO, check=False,
+               env={"OUT": str(tmp_path / "runs"), "BUDGET": "60.0", "DATA": str(tmp_path / "no-data")})
+    assert "holds runs of" not in same.stderr  # the same number of seconds (it stops later: no data here)
 
 
 @pytest.mark.slow

@@ -278,6 +278,7 @@ def test_a_predictor_not_above_the_frequency_list_is_warned_about(tiny_bin, capl
     (40.0, 40.0, "level with the frequency list's 40.00%"),
     (42.5, 40.0, "within 3 points of the frequency list's 40.00%"),
     (50.0, 40.0, "10.00 points above the frequency list's 40.00%"),
+    (39.996, 40.004, "level with the frequency list's 40.00%"),  # both shown as 40.00%: not "0.01 points below"
 ])
 def test_the_comparison_with_the_frequency_list_follows_the_numbers(recall, frequency, said):
     """How a predictor's recall stands against the frequency list's is worded from the two numbers, in both

@@ -33,8 +33,8 @@
 # them (another K, REWARD, ARCH_ARGS, ...), the script stops before doing anything and names each setting that
 # differs, with its old and new value: it would skip the finished step and report that step's results as those of
 # today's settings. Run with the recorded values, or use another OUT (or RL_SAVE, for a REINFORCE setting), or
-# remove the folder. A budget (VP_EPOCHS, CE_UPDATES, CE_PATIENCE, CE_EPOCHS, RL_UPDATES) may change for a step
-# without its .quickstart-done (stopped, or that file deleted to train it further).
+# remove the folder. A budget (VP_EPOCHS, CE_UPDATES, CE_PATIENCE, CE_EPOCHS, WARMUP, RL_UPDATES) may change for a
+# step without its .quickstart-done (stopped, or that file deleted to train it further).
 # Settings: RAW, SRC, TGT, OUT (every output; default checkpoints/quickstart), SP_VOCAB (sentencepiece pieces),
 # EMPTY_LINES (fail: stop at a sentence pair with an empty side, naming its file and line; drop: leave such pairs
 # out, and say how many), K (candidates per sentence; 500, the paper's for up to 10,000 dictionary entries: 1000
@@ -101,8 +101,8 @@ shown() { grep --line-buffered -E "${1:-pace: }|pace: |pace with validation: |va
 # finished), checked against its record from an earlier run before anything runs.
 DATA_SETTINGS=("RAW=$(readlink -m "$RAW")" "SRC=$SRC" "TGT=$TGT" "SP_VOCAB=$SP_VOCAB" "EMPTY_LINES=$EMPTY_LINES")
 VP_SETTINGS=("K=$K" "SEED=$SEED" + "VP_EPOCHS=$VP_EPOCHS")
-CE_SETTINGS=("K=$K" "ARCH_ARGS=$ARCH_ARGS" "WARMUP=$WARMUP" "SEED=$SEED"
-             + "CE_UPDATES=$CE_UPDATES" "CE_PATIENCE=$CE_PATIENCE" "CE_EPOCHS=$CE_EPOCHS")
+CE_SETTINGS=("K=$K" "ARCH_ARGS=$ARCH_ARGS" "SEED=$SEED"  # (WARMUP follows CE_UPDATES unless set: a budget)
+             + "CE_UPDATES=$CE_UPDATES" "CE_PATIENCE=$CE_PATIENCE" "CE_EPOCHS=$CE_EPOCHS" "WARMUP=$WARMUP")
 RL_SETTINGS=("LAMBDA=$LAMBDA" "REWARD=$REWARD" "SAMPLES=$SAMPLES" "RL_LR=$RL_LR" "K=$K" "ARCH_ARGS=$ARCH_ARGS"
              "SEED=$SEED" + "RL_UPDATES=$RL_UPDATES")
 record() {  # record FILE NAME=VALUE...: the settings into FILE, one a line
@@ -114,6 +114,7 @@ check() {  # check FOLDER RECORD DONE FIX NAME=VALUE...: a refusal for each sett
   local folder=$1 file=$2 done=$3 fix=$4 pair had budget="" changed="" grown="" back="" more=""
   shift 4
   [ -f "$file" ] || return 0
+  [ -e "$done" ] || [ -e "$folder/checkpoint_last.pt" ] || return 0  # recorded, but nothing made (it failed at start)
   for pair in "$@"; do
     if [ "$pair" = + ]; then budget=1; continue; fi
     if [ -n "$budget" ] && [ ! -e "$done" ]; then continue; fi  # a step not finished goes on to its new budget

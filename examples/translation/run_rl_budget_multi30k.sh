@@ -92,7 +92,11 @@ fi
 for recorded in "$OUT"/*-k*-s*/recipe.settings; do  # one budget a folder: the report compares equal seconds
   [ -f "$recorded" ] || continue
   was=$(sed -n 's/.* budget=\([^ ]*\) .*/\1/p' "$recorded")
-  if [ "$was" != "$BUDGET" ]; then
+  if [ -z "$was" ]; then
+    echo "$recorded holds no budget=SECONDS: not a record of this recipe; give OUT a folder of its own" >&2
+    exit 2
+  fi
+  if ! awk -v a="$was" -v b="$BUDGET" 'BEGIN { exit !(a + 0 == b + 0) }'; then  # as numbers: 3600 = 3600.0
     echo "OUT=$OUT holds runs of BUDGET=$was (e.g. $recorded), not $BUDGET: arms compare only at equal seconds;" \
       "set BUDGET=$was, or OUT to another folder for this budget" >&2
     exit 2

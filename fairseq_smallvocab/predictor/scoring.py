@@ -98,7 +98,8 @@ def versus_frequency(recall: float, frequency: float, margin: float = 0.0) -> st
     """How a predictor's recall (percent) stands against the frequency list's, worded from the two numbers:
     "X points below the frequency list's F%", "level with" it, "within ``margin`` points of" it (above it by
     less than ``margin``), or "X points above" it."""
-    gap = round(recall - frequency, 2)  # (as the percentages are shown)
+    recall, frequency = round(recall, 2), round(frequency, 2)  # the gap of the percentages as shown
+    gap = round(recall - frequency, 2)
     theirs = f"the frequency list's {frequency:.2f}%"
     if gap < 0:
         return f"{-gap:.2f} points below {theirs}"

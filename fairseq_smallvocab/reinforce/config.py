@@ -138,7 +138,7 @@ def check_config(cfg: SmallVocabReinforceConfig) -> EngineSettings:
         raise ValueError(f"--risk-sharpness must be a finite number in (0, {MAX_RISK_SHARPNESS}], got "
                          f"{cfg.risk_sharpness:g}: a candidate's score is the sharpness times its mean "
                          "log-probability (as low as -103 per token), and above the bound the scores and their "
-                         "gradients leave half precision's range (--fp16; at 1e38 every score is -inf even in "
+                         "gradients can leave half precision's range (--fp16; at 1e38 every score is -inf even in "
                          "float32, and every batch would be skipped as not finite). Values near the bound already "
                          "put almost all the weight on the likeliest candidate; the default is 1")
     if str(cfg.risk_candidates) not in ("sample", "beam"):

@@ -160,10 +160,7 @@ def comparisons(folder: Path, data: Path, tgt: str, control: str, decode: str = 
             if len(hyps) != len(refs):
                 raise SystemExit(f"{hyp}: {len(hyps)} lines, but {data / 'raw' / f'{split}.{tgt}'} has {len(refs)}")
             found.setdefault(f"{match.group(1)}-k{match.group(2)}", {})[int(match.group(3))] = hyps
-    if control not in found:
-        if found:
-            raise ReportError(f"--control {control}: no run of that arm has hyp-{decode}.txt (the decoded arms: "
-                              f"{', '.join(sorted(found))})")
+    if control not in found:  # (none decoded: check_control refuses a control without the decode)
         return []
     rows = []
     for arm in sorted(a for a in found if a != control):
@@ -191,11 +188,16 @@ def _cell(record: dict, column: str) -> str:
     return f"{value['bleu']:.2f}" if value else "-"
 
 
+def _budgets(records: List[dict]) -> str:
+    """The runs' budget as shown ("" for none; runs of several budgets are refused before, but said if given)."""
+    return " / ".join(seconds(b) for b in sorted({r["budget"] for r in records if r["arm"] != "start"}))
+
+
 def table(records: List[dict], rows: List[dict], decode: str = "test beam 5") -> str:
     """The runs' table and, below it, the comparisons'; above them, the runs' budget (each arm's updates at its
     probed seconds per update)."""
-    budgets = sorted({r["budget"] for r in records if r["arm"] != "start"})
-    title = (f"Budget: {' / '.join(seconds(b) for b in budgets)} of training per run (its updates x its arm's "
+    budgets = _budgets(records)
+    title = (f"Budget: {budgets} of training per run (its updates x its arm's "
              "probed seconds per update)\n\n" if budgets else "")
     head = ("| arm | K | seed | s / update | updates | best dev greedy in training | "
             + " | ".join(decode_name(split, tag) for split, tag in DECODES) + f" | {decode} length ratio |")
@@ -225,9 +227,8 @@ def plot(records: List[dict], path, title: Optional[str] = None):
     from smallvocab_tools.analysis.plotting import finish, new_figure
 
     if title is None:
-        budgets = sorted({r["budget"] for r in records if r["arm"] != "start"})
-        title = "Greedy dev BLEU against the budget's seconds" + (
-            f" ({' / '.join(seconds(b) for b in budgets)})" if budgets else "")
+        budgets = _budgets(records)
+        title = "Greedy dev BLEU against the budget's seconds" + (f" ({budgets})" if budgets else "")
 
     plt, fig, ax = new_figure((7, 4.5))
     arms = sorted({r["arm"] for r in records if r["arm"] != "start"})

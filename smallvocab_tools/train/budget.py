@@ -149,13 +149,21 @@ def probe_command(common: Sequence[str], arm: Sequence[str], updates: int, save_
             "--max-update", str(updates), "--no-save", "--disable-validation", "--save-dir", save_dir]
 
 
+def counts_problem(updates: int, skip: int) -> Optional[str]:
+    """Why a probe of ``updates`` updates a run, the first ``skip`` untimed, times nothing sensible (None: it does)."""
+    if skip < 0:
+        return f"--skip must be 0 or more (the first updates of each probe run left untimed), got {skip}"
+    if updates <= skip:
+        return f"--updates must exceed --skip (updates timed after start-up), got {updates} and {skip}"
+    return None
+
+
 def probe(arms: Dict[str, List[str]], common: Sequence[str], updates: int, rounds: int, skip: int,
           runner=None, log=print) -> dict:
     """Each arm's median seconds per update, measured interleaved (see the module)."""
-    if skip < 0:
-        raise ValueError(f"--skip must be 0 or more (updates left untimed at start-up), got {skip}")
-    if updates <= skip:
-        raise ValueError(f"--updates must exceed --skip (updates timed after start-up), got {updates} and {skip}")
+    problem = counts_problem(updates, skip)
+    if problem:
+        raise ValueError(problem)
     runner = runner or _run
     per_round: Dict[str, List[float]] = {name: [] for name in arms}
     with tempfile.TemporaryDirectory() as save_dir:
@@ -271,11 +279,9 @@ def main(argv: Optional[List[str]] = None):
         parser.error("two --arm share a name")
     if args.rounds < 1:
         parser.error(f"--rounds must be >= 1, got {args.rounds}")
-    if args.skip < 0:
-        parser.error(f"--skip must be 0 or more (the first updates of each probe run left untimed), got {args.skip}")
-    if args.updates <= args.skip:
-        parser.error(f"--updates must exceed --skip (updates timed after start-up), got {args.updates} and "
-                     f"{args.skip}")
+    problem = counts_problem(args.updates, args.skip)
+    if problem:
+        parser.error(problem)
     out = Path(args.json)
     if out.is_dir():
         parser.error(f"--json {out}: a folder; give the record's file name, e.g. {out / 'speed.json'}")
