@@ -209,11 +209,20 @@ def check_hydra(args, cwd=REPO):
         hydra_init("config")
         import_user_module(argparse.Namespace(user_dir=str(USER_DIR)))
         _HYDRA["ready"] = True
-    with initialize_config_dir(config_dir=str((cwd / known.config_dir).resolve()), version_base=None):
-        try:
-            cfg = compose(config_name=known.config_name, overrides=overrides)
-        except Exception as error:  # hydra's own errors name the override
-            raise AssertionError(f"fairseq-hydra-train: {type(error).__name__}: {error}") from None
+    # hydra's version base is the process's: fairseq's @hydra.main leaves it unspecified (hydra's compatibility
+    # level, 1.1), and fairseq's later hydra.experimental.initialize (convert_namespace_to_omegaconf) refuses to
+    # run in a process whose base is 1.2 or above; composed at 1.1, and the base put back for the tests after
+    from hydra.version import VersionBase
+
+    base = VersionBase.instance().version_base  # (hydra's "unspecified" marker too, which setbase refuses)
+    try:
+        with initialize_config_dir(config_dir=str((cwd / known.config_dir).resolve()), version_base="1.1"):
+            try:
+                cfg = compose(config_name=known.config_name, overrides=overrides)
+            except Exception as error:  # hydra's own errors name the override
+                raise AssertionError(f"fairseq-hydra-train: {type(error).__name__}: {error}") from None
+    finally:
+        VersionBase.instance().version_base = base
     assert cfg.task._name and cfg.model._name and cfg.criterion._name
 
 

@@ -366,3 +366,20 @@ def test_benchmark_quick_runs_end_to_end(tmp_path):
     record, = json.loads((tmp_path / "q.json").read_text())
     assert (record["mode"], record["softmax"], record["K"], record["d"]) == ("reinforce", "small", 40, 256)
     assert record["steps"] == 1 and record["warmup"] == 1 and record["sec_per_step"] > 0
+
+
+def test_a_hydra_parse_leaves_fairseqs_own_hydra_calls_working(tmp_path):
+    """The parse check of a fairseq-hydra-train command composes its config with hydra's global API, whose version
+    base is the process's: left at hydra's own (1.3), it made fairseq's convert_namespace_to_omegaconf (its
+    hydra.experimental.initialize) raise ImportError in every later test of that worker that builds a task from
+    fairseq-train's flags, so those tests failed or passed by the order they ran in."""
+    from fairseq import options
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from hydra.version import VersionBase
+
+    base = VersionBase.instance().getbase()
+    check_argv(["fairseq-hydra-train", "--config-dir", "examples/hydra", "--config-name", "vocab_predictor",
+                f"common.user_dir={USER_DIR}", f"task.data={tmp_path}", f"checkpoint.save_dir={tmp_path / 'vp'}"])
+    assert VersionBase.instance().getbase() == base
+    args = options.parse_args_and_arch(options.get_training_parser(), [str(tmp_path), "--arch", "lstm"])
+    assert convert_namespace_to_omegaconf(args).model.arch == "lstm"
