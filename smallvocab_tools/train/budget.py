@@ -36,6 +36,8 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
+from smallvocab_tools.data.output_dir import output_file_problem
+
 TIMED = re.compile(r"^probe_update_seconds ([\d.]+)$", re.M)
 
 MAX_BUDGET = 8 * 7 * 24 * 3600.0  # eight weeks of seconds
@@ -283,12 +285,9 @@ def main(argv: Optional[List[str]] = None):
     if problem:
         parser.error(problem)
     out = Path(args.json)
-    if out.is_dir():
-        parser.error(f"--json {out}: a folder; give the record's file name, e.g. {out / 'speed.json'}")
-    if not out.parent.is_dir():
-        parser.error(f"--json {out}: the folder {out.parent} does not exist; create it (mkdir -p {out.parent})")
-    if not os.access(out.parent, os.W_OK | os.X_OK):
-        parser.error(f"--json {out}: the folder {out.parent} is not writable; choose another path")
+    problem = output_file_problem(out, "speed.json")
+    if problem:
+        parser.error(f"--json {out}: {problem}")
     try:
         if out.is_file():  # arms added to a record: probed beside its arms, whose paces stay as recorded
             record = extend(read_record(out), dict(args.arm), common, args.updates, args.rounds, args.skip)
