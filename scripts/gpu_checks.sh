@@ -16,8 +16,9 @@
 #     bash scripts/gpu_checks.sh run transformer graphed merged_lstm merged_transformer
 #
 # Parts (each a command; see part_command below):
-#   tests     the CUDA tests of the graphed passes, fairseq-train with the captured step (and with the default,
-#             "auto") and the oracles around them (passed on an H200, 2026-12-04: 160 tests in 126 s)
+#   tests     the plan's tests first (what runs where), then the CUDA tests of the graphed passes, fairseq-train
+#             with the captured step (and with the default, "auto") and the oracles around them (passed on an H200,
+#             2026-12-04: 160 tests in 126 s, before the plan's tests joined them)
 #   capture   tests/test_capture.py alone, each test's time listed (on an H200, 2026-12-04: 86 passed in 96 s with
 #             4 workers; the LSTM's compiled bucket step takes 44 s alone, so each test is allowed 150 s)
 #   graphed   the paper's LSTM (24K, B = 128, length 50): teacher-forced passes eager vs replayed as CUDA graphs
@@ -68,9 +69,9 @@ UNTESTED=(--set untested_cuda_modes=on)  # the compile modes, refused on a GPU u
 
 part_command() {  # the argv of one part, one word per line
     case "$1" in
-        tests) printf '%s\n' python3 -m pytest tests/test_graphed_pass.py \
-            tests/test_static_state.py tests/test_reinforce_gradients.py tests/test_output_layer_grads.py \
-            tests/test_floor.py \
+        tests) printf '%s\n' python3 -m pytest tests/test_reinforce_config.py tests/test_layout.py \
+            tests/test_graphed_pass.py tests/test_static_state.py tests/test_reinforce_gradients.py \
+            tests/test_output_layer_grads.py tests/test_floor.py \
             tests/test_reinforce_cli.py::test_fairseq_train_on_a_gpu_replays_what_the_eager_loop_computes \
             -n 8 -q -ra ${PYTEST_TIMEOUT:+--timeout "$PYTEST_TIMEOUT"} ;;
         capture) printf '%s\n' python3 -m pytest tests/test_capture.py -n 4 -q -ra --durations 15 \

@@ -240,13 +240,13 @@ def _reinforce_grads(model, net, cands, gathered, monkeypatch):
     """Every parameter's gradient of a loss that uses the CE pass's logits and the
     samples' log-probabilities (the same dropout masks and draws each time),
     with the weight gradients gathered (the default) or each use's own."""
-    from fairseq_smallvocab.engine import sampling as sampler
+    from fairseq_smallvocab.engine import eager
     from fairseq_smallvocab.models import restricted as restricted_model
     from fairseq_smallvocab.output import gathered_grad
 
     with monkeypatch.context() as patch:
         if not gathered:
-            for where in (restricted_model, sampler):
+            for where in (restricted_model, eager):
                 patch.setattr(where, "gathered_embedding_grads", lambda module: contextlib.nullcontext())
         gathers = []
         backward = gathered_grad.Gather.backward

@@ -130,7 +130,7 @@ def test_set_applies_each_setting_in_the_worker_before_it_measures(monkeypatch):
     loss = SmallVocabReinforceCriterion.loss
 
     def spy(self, model, sample):
-        seen.append((self.settings, model.engine_settings))
+        seen.append((self.settings, model.engine_plan.settings))
         return loss(self, model, sample)
 
     monkeypatch.setattr(SmallVocabReinforceCriterion, "loss", spy)
@@ -140,8 +140,7 @@ def test_set_applies_each_setting_in_the_worker_before_it_measures(monkeypatch):
     cfg, = benchmark.configurations(benchmark.parse_args(["--modes", "reinforce", *tiny, "--set", specs[0],
                                                           "--set", specs[1]]))
     record = benchmark.worker(cfg)
-    want = EngineSettings(capture="buckets", stop_check_every=8).on(torch.device("cpu"))  # graphed_pass: off
-    assert want.graphed_pass == "off"
+    want = EngineSettings(capture="buckets", stop_check_every=8, graphed_pass="off")  # ("auto" on the CPU)
     assert seen == [(want, want)] * 2 and record["set"] == specs  # the warm-up step and the timed one
     cfg, = benchmark.configurations(benchmark.parse_args(["--modes", "ce", *tiny]))
     assert "set" not in benchmark.worker(cfg)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from fairseq_smallvocab.criterions.smallvocab_reinforce import SmallVocabReinforceCriterion
-from fairseq_smallvocab.engine import sampling
+from fairseq_smallvocab.engine import passes, sampling
 from smallvocab_tools.bench.flat_limit import SamplesToTheLimit
 from smallvocab_tools.bench.train_worker import train_worker
 from smallvocab_tools.bench.workload import real_setup
@@ -98,7 +98,7 @@ def test_samples_to_the_limit_are_scored_under_the_policy_they_were_drawn_from(k
     def policy(to_limit, **settings):
         torch.manual_seed(3)
         request = sampling.SampleRequest(limits, greedy_too=True, to_limit=to_limit,
-                                         settings=sampling.DEFAULT.changed(**settings))
+                                         plan=passes.plan(sampling.DEFAULT.changed(**settings), "cpu", model))
         return model(**net_input, sample_request=request)[1]
 
     kept, again = policy(True), policy(True, stored_probs_max_elements=0)

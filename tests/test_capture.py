@@ -17,8 +17,9 @@ import torch
 from helpers import B, _setup, assert_same_step, candidate_batch, reinforce_step
 from test_static_state import STATIC, TRANSFORMERS, _inputs
 
+from fairseq_smallvocab.engine import passes
 from fairseq_smallvocab.engine import sampling as sampler
-from fairseq_smallvocab.engine.device_modes import capture, graphed_pass
+from fairseq_smallvocab.engine.device_modes import DevicePlan, capture, graphed_pass
 from fairseq_smallvocab.engine.device_modes.buckets import BucketStore, bucket
 from fairseq_smallvocab.engine.sampling import SampleRequest
 from fairseq_smallvocab.engine.settings import EngineSettings
@@ -37,12 +38,12 @@ def _model(name, device="cpu"):
     return model
 
 
-def _draw(model, encoder_out, candidates, max_lens, mode, seed=1, settings=sampler.DEFAULT, **options):
-    """``sampler.sample`` under ``settings`` with their capture ``mode``."""
+def _draw(model, encoder_out, candidates, max_lens, mode, seed=1, settings=sampler.DEFAULT, plan=None, **options):
+    """``sampler.sample`` under the plan of ``settings`` with their capture ``mode`` (or under ``plan``)."""
+    plan = plan or passes.plan(settings.changed(capture=mode), max_lens.device, model)
     torch.manual_seed(seed)
     with torch.no_grad():
-        return sampler.sample(model, encoder_out, candidates,
-                              SampleRequest(max_lens, settings=settings.changed(capture=mode)), **options)
+        return sampler.sample(model, encoder_out, candidates, SampleRequest(max_lens, plan=plan), **options)
 
 
 def _assert_same(a, b):
@@ -246,15 +247,21 @@ def test_where_the_bucketed_step_applies():
     cross.decoder.cross_self_attention = True
     out, _ = _inputs(transformer, 1, 1)
     cpu = torch.device("cpu")
+    request = SampleRequest(torch.full((5,), 3))
+
+    def on_buckets(settings, model):
+        return passes.plan(settings, cpu, model).on_buckets(request)
+
     graphs = EngineSettings(capture="cuda-graphs")
-    assert not capture.applies(transformer.decoder, out, cpu, graphs)  # graphs are CUDA's
+    assert not on_buckets(graphs, transformer)  # graphs are CUDA's
     buckets = EngineSettings(capture="buckets")
-    assert capture.applies(transformer.decoder, out, cpu, buckets)
-    assert capture.applies(lstm.decoder, _inputs(lstm, 1, 1)[0], cpu, buckets)
-    assert not capture.applies(cross.decoder, out, cpu, buckets)
-    assert sampler.captures(transformer.decoder, out, cpu, buckets)
-    # the bucketed step runs on the static state
-    assert not sampler.captures(transformer.decoder, out, cpu, buckets.changed(static_state=False))
+    assert on_buckets(buckets, transformer) and on_buckets(buckets, lstm)
+    plan = passes.plan(buckets, cpu, cross)
+    assert not plan.on_buckets(request) and "TransformerDecoderBase has no static state" in plan.notes["capture"]
+    # the bucketed step runs on the static state; a forced first token runs the eager loop
+    assert not on_buckets(buckets.changed(static_state=False), transformer)
+    assert not passes.plan(buckets, cpu, transformer).on_buckets(
+        SampleRequest(torch.full((5,), 3), first=torch.zeros(5, dtype=torch.long)))
     with pytest.raises(ValueError, match="--rl-engine capture must be one of auto, cuda-graphs, buckets, off, "
                                          "got 'graphs'"):
         EngineSettings(capture="graphs")
@@ -304,20 +311,21 @@ def test_reinforce_loss_and_gradients_on_the_bucketed_step(small, baseline, n):
 @pytest.mark.parametrize("small", [True, False])
 def test_the_criterions_flags_choose_the_step_for_its_batches_only(small):
     """--rl-engine capture and graphed_pass=buckets runs the bucketed sampling step and teacher-forced pass
-    (the programs CUDA graphs record), with the loss and gradients of "off"; the model's own settings (those
-    of its passes without a REINFORCE request) are as they were after each batch, and after a batch that
-    failed."""
+    (the programs CUDA graphs record), with the loss and gradients of "off"; the model keeps the plan of the
+    criterion's flags, so that its passes without a REINFORCE request run it too; a batch that failed leaves
+    the next one as it was."""
     model, task, sample = _setup(small)
-    before = model.engine_settings
+    assert model.engine_plan is None  # (planned at the first batch)
     off = reinforce_step(model, task, sample, "loo", 3, rl_engine="capture=off,graphed_pass=off")
     assert not capture._BUCKETS.of(model.decoder) and not graphed_pass._BUCKETS.of(model.decoder)
+    assert model.engine_plan.name == "eager"
     on = reinforce_step(model, task, sample, "loo", 3, rl_engine="capture=buckets,graphed_pass=buckets")
     assert_same_step(on, off)
     assert capture._BUCKETS.of(model.decoder) and graphed_pass._BUCKETS.of(model.decoder)
-    assert model.engine_settings == before
+    assert (model.engine_plan.settings.capture, model.engine_plan.settings.graphed_pass) == ("buckets", "buckets")
     with pytest.raises(KeyError):
         reinforce_step(model, task, {**sample, "net_input": {}}, "loo", 3, rl_engine="capture=buckets,compile=fuse")
-    assert model.engine_settings == before
+    assert_same_step(reinforce_step(model, task, sample, "loo", 3, rl_engine="capture=off,graphed_pass=off"), off)
 
 
 @pytest.mark.parametrize("error,compile_mode,hint", [
@@ -336,12 +344,14 @@ def test_a_capture_that_fails_names_the_flag_that_runs_without_one(error, compil
     def fail(self, pool):
         raise error
 
-    monkeypatch.setattr(capture, "applies", lambda *args: True)  # as on CUDA
     monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: None)
     monkeypatch.setattr(capture._Bucket, "capture", fail)
+    # the plan a CUDA device gets (made here on the CPU)
+    on_cuda = DevicePlan(EngineSettings(capture="cuda-graphs", graphed_pass="off", compile=compile_mode),
+                         torch.device("cpu"), EngineSettings(compile=compile_mode), {}, False)
     with pytest.raises(RuntimeError) as raised:
         _draw(model, encoder_out, candidate_batch(12, len(model.decoder.dictionary), bsz=15), torch.full((15,), 9),
-              "cuda-graphs", settings=EngineSettings(compile=compile_mode))
+              "cuda-graphs", plan=on_cuda)
     if hint:
         assert str(raised.value) == ("preparing a CUDA graph (warm-up and capture) failed (RuntimeError: operation "
                                      f"not permitted when stream is capturing); {hint}")
@@ -423,7 +433,7 @@ def test_a_compiled_step_replays_what_the_eager_loop_draws(name, compile_mode):
     model = _model(name, "cuda")
     vocab = len(model.decoder.dictionary)
     capture._BUCKETS.drop(model.decoder)
-    compiled = EngineSettings(compile=compile_mode)
+    compiled = EngineSettings(compile=compile_mode, untested_cuda_modes=True)  # (the GPU test of the mode)
 
     def check(n, steps):
         encoder_out = _inputs(model, n, 1)[0]
@@ -452,7 +462,8 @@ def test_a_replayed_step_never_waits_for_the_host(name):
     max_lens = torch.full((15,), 12, device="cuda")
     settings = EngineSettings(capture="cuda-graphs", stop_check_every=10 ** 9)
     with torch.no_grad():
-        sampler.sample(model, encoder_out, None, SampleRequest(max_lens, settings=settings))  # captured here
+        sampler.sample(model, encoder_out, None, SampleRequest(max_lens, plan=passes.plan(settings, "cuda", model))
+                       )  # captured here
         (entry,) = capture._BUCKETS.of(model.decoder).values()
         entry.t.zero_()  # the batch's 12 steps again (t past the bucket's steps would index out of its tensors)
         torch.cuda.set_sync_debug_mode("error")

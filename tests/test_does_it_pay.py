@@ -79,6 +79,7 @@ def test_the_corpus_shape_is_its_dictionaries_and_mean_training_lengths(tiny_raw
 
 def test_the_model_is_built_from_the_user_s_flags():
     """--model-args on synthetic batches: fairseq's own parse of the flags, restricted as the task restricts it."""
+    from fairseq_smallvocab.models.restricted import RestrictedModel
     from smallvocab_tools.bench.workload import build_model, synthetic_task
 
     cfg = {"threads": 1, "vocab_size": 300, "src_vocab_size": 200, "model_args": TINY_FLAGS, "arch": "transformer"}
@@ -88,7 +89,7 @@ def test_the_model_is_built_from_the_user_s_flags():
     assert model.decoder.embed_tokens.weight.shape == (300, 24)
     assert model.encoder.embed_tokens is model.decoder.embed_tokens  # --share-all-embeddings: one dictionary
     assert model.decoder.layers[0].fc1.out_features == 48
-    assert hasattr(model, "engine_settings")  # restricted: the small softmax's code path
+    assert isinstance(model, RestrictedModel)  # restricted: the small softmax's code path
     unshared = dict(cfg, model_args=TINY_FLAGS.replace(" --share-all-embeddings", ""))
     model = build_model(unshared, synthetic_task(unshared))
     assert model.encoder.embed_tokens.weight.shape == (200, 24)

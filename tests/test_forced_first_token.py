@@ -6,6 +6,7 @@ import pytest
 import torch
 from helpers import B, _crit, _setup
 
+from fairseq_smallvocab.engine.eager import EAGER
 from fairseq_smallvocab.engine.sampling import SampleRequest
 from fairseq_smallvocab.reinforce import objective
 
@@ -37,7 +38,7 @@ def test_every_sample_and_greedy_decode_starts_with_the_forced_token(small):
 def test_the_forced_step_leaves_the_policy_gradient(monkeypatch):
     model, task, sample = _setup(small=True)
     candidates = sample["net_input"]["candidates"]
-    assert _crit(task, rl_samples=2).sample_request(model, sample).first is None  # a task that forces nothing
+    assert _crit(task, rl_samples=2).sample_request(model, sample, EAGER).first is None  # a task that forces nothing
     task.first_tokens = lambda s: candidates[:, 7]  # the task gives ids; the request takes their positions
     seen = {}
     original = objective.policy_gradient
@@ -48,7 +49,7 @@ def test_the_forced_step_leaves_the_policy_gradient(monkeypatch):
 
     monkeypatch.setattr(objective, "policy_gradient", recording)
     crit = _crit(task, ce_weight=0.3, rl_baseline="loo", max_sample_len=7, rl_samples=2)
-    assert crit.sample_request(model, sample).first.tolist() == [7] * B
+    assert crit.sample_request(model, sample, EAGER).first.tolist() == [7] * B
     torch.manual_seed(3)
     crit(model, sample)
     advantages, mask = seen["advantages"], seen["mask"]

@@ -15,7 +15,8 @@ import torch
 from helpers import _setup, assert_same_step, reinforce_step
 from test_static_state import STATIC, _inputs
 
-from fairseq_smallvocab.engine.device_modes import capture, graphed_pass
+from fairseq_smallvocab.engine import passes
+from fairseq_smallvocab.engine.device_modes import DevicePlan, capture, graphed_pass
 from fairseq_smallvocab.engine.settings import EngineSettings
 from fairseq_smallvocab.models.restricted import restrict
 from fairseq_smallvocab.output.gathered_grad import gathered_embedding_grads, suspended
@@ -46,12 +47,18 @@ def _settings(mode, **values) -> EngineSettings:
     return EngineSettings(graphed_pass=mode, **values)
 
 
-def _pass(model, n, steps, mode, seed=0, backward=True):
+def _features(model, tokens, encoder_out, settings, plan=None):
+    """The teacher-forced pass as the plan of ``settings`` for the model on its device runs it (or ``plan``)."""
+    plan = plan or passes.plan(settings, tokens.device, model)
+    return plan.features(model.decoder, tokens, encoder_out)
+
+
+def _pass(model, n, steps, mode, seed=0, backward=True, plan=None):
     """(features, gradient of every parameter) of the teacher-forced pass over random prefixes for 5 inputs
     of N rows each, through the encoder (whose outputs take the decoder's gradient back)."""
     model.zero_grad()
     encoder_out, tokens = _inputs(model, n, steps, seed=seed)
-    features, extra = graphed_pass.extract_features(model.decoder, tokens, encoder_out, _settings(mode))
+    features, extra = _features(model, tokens, encoder_out, _settings(mode), plan)
     weights = torch.randn(features.shape, generator=torch.Generator().manual_seed(seed + 1)).to(features.device)
     if backward:
         (features * weights).sum().backward()
@@ -102,17 +109,21 @@ def test_where_it_applies():
     lstm, transformer = _model("lstm_smallvocab"), _model("transformer")
     caption = _model("lstm_caption_smallvocab")
     cpu = torch.device("cpu")
-    default = EngineSettings()
-    assert default.graphed_pass == "auto" and not graphed_pass.applies(lstm.decoder, cpu, default)  # unresolved
-    assert not graphed_pass.applies(lstm.decoder, cpu, default.on(cpu))  # "auto" on the CPU: off
-    assert not graphed_pass.applies(lstm.decoder, cpu, _settings("cuda-graphs"))  # graphs are CUDA's
+
+    def mode(settings, model):
+        return passes.plan(settings, cpu, model).settings.graphed_pass
+
+    assert mode(EngineSettings(), lstm) == "off"  # "auto" on the CPU: off
+    assert mode(_settings("cuda-graphs"), lstm) == "off"  # graphs are CUDA's
     buckets = _settings("buckets")
-    assert graphed_pass.applies(lstm.decoder, cpu, buckets) and graphed_pass.applies(_model("lstm").decoder, cpu,
-                                                                                      buckets)
-    assert not graphed_pass.applies(transformer.decoder, cpu, buckets)  # its pass is not a loop over steps
-    assert not graphed_pass.applies(caption.decoder, cpu, buckets)  # one nn.LSTM call over all steps
-    with torch.no_grad():
-        assert not graphed_pass.applies(lstm.decoder, cpu, buckets)  # validation and decoding: the decoder's own
+    assert mode(buckets, lstm) == mode(buckets, _model("lstm")) == "buckets"
+    assert mode(buckets, transformer) == "off"  # its pass is not a loop over steps
+    assert mode(buckets, caption) == "off"  # one nn.LSTM call over all steps
+    assert "has no recurrent pass to graph" in passes.plan(buckets, cpu, caption).notes["graphed_pass"]
+    encoder_out, tokens = _inputs(lstm, 2, 6)
+    assert _features(lstm, tokens, encoder_out, buckets)[1] is None  # the bucketed pass (no attention)
+    with torch.no_grad():  # validation and decoding: the decoder's own
+        assert _features(lstm, tokens, encoder_out, buckets)[1] is not None
     with pytest.raises(ValueError, match="--rl-engine graphed_pass must be one of auto, cuda-graphs, buckets, off, got "
                                          "'graphs'"):
         _settings("graphs")
@@ -209,7 +220,7 @@ def _two_batches(model, mode, backward_each: bool):
     outs = []
     for seed in (0, 1):
         encoder_out, tokens = _inputs(model, 2, 6, seed=seed)
-        outs.append(graphed_pass.extract_features(model.decoder, tokens, encoder_out, _settings(mode))[0])
+        outs.append(_features(model, tokens, encoder_out, _settings(mode))[0])
         if backward_each:
             outs[-1].square().sum().backward()
     replayed = [_replayed(out) for out in outs]
@@ -258,7 +269,7 @@ def test_a_bucket_dropped_before_its_backward_still_gives_its_gradients(device, 
     def two(mode):
         settings = _settings(mode, graphed_pass_max_buckets=1)
         model.zero_grad(set_to_none=True)
-        outs = [graphed_pass.extract_features(model.decoder, tokens, encoder_out, settings)[0]
+        outs = [_features(model, tokens, encoder_out, settings)[0]
                 for encoder_out, tokens in (_inputs(model, 2, 6, seed=0), _inputs(model, 3, 20, seed=1))]
         (outs[0].square().sum() + outs[1].sum()).backward()
         return outs, [p.grad.clone() for p in model.parameters() if p.grad is not None]
@@ -300,7 +311,7 @@ def test_a_second_backward_through_a_replay_is_refused(device, mode):
     so it says so instead of returning gradients of something else."""
     model = _model("lstm_smallvocab", device)
     encoder_out, tokens = _inputs(model, 2, 6)
-    loss = graphed_pass.extract_features(model.decoder, tokens, encoder_out, _settings(mode))[0].sum()
+    loss = _features(model, tokens, encoder_out, _settings(mode))[0].sum()
     loss.backward(retain_graph=True)
     with pytest.raises(RuntimeError, match="a second backward through a replayed pass.*--rl-engine graphed_pass=off"):
         loss.backward()
@@ -315,11 +326,12 @@ def test_a_capture_that_fails_names_the_flag_that_runs_without_one(monkeypatch):
     def fail(*args, **kwargs):
         raise error
 
-    monkeypatch.setattr(graphed_pass, "applies", lambda *args: True)  # as on CUDA
     monkeypatch.setattr(graphed_pass._Bucket, "__init__", fail)
+    # the plan a CUDA device gets (made here on the CPU)
+    on_cuda = DevicePlan(_settings("cuda-graphs", capture="off"), torch.device("cpu"), EngineSettings(), {}, False)
     with pytest.raises(RuntimeError, match=r"^preparing a CUDA graph \(warm-up and capture\) failed \(RuntimeError: "
                                            r"operation not permitted .*\); --rl-engine graphed_pass=off") as raised:
-        _pass(model, 2, 6, "cuda-graphs")
+        _pass(model, 2, 6, "cuda-graphs", plan=on_cuda)
     assert raised.value.__cause__ is error
     with pytest.raises(RuntimeError) as raised:  # the bucketed pass that runs eagerly: its own errors
         _pass(model, 2, 6, "buckets")

@@ -105,14 +105,16 @@ def _cycle(graph: dict):
 @pytest.mark.parametrize("inside_engine", [False, True])
 def test_the_import_graph_has_no_cycle(inside_engine):
     """Layers import downwards only: between the plugin's packages, and between engine/'s modules (its device
-    modes plug into ``engine.passes`` from above, and nothing below imports them back); the check can fail."""
+    plan builds on the eager plan, ``engine.eager``, from above, and nothing below imports it back:
+    ``engine.passes`` loads it by name); the check can fail."""
     graph = _import_graph(inside_engine)
     assert "engine.device_modes" in graph and _cycle(graph) is None, _cycle(graph)
-    assert _cycle({**graph, "engine.passes" if inside_engine else "engine": {"engine.device_modes"}}) is not None
+    assert _cycle({**graph, "engine.eager" if inside_engine else "engine": {"engine.device_modes"}}) is not None
 
 
 def test_no_default_path_module_imports_the_device_modes():
-    """Only engine/device_modes/ imports itself; ``engine.passes`` loads it by name when settings ask."""
+    """Only engine/device_modes/ imports itself; ``engine.passes`` loads it by name where a plan turns a mode
+    on."""
     found = {f"{p.relative_to(PACKAGE)}: {name}" for p in _modules() if "device_modes" not in p.parts
              for name in _imports(p) if name.startswith("fairseq_smallvocab.engine.device_modes")}
     assert not found
@@ -159,8 +161,9 @@ def _calls(path: Path):
 
 
 def test_cuda_graphs_and_compilation_live_in_the_device_modes_only():
-    """The optional device modes (off by default) are apart from the default path: no module outside
-    engine/device_modes/ captures, replays or compiles; the modes do (the check can fail)."""
+    """The device modes (the CUDA-graph step, a default on one GPU; the merged pass and compilation, asked for)
+    are apart from the eager plan: no module outside engine/device_modes/ captures, replays or compiles; the
+    modes do (the check can fail)."""
     modes = PACKAGE / "engine" / "device_modes"
     outside = {f"{p.relative_to(PACKAGE)}: {name}" for p in _modules() if modes not in p.parents
                for name in _calls(p) if name.startswith(CUDA_GRAPH_CALLS)}
@@ -221,11 +224,14 @@ def test_the_settings_come_from_the_criterions_flags():
     assert set(NAMES) == set(ENGINE_KEYS) | {"full_softmax"}  # every setting has its key or flag
 
 
-def test_the_criterion_carries_its_settings_into_the_sample_request():
+def test_the_criterion_carries_its_plan_into_the_sample_request():
+    """The request carries the plan the criterion made for the model on its device (the model keeps it), whose
+    settings are the criterion's resolved ("auto" off on the CPU)."""
     model, task, sample = _setup()
     crit = _crit(task, rl_engine="capture=buckets,stop_check_every=2")
-    request = crit.sample_request(model, sample)
-    assert request.settings == EngineSettings(capture="buckets", stop_check_every=2) == crit.settings
+    request = crit.sample_request(model, sample, crit.plan(model, sample["target"].device))
+    assert request.plan is model.engine_plan and request.plan.given == crit.settings
+    assert request.settings == EngineSettings(capture="buckets", stop_check_every=2, graphed_pass="off")
 
 
 @pytest.mark.parametrize("flags, message", [
@@ -281,8 +287,9 @@ def test_a_bad_setting_text_is_named(name, text, message):
 
 @pytest.mark.parametrize("ce_weight", [1.0, 0.5])
 def test_every_pass_of_the_criterion_runs_with_its_settings(ce_weight, monkeypatch):
-    """The CE control (lambda = 1: no sample request) as the mixed loss: the teacher-forced passes get the
-    criterion's settings, not the model's defaults."""
+    """The CE control (lambda = 1: no sample request) as the mixed loss: the teacher-forced passes run the
+    plan of the criterion's settings, not the model's defaults; the model keeps that plan, so that its
+    passes without a REINFORCE request (validation, another criterion's CE) run it too."""
     from fairseq_smallvocab.engine.device_modes import graphed_pass
 
     model, task, sample = _setup()
@@ -291,5 +298,80 @@ def test_every_pass_of_the_criterion_runs_with_its_settings(ce_weight, monkeypat
                         lambda decoder, prev, encoder_out, settings: seen.append(settings) or real(
                             decoder, prev, encoder_out, settings))
     _crit(task, ce_weight=ce_weight, rl_engine="graphed_pass=buckets,capture=buckets")(model, sample)
-    assert seen and set(seen) == {EngineSettings(graphed_pass="buckets", capture="buckets")}
-    assert model.engine_settings == EngineSettings()
+    asked = EngineSettings(graphed_pass="buckets", capture="buckets")
+    assert seen and set(seen) == {asked}
+    assert model.engine_plan.given == asked
+    seen.clear()
+    model(**sample["net_input"])  # a pass without a request: the model's plan
+    assert seen == [asked]
+
+
+def _compares_with_auto(node) -> bool:
+    """Whether ``node`` compares something with the string "auto" (``== "auto"``, ``in ("auto", ...)``)."""
+    if not isinstance(node, ast.Compare):
+        return False
+    for side in [node.left, *node.comparators]:
+        values = side.elts if isinstance(side, (ast.Tuple, ast.List, ast.Set)) else [side]
+        if any(isinstance(v, ast.Constant) and v.value == "auto" for v in values):
+            return True
+    return False
+
+
+def test_auto_is_resolved_in_the_plan_only():
+    """Only ``engine.passes``' resolution asks whether a setting is "auto" (the settings are data; every caller
+    gets a plan, whose settings hold no "auto"); the check can fail."""
+    found = set()
+    for path in _modules():
+        tree = ast.parse(path.read_text())
+        for function in ast.walk(tree):
+            if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+                    _compares_with_auto(node) for node in ast.walk(function)):
+                found.add(f"{path.relative_to(PACKAGE)}:{function.name}")
+    assert found == {"engine/passes.py:_resolved"}
+    assert _compares_with_auto(ast.parse('capture in ("auto", "off")').body[0].value)
+
+
+def _step_reads(name: str, rl_engine: str):
+    """(files, lines) of the plugin that a REINFORCE step reads (the second batch's loss and backward, the
+    first having made the plan): each plugin function the step calls, counted once with its whole body."""
+    import sys
+    import threading
+
+    from test_chunked_full_softmax import _family_setup
+
+    model, task, sample = _family_setup(name, small=True)
+    crit = _crit(task, ce_weight=0.3, rl_baseline="learned", max_sample_len=7, rl_samples=2, rl_engine=rl_engine)
+    torch.manual_seed(0)
+    crit(model, sample)
+    called = set()
+
+    def tracer(frame, event, arg):
+        if event == "call" and frame.f_code.co_filename.startswith(str(PACKAGE)):
+            called.add(frame.f_code)
+
+    sys.settrace(tracer)
+    threading.settrace(tracer)
+    try:
+        torch.manual_seed(1)
+        crit(model, sample)[0].backward()
+    finally:
+        sys.settrace(None)
+        threading.settrace(None)
+    lines = sum(max(line for _, _, line in code.co_lines() if line is not None) - code.co_firstlineno + 1
+                for code in called)
+    return {Path(code.co_filename).relative_to(PACKAGE).as_posix() for code in called}, lines
+
+
+@pytest.mark.parametrize("name, rl_engine, most_files, most_lines", [
+    ("transformer", "", 17, 1325),  # the CPU's default step
+    ("transformer", "capture=buckets", 21, 1320),  # the GPU's default step's stand-in (cuda-graphs replays it)
+    ("lstm_smallvocab", "capture=buckets,graphed_pass=buckets", 23, 1520),  # the same for a recurrent decoder
+])
+def test_what_a_step_reads_is_measured_and_capped(name, rl_engine, most_files, most_lines):
+    """A step's reading set (``_step_reads``: 17 files and 1,310 lines for the CPU's Transformer step, 21 and
+    1,305 for its GPU stand-in when the plan decides once; 23 and 1,439 before) stays within its caps; the
+    eager step never reads the device modes."""
+    files, lines = _step_reads(name, rl_engine)
+    assert len(files) <= most_files and lines <= most_lines, (len(files), lines, sorted(files))
+    assert any(f.startswith("engine/device_modes/") for f in files) == bool(rl_engine)
+    assert "engine/settings.py" not in files  # data: read when the plan is made, not per step

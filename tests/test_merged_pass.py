@@ -160,7 +160,6 @@ def test_where_it_cannot_apply_the_two_passes_run_and_the_log_says_why(name, opt
                 module.dropout_module.p = 0.1
     runs = []
     monkeypatch.setattr(merged_pass, "run", _counted(merged_pass.run, runs))
-    merged_pass._SAID.clear()
     with caplog.at_level(logging.INFO):
         two, merged = _both(model, task, sample, "loo", 2, **options)
     assert runs == [] and any(reason in r.getMessage() for r in caplog.records)

@@ -111,7 +111,7 @@ def test_a_cuda_only_mode_asked_for_on_the_cpu_is_said_to_run_as_off(caplog):
 
 def test_a_device_mode_not_yet_tested_on_a_gpu_is_refused_there_naming_its_flag():
     """--rl-engine compile=fuse / reduce-overhead have not run their benchmark step on a GPU: off by default,
-    refused on a CUDA device (by the criterion at its first batch and by the engine's call), each named;
+    refused on a CUDA device (by the plan, which the criterion makes at its first batch), each named;
     --rl-engine untested_cuda_modes=on runs them; the CPU refuses nothing (there they run as their CPU tests
     say).  The captured sampling step and graphed pass passed theirs: asked for, they run."""
     from fairseq_smallvocab.engine.settings import UNTESTED_ON_CUDA, EngineSettings
@@ -136,55 +136,62 @@ def test_a_device_mode_not_yet_tested_on_a_gpu_is_refused_there_naming_its_flag(
     # the criterion: at its first batch, from its flags
     _, task, _ = _setup()
     crit = _crit(task, rl_baseline="none", rl_engine="compile=fuse")
+    model, _, _ = _setup()
     with pytest.raises(ValueError, match="^--rl-engine compile=fuse"):
-        crit.say_what_runs(cuda)
+        crit.plan(model, cuda)
     _crit(task, rl_baseline="none", rl_engine="compile=fuse,untested_cuda_modes=on").settings.check_device(cuda)
     assert _crit(task, rl_baseline="none").settings.capture == "auto"
 
 
-def test_auto_captures_on_a_cuda_device_and_runs_eagerly_elsewhere(monkeypatch, caplog):
-    """The default capture and graphed_pass, "auto": "cuda-graphs" on a CUDA device without autocast, in one
-    process (their tests passed on a GPU, and they made the step faster there), "off" on the CPU, under
-    autocast and beside other processes (untested there), so the CPU's default step stays on the eager
-    passes; what the user set is kept.  The criterion chooses at its first batch, says so (on a GPU, with
-    the reason where it chose "off"), and from then on runs the device passes on a GPU."""
+def test_the_plan_resolves_auto_once_for_the_model_and_its_device(monkeypatch, caplog):
+    """``engine.passes.plan`` decides what runs: the default capture and graphed_pass, "auto", are "cuda-graphs"
+    on a CUDA device without autocast in one process (the captured sampling step for a Transformer, and the
+    graphed pass too for an LSTM, whose pass is a loop over steps), "off" on the CPU, under autocast and beside
+    other processes; what the user set is kept; a mode that does not apply to the model is off, with its
+    reason in the plan's description; "auto" never leaves the plan.  The criterion makes the plan at its first
+    batch, keeps it on the model (no second plan for the next batch) and says it."""
+    from test_static_state import STATIC
+
+    from fairseq_smallvocab.engine import passes
     from fairseq_smallvocab.engine.settings import EngineSettings
+    from fairseq_smallvocab.models.restricted import restrict
 
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
     default = EngineSettings()
-    assert (default.capture, default.graphed_pass, default.passes) == ("auto", "auto", "eager")
-    on_cpu, on_cuda = default.on(cpu), default.on(cuda)
-    assert (on_cpu.capture, on_cpu.graphed_pass, on_cpu.passes) == ("off", "off", "eager")
-    assert (on_cuda.capture, on_cuda.graphed_pass, on_cuda.passes) == ("cuda-graphs", "cuda-graphs", "device")
-    assert on_cuda.on(cuda) is on_cuda and on_cuda.on(cpu) is on_cuda  # chosen once
-    kept = default.changed(capture="buckets").on(cuda)
-    assert (kept.capture, kept.graphed_pass) == ("buckets", "cuda-graphs")
-    assert default.changed(capture="off").on(cuda).capture == "off"
-    assert default.changed(merged_pass=True).passes == "device"
-    _, task, _ = _setup()
-    crit = _crit(task, rl_baseline="none")
-    crit.say_what_runs(cpu)
-    assert (crit.settings.capture, crit.passes.name) == ("off", "eager")
-    crit = _crit(task, rl_baseline="none")
-    with caplog.at_level(logging.INFO, logger="fairseq_smallvocab.criterions.smallvocab_reinforce"):
-        crit.say_what_runs(cuda)
-    assert (crit.settings.capture, crit.settings.graphed_pass, crit.passes.name) == ("cuda-graphs", "cuda-graphs",
-                                                                                  "device")
-    assert "on cuda, capture=cuda-graphs, graphed_pass=cuda-graphs (auto)" in caplog.text
+    lstm, task, _ = _setup()
+    transformer = restrict(STATIC["transformer"]())
+
+    def modes(plan):
+        return plan.name, plan.settings.capture, plan.settings.graphed_pass
+
+    assert modes(passes.plan(default, cpu, lstm)) == ("eager", "off", "off")
+    assert modes(passes.plan(default, cuda, lstm, autocast=False)) == ("device", "cuda-graphs", "cuda-graphs")
+    on_cuda = passes.plan(default, cuda, transformer, autocast=False)
+    assert modes(on_cuda) == ("device", "cuda-graphs", "off")
+    assert on_cuda.describe().startswith("capture=cuda-graphs, graphed_pass=off (TransformerDecoderBase has no "
+                                         "recurrent pass to graph), merged_pass=off, compile=off"), on_cuda.describe()
+    assert modes(passes.plan(default.changed(capture="buckets"), cuda, lstm, autocast=False)) == (
+        "device", "buckets", "cuda-graphs")
+    assert modes(passes.plan(default.changed(capture="off"), cuda, lstm, autocast=False))[1] == "off"
+    amp = passes.plan(default, cuda, lstm, autocast=True)
+    assert modes(amp) == ("eager", "off", "off") and amp.notes["capture"] == "auto: autocast is on (--amp)"
+    no_static = passes.plan(default.changed(static_state=False), cuda, transformer, autocast=False)
+    assert modes(no_static) == ("eager", "off", "off")
+    assert "static_state=off samples in fairseq's incremental state" in no_static.notes["capture"]
     with monkeypatch.context() as patched:  # two processes
         patched.setattr(torch.distributed, "is_initialized", lambda: True)
         patched.setattr(torch.distributed, "get_world_size", lambda *group: 2)
-        assert default.on(cuda) == on_cpu
-        patched.setattr(torch.distributed, "get_world_size", lambda *group: 1)
-        assert default.on(cuda) == on_cuda
-    monkeypatch.setattr(torch, "is_autocast_enabled", lambda *device_type: True)  # --amp
-    assert default.on(cuda) == on_cpu
-    crit = _crit(task, rl_baseline="none", rl_engine="graphed_pass=buckets")
-    caplog.clear()
+        assert modes(passes.plan(default, cuda, lstm, autocast=False)) == ("eager", "off", "off")
+    # the criterion: at its first batch, kept on the model, said once
+    crit = _crit(task, rl_baseline="none")
+    assert modes(crit.plan(lstm, cpu)) == ("eager", "off", "off") and lstm.engine_plan.device == cpu
+    crit = _crit(task, rl_baseline="none")
     with caplog.at_level(logging.INFO, logger="fairseq_smallvocab.criterions.smallvocab_reinforce"):
-        crit.say_what_runs(cuda)
-    assert (crit.settings.capture, crit.settings.graphed_pass) == ("off", "buckets")
-    assert "on cuda, capture=off (auto: autocast is on (--amp))" in caplog.text
+        plan = crit.plan(lstm, cuda)
+        assert crit.plan(lstm, cuda) is plan is lstm.engine_plan
+    assert modes(plan) == ("device", "cuda-graphs", "cuda-graphs")
+    assert caplog.text.count("smallvocab_reinforce: on cuda, capture=cuda-graphs, graphed_pass=cuda-graphs") == 1
+    assert crit.settings == default  # the settings stay what the user gave
 
 
 def test_the_stock_translation_task_is_refused_when_the_criterion_is_built():

@@ -11,6 +11,7 @@ import torch
 from helpers import candidate_batch, make_dictionary
 from test_any_model import FAMILIES, LSTM, TRANSFORMER, V_SRC, _stock, raise_eos
 
+from fairseq_smallvocab.engine import eager, passes
 from fairseq_smallvocab.engine import sampling as sampler
 from fairseq_smallvocab.engine.families import static_state
 from fairseq_smallvocab.engine.recurrent_state import RecurrentStaticState
@@ -142,12 +143,12 @@ def test_the_sampler_draws_the_same_on_the_static_state_as_on_fairseqs(name, sma
         built.append(static_state(*args, **kwargs))
         return built[-1]
 
-    monkeypatch.setattr(sampler, "static_state", spy)
+    monkeypatch.setattr(eager, "static_state", spy)
     for static in (True, False):
-        settings = EngineSettings(static_state=static)
+        request = SampleRequest(max_lens, plan=passes.plan(EngineSettings(static_state=static), "cpu", model))
         torch.manual_seed(1)
-        draws[static] = [sampler.sample(model, encoder_out, candidates, SampleRequest(max_lens, settings=settings),
-                                        greedy=greedy, keep_probs=True) for greedy in (False, True)]
+        draws[static] = [sampler.sample(model, encoder_out, candidates, request, greedy=greedy, keep_probs=True)
+                         for greedy in (False, True)]
     for a, b in zip(draws[True], draws[False]):
         for field in ("tokens", "positions", "mask", "lengths", "is_greedy"):
             assert torch.equal(getattr(a, field), getattr(b, field)) if getattr(b, field) is not None else True
@@ -187,7 +188,7 @@ def test_asking_whether_rows_are_going_less_often_gives_the_same_samples(name, e
     for check in (1, every):
         settings = EngineSettings(stop_check_every=check)
         torch.manual_seed(1)
-        request = SampleRequest(max_lens, settings=settings)
+        request = SampleRequest(max_lens, plan=passes.plan(settings, max_lens.device, model))
         drawn = sampler.sample(model, encoder_out, None, request, keep_graph=model.sample_keeps_graph, keep_probs=True)
         draws.append((drawn, sampler.score(model, encoder_out, None, drawn, request)))
     (a, scored_a), (b, scored_b) = draws

@@ -17,8 +17,9 @@ One step, file:function, top to bottom:
    teacher-forced CE pass, then ``sample_and_score``
    -> ``engine/sampling.py:sample_and_score`` (``draw`` N samples per input in
    one batched loop, ``score`` them with gradient); each pass runs as the
-   settings' passes say (``engine/passes.py``: the decoder's own calls unless
-   ``--rl-engine`` turns a device mode on).
+   model's plan says (``engine/passes.py:plan``, made once from the settings
+   for the model and its device: the decoder's own calls unless a device mode
+   is on).
 3. ``rewards`` -> ``reinforce/rewards.py`` (``--reward``, or the user's:
    ``reinforce/user_reward.py``).
 4. the baseline -> ``reinforce/objective.py`` (``build_baseline``: ``--rl-baseline``; none under risk).
@@ -45,7 +46,7 @@ from fairseq_smallvocab.compat.registry import register_alias
 from fairseq_smallvocab.criterions.reinforce_setup import add_former_flags, check_beam_width, check_task
 from fairseq_smallvocab.engine import passes
 from fairseq_smallvocab.engine.request import SampleRequest, check_memory, sample_limits
-from fairseq_smallvocab.engine.settings import AUTO, why_auto_is_off
+from fairseq_smallvocab.models.restricted import restricted_module
 from fairseq_smallvocab.output.chunked_ce import full_cross_entropy
 from fairseq_smallvocab.reinforce import logs, objective
 from fairseq_smallvocab.reinforce.config import SmallVocabReinforceConfig, check_config
@@ -85,9 +86,7 @@ class SmallVocabReinforceCriterion(FairseqCriterion):
         elif str(cfg.rl_baseline) == "learned" and hasattr(task, "add_checkpoint_state"):  # a bare test task has none
             task.add_checkpoint_state("reinforce_gleu.baseline", self.baseline)
         logger.info(f"smallvocab_reinforce: the step runs with {self.settings.describe()}")
-        self.passes = passes.of(self.settings)  # the decoder's own calls unless a device mode is on
         self._capped_to_positions = False  # whether the log has said that the decoder's positions cap samples
-        self._said_what_runs = False  # whether the log has said what a CUDA-only mode runs as here
         self._said_one_sentence = False  # whether the log has said that risk's candidates were all one sentence
         self.languages = logs.target_languages(task)  # a multilingual task's: each logs its reward
 
@@ -95,8 +94,8 @@ class SmallVocabReinforceCriterion(FairseqCriterion):
         return self.loss(model, sample)
 
     def loss(self, model, sample):
-        """One batch: sample -> reward -> baseline -> loss -> log."""
-        self.say_what_runs(sample["target"].device)
+        """One batch: plan -> sample -> reward -> baseline -> loss -> log."""
+        plan = self.plan(model, sample["target"].device)
         if self.cfg.ce_weight == 1.0 and model.training:  # RL's weight is 0: samples would change nothing but time
             return self.ce_only(model, sample)
         # (in validation the CE control samples too, without gradient: its log then has the reward, len_ratio and
@@ -105,7 +104,7 @@ class SmallVocabReinforceCriterion(FairseqCriterion):
         # sample: inside the model's forward (models.restricted: draw, then score with gradient), so that
         # fairseq's distributed wrappers see one forward for the CE term and the policy alike
         from_features = self.chunked_ce(model, sample)
-        request = self.sample_request(model, sample)
+        request = self.sample_request(model, sample, plan)
         net_output = model(**sample["net_input"], sample_request=request,
                            **({"features_only": True} if from_features else {}))
         samples = net_output[1]["samples"]  # B * N rows, the N samples of example b in rows b * N ... b * N + N - 1
@@ -162,11 +161,8 @@ class SmallVocabReinforceCriterion(FairseqCriterion):
     def ce_only(self, model, sample):
         """--ce-weight 1 (the CE control) in training: the CE term alone, normalized as the mixed loss is (by
         sentences), with nothing sampled."""
-        # a model the plugin's tasks restricted takes the settings (a stock one runs its own passes)
-        given = {"engine_settings": self.settings} if getattr(model, "engine_settings", None) is not None else {}
         from_features = self.chunked_ce(model, sample)
-        if from_features:
-            given["features_only"] = True
+        given = {"features_only": True} if from_features else {}
         loss = self.ce_term(model, sample, model(**sample["net_input"], **given), from_features)
         finite = objective.is_finite(loss)
         if not finite:
@@ -176,10 +172,10 @@ class SmallVocabReinforceCriterion(FairseqCriterion):
 
     # -- the steps of ``loss`` ------------------------------------------------------------------------
 
-    def sample_request(self, model, sample) -> SampleRequest:
+    def sample_request(self, model, sample, plan) -> SampleRequest:
         """What the model's forward samples: N per example, each within its length limit, at the
-        temperature, with the greedy decode where the baseline needs it, as the settings say; the batch is
-        refused first if its samples cannot fit in memory."""
+        temperature, with the greedy decode where the baseline needs it, as the model's ``plan`` says; the batch
+        is refused first if its samples cannot fit in memory."""
         net_input, nsentences = sample["net_input"], sample["target"].size(0)
         max_positions = getattr(model, "max_decoder_positions", None)
         max_positions = max_positions() if max_positions else None
@@ -195,7 +191,7 @@ class SmallVocabReinforceCriterion(FairseqCriterion):
         if not (candidates is None and self.settings.full_softmax == "chunked"):  # (which holds no rows x T x |V|)
             check_memory(sample, limits, vocab, self.cfg.rl_samples)
         return SampleRequest(limits, num_samples=self.cfg.rl_samples, greedy_too=self.baseline.needs_greedy,
-                             temperature=self.cfg.sample_temperature, settings=self.settings,
+                             temperature=self.cfg.sample_temperature, plan=plan,
                              first=self.forced_first(sample), beam=str(self.cfg.risk_candidates) == "beam")
 
     def forced_first(self, sample) -> Optional[torch.Tensor]:
@@ -281,7 +277,7 @@ class SmallVocabReinforceCriterion(FairseqCriterion):
         """Whether the CE term is made from the decoder's states chunk by chunk (``output.chunked_ce``): the
         settings' full_softmax "chunked", a batch without candidates, a model the plugin restricted."""
         return (self.settings.full_softmax == "chunked" and sample["net_input"].get("candidates") is None
-                and getattr(model, "engine_settings", None) is not None)
+                and restricted_module(model) is not None)
 
     def ce_term(self, model, sample, net_output, from_features: bool = False):
         """L_c over the model's teacher-forced output (``objective.cross_entropy``), or ``from_features``,
@@ -296,22 +292,22 @@ class SmallVocabReinforceCriterion(FairseqCriterion):
 
     logging_output = staticmethod(logs.batch_log)
 
-    def say_what_runs(self, device):
-        """At the first batch: the settings' "auto" modes chosen for this device (``EngineSettings.on``), and
-        what their passes run here (an untested GPU mode refused, a CUDA-only mode that cannot run here said so:
-        ``engine.passes``)."""
-        if not self._said_what_runs:
-            chosen = self.settings.on(device)
-            if chosen != self.settings:
-                if device.type == "cuda":  # (the CPU's default, the eager passes, goes without saying)
-                    picked = [f"{name}={getattr(chosen, name)}" for name in AUTO
-                              if getattr(self.settings, name) == "auto"]
-                    why = why_auto_is_off(device)
-                    logger.info(f"smallvocab_reinforce: on {device}, {', '.join(picked)} (auto{': ' if why else ''}"
-                                f"{why})")
-                self.settings, self.passes = chosen, passes.of(chosen)
-            self.passes.say_what_runs(self.settings, device)
-            self._said_what_runs = True
+    def plan(self, model, device):
+        """The plan ``model`` runs this batch on ``device`` with the criterion's settings
+        (``engine.passes.planned``: made once, when the model first meets the device with them, and kept on the
+        model, so that its CE term, validation and decoding run it too); a new one is said in the log (what runs,
+        and why a mode is off), with a warning for a CUDA-graph mode asked for where graphs cannot be captured.
+        A mode not yet tested on a GPU is refused there.  None for a model no plugin task restricted."""
+        restricted = restricted_module(model)
+        if restricted is None:
+            return None
+        before = restricted.engine_plan
+        plan = passes.planned(restricted, self.settings, device)
+        if plan is not before:
+            logger.info(f"smallvocab_reinforce: on {device}, {plan.describe()}")
+            for warning in plan.warnings:
+                logger.warning(warning)
+        return plan
 
     @staticmethod
     def reduce_metrics(logging_outputs) -> None:

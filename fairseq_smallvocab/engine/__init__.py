@@ -2,24 +2,26 @@
 (``sampling.sample_and_score``): samples drawn inside each example's candidates and
 scored with gradient.
 
-- ``settings``: ``EngineSettings``, the one frozen object that says how a
-  step runs (capture, compile, graphed passes, static state, memory caps);
-- ``sampling``: the call (``sample_and_score``), the sampler (``sample``) and the
-  scoring pass (``score``), with ``SampleRequest``;
+- ``settings``: ``EngineSettings``, what a user asked for (capture, compile,
+  graphed passes, static state, memory caps), data only;
+- ``passes``: the plan (``plan(settings, device, model)``): what runs for one
+  model on one device, "auto" and every condition decided once, kept on the
+  model (``planned``) and carried by the sample request;
+- ``eager``: the eager plan: the decoder's own passes, the sampling loop step
+  by step, the forward as two passes;
+- ``sampling``: the call (``sample_and_score``: ``draw``, then ``score``) with
+  ``SampleRequest``, run as the request's plan says;
 - ``loop``: one step of the sampling loop and what it returns (``Samples``);
 - ``families``: what the engine asks of a decoder family (registered
   adapters: ``transformer_state`` and ``recurrent_state`` for fairseq's
   decoders, ``models/`` for the plugin's);
-- ``passes``: the seam between a step and the device: the passes a step
-  runs (teacher-forced, the sampling loop, the forward with a request), the
-  decoder's own eager calls by default, another registered implementation
-  where the settings name one;
 - ``slots``: tensors at fixed addresses, which the families' static states
   keep when made for a shape bucket;
-- ``device_modes/``: the optional modes, off by default, plugged into
-  ``passes`` and loaded only when settings ask for one (the sampling step
-  captured per shape bucket as CUDA graphs, a recurrent decoder's graphed
-  teacher-forced pass, one merged pass for the CE term and the scores).
+- ``device_modes/``: the device plan, the eager plan with the modes that apply
+  (the sampling step captured per shape bucket as CUDA graphs and a recurrent
+  decoder's graphed teacher-forced pass, on by default on one GPU; one merged
+  pass for the CE term and the scores, and compilation, asked for), loaded only
+  where a plan turns a mode on.
 
 The algorithm that uses it (rewards, baselines, the loss) is ``reinforce/``.
 """

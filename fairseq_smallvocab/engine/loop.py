@@ -191,6 +191,15 @@ class Loop:
             alive &= ids.ne(self.eos) & (self.max_lens > t + 1)  # in place: a captured step's fixed address
         return s
 
+    def run(self, steps: int, every: int, step) -> None:
+        """The loop's driver, the eager loop's and a bucket's replays alike: ``step(t)`` for t = 0, 1, ... up
+        to ``steps``, stopped early when no row is still going, asked every ``every`` steps (on a GPU each
+        question is a host sync)."""
+        for t in range(steps):
+            step(t)
+            if (t + 1) % every == 0 and not self.alive.any():
+                break
+
     def samples(self, bsz: int, states=None, copy: bool = False) -> Samples:
         """The first ``bsz`` rows' samples, trimmed to the steps with a live row (``copy``: not views of the
         loop's buffers, which the next batch overwrites)."""

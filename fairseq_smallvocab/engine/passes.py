@@ -1,77 +1,132 @@
-"""The seam between a step and the device: the passes a step runs, each with
-its plain eager implementation as the default (``Passes``), and the other
-implementations registered by name.
+"""How a step runs on a device, decided once: ``plan(settings, device, model)``.
 
-The passes, and who calls them:
+The settings (``EngineSettings``) say what a user asked for, "auto" included; the plan says what runs, for one
+model on one device, every condition asked once, when the model first meets the device:
 
-- ``features``: a teacher-forced decoder pass (the CE term's, in
-  ``models.restricted``'s forward; the samples' scoring, ``sampling.score``);
-- ``samples_on_buckets`` / ``sample_on_bucket``: whether the sampling loop
-  runs on a shape bucket instead of the eager loop, and that loop
-  (``sampling.sample``);
-- ``merged_forward``: the restricted model's forward with a sample request
-  as one pass over the gold and the sample rows (None: the two passes of the
-  default path);
-- ``say_what_runs``: at a step's first batch, what runs on this device.
+- "auto" (capture, graphed_pass) becomes "cuda-graphs" on one CUDA device without autocast (their tests passed
+  on a GPU, and they made the step faster there), "off" elsewhere (``why_auto_is_off``); "auto" never leaves
+  this module;
+- a mode asked for where it cannot run becomes "off", and the plan's notes say why (CUDA graphs off a CUDA
+  device or under autocast; the captured sampling step for a decoder without a static state, or with
+  ``static_state`` off; the graphed pass for a decoder with no recurrent pass; the merged pass where some
+  module draws its dropout for every row); a mode not yet tested on a GPU is refused on one
+  (``EngineSettings.check_device``);
+- the plan is the eager one (``sampling.EagerPlan``: the decoder's own calls, the eager sampling loop, two
+  teacher-forced passes) where no mode is left on, else the device plan (``device_modes.DevicePlan``) made
+  of the modes that apply, and only those; that package is imported here, by name, only then (the default
+  step on the CPU never loads it: ``tests/test_layout.py``).
 
-``of(settings)`` gives the implementation the settings name
-(``EngineSettings.passes``): "eager" unless a device mode is on, then
-"device", which ``engine/device_modes/`` registers.  That package is
-imported by its name here, only when settings name it: the default path never
-loads it (``tests/test_layout.py`` checks both).  The criterion asks once,
-when it is built, so that a missing implementation stops fairseq-train at
-start-up.
+``planned(model, settings, device)`` is the plan a model runs: made by ``plan`` the first time (and again when
+the settings, the device or autocast change), kept on the model (``engine_plan``), so that REINFORCE's
+request, the CE term, validation and decoding run the same plan.
 """
 
 import importlib
-from typing import Dict, Optional
+from typing import Dict, List, Optional, Tuple
 
-from fairseq_smallvocab.engine.settings import EngineSettings
+import torch
 
+from fairseq_smallvocab.engine.eager import EagerPlan
+from fairseq_smallvocab.engine.families import family_of
+from fairseq_smallvocab.engine.settings import AUTO, EngineSettings, flag
 
-class Passes:
-    """The eager passes: the decoder's own calls (the default)."""
-
-    name = "eager"
-
-    def features(self, decoder, prev_output_tokens, encoder_out, settings: EngineSettings):
-        """``decoder.extract_features`` over ``prev_output_tokens``: (states, the decoder's extra output)."""
-        return decoder.extract_features(prev_output_tokens, encoder_out)
-
-    def samples_on_buckets(self, decoder, encoder_out, device, settings: EngineSettings) -> bool:
-        """Whether ``sampling.sample`` runs ``sample_on_bucket`` instead of its eager loop."""
-        return False
-
-    def sample_on_bucket(self, model, encoder_out, candidates, request, steps, uniforms, greedy: bool,
-                         store_probs: bool):
-        raise NotImplementedError("the eager passes sample in sampling.sample's own loop")
-
-    def merged_forward(self, model, net_input: dict, prev_output_tokens, candidates, request, keep_graph: bool,
-                       features_only: bool) -> Optional[tuple]:
-        """The forward with a sample request as one pass, or None: the default path's two passes."""
-        return None
-
-    def say_what_runs(self, settings: EngineSettings, device) -> None:
-        """At a step's first batch on ``device``: a mode not yet tested there is refused (``check_device``)."""
-        settings.check_device(device)
+# the package of the device plan, imported by name where a mode is on (not on the default path)
+DEVICE_MODES = "fairseq_smallvocab.engine.device_modes"
 
 
-_REGISTERED: Dict[str, Passes] = {Passes.name: Passes()}
-# the implementations that register themselves when imported, by the name the settings give them
-_PROVIDERS = {"device": "fairseq_smallvocab.engine.device_modes"}
+def why_auto_is_off(device, autocast: bool) -> str:
+    """Why "auto" runs as "off" on ``device`` ("" where it captures): not a CUDA device, ``autocast`` (``--amp``:
+    no graphs under it), or several processes (torch.distributed with a world
+    size above 1: the modes' tests there need two GPUs, which no test machine has had)."""
+    if device.type != "cuda":
+        return f"{device} is not a CUDA device"
+    if autocast:
+        return "autocast is on (--amp)"
+    distributed = torch.distributed
+    if distributed.is_available() and distributed.is_initialized() and distributed.get_world_size() > 1:
+        return "several processes train (not yet tested with several GPUs)"
+    return ""
 
 
-def register(passes: Passes) -> Passes:
-    """Make ``passes`` the implementation of its ``name``."""
-    _REGISTERED[passes.name] = passes
-    return passes
+def _capture_off(settings: EngineSettings, model) -> str:
+    """Why the sampling step cannot run on shape buckets for ``model`` ("" where it can)."""
+    if not settings.static_state:
+        return f"{flag('static_state', 'off')} samples in fairseq's incremental state"
+    family = family_of(model.decoder)
+    why = "no registered decoder family accepts it" if family is None else family.why_not(model.decoder)
+    return f"{type(model.decoder).__name__} has no static state ({why})" if why else ""
 
 
-def of(settings: EngineSettings) -> Passes:
-    """The passes ``settings`` name (their provider imported the first time)."""
-    name = settings.passes
-    if name not in _REGISTERED and name in _PROVIDERS:
-        importlib.import_module(_PROVIDERS[name])
-    if name not in _REGISTERED:
-        raise ValueError(f"no passes registered as {name!r} (registered: {', '.join(sorted(_REGISTERED))})")
-    return _REGISTERED[name]
+def _graphed_pass_off(model) -> str:
+    """Why ``model``'s teacher-forced pass is not graphed ("" where it can be)."""
+    family = family_of(model.decoder)
+    if family is None or family.parts is None:
+        return f"{type(model.decoder).__name__} has no recurrent pass to graph"
+    why = family.why_not(model.decoder)
+    return f"{type(model.decoder).__name__}: {why}" if why else ""
+
+
+# what a CUDA-graph mode does, and what runs instead where it cannot
+_WHAT = {"capture": ("the sampling step", "the eager sampling loop"),
+         "graphed_pass": ("the teacher-forced passes", "the decoder's own passes")}
+
+
+def _resolved(settings: EngineSettings, device, model, autocast: bool
+              ) -> Tuple[EngineSettings, Dict[str, str], List[str]]:
+    """``settings`` as they run on ``device`` for ``model`` (no "auto"; a mode that cannot run here "off"),
+    {mode: why it is off} for each mode asked for (or "auto" on a CUDA device) that is off, and a warning for
+    each CUDA-graph mode asked for where graphs cannot be captured (the user believes the step captured)."""
+    notes, chosen, warnings = {}, {}, []
+    auto_off = why_auto_is_off(device, autocast)
+    no_graphs = f"CUDA graphs cannot be captured on {device}, not a CUDA device" if device.type != "cuda" else \
+        "CUDA graphs cannot be captured under autocast (--amp)" if autocast else ""
+    for name in AUTO:  # capture, graphed_pass: "auto" or a mode
+        value = getattr(settings, name)
+        if value == "auto":
+            value = "off" if auto_off else "cuda-graphs"
+            if auto_off and device.type == "cuda":  # (the CPU's default goes without saying)
+                notes[name] = f"auto: {auto_off}"
+        elif value == "cuda-graphs" and no_graphs:
+            notes[name] = f"{no_graphs}, so it runs as off"
+            what, instead = _WHAT[name]
+            warnings.append(f"{flag(name, 'cuda-graphs')}: {no_graphs}, so {what} runs as {flag(name, 'off')} "
+                            f"({instead}); 'buckets' runs the bucketed program eagerly on any device")
+            value = "off"
+        if value != "off":
+            why = _capture_off(settings, model) if name == "capture" else _graphed_pass_off(model)
+            if why:
+                notes[name] = why
+                value = "off"
+        chosen[name] = value
+    resolved = settings.changed(**chosen)
+    if resolved.merged_pass:
+        why = importlib.import_module(DEVICE_MODES).merged_pass.why_not(model, resolved)
+        if why:
+            notes["merged_pass"] = f"two teacher-forced passes: {why}"
+            resolved = resolved.changed(merged_pass=False)
+    return resolved, notes, warnings
+
+
+def plan(settings: EngineSettings, device, model, autocast: Optional[bool] = None) -> EagerPlan:
+    """How ``model``'s steps run on ``device`` with ``settings`` (see the module): the eager plan, or the device
+    plan of the modes that apply; refuses a mode not yet tested on a GPU asked for on one.  ``autocast``: whether
+    the steps run under autocast (None: as torch says now)."""
+    device = torch.device(device)
+    if autocast is None:
+        autocast = device.type == "cuda" and torch.is_autocast_enabled("cuda")
+    settings.check_device(device)
+    resolved, notes, warnings = _resolved(settings, device, model, autocast)
+    kind = EagerPlan if resolved.capture == "off" and resolved.graphed_pass == "off" and not resolved.merged_pass \
+        else importlib.import_module(DEVICE_MODES).DevicePlan
+    return kind(resolved, device, settings, notes, autocast, warnings)
+
+
+def planned(model, settings: EngineSettings, device) -> EagerPlan:
+    """The plan ``model`` runs with ``settings`` on ``device``: its own (``model.engine_plan``) where that was
+    made for them (and the autocast now on), else a new one (``plan``), which the model keeps."""
+    device = torch.device(device)
+    autocast = torch.is_autocast_enabled("cuda") if device.type == "cuda" else False
+    current = model.engine_plan
+    if current is None or current.given != settings or current.device != device or current.autocast != autocast:
+        model.engine_plan = plan(settings, device, model, autocast)
+    return model.engine_plan

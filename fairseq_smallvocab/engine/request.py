@@ -9,9 +9,8 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from fairseq_smallvocab.engine.eager import EAGER, EagerPlan
 from fairseq_smallvocab.engine.settings import EngineSettings
-
-DEFAULT = EngineSettings()
 
 
 @dataclass(frozen=True)
@@ -23,7 +22,8 @@ class SampleRequest:
     ``first``: each example's forced first token (B, its index in the row's
     candidates, or its id for the full softmax; -1: drawn), as fairseq's
     multilingual decoding forces the target language token;
-    ``settings``: how the step runs on the device (the criterion's);
+    ``plan``: how the step runs on the device (``engine.passes.plan``; the criterion's is its model's),
+    whose resolved ``settings`` the passes read;
     ``to_limit``: no step draws eos, so that every sequence (the greedy decode
     too) is exactly ``max_lens[b]`` tokens, and the log-probabilities are
     those of the policy drawn from (eos excluded): ``benchmark.py
@@ -37,10 +37,15 @@ class SampleRequest:
     num_samples: int = 1
     greedy_too: bool = False
     temperature: float = 1.0
-    settings: EngineSettings = DEFAULT
+    plan: EagerPlan = EAGER  # (the default settings' eager plan, "auto" as off, where the maker gives none)
     first: Optional[Tensor] = None
     to_limit: bool = False
     beam: bool = False
+
+    @property
+    def settings(self) -> EngineSettings:
+        """How the step runs: its plan's settings (resolved: no "auto")."""
+        return self.plan.settings
 
 
 def sample_limits(net_input, bsz: int, max_sample_len: int, sample_len_ratio: float,

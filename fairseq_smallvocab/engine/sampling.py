@@ -15,18 +15,18 @@ the caller arranges (``models.restricted``).
   (pad and bos excluded), with uniforms drawn for every step at once.  All
   examples advance together (no loop over examples); example b stops at its
   eos or after ``max_lens[b]`` tokens.  ``Loop`` holds the loop's tensors and
-  its step; the device modes' ``capture`` may run that step per shape bucket
-  instead (``passes``).
+  its step.  This module is the eager plan (``EagerPlan``): the device plan
+  (``device_modes.DevicePlan``, where ``passes.plan`` turns a mode on) may run that step per shape bucket
+  instead, or the teacher-forced passes on its own programs.
 - ``sample_and_score``: what REINFORCE asks of the model (``SampleRequest``): the
   greedy decode where asked, N samples per example drawn in one batched
-  loop, and their scores; how each part runs is the request's
-  ``EngineSettings``.
+  loop, and their scores; how each part runs is the request's plan.
 - ``score``: one teacher-forced pass over the samples with gradient, which
   gives log p(y_bt) for every step at once and the decoder states s_bt that a
   learned baseline reads.  Memory grows with T (one pass), not with T^2 as
   keeping every incremental step's graph would for a Transformer (whose step
-  t attends over all t cached states).  A recurrent decoder's pass may
-  run as the settings' passes say (``passes.Passes.features``).
+  t attends over all t cached states).  The pass is the request's plan's
+  (``EagerPlan.features``: the decoder's own).
 - ``keep_probs=True``: the sampling loop, which makes each step's softmax
   anyway, keeps it (B x T x K) and the drawn words' log-probabilities;
   ``score`` then neither makes the B x T x K logits again nor differentiates
@@ -45,49 +45,18 @@ the caller arranges (``models.restricted``).
   (``output/gathered_grad.py``).
 """
 
-from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from typing import Dict, Optional
 
 import torch
 from torch import Tensor
 
-from fairseq_smallvocab.engine import passes
-from fairseq_smallvocab.engine.families import static_state
-from fairseq_smallvocab.engine.loop import Loop, Samples, excluded_ids
-from fairseq_smallvocab.engine.request import DEFAULT, SampleRequest
-from fairseq_smallvocab.engine.settings import EngineSettings
-from fairseq_smallvocab.output.gathered_grad import gathered_embedding_grads
+from fairseq_smallvocab.engine.loop import Samples, excluded_ids
+from fairseq_smallvocab.engine.request import SampleRequest
+from fairseq_smallvocab.engine.settings import DEFAULT
 from fairseq_smallvocab.output.restricted import candidate_log_probs
-from fairseq_smallvocab.output.union_scorer import UnionScorer
 
-__all__ = ["DEFAULT", "SampleRequest", "sample_and_score", "sample", "score", "draw", "captures"]
-
-
-class _IncrementalState:
-    """fairseq's own incremental decoding, for decoders without a static state: step t feeds the prefix."""
-
-    def __init__(self, decoder, encoder_out, tokens: Tensor, keep_graph: bool):
-        self.decoder, self.encoder_out, self.tokens, self.keep_graph = decoder, encoder_out, tokens, keep_graph
-        self.state: Dict[str, Dict[str, Optional[Tensor]]] = {}
-
-    def step(self, _, t: int) -> Tensor:
-        # a kept graph may hold the input ids (an embedding's backward does): not a view of ``tokens``, which
-        # the next steps write into
-        prefix = self.tokens[:, : t + 1]
-        s, _ = self.decoder.extract_features(prefix.clone() if self.keep_graph else prefix, self.encoder_out,
-                                             incremental_state=self.state)
-        return s[:, -1]
-
-
-def captures(decoder, encoder_out, device, settings: EngineSettings = DEFAULT, first: Optional[Tensor] = None
-             ) -> bool:
-    """Whether ``sample`` runs the settings' passes' bucketed step (``passes.Passes.sample_on_bucket``; the
-    device modes' capture, a CUDA graph on a GPU), which keeps no step graph: a recurrent decoder's samples
-    are then scored by a teacher-forced pass.  Not with a forced first token (``first``): that runs the eager
-    loop."""
-    return first is None and settings.static_state and passes.of(settings).samples_on_buckets(
-        decoder, encoder_out, device, settings)
+__all__ = ["DEFAULT", "SampleRequest", "sample_and_score", "sample", "score", "draw"]
 
 
 def sample(model, encoder_out, candidates: Optional[Tensor], request: SampleRequest, *, greedy: bool = False,
@@ -98,54 +67,16 @@ def sample(model, encoder_out, candidates: Optional[Tensor], request: SampleRequ
     token, with their graph; with ``keep_probs`` (not greedy, and at most the settings'
     ``stored_probs_max_elements`` entries) with ``probs`` and ``chosen_lprobs``, which ``score`` then uses
     instead of making the logits again.  The request's ``first`` and ``to_limit`` apply (``SampleRequest``);
-    its ``num_samples`` and ``greedy_too`` are ``draw``'s, which repeats the rows.  Where the settings'
-    passes sample on buckets (``captures``), their loop runs instead."""
-    decoder, (weight, bias) = model.decoder, model.output_weights()
-    max_lens, settings, first = request.max_lens, request.settings, request.first
-    bsz = max_lens.size(0)
-    steps = int(max_lens.max()) if bsz else 0
-    # the uniform draws of every step at once: the same draws whatever the loop's shape (tested: a bucket's
-    # padding changes no example's sample)
-    uniforms = None if greedy else torch.rand(bsz, steps, device=max_lens.device)
-    width = weight.size(0) if candidates is None else candidates.size(1)
-    # (the chunked full softmax keeps no B x T x |V| probabilities: its scoring makes them chunk by chunk)
-    store_probs = keep_probs and not greedy and bsz * steps * width <= settings.stored_probs_max_elements \
-        and not (candidates is None and settings.full_softmax == "chunked")
-    if not keep_graph and captures(decoder, encoder_out, max_lens.device, settings, first):
-        return passes.of(settings).sample_on_bucket(model, encoder_out, candidates, request, steps, uniforms,
-                                                    greedy, store_probs)
-    loop = Loop(decoder.dictionary, bsz, steps, width, max_lens.device, greedy, request.temperature, store_probs,
-                k=0 if candidates is None else candidates.size(1), forced=first is not None,
-                to_limit=request.to_limit)
-    loop.load(max_lens, candidates, uniforms, first)
-    scorer = UnionScorer(weight, bias, candidates, settings.transposed_min_rows)
-    kept = keep_graph and torch.is_grad_enabled()
-    static = None
-    if settings.static_state:
-        with torch.set_grad_enabled(kept):  # the encoder's keys and values: in the graph only if the steps are
-            static = static_state(decoder, encoder_out, steps, keep_graph=keep_graph)
-    state = static if static is not None else _IncrementalState(decoder, encoder_out, loop.tokens, keep_graph)
-    states = []
-    # the kept graph's embedding lookups gather their weight gradient into one tensor (see the module)
-    with gathered_embedding_grads(decoder) if kept else nullcontext():
-        for t in range(steps):
-            with torch.set_grad_enabled(kept):
-                s = loop.step(state, scorer, t, keep_graph=keep_graph and static is not None)
-            if keep_graph:
-                states.append(s)
-            if (t + 1) % settings.stop_check_every == 0 and not loop.alive.any():
-                break
-    result = loop.samples(bsz, states if keep_graph else None)
-    if keep_graph and result.features is None:
-        result.features = weight.new_zeros(bsz, 0, weight.size(1))
-    return result
+    its ``num_samples`` and ``greedy_too`` are ``draw``'s, which repeats the rows.  The request's plan runs
+    the loop (the eager one, or the device plan's on a shape bucket)."""
+    return request.plan.sample(model, encoder_out, candidates, request, greedy, keep_graph, keep_probs)
 
 
 def score(model, encoder_out, candidates: Optional[Tensor], samples: Samples, request: SampleRequest) -> Samples:
     """Fills ``samples.lprobs`` (log p(y_t) under the restrictions of sampling, the request's ``to_limit``
     included, 0 after the end), differentiable, and sets ``features`` to the decoder states that scored each
-    step, detached: from the states ``sample`` kept or from one teacher-forced pass over the samples (run as
-    the request's settings say)."""
+    step, detached: from the states ``sample`` kept or from one teacher-forced pass over the samples (the
+    request's plan's)."""
     decoder, (weight, bias) = model.decoder, model.output_weights()
     mask, tokens = samples.mask, samples.tokens
     d = decoder.dictionary
@@ -155,7 +86,7 @@ def score(model, encoder_out, candidates: Optional[Tensor], samples: Samples, re
         s = weight.new_zeros(tokens.size(0), 0, weight.size(1))
     else:
         prev = torch.cat([tokens.new_full((tokens.size(0), 1), d.eos()), tokens[:, :-1]], dim=1)
-        s, _ = passes.of(request.settings).features(decoder, prev, encoder_out, request.settings)
+        s, _ = request.plan.features(decoder, prev, encoder_out)
     lprobs = candidate_log_probs(s, weight, bias, candidates, samples.positions, excluded_ids(d, request.to_limit),
                                  probs=samples.probs, chosen=samples.chosen_lprobs)
     samples.lprobs, samples.features = lprobs.masked_fill(~mask, 0.0), s.detach()
@@ -171,9 +102,8 @@ def sample_and_score(model, net_input: Dict, candidates: Optional[Tensor], reque
     search repeats it for its beams, so all B * N are drawn in one batched
     loop; example b's in rows b * N ... b * N + N - 1), scored with
     gradient.  ``keep_graph``: the decoder is recurrent and its sampling
-    steps may keep their graph (unless the step is captured).  The caller
-    puts the model in eval mode.  A device mode not yet tested on a GPU is refused on one
-    (``EngineSettings.check_device``).  (A request for a beam's candidates, ``request.beam``, the restricted
+    steps may keep their graph (unless the plan samples on shape buckets).  The caller
+    puts the model in eval mode.  (A request for a beam's candidates, ``request.beam``, the restricted
     model answers with ``models.generation.beam_candidates`` and ``score``.)"""
     drawn = draw(model, model.encoder(**net_input), candidates, request, keep_graph)
     drawn.out["samples"] = score(model, drawn.encoder_out, drawn.candidates, drawn.samples, drawn.request)
@@ -194,8 +124,7 @@ class Drawn:
 
 def draw(model, encoder_out, candidates: Optional[Tensor], request: SampleRequest, keep_graph: bool) -> Drawn:
     """``sample_and_score`` from the encoder's output (eval mode's) up to the samples drawn, unscored."""
-    max_lens, n, settings, first = request.max_lens, request.num_samples, request.settings, request.first
-    settings.check_device(max_lens.device)
+    max_lens, n, first = request.max_lens, request.num_samples, request.first
     out = {}
     if request.greedy_too:
         with torch.no_grad():
@@ -206,8 +135,8 @@ def draw(model, encoder_out, candidates: Optional[Tensor], request: SampleReques
         candidates = None if candidates is None else candidates.index_select(0, order)
         first = None if first is None else first.index_select(0, order)
         request = replace(request, max_lens=max_lens.index_select(0, order), first=first)
-    # a captured sampling step keeps no graph: its samples are scored by a teacher-forced pass
-    keep_graph = keep_graph and not captures(model.decoder, encoder_out, max_lens.device, settings, first)
+    # a sampling step on a shape bucket keeps no graph: its samples are scored by a teacher-forced pass
+    keep_graph = keep_graph and not request.plan.on_buckets(request)
     samples = sample(model, encoder_out, candidates, request, keep_graph=keep_graph,
                      keep_probs=torch.is_grad_enabled())
     return Drawn(out, samples, encoder_out, candidates, request)

@@ -1,18 +1,19 @@
 """How a REINFORCE step runs on the device: one frozen ``EngineSettings``.
 
-The criterion builds it from its config (``--rl-engine KEY=VALUE,...``, e.g.
-``--rl-engine capture=buckets,stop_check_every=4``, and ``--rl-full-softmax``:
-``EngineSettings.from_config``), logs it once when
-training starts and hands it down with the sample request; every bucket of
+The settings are data: what a user asked for ("auto" included); what runs on a device for a model is
+decided once from them, by ``engine.passes.plan``.  The criterion builds them from its config
+(``--rl-engine KEY=VALUE,...``, e.g. ``--rl-engine capture=buckets,stop_check_every=4``, and
+``--rl-full-softmax``: ``EngineSettings.from_config``), logs them once when training starts, and its model's
+plan (``engine.passes.planned``) hands them down with the sample request; every bucket of
 the captured step and of the graphed pass keeps in its key the settings that
 change what it captures (capture, compile and transposed_min_rows; the
 graphed pass's mode).  Nothing in the engine reads a module global for these
 choices, so two criteria (or the two arms of ``benchmark.py --ab``) switch
 settings without writing any; their captures share each decoder's store and
 its caps.  Passes without a sample request (CE training with another
-criterion, validation, decoding) read the restricted model's own
-``engine_settings``.  None of the settings changes a loss: the tests compare each against
-the eager loop.
+criterion, validation, decoding) run the restricted model's plan, the one the criterion's settings made
+(the default settings' where no criterion gave any).  None of the settings changes a loss: the tests compare
+each against the eager loop.
 
 Fields (each a key of ``--rl-engine`` but ``full_softmax``, the flag
 ``--rl-full-softmax``: the baseline users compare the small softmax against):
@@ -20,15 +21,14 @@ Fields (each a key of ``--rl-engine`` but ``full_softmax``, the flag
 - ``capture``: the sampling step: "cuda-graphs" (captured per shape bucket and
   replayed per token on CUDA, eager elsewhere), "buckets" (the same bucketed
   step run eagerly, any device), "off" (the eager loop), "auto" (the default:
-  "cuda-graphs" on one CUDA device without autocast, "off" elsewhere; ``on``).
+  "cuda-graphs" on one CUDA device without autocast, "off" elsewhere: ``engine.passes.plan``).
 - ``compile``: ``torch.compile`` of the bucketed step: "off", "fuse"
   (inductor's kernels, captured as ``capture`` says), "reduce-overhead"
   (inductor's own graphs).
 - ``graphed_pass``: a recurrent decoder's teacher-forced passes with
   gradient: "cuda-graphs" (replayed with their backward on CUDA), "buckets"
   (the same, eagerly), "off" (the decoder's own pass), "auto" (the default, as
-  for ``capture``).  The criterion resolves "auto" for its device at the first
-  batch (``on``); a caller that never does runs it as "off".
+  for ``capture``).
 - ``full_softmax``: how the full softmax (no candidates) makes REINFORCE's
   log-probabilities: "plain" (the gold targets' B x T x |V| logits and
   log-softmax, the sampling loop's step probabilities kept for the
@@ -64,8 +64,6 @@ Fields (each a key of ``--rl-engine`` but ``full_softmax``, the flag
 import math
 from dataclasses import dataclass, fields, replace
 
-import torch
-
 from fairseq_smallvocab.output.restricted import UNION_MAX_RATIO
 from fairseq_smallvocab.output.union_scorer import TRANSPOSED_MIN_ROWS
 
@@ -93,27 +91,8 @@ UNTESTED_ON_CUDA = {
 }
 
 
-# the settings whose values other than these run ``engine/device_modes/`` (the others are the eager path's own)
-DEVICE_MODES = ("capture", "compile", "graphed_pass", "merged_pass")
-_OFF = ("off", "auto", False)
-
-
 # the one setting with a flag of its own; the others are keys of --rl-engine
 OWN_FLAG = {"full_softmax": "--rl-full-softmax"}
-
-
-def why_auto_is_off(device) -> str:
-    """Why "auto" runs as "off" on ``device`` ("" where it captures): not a CUDA device, autocast (``--amp``: no
-    graphs under it), or several processes (torch.distributed with a world size above 1: the modes' tests there
-    need two GPUs, which no test machine has had)."""
-    if getattr(device, "type", str(device)) != "cuda":
-        return f"{device} is not a CUDA device"
-    if torch.is_autocast_enabled("cuda"):
-        return "autocast is on (--amp)"
-    distributed = torch.distributed
-    if distributed.is_available() and distributed.is_initialized() and distributed.get_world_size() > 1:
-        return "several processes train (not yet tested with several GPUs)"
-    return ""
 
 
 def flag(name: str, value=None) -> str:
@@ -183,34 +162,20 @@ class EngineSettings:
                              f"{device}; leave it at its default, or pass {flag('untested_cuda_modes', 'on')} to run "
                              "it anyway (its results unchecked)")
 
-    def on(self, device) -> "EngineSettings":
-        """These settings for ``device``: each "auto" mode (``AUTO``) "cuda-graphs" on a CUDA device where graphs
-        can be captured (autocast off: ``--amp`` turns it on) by one process alone, "off" elsewhere and with
-        several processes (their tests need two GPUs, which no test machine has had); the modes a user set
-        kept."""
-        cuda = not why_auto_is_off(device)
-        chosen = {name: "cuda-graphs" if cuda else "off" for name in AUTO if getattr(self, name) == "auto"}
-        return replace(self, **chosen) if chosen else self
-
-    @property
-    def passes(self) -> str:
-        """The passes these settings run (``engine.passes.of``): "device" where a device mode is on (capture,
-        compile, graphed_pass, merged_pass: ``engine/device_modes/``), else "eager" ("auto" not yet resolved by
-        ``on`` runs as "off").  Asked on every pass, so it compares with constants rather than build (and check)
-        a default object each time."""
-        on = any(getattr(self, name) not in _OFF for name in DEVICE_MODES)
-        return "device" if on else "eager"
-
     def changed(self, **values) -> "EngineSettings":
         """A copy with ``values`` (names of fields) changed."""
         return replace(self, **values)
 
     def describe(self) -> str:
         """The settings as one line for the log: ``name=value`` each, those off their default marked."""
-        default = EngineSettings()
+        default = DEFAULT
         return ", ".join(f"{f.name}={_show(getattr(self, f.name))}"
                          + ("" if getattr(self, f.name) == getattr(default, f.name) else " (set)")
                          for f in fields(self))
+
+
+# the settings of a run that gives none (the defaults above)
+DEFAULT = EngineSettings()
 
 
 def _show(value) -> str:

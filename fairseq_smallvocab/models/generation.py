@@ -54,9 +54,9 @@ def _output_weights(model):
 
 
 def _transposed_min_rows(model) -> int:
-    """The fewest decoding rows for which the union's scores are made transposed (the model's settings)."""
-    settings = getattr(model, "engine_settings", None)
-    return TRANSPOSED_MIN_ROWS if settings is None else settings.transposed_min_rows
+    """The fewest decoding rows for which the union's scores are made transposed (the model's plan's)."""
+    plan = getattr(model, "engine_plan", None)
+    return TRANSPOSED_MIN_ROWS if plan is None else plan.settings.transposed_min_rows
 
 
 class CandidateEnsembleModel(EnsembleModel):

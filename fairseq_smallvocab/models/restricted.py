@@ -27,8 +27,8 @@ forward also samples N sequences per example for REINFORCE and scores them
 LayerDrop off; each module's flag restored afterwards): one forward, so that
 REINFORCE works through fairseq's distributed wrappers.  How it samples is the
 engine's (``engine.sampling.sample_and_score``), and each pass runs as the
-settings' passes say (``engine.passes``: the decoder's own calls by
-default).
+model's plan says (``engine.passes``: the decoder's own calls unless a
+device mode is on).
 """
 
 import inspect
@@ -41,12 +41,12 @@ from torch import Tensor
 
 from fairseq_smallvocab.candidates.space import candidate_positions
 from fairseq_smallvocab.engine import passes, sampling
+from fairseq_smallvocab.engine.eager import EagerPlan
 from fairseq_smallvocab.engine.families import is_recurrent
 from fairseq_smallvocab.engine.sampling import SampleRequest, Samples
-from fairseq_smallvocab.engine.settings import EngineSettings
+from fairseq_smallvocab.engine.settings import DEFAULT
 from fairseq_smallvocab.models.generation import beam_candidates
 from fairseq_smallvocab.output.gathered_grad import gathered_embedding_grads
-from fairseq_smallvocab.output.restricted import restricted_logits
 from fairseq_smallvocab.output.weights import OutputWeights, RestrictionError, eval_mode, find_output_weights
 
 
@@ -62,10 +62,10 @@ class RestrictedModel:
 
     _output_weights: OutputWeights
     sample_keeps_graph: bool
-    # how passes without a REINFORCE request run (CE training, validation, decoding) unless the caller gives
-    # its own: the output layer's union_max_ratio, a recurrent decoder's graphed_pass, the generator's
-    # transposed_min_rows (REINFORCE's come with its request)
-    engine_settings: EngineSettings
+    # how the model's passes run on its device (``engine.passes.planned``: made from the criterion's settings
+    # at its first batch, else from the defaults at the first forward), REINFORCE's request's too: the
+    # output layer's union_max_ratio, a recurrent decoder's graphed pass, the generator's transposed_min_rows
+    engine_plan: Optional[EagerPlan] = None
 
     def output_weights(self):
         """(W, b) of the decoder's output layer (b may be None)."""
@@ -78,7 +78,7 @@ class RestrictedModel:
         return {**dict(zip(names, args)), **kwargs}
 
     def forward(self, *args, candidates: Optional[Tensor] = None, sample_request: Optional[SampleRequest] = None,
-                features_only: bool = False, engine_settings: Optional[EngineSettings] = None, **kwargs):
+                features_only: bool = False, **kwargs):
         """Teacher-forced decoder output (B x T x K logits inside ``candidates``,
         B x T x V without) and its extra dict, with ``"candidates"``; with a
         ``sample_request`` (REINFORCE's) also ``"samples"`` (``Samples`` of
@@ -93,27 +93,20 @@ class RestrictedModel:
         # weight gradients are gathered into one tensor per weight (see output/gathered_grad.py)
         request = sample_request
         gathered = request is not None and torch.is_grad_enabled()
-        # how the passes run: the REINFORCE request's settings, else the caller's, else the model's own
-        settings = request.settings if request is not None else engine_settings or self.engine_settings
-        step = passes.of(settings)  # the decoder's own calls unless a device mode is on (engine/passes.py)
+        # how the passes run: the REINFORCE request's plan (the model's, which the criterion asked for), else the
+        # model's own on this device (engine/passes.py)
+        plan = request.plan if request is not None else self.plan_on(prev_output_tokens.device)
         with gathered_embedding_grads(self) if gathered else nullcontext():
-            merged = None if request is None else step.merged_forward(
-                self, net_input, prev_output_tokens, candidates, request, keep_graph=self.sample_keeps_graph,
-                features_only=features_only)
-            if merged is not None:  # one encoder and one decoder pass for the CE term and the samples' scores
-                out, extra, drawn = merged
-                extra["candidates"] = [] if candidates is None else [candidates]
-                return out, {**extra, **drawn}
-            encoder_out = self.encoder(**net_input)
-            features, extra = step.features(self.decoder, prev_output_tokens, encoder_out, settings)
-            extra = _extra_dict(extra)
-            weight, bias = self.output_weights()
-            out = features if features_only else restricted_logits(features, weight, bias, candidates,
-                                                                   settings.union_max_ratio)
-            extra["candidates"] = [] if candidates is None else [candidates]
-            if request is not None:
-                extra.update(self.sample_and_score(net_input, candidates, request))
+            out, extra, drawn = plan.forward(self, net_input, prev_output_tokens, candidates, request, features_only)
+        extra = _extra_dict(extra)
+        extra["candidates"] = [] if candidates is None else [candidates]
+        extra.update(drawn)
         return out, extra
+
+    def plan_on(self, device) -> EagerPlan:
+        """The plan the model's passes run on ``device``: its own, from the settings it was last planned with
+        (the default settings where none were given: ``engine.passes.planned``)."""
+        return passes.planned(self, DEFAULT if self.engine_plan is None else self.engine_plan.given, device)
 
     def sample_and_score(self, net_input, candidates, request: SampleRequest) -> Dict[str, Samples]:
         """REINFORCE's samples and greedy decode, drawn and scored (``engine.sampling.sample_and_score``),
@@ -162,6 +155,16 @@ def _restricted_class(cls):
     return _RESTRICTED[cls]
 
 
+def restricted_module(model) -> Optional[RestrictedModel]:
+    """The model the plugin's tasks restricted inside ``model`` (itself, or the module of fairseq's distributed
+    wrappers around it), or None: a model no plugin task restricted."""
+    while not isinstance(model, RestrictedModel):
+        model = getattr(model, "module", None)
+        if model is None:
+            return None
+    return model
+
+
 def restrict(model, arch: Optional[str] = None):
     """Give ``model`` (in place) the ``RestrictedModel`` behaviour; returns it.
     Refuses, naming the arch and the reason, a model that cannot be restricted."""
@@ -176,5 +179,5 @@ def restrict(model, arch: Optional[str] = None):
     model.__class__ = _restricted_class(type(model))
     model._output_weights = spec
     model.sample_keeps_graph = bool(is_recurrent(model.decoder))
-    model.engine_settings = sampling.DEFAULT
+    model.engine_plan = None
     return model

@@ -13,6 +13,7 @@ def decode_worker(cfg: dict) -> dict:
     import torch
 
     from fairseq_smallvocab.candidates.space import candidate_rows
+    from fairseq_smallvocab.engine import passes
     from fairseq_smallvocab.models.generation import SmallVocabSequenceGenerator
     from fairseq_smallvocab.models.vocab_predictor import VocabPredictor, VocabPredictorConfig
     from fairseq_smallvocab.predictor.inference import predict_lists
@@ -24,8 +25,8 @@ def decode_worker(cfg: dict) -> dict:
     cfg["d"] = cfg["d"] or model.output_weights()[0].size(1)
     base = settings_for(cfg.get("set"))
 
-    def use(settings):  # the generator scores each step as the model's settings say
-        model.engine_settings = settings
+    def use(settings):  # the generator scores each step as the model's plan says
+        passes.planned(model, settings, device)
 
     use(base)
     predictor = VocabPredictor.build_model(VocabPredictorConfig(), task).eval() if cfg["K"] else None

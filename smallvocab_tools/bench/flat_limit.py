@@ -29,8 +29,8 @@ from fairseq_smallvocab.criterions.smallvocab_reinforce import SmallVocabReinfor
 class SamplesToTheLimit(SmallVocabReinforceCriterion):
     """``smallvocab_reinforce`` whose sample requests run every sample to its limit (eos never drawn)."""
 
-    def sample_request(self, model, sample):
-        return dataclasses.replace(super().sample_request(model, sample), to_limit=True)
+    def sample_request(self, model, sample, plan):
+        return dataclasses.replace(super().sample_request(model, sample, plan), to_limit=True)
 
 
 def to_the_limit(task, config) -> SamplesToTheLimit:

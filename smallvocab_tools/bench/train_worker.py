@@ -53,6 +53,7 @@ def train_worker(cfg: dict) -> dict:
         SmallVocabReinforceConfig,
         SmallVocabReinforceCriterion,
     )
+    from fairseq_smallvocab.engine import passes
 
     device = torch.device(cfg["device"])
     count = cfg["warmup"] + cfg["steps"]
@@ -78,13 +79,13 @@ def train_worker(cfg: dict) -> dict:
         epoch_sentences = cfg["epoch_sentences"]
     cfg["d"] = cfg["d"] or model.output_weights()[0].size(1)  # a fairseq arch's (or --model-args') own d
     # (not ``base``: the memory baseline below); "auto" chosen for the device, as the criterion does
-    engine_settings = settings_for(cfg.get("set")).on(device)
+    engine_settings = passes.plan(settings_for(cfg.get("set")), device, model).settings
     if cfg["softmax"] == "chunked":  # the full softmax made chunk by chunk (no candidates: K = 0)
         engine_settings = engine_settings.changed(full_softmax="chunked")
 
-    def use(settings):  # how the step runs: REINFORCE's from its criterion, a CE pass's from the model
-        settings = settings.on(device)  # (an --ab arm may ask for "auto")
-        model.engine_settings = settings
+    def use(settings):  # how the step runs: the model's plan, REINFORCE's criterion's settings (made outside timing)
+        settings = passes.plan(settings, device, model).settings  # (an --ab arm may ask for "auto")
+        passes.planned(model, settings, device)
         if isinstance(criterion, SmallVocabReinforceCriterion):
             criterion.settings = settings
 

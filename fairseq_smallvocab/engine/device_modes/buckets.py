@@ -40,16 +40,6 @@ def bucket(n: int, floor: int = 8) -> int:
     return power * 3 // 4 if n <= power * 3 // 4 else power
 
 
-def autocast_on(device) -> bool:
-    """Whether autocast (``--amp``) is on for ``device``: graphs are not captured under it."""
-    return torch.is_autocast_enabled(device.type)
-
-
-def capturable(device) -> bool:
-    """Whether a CUDA graph can be captured on ``device`` now (a CUDA device, autocast off)."""
-    return device.type == "cuda" and not autocast_on(device)
-
-
 def addresses(module) -> tuple:
     """Where a graph captured on ``module`` reads its parameters and buffers: one replaced (``.to()``,
     ``load_state_dict(assign=True)``, ``.data =``) changes it, and the graph must be captured again."""

@@ -65,13 +65,12 @@ from fairseq_smallvocab.engine.device_modes.buckets import (
     BucketStore,
     addresses,
     bucket,
-    capturable,
     failures_name,
 )
-from fairseq_smallvocab.engine.families import family_of, has_static_state, static_state
+from fairseq_smallvocab.engine.families import family_of, static_state
 from fairseq_smallvocab.engine.loop import Loop, Samples
 from fairseq_smallvocab.engine.request import SampleRequest
-from fairseq_smallvocab.engine.settings import EngineSettings, flag
+from fairseq_smallvocab.engine.settings import flag
 from fairseq_smallvocab.engine.slots import Slots
 from fairseq_smallvocab.output.union_scorer import UnionScorer
 
@@ -87,15 +86,6 @@ _BUCKETS = BucketStore()
 # it is in the buckets' tensors, made outside capture), so one bucket's replay may reuse another's memory, and
 # the pool holds the largest bucket's intermediates, not their sum
 _POOLS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-
-def applies(decoder, encoder_out, device, settings: EngineSettings) -> bool:
-    """Whether the bucketed step (captured on CUDA) applies to this decoder and device (``sampling.captures``
-    also asks whether the static state is on): "buckets", or "cuda-graphs" where graphs can be captured ("off",
-    and "auto" before ``EngineSettings.on`` chose, do not)."""
-    if not (settings.capture == "buckets" or (settings.capture == "cuda-graphs" and capturable(device))):
-        return False
-    return has_static_state(decoder, encoder_out)
 
 
 def _fingerprint(decoder, weight: Tensor, bias: Optional[Tensor]):
@@ -235,9 +225,5 @@ def sample(model, encoder_out, candidates: Optional[Tensor], request: SampleRequ
                 entry.capture(_POOLS[decoder])
             entry.params = params
             entry.load(encoder_out, union, max_lens, candidates, uniforms)
-    loop = entry.loop
-    for t in range(steps):
-        entry.replay()
-        if (t + 1) % settings.stop_check_every == 0 and not loop.alive.any():
-            break
-    return loop.samples(bsz, copy=True)
+    entry.loop.run(steps, settings.stop_check_every, lambda t: entry.replay())
+    return entry.loop.samples(bsz, copy=True)

@@ -62,7 +62,6 @@ from fairseq_smallvocab.engine.device_modes.buckets import (
     BucketStore,
     addresses,
     bucket,
-    capturable,
     failures_name,
     padded,
 )
@@ -84,16 +83,6 @@ def _parts(decoder):
     if family is None or family.parts is None or family.why_not(decoder) is not None:
         return None
     return family.parts
-
-
-def applies(decoder, device, settings: EngineSettings) -> bool:
-    """Whether ``extract_features`` runs the bucketed pass (captured on CUDA) for this decoder and device:
-    "buckets", or "cuda-graphs" where graphs can be captured ("off", and "auto" before ``EngineSettings.on``
-    chose, do not)."""
-    if settings.graphed_pass not in ("buckets", "cuda-graphs") or not torch.is_grad_enabled() \
-            or _parts(decoder) is None:
-        return False
-    return settings.graphed_pass == "buckets" or capturable(device)
 
 
 def _pad_part(x: Tensor, part: Part, rows: int, src_len: int) -> Tensor:
@@ -274,10 +263,11 @@ def forget(decoder):
 
 
 def extract_features(decoder, prev_output_tokens: Tensor, encoder_out, settings: EngineSettings):
-    """``decoder.extract_features(prev_output_tokens, encoder_out)``: on the bucketed pass where it applies
-    (its features, and None for the decoder's second output, the attention, which REINFORCE does not read),
-    else the decoder's own."""
-    if not applies(decoder, prev_output_tokens.device, settings) or prev_output_tokens.size(1) == 0:
+    """``decoder.extract_features(prev_output_tokens, encoder_out)`` on the bucketed pass, for a decoder whose
+    family gives its encoder parts (``passes.plan`` checked it): its features, and None for the decoder's second
+    output, the attention, which REINFORCE does not read.  A pass without gradient (validation, decoding) or
+    without steps is the decoder's own."""
+    if not torch.is_grad_enabled() or prev_output_tokens.size(1) == 0:
         return decoder.extract_features(prev_output_tokens, encoder_out)
     family_parts = _parts(decoder)
     parts_of, build = family_parts.parts, family_parts.build

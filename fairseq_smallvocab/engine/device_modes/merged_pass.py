@@ -37,8 +37,6 @@ Where it does not apply (``why_not``): dropout that no Python call draws
 own program); the step then runs its two passes, and the log says why once.
 """
 
-import logging
-import weakref
 from contextlib import nullcontext
 from typing import List, Optional
 
@@ -51,10 +49,6 @@ from fairseq_smallvocab.engine import sampling
 from fairseq_smallvocab.engine.request import SampleRequest
 from fairseq_smallvocab.output.restricted import restricted_logits
 from fairseq_smallvocab.output.weights import eval_mode
-
-logger = logging.getLogger(__name__)
-
-_SAID = weakref.WeakSet()  # the models whose reason for running two passes the log has given
 
 
 class RowDropout(TorchFunctionMode):
@@ -124,15 +118,6 @@ def why_not(model, settings) -> Optional[str]:
         if type(module).__name__ == "MultiheadAttention" and dropout is not None and dropout.p > 0:
             return "attention dropout is drawn inside torch's fused attention, for every row"
     return None
-
-
-def applies(model, settings) -> bool:
-    """Whether ``run`` makes the step's passes (the log says once per model why not, where asked)."""
-    reason = why_not(model, settings)
-    if reason is not None and reason != "off" and model not in _SAID:
-        _SAID.add(model)
-        logger.info(f"--rl-engine merged_pass=on: the step runs two teacher-forced passes: {reason}")
-    return reason is None
 
 
 def _rows(real: int, lengths: List[int]) -> int:
