@@ -266,6 +266,12 @@ def test_the_engine_settings_come_as_one_flag():
     assert len(options) <= 16, options
     assert {name for name in options if name.startswith("rl_")} == {
         "rl_objective", "rl_baseline", "rl_samples", "rl_engine", "rl_full_softmax"}
+    # --rl-engine's help: each key with what it takes and its default, from the settings' fields
+    help_text = next(f for f in dataclasses.fields(SmallVocabReinforceConfig) if f.name == "rl_engine").metadata["help"]
+    for name in ENGINE_KEYS:
+        assert f"{name} (" in help_text, name
+    assert "capture (auto|cuda-graphs|buckets|off, default auto)" in help_text
+    assert "stop_check_every (int, default 1)" in help_text and "merged_pass (on|off, default off)" in help_text
 
 
 @pytest.mark.parametrize("name, text, value", [

@@ -57,6 +57,10 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["SmallVocabReinforceConfig", "SmallVocabReinforceCriterion"]
 
+# the key of a learned baseline's weights in a checkpoint's task state: the criterion's first name, kept so that
+# every checkpoint written since (and the runs resumed from them) restores its baseline
+BASELINE_STATE = "reinforce_gleu.baseline"
+
 
 @register_criterion("smallvocab_reinforce", dataclass=SmallVocabReinforceConfig)
 class SmallVocabReinforceCriterion(FairseqCriterion):
@@ -84,7 +88,7 @@ class SmallVocabReinforceCriterion(FairseqCriterion):
                         f"(--rl-samples {cfg.rl_samples}, --risk-sharpness {cfg.risk_sharpness:g}); no baseline, "
                         f"--rl-baseline is not used")
         elif str(cfg.rl_baseline) == "learned" and hasattr(task, "add_checkpoint_state"):  # a bare test task has none
-            task.add_checkpoint_state("reinforce_gleu.baseline", self.baseline)
+            task.add_checkpoint_state(BASELINE_STATE, self.baseline)
         logger.info(f"smallvocab_reinforce: the step runs with {self.settings.describe()}")
         self._capped_to_positions = False  # whether the log has said that the decoder's positions cap samples
         self._said_one_sentence = False  # whether the log has said that risk's candidates were all one sentence

@@ -70,8 +70,8 @@ from fairseq_smallvocab.output.union_scorer import TRANSPOSED_MIN_ROWS
 CAPTURE_MODES = ("auto", "cuda-graphs", "buckets", "off")
 COMPILE_MODES = ("off", "fuse", "reduce-overhead")
 GRAPHED_PASS_MODES = ("auto", "cuda-graphs", "buckets", "off")
-# the modes that "auto" picks on a CUDA device (their tests passed on an H200 on 2026-12-04, and each made the
-# REINFORCE step faster there: docs/results.md#device-modes-on-a-gpu); "off" elsewhere
+# the modes that "auto" picks on one CUDA device (each passed its tests on a GPU and made the REINFORCE step
+# faster there: docs/results.md#device-modes-on-a-gpu); "off" elsewhere
 AUTO = ("capture", "graphed_pass")
 FULL_SOFTMAX_MODES = ("plain", "chunked")
 _CHOICES = {"capture": CAPTURE_MODES, "compile": COMPILE_MODES, "graphed_pass": GRAPHED_PASS_MODES,
@@ -83,11 +83,9 @@ _ON_OFF = {"on": True, "true": True, "off": False, "false": False}
 # the device modes that have not passed their tests on a GPU, and what was seen there: on a CUDA device each is
 # refused unless ``untested_cuda_modes`` (docs/results.md#device-modes-on-a-gpu says what ran where)
 UNTESTED_ON_CUDA = {
-    ("compile", "fuse"): "tests/test_capture.py's compiled steps passed on an H200 (2026-12-04), but the base "
-                         "Transformer's benchmark step, which failed to compile there on 2026-11-27 (InductorError), "
-                         "has not run again",
-    ("compile", "reduce-overhead"): "tests/test_capture.py's compiled steps passed on an H200 (2026-12-04); no "
-                                    "benchmark step has run with it",
+    ("compile", "fuse"): "its tests passed on a GPU, but the base Transformer's benchmark step failed to compile "
+                         "there and has not run since",
+    ("compile", "reduce-overhead"): "its tests passed on a GPU, but no benchmark step has run with it",
 }
 
 
@@ -239,3 +237,14 @@ def parse_engine(text: str) -> dict:
 
 
 ENGINE_KEYS = tuple(name for name in NAMES if name not in OWN_FLAG)
+
+
+def keys_help() -> str:
+    """``--rl-engine``'s keys for its help, each with what it takes and its default (from the fields)."""
+    def takes(name: str, default) -> str:
+        if name in _CHOICES:
+            return "|".join(_CHOICES[name])
+        return "on|off" if isinstance(default, bool) else type(default).__name__
+
+    return ", ".join(f"{name} ({takes(name, getattr(DEFAULT, name))}, default {_show(getattr(DEFAULT, name))})"
+                     for name in ENGINE_KEYS)

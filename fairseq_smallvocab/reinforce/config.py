@@ -11,7 +11,7 @@ from typing import Optional
 import torch
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 
-from fairseq_smallvocab.engine.settings import ENGINE_KEYS, FULL_SOFTMAX_MODES, EngineSettings
+from fairseq_smallvocab.engine.settings import FULL_SOFTMAX_MODES, EngineSettings, keys_help
 from fairseq_smallvocab.reinforce.objective import BASELINES as BASELINE_CLASSES
 from fairseq_smallvocab.reinforce.rewards import REWARDS
 
@@ -51,7 +51,7 @@ class SmallVocabReinforceConfig(FairseqDataclass):
                                             "width inside the candidates, as Edunov et al.'s)"})
     ce_weight: float = field(default=0.005, metadata={
         "help": "w: the weight of the CE term, 1 - w the sequence-level term's (1: CE alone, nothing sampled; "
-                "formerly --ce-weight, which still works)"})
+                "formerly --rl-lambda, which still works)"})
     label_smoothing: float = field(
         default=0.0, metadata={"help": "eps: label smoothing of the CE term, as label_smoothed_cross_entropy's "
                                        "(over the candidates under a small vocabulary); 0: the paper's plain CE"})
@@ -81,7 +81,7 @@ class SmallVocabReinforceConfig(FairseqDataclass):
                                         "capture=buckets,stop_check_every=4; none: the defaults, the sampling step "
                                         "and a recurrent decoder's passes captured as CUDA graphs on a GPU, eager "
                                         "elsewhere). Keys: "
-                                        + ", ".join(ENGINE_KEYS) + "; compile is refused on a GPU until its benchmark "
+                                        + keys_help() + "; compile is refused on a GPU until its benchmark "
                                         "step has run there, unless untested_cuda_modes=on "
                                         "(fairseq_smallvocab/engine/settings.py says what each does)"})
     rl_full_softmax: Optional[FULL_SOFTMAX_CHOICES] = field(

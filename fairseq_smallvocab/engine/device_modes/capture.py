@@ -48,7 +48,7 @@ take to run one after another, so fewer, fused kernels are what is left to
 gain.  "off" (the default until measured on a
 GPU); "fuse" (inductor's kernels, then captured by hand as above);
 "reduce-overhead" (inductor with its own CUDA graphs, none captured here:
-the comparison the issue asks for).  A bucket compiles at its first step
+to compare the hand-captured step against).  A bucket compiles at its first step
 (seconds to minutes), outside any capture.
 """
 
