@@ -17,7 +17,7 @@ import time
 import torch
 from fairseq.data import Dictionary
 
-from fairseq_smallvocab.reinforce.rewards import REWARDS, build_reward
+from fairseq_smallvocab.reinforce.rewards import REWARDS, named_reward
 
 
 def main(argv=None):
@@ -44,7 +44,7 @@ def main(argv=None):
     hyp_lens = torch.randint(length // 2, length + 1, (rows,), generator=gen)
     ref_lens = torch.randint(length // 2, length + 1, (args.batch,), generator=gen).repeat_interleave(args.samples)
     for name in args.rewards:
-        reward = build_reward(name, d, max_order=args.max_order)
+        reward = named_reward(name, d, max_order=args.max_order)
         for _ in range(2):
             reward(hyp, hyp_lens, ref, ref_lens)
         times = []

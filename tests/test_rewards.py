@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 import torch
 
-from fairseq_smallvocab.reinforce.rewards import build_reward, gleu, gleu_batch
+from fairseq_smallvocab.reinforce.rewards import gleu, gleu_batch, named_reward
 
 
 def brute_gleu(hyp, ref, max_order=4):
@@ -65,8 +65,8 @@ def test_gleu_bp_makes_a_dropped_word_cost_the_reward():
     full = "a man in a blue shirt stands on a red ladder"  # 11 words, 2 wrong
     cut = "a man in a blue shirt"  # 6 words, all right
     (h, hl), (r, rl) = _reward_batch(d, [full, cut]), _reward_batch(d, [ref, ref])
-    g = build_reward("gleu", d)(h, hl, r, rl).tolist()
-    gbp = build_reward("gleu_bp", d)(h, hl, r, rl).tolist()
+    g = named_reward("gleu", d)(h, hl, r, rl).tolist()
+    gbp = named_reward("gleu_bp", d)(h, hl, r, rl).tolist()
     assert gbp[0] == pytest.approx(g[0])  # as long as the reference: no penalty
     assert gbp[1] == pytest.approx(g[1] * math.exp(1 - 11 / 6))
     assert gbp[1] < gbp[0] and g[1] > 0.4
@@ -108,7 +108,7 @@ def test_bleu_and_chrf_rewards_equal_sacrebleu_sentence_scores():
     import sacrebleu
     from fairseq.data import Dictionary
 
-    from fairseq_smallvocab.reinforce.rewards import build_reward
+    from fairseq_smallvocab.reinforce.rewards import named_reward
 
     rng = random.Random(3)
     words = "a man in blue shirt is riding bike down the street , . two dogs play ein mann".split()
@@ -118,21 +118,21 @@ def test_bleu_and_chrf_rewards_equal_sacrebleu_sentence_scores():
     hyps[0] = refs[0]  # one perfect sample
     d = Dictionary()
     (h, hl), (r, rl) = _reward_batch(d, hyps), _reward_batch(d, refs)
-    bleu = build_reward("bleu", d)(h, hl, r, rl)
-    chrf = build_reward("chrf", d)(h, hl, r, rl)
+    bleu = named_reward("bleu", d)(h, hl, r, rl)
+    chrf = named_reward("chrf", d)(h, hl, r, rl)
     want_bleu = [sacrebleu.sentence_bleu(x, [y], tokenize="none").score / 100 for x, y in zip(hyps, refs)]
     want_chrf = [sacrebleu.sentence_chrf(x, [y]).score / 100 for x, y in zip(hyps, refs)]
     assert bleu.tolist() == pytest.approx(want_bleu, abs=1e-6) and chrf.tolist() == pytest.approx(want_chrf, abs=1e-6)
     assert bleu[0] == pytest.approx(1.0) and chrf[0] == pytest.approx(1.0)
     assert len(set(bleu.tolist())) > 100 and 0 < float(bleu.mean()) < float(chrf.mean()) < 1
-    gleu_reward = build_reward("gleu", d)(h, hl, r, rl)
+    gleu_reward = named_reward("gleu", d)(h, hl, r, rl)
     assert gleu_reward.tolist() == pytest.approx([gleu(x.split(), y.split()) for x, y in zip(hyps, refs)])
     # GLEU x sacrebleu's own brevity penalty of each sentence
-    gleu_bp = build_reward("gleu_bp", d)(h, hl, r, rl)
+    gleu_bp = named_reward("gleu_bp", d)(h, hl, r, rl)
     want_bp = [sacrebleu.sentence_bleu(x, [y], tokenize="none").bp for x, y in zip(hyps, refs)]
     assert gleu_bp.tolist() == pytest.approx([g * p for g, p in zip(gleu_reward.tolist(), want_bp)], abs=1e-6)
     assert sum(p < 1 for p in want_bp) > 50 and sum(p == 1 for p in want_bp) > 50
-    assert build_reward("constant", d)(h, hl, r, rl).tolist() == [1.0] * len(hyps)
+    assert named_reward("constant", d)(h, hl, r, rl).tolist() == [1.0] * len(hyps)
 
 
 def test_rewards_of_post_processed_words():
@@ -140,32 +140,32 @@ def test_rewards_of_post_processed_words():
     differently split but equal sentences score 1."""
     from fairseq.data import Dictionary
 
-    from fairseq_smallvocab.reinforce.rewards import build_reward
+    from fairseq_smallvocab.reinforce.rewards import named_reward
 
     d = Dictionary()
     (h, hl) = _reward_batch(d, ["\u2581the \u2581cat \u2581sat"])
     (r, rl) = _reward_batch(d, ["\u2581th e \u2581cat \u2581sat"])
     for name in ("gleu", "gleu_bp", "bleu", "chrf"):
-        assert build_reward(name, d, "sentencepiece")(h, hl, r, rl).tolist() == [pytest.approx(1.0)]
+        assert named_reward(name, d, "sentencepiece")(h, hl, r, rl).tolist() == [pytest.approx(1.0)]
         if name != "chrf":  # chrF ignores spaces: the pieces already score 1
-            assert build_reward(name, d)(h, hl, r, rl).item() < 0.9
+            assert named_reward(name, d)(h, hl, r, rl).item() < 0.9
 
 
 @pytest.mark.parametrize("name", ["gleu", "gleu_bp", "bleu", "chrf", "constant"])
 def test_empty_samples_and_references_score_zero_without_a_crash(name):
     from fairseq.data import Dictionary
 
-    from fairseq_smallvocab.reinforce.rewards import build_reward
+    from fairseq_smallvocab.reinforce.rewards import named_reward
 
     d = Dictionary()
     (h, hl), (r, rl) = _reward_batch(d, ["", "a b", "", "a b c"]), _reward_batch(d, ["a b", "", "", "a b c"])
-    got = build_reward(name, d)(h, hl, r, rl).tolist()
+    got = named_reward(name, d)(h, hl, r, rl).tolist()
     if name == "constant":  # the control rewards every sample alike, empty ones too
         assert got == [1.0] * 4
     else:
         assert got == [0.0, 0.0, 0.0, pytest.approx(1.0)]
     (h0, hl0) = _reward_batch(d, [])  # no sample at all
-    assert build_reward(name, d)(h0, hl0, h0, hl0).tolist() == []
+    assert named_reward(name, d)(h0, hl0, h0, hl0).tolist() == []
 
 
 def test_a_subword_post_processing_of_word_level_data_is_warned_about(caplog):
@@ -180,12 +180,12 @@ def test_a_subword_post_processing_of_word_level_data_is_warned_about(caplog):
         words.add_symbol(w)
         pieces.add_symbol("\u2581" + w)
     with caplog.at_level(logging.WARNING):
-        build_reward("gleu", pieces, "sentencepiece")
+        named_reward("gleu", pieces, "sentencepiece")
         assert not caplog.records
-        build_reward("gleu", words, "sentencepiece")
+        named_reward("gleu", words, "sentencepiece")
     assert "no token of the target dictionary (7 entries) holds '\u2581'" in caplog.text
     with pytest.raises(ValueError, match=r"--reward-post-process 'spm' is not a fairseq post-processing"):
-        build_reward("chrf", words, "spm")
+        named_reward("chrf", words, "spm")
 
 
 @pytest.mark.parametrize("scheme, piece", [("sentencepiece", "\u2581{}"), ("subword_nmt", "{}@@")])
@@ -202,9 +202,9 @@ def test_subword_data_without_a_post_processing_is_warned_about(caplog, scheme, 
         words.add_symbol(w)
         pieces.add_symbol(piece.format(w) if w in ("a", "cat", "sat") else w)  # half of them marked
     with caplog.at_level(logging.WARNING):
-        build_reward("gleu", words)
-        build_reward("gleu", pieces, scheme)
+        named_reward("gleu", words)
+        named_reward("gleu", pieces, scheme)
         assert not caplog.records
-        build_reward("gleu", pieces)
+        named_reward("gleu", pieces)
     assert "50% of the target dictionary's 6 tokens hold" in caplog.text
     assert f"give --reward-post-process {scheme}" in caplog.text

@@ -51,7 +51,7 @@ from fairseq_smallvocab.output.chunked_ce import full_cross_entropy
 from fairseq_smallvocab.reinforce import logs, objective
 from fairseq_smallvocab.reinforce.config import SmallVocabReinforceConfig, check_config
 from fairseq_smallvocab.reinforce.rewards import ConstantReward, without_ids
-from fairseq_smallvocab.reinforce.user_reward import build as build_reward
+from fairseq_smallvocab.reinforce.user_reward import build_reward
 
 logger = logging.getLogger(__name__)
 

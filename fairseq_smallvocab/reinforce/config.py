@@ -125,7 +125,7 @@ def check_config(cfg: SmallVocabReinforceConfig) -> EngineSettings:
     """Every setting of the criterion, checked in one place before anything
     is built: a bad one stops fairseq-train at start-up, naming its flag
     (the reward's name and its post-processing, which is checked against the
-    dictionary, are checked where the reward is built: ``build_reward``).
+    dictionary, are checked where the reward is built: ``user_reward.build_reward``).
     Returns the settings of how a step runs on the device."""
     if cfg.rl_samples < 1:
         raise ValueError(f"--rl-samples must be >= 1 (samples per input), got {cfg.rl_samples}")

@@ -2,7 +2,7 @@
 (sacrebleu's), and a constant control.
 
 Every reward scores B sampled sentences against their references and gives
-B floats in [0, 1] (``SentenceReward``; ``build_reward`` by name):
+B floats in [0, 1] (``SentenceReward``; ``named_reward`` by name):
 
 - ``gleu`` (default): sentence-level GLEU (Wu et al. 2016, GNMT section 7),
   below, exact and vectorized over the batch;
@@ -260,8 +260,9 @@ class ConstantReward(SentenceReward):
         return torch.ones(tokens.size(0), dtype=torch.float, device=tokens.device)
 
 
-def build_reward(name: str, dictionary, post_process: Optional[str] = None, max_order: int = 4) -> SentenceReward:
-    """The reward ``--reward`` names of ``REWARDS`` (``user_reward.build`` also takes ``python:MODULE.FUNCTION``)."""
+def named_reward(name: str, dictionary, post_process: Optional[str] = None, max_order: int = 4) -> SentenceReward:
+    """A built-in reward of ``REWARDS`` by name (``user_reward.build_reward``, the factory of rewards, also takes
+    ``python:MODULE.FUNCTION``)."""
     check_post_process(post_process, dictionary)
     if name == "gleu":
         return NgramReward(dictionary, post_process, max_order, gleu_batch)

@@ -58,7 +58,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from fairseq_smallvocab.reinforce.rewards import SentenceReward, build_reward, check_post_process
+from fairseq_smallvocab.reinforce.rewards import SentenceReward, check_post_process, named_reward
 
 logger = logging.getLogger(__name__)
 
@@ -68,11 +68,11 @@ PREFIX = "python:"
 WANTED = "one number per hypothesis ({count}): a list, tuple or numpy array of numbers, or a 1-d tensor"
 
 
-def build(name: str, dictionary, post_process: Optional[str] = None, max_order: int = 4) -> SentenceReward:
-    """The reward ``--reward`` names: ``python:MODULE.FUNCTION`` (``UserReward``), or one of the built-in ones
-    (``rewards.build_reward``)."""
+def build_reward(name: str, dictionary, post_process: Optional[str] = None, max_order: int = 4) -> SentenceReward:
+    """The reward ``--reward`` names (the one factory of rewards): ``python:MODULE.FUNCTION`` (``UserReward``),
+    or one of the built-in ones (``rewards.named_reward``)."""
     if not name.startswith(PREFIX):
-        return build_reward(name, dictionary, post_process, max_order)
+        return named_reward(name, dictionary, post_process, max_order)
     check_post_process(post_process, dictionary)
     return UserReward(name, dictionary, post_process)
 
