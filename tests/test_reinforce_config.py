@@ -90,6 +90,20 @@ def test_bad_settings_are_named():
             _crit(task, label_smoothing=value)
 
 
+def test_every_bad_setting_is_named_in_one_error():
+    """Three bad flags: one error names all three (a user fixes them in one go, not one start-up each); one bad
+    flag's error is its message alone."""
+    from fairseq_smallvocab.reinforce.config import SmallVocabReinforceConfig, check_config
+
+    with pytest.raises(ValueError) as err:
+        check_config(SmallVocabReinforceConfig(rl_samples=0, ce_weight=2.0, rl_engine="capture=graphs"))
+    lines = str(err.value).splitlines()
+    assert lines[0] == "3 of the criterion's settings need fixing:"
+    assert [line.split(" ")[2] for line in lines[1:]] == ["--rl-samples", "--ce-weight", "--rl-engine:"]
+    with pytest.raises(ValueError, match=r"^--ce-weight must be in \[0, 1\], got 2.0$"):
+        check_config(SmallVocabReinforceConfig(ce_weight=2.0))
+
+
 def test_a_cuda_only_mode_asked_for_on_the_cpu_is_said_to_run_as_off(caplog):
     """--rl-engine capture / graphed_pass=cuda-graphs ran eagerly on the CPU without a word: the log
     says once what runs instead; the other modes are not warned about."""

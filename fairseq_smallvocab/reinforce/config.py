@@ -126,56 +126,65 @@ def check_config(cfg: SmallVocabReinforceConfig) -> EngineSettings:
     is built: a bad one stops fairseq-train at start-up, naming its flag
     (the reward's name and its post-processing, which is checked against the
     dictionary, are checked where the reward is built: ``user_reward.build_reward``).
-    Returns the settings of how a step runs on the device."""
+    Every bad setting is named, all in one error.  Returns the settings of how a step runs on the device."""
+    problems = []
     if cfg.rl_samples < 1:
-        raise ValueError(f"--rl-samples must be >= 1 (samples per input), got {cfg.rl_samples}")
+        problems.append(f"--rl-samples must be >= 1 (samples per input), got {cfg.rl_samples}")
     if not 0 < cfg.sample_temperature < math.inf:
-        raise ValueError(f"--sample-temperature must be a finite number > 0, got {cfg.sample_temperature}: for "
-                         "greedy sequences use --rl-baseline self-critical, whose baseline is the greedy decode")
+        problems.append(f"--sample-temperature must be a finite number > 0, got {cfg.sample_temperature}: for "
+                        "greedy sequences use --rl-baseline self-critical, whose baseline is the greedy decode")
     if str(cfg.rl_objective) not in ("reinforce", "risk"):
-        raise ValueError(f"unknown objective '{cfg.rl_objective}': --rl-objective must be reinforce or risk")
+        problems.append(f"unknown objective '{cfg.rl_objective}': --rl-objective must be reinforce or risk")
     if not 0 < cfg.risk_sharpness <= MAX_RISK_SHARPNESS:
-        raise ValueError(f"--risk-sharpness must be a finite number in (0, {MAX_RISK_SHARPNESS}], got "
-                         f"{cfg.risk_sharpness:g}: a candidate's score is the sharpness times its mean "
-                         "log-probability (as low as -103 per token), and above the bound the scores and their "
-                         "gradients can leave half precision's range (--fp16; at 1e38 every score is -inf even in "
-                         "float32, and every batch would be skipped as not finite). Values near the bound already "
-                         "put almost all the weight on the likeliest candidate; the default is 1")
+        problems.append(f"--risk-sharpness must be a finite number in (0, {MAX_RISK_SHARPNESS}], got "
+                        f"{cfg.risk_sharpness:g}: a candidate's score is the sharpness times its mean "
+                        "log-probability (as low as -103 per token), and above the bound the scores and their "
+                        "gradients can leave half precision's range (--fp16; at 1e38 every score is -inf even in "
+                        "float32, and every batch would be skipped as not finite). Values near the bound already "
+                        "put almost all the weight on the likeliest candidate; the default is 1")
     if str(cfg.risk_candidates) not in ("sample", "beam"):
-        raise ValueError(f"unknown --risk-candidates '{cfg.risk_candidates}': sample or beam")
+        problems.append(f"unknown --risk-candidates '{cfg.risk_candidates}': sample or beam")
     if str(cfg.risk_candidates) == "beam" and str(cfg.rl_objective) != "risk":
-        raise ValueError("--risk-candidates beam is risk's (--rl-objective risk): REINFORCE's gradient needs "
-                         "samples drawn from the model")
+        problems.append("--risk-candidates beam is risk's (--rl-objective risk): REINFORCE's gradient needs "
+                        "samples drawn from the model")
     if str(cfg.risk_candidates) == "beam" and cfg.sample_temperature != 1.0:
-        raise ValueError("--sample-temperature does not apply to --risk-candidates beam (a beam search draws "
-                         "nothing): leave it at 1")
-    if str(cfg.rl_objective) == "risk" and cfg.rl_samples < 2:
-        raise ValueError(f"--rl-objective risk needs --rl-samples >= 2 (the softmax over one sample is 1 whatever "
-                         f"its cost, so it would learn nothing), got {cfg.rl_samples}")
+        problems.append("--sample-temperature does not apply to --risk-candidates beam (a beam search draws "
+                        "nothing): leave it at 1")
+    if str(cfg.rl_objective) == "risk" and 1 <= cfg.rl_samples < 2:
+        problems.append(f"--rl-objective risk needs --rl-samples >= 2 (the softmax over one sample is 1 whatever "
+                        f"its cost, so it would learn nothing), got {cfg.rl_samples}")
     if not 0.0 <= cfg.ce_weight <= 1.0:
-        raise ValueError(f"--ce-weight must be in [0, 1], got {cfg.ce_weight}")
+        problems.append(f"--ce-weight must be in [0, 1], got {cfg.ce_weight}")
     if not 0.0 <= cfg.label_smoothing < 1.0:
-        raise ValueError(f"--label-smoothing must be in [0, 1) (the CE term's), got {cfg.label_smoothing}")
+        problems.append(f"--label-smoothing must be in [0, 1) (the CE term's), got {cfg.label_smoothing}")
     if cfg.max_sample_len < 1:
-        raise ValueError(f"--max-sample-len must be >= 1, got {cfg.max_sample_len}")
+        problems.append(f"--max-sample-len must be >= 1, got {cfg.max_sample_len}")
     if not 0 <= cfg.sample_len_ratio < math.inf:  # (nan fails too: it would be ignored, as 0 is)
-        raise ValueError(f"--sample-len-ratio must be a finite number >= 0 (0: no limit from the source's "
-                         f"length), got {cfg.sample_len_ratio}")
+        problems.append(f"--sample-len-ratio must be a finite number >= 0 (0: no limit from the source's "
+                        f"length), got {cfg.sample_len_ratio}")
     if not 0 < cfg.baseline_lr <= MAX_BASELINE_LR:
-        raise ValueError(f"--baseline-lr must be in (0, {MAX_BASELINE_LR:g}], got {cfg.baseline_lr:g}: Adam moves "
-                         "each of the learned baseline's weights by about the learning rate every step, so a larger "
-                         "one saturates its sigmoid (it then reads 0 or 1 whatever the reward) or overflows it")
+        problems.append(f"--baseline-lr must be in (0, {MAX_BASELINE_LR:g}], got {cfg.baseline_lr:g}: Adam moves "
+                        "each of the learned baseline's weights by about the learning rate every step, so a larger "
+                        "one saturates its sigmoid (it then reads 0 or 1 whatever the reward) or overflows it")
     if cfg.gleu_max_order < 1:
-        raise ValueError(f"--gleu-max-order must be >= 1, got {cfg.gleu_max_order}")
+        problems.append(f"--gleu-max-order must be >= 1, got {cfg.gleu_max_order}")
     if str(cfg.rl_baseline) not in BASELINE_CLASSES:
-        raise ValueError(f"unknown baseline '{cfg.rl_baseline}': --rl-baseline must be one of "
-                         f"{', '.join(BASELINE_CLASSES)}")
-    needed = BASELINE_CLASSES[str(cfg.rl_baseline)].min_samples
-    if str(cfg.rl_objective) == "reinforce" and cfg.rl_samples < needed:
-        raise ValueError(f"--rl-baseline {cfg.rl_baseline} needs --rl-samples >= {needed} (the other samples of "
-                         f"the same input make the baseline), got {cfg.rl_samples}")
-    settings = EngineSettings.from_config(cfg)  # (which checks the engine's settings, naming their flags)
-    if str(cfg.risk_candidates) == "beam" and settings.merged_pass:
-        raise ValueError("--rl-engine merged_pass=on merges the CE pass with drawing samples, which "
-                         "--risk-candidates beam does not draw: use one or the other")
+        problems.append(f"unknown baseline '{cfg.rl_baseline}': --rl-baseline must be one of "
+                        f"{', '.join(BASELINE_CLASSES)}")
+    needed = BASELINE_CLASSES[str(cfg.rl_baseline)].min_samples if str(cfg.rl_baseline) in BASELINE_CLASSES else 1
+    if str(cfg.rl_objective) == "reinforce" and 1 <= cfg.rl_samples < needed:
+        problems.append(f"--rl-baseline {cfg.rl_baseline} needs --rl-samples >= {needed} (the other samples of "
+                        f"the same input make the baseline), got {cfg.rl_samples}")
+    try:
+        settings = EngineSettings.from_config(cfg)  # (which checks the engine's settings, naming their flags)
+    except ValueError as bad:
+        problems.append(str(bad))
+        settings = None
+    if str(cfg.risk_candidates) == "beam" and settings is not None and settings.merged_pass:
+        problems.append("--rl-engine merged_pass=on merges the CE pass with drawing samples, which "
+                        "--risk-candidates beam does not draw: use one or the other")
+    if len(problems) == 1:
+        raise ValueError(problems[0])
+    if problems:
+        raise ValueError(f"{len(problems)} of the criterion's settings need fixing:\n  " + "\n  ".join(problems))
     return settings
