@@ -73,7 +73,7 @@ def _import_graph(inside_engine: bool = False) -> dict:
         if path.name == "__init__.py" and (path.parent == PACKAGE or inside_engine and path.parent.name == "engine"):
             continue  # a package's registration of its modules (the plugin's of everything, engine/'s families)
         name = ".".join(("fairseq_smallvocab",) + path.relative_to(PACKAGE).with_suffix("").parts)
-        name = name.removesuffix(".__init__")
+        name = name[: -len(".__init__")] if name.endswith(".__init__") else name
         if len(name.split(".")) < 2:
             continue
         here = _unit(name, inside_engine)
@@ -381,3 +381,34 @@ def test_what_a_step_reads_is_measured_and_capped(name, rl_engine, most_files, m
     assert len(files) <= most_files and lines <= most_lines, (len(files), lines, sorted(files))
     assert any(f.startswith("engine/device_modes/") for f in files) == bool(rl_engine)
     assert "engine/settings.py" not in files  # data: read when the plan is made, not per step
+
+
+# the standard library's names that came after a Python version (what a source may not call below it)
+_NEWER_APIS = {(3, 9): ("removeprefix", "removesuffix", "functools.cache", "math.lcm", "is_relative_to"),
+               (3, 10): ("bit_count", "aiter", "anext", "pairwise"),
+               (3, 11): ("tomllib", "ExceptionGroup", "add_note", "StrEnum")}
+
+
+def test_the_python_floor_that_setup_declares_holds():
+    """setup.py's python_requires (and the Makefile's check, and the README) name one floor, and every source
+    of the plugin, its tools, scripts, examples and tests parses at that version's grammar and calls no
+    standard-library name that came later (the list above); the check can fail."""
+    root = PACKAGE.parent
+    floor = tuple(int(x) for x in re.search(r'python_requires=">=(\d+)\.(\d+)"', (root / "setup.py").read_text())
+                  .groups())
+    assert f"sys.version_info >= {floor}" in (root / "Makefile").read_text()
+    assert f"Python >= {floor[0]}.{floor[1]}" in (root / "README.md").read_text()
+    newer = [name for version, names in _NEWER_APIS.items() if version > floor for name in names]
+    found = []
+    for folder in ("fairseq_smallvocab", "smallvocab_tools", "scripts", "examples", "tests"):
+        for path in sorted((root / folder).rglob("*.py")):
+            tree = ast.parse(path.read_text(), feature_version=floor)
+            for node in ast.walk(tree):
+                name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) \
+                    else None
+                dotted = f"{node.value.id}.{node.attr}" if isinstance(node, ast.Attribute) and isinstance(
+                    node.value, ast.Name) else None
+                if name in newer or dotted in newer:
+                    found.append(f"{path.relative_to(root)}:{node.lineno}: {dotted or name}")
+    assert not found
+    assert "removesuffix" in [n for v, names in _NEWER_APIS.items() if v > (3, 8) for n in names]
