@@ -22,10 +22,12 @@ One step, file:function, top to bottom:
    is on).
 3. ``rewards`` -> ``reinforce/rewards.py`` (``--reward``, or the user's:
    ``reinforce/user_reward.py``).
-4. the baseline -> ``reinforce/objective.py`` (``build_baseline``: ``--rl-baseline``; none under risk).
-5. the loss -> ``reinforce/objective.py`` (``advantage``, ``policy_gradient`` or
-   ``distinct``, ``candidate_scores``, ``expected_risk``; ``mixed``), a batch
-   whose reward or loss is not finite skipped (``skipped_loss``).
+4. the sequence-level term -> ``reinforce/objective.py``: ``--rl-objective``'s
+   ``PolicyGradient`` (the advantage over ``--rl-baseline``'s baseline,
+   ``policy_gradient``) or ``ExpectedRisk`` (``distinct``, ``candidate_scores``,
+   ``expected_risk``; no baseline).
+5. the loss -> ``objective.mixed`` with the CE term, a batch whose reward or
+   loss is not finite skipped (``skipped_loss``); the learned baseline learns.
 6. the log -> ``reinforce/logs.py`` (``batch_log``, ``reduce``: sums that
    reduce across workers).
 
@@ -80,10 +82,13 @@ class SmallVocabReinforceCriterion(FairseqCriterion):
         check_beam_width(task, cfg)
         self.reward = build_reward(str(cfg.reward), task.target_dictionary, cfg.reward_post_process,
                                    cfg.gleu_max_order)
-        self.risk = str(cfg.rl_objective) == "risk"
+        risk = str(cfg.rl_objective) == "risk"
         # risk centres each cost on the candidates' expected cost itself: no baseline (--rl-baseline unused)
-        self.baseline = objective.build_baseline("none" if self.risk else str(cfg.rl_baseline), cfg.baseline_lr)
-        if self.risk:
+        self.baseline = objective.build_baseline("none" if risk else str(cfg.rl_baseline), cfg.baseline_lr)
+        # the sequence-level term: REINFORCE's policy gradient, or the expected risk
+        self.objective = objective.ExpectedRisk(cfg.risk_sharpness, warn=not isinstance(self.reward, ConstantReward)) \
+            if risk else objective.PolicyGradient(self.baseline)
+        if risk:
             logger.info(f"--rl-objective risk: the expected cost over each input's distinct samples "
                         f"(--rl-samples {cfg.rl_samples}, --risk-sharpness {cfg.risk_sharpness:g}); no baseline, "
                         f"--rl-baseline is not used")
@@ -91,7 +96,6 @@ class SmallVocabReinforceCriterion(FairseqCriterion):
             task.add_checkpoint_state(BASELINE_STATE, self.baseline)
         logger.info(f"smallvocab_reinforce: the step runs with {self.settings.describe()}")
         self._capped_to_positions = False  # whether the log has said that the decoder's positions cap samples
-        self._said_one_sentence = False  # whether the log has said that risk's candidates were all one sentence
         self.languages = logs.target_languages(task)  # a multilingual task's: each logs its reward
 
     def forward(self, model, sample, reduce=True):
@@ -128,25 +132,14 @@ class SmallVocabReinforceCriterion(FairseqCriterion):
                 extra.update(logs.language_sums(self.languages, row_langs, reward, n))
             if n > 1:
                 extra["reward_std"] = reward.double().view(-1, n).std(1).sum().item()
-            if not self.risk:  # baseline
-                base = self.baseline.values(samples.features, mask, reward, greedy_reward, n) * mask
-                if self.baseline.logs_its_mean:  # per sample as the reward is: each sample's mean over its steps
-                    extra["baseline"] = (base.sum(1) / mask.sum(1).clamp(min=1)).sum().item()
-        # loss
+        # loss: the CE term and the sequence-level term (REINFORCE's over its baseline, or the risk), mixed
         ce = self.ce_term(model, sample, net_output, from_features)
         chosen = mask  # the steps that chose: a forced first token is no action (it leaves the policy gradient)
         if request.first is not None and mask.size(1):
             chosen = mask.clone()
             chosen[:, 0] &= request.first.lt(0).repeat_interleave(n)
-        if self.risk:  # the expected cost over each example's distinct samples
-            keep = objective.distinct(samples.tokens, n)
-            scores = objective.candidate_scores(samples.lprobs, chosen, self.cfg.risk_sharpness)
-            rl, _ = objective.expected_risk(reward, scores, keep, n)
-            extra.update(risk=rl.item(), distinct=keep.sum().item())
-            if model.training:
-                self.say_if_one_sentence(extra["distinct"], sample["target"].size(0))
-        else:
-            rl = objective.policy_gradient(objective.advantage(reward, base, mask), samples.lprobs, chosen, n)
+        rl, logged = self.objective.term(reward, greedy_reward, samples, chosen, n, model.training)
+        extra.update(logged)
         loss = objective.mixed(ce, rl, self.cfg.ce_weight)
         finite = objective.is_finite(reward, loss)
         if not finite:
@@ -208,19 +201,6 @@ class SmallVocabReinforceCriterion(FairseqCriterion):
             return first
         return candidate_positions(candidates, first.view(-1, 1).to(candidates), self.task.target_dictionary.unk()
                                    ).view(-1)
-
-    def say_if_one_sentence(self, distinct: int, inputs: int):
-        """Once: a training batch whose every input's candidates were one sentence (``distinct`` of them over
-        ``inputs`` inputs), so the risk had no gradient there (the constant control reward has none anyway)."""
-        if distinct > inputs or self._said_one_sentence or isinstance(self.reward, ConstantReward):
-            return
-        n = self.cfg.rl_samples
-        logger.warning(f"--rl-objective risk: the {n} candidates of each input of a training batch (--rl-samples "
-                       f"{n}) were all the same sentence, so the risk (the expected cost over distinct candidates) "
-                       "got no gradient from it; the log's 'distinct' says how many differ per input. For varied "
-                       "candidates draw more of them (a larger --rl-samples), at a higher --sample-temperature, "
-                       "or take a beam's (--risk-candidates beam)")
-        self._said_one_sentence = True
 
     @staticmethod
     def drawn_logs(samples):

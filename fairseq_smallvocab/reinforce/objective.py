@@ -1,6 +1,7 @@
 """What a REINFORCE step minimises (the paper's section 2.2 / 4.2): the
-baseline subtracted from each reward, then the loss as pure functions (the
-criterion ``smallvocab_reinforce`` calls both).
+baseline subtracted from each reward, the loss as pure functions, and the two
+objectives that the criterion ``smallvocab_reinforce`` runs (``PolicyGradient``,
+``ExpectedRisk``: its ``--rl-objective``).
 
 For sample j of example b (N samples per example), with its reward R_bj,
 the baseline b_bjt of each of its steps and the model's log-probabilities
@@ -55,13 +56,16 @@ samples in groups of N consecutive rows (the samples of one input).
 """
 
 import copy
+import logging
 import math
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 from fairseq.criterions.label_smoothed_cross_entropy import label_smoothed_nll_loss
 from torch import Tensor, nn
+
+logger = logging.getLogger(__name__)
 
 
 class Baseline(nn.Module):
@@ -270,6 +274,54 @@ def expected_risk(reward: Tensor, scores: Tensor, keep: Tensor, num_samples: int
     q = torch.softmax(logits, dim=1)
     cost = 1.0 - reward.to(q.dtype).view(-1, num_samples)
     return (q * cost).sum(), q.view(-1)
+
+
+class PolicyGradient:
+    """``--rl-objective reinforce``: L_r, the policy gradient of each sample's advantage over the ``baseline``
+    (``advantage``, ``policy_gradient``)."""
+
+    def __init__(self, baseline: Baseline):
+        self.baseline = baseline
+
+    def term(self, reward: Tensor, greedy_reward: Optional[Tensor], samples, chosen: Tensor, num_samples: int,
+             training: bool) -> Tuple[Tensor, Dict[str, float]]:
+        """(L_r of the B * N ``samples`` (their ``lprobs``, ``mask`` and ``features``) with their ``reward``
+        (and the greedy decodes', B * N, for the self-critical baseline), over the ``chosen`` steps; what it
+        logs: the baseline's mean per sample, where it tells something)."""
+        mask, logged = samples.mask, {}
+        with torch.no_grad():
+            base = self.baseline.values(samples.features, mask, reward, greedy_reward, num_samples) * mask
+            if self.baseline.logs_its_mean:  # per sample as the reward is: each sample's mean over its steps
+                logged["baseline"] = (base.sum(1) / mask.sum(1).clamp(min=1)).sum().item()
+        return policy_gradient(advantage(reward, base, mask), samples.lprobs, chosen, num_samples), logged
+
+
+class ExpectedRisk:
+    """``--rl-objective risk``: L_r, the expected cost over each input's distinct candidates (``distinct``,
+    ``candidate_scores``, ``expected_risk``), no baseline.  ``sharpness``: alpha; ``warn``: whether to warn
+    once when every candidate of a training batch's inputs was one sentence (no gradient: not for the
+    constant control reward, which never has one)."""
+
+    def __init__(self, sharpness: float, warn: bool = True):
+        self.sharpness, self.warn = sharpness, warn
+
+    def term(self, reward: Tensor, greedy_reward: Optional[Tensor], samples, chosen: Tensor, num_samples: int,
+             training: bool) -> Tuple[Tensor, Dict[str, float]]:
+        """(L_r of the B * N candidates ``samples``, over the ``chosen`` steps; what it logs: the risk and the
+        distinct candidates)."""
+        keep = distinct(samples.tokens, num_samples)
+        scores = candidate_scores(samples.lprobs, chosen, self.sharpness)
+        rl, _ = expected_risk(reward, scores, keep, num_samples)
+        logged = {"risk": rl.item(), "distinct": keep.sum().item()}
+        if training and self.warn and logged["distinct"] <= reward.numel() // num_samples:
+            logger.warning(f"--rl-objective risk: the {num_samples} candidates of each input of a training batch "
+                           f"(--rl-samples {num_samples}) were all the same sentence, so the risk (the expected "
+                           "cost over distinct candidates) got no gradient from it; the log's 'distinct' says how "
+                           "many differ per input. For varied candidates draw more of them (a larger "
+                           "--rl-samples), at a higher --sample-temperature, or take a beam's (--risk-candidates "
+                           "beam)")
+            self.warn = False  # (once)
+        return rl, logged
 
 
 def mixed(ce: Tensor, rl: Tensor, ce_weight: float) -> Tensor:
