@@ -468,3 +468,57 @@ def _setup(small=True, seed=0):
     sample = {"id": torch.arange(B), "net_input": net_input, "target": tgt, "nsentences": B,
               "ntokens": int(tgt.ne(pad).sum())}
     return model, task, sample
+
+
+def summed_as_fairseq_does(logs):
+    """One worker's view after fairseq's all-reduce of ``logs`` (both workers' batches)."""
+    import torch
+
+    return [{key: torch.as_tensor(sum(log[key] for log in logs if key in log), dtype=torch.double)
+             for key in logs[0]}]
+
+
+def reduced(reduce, logs):
+    """The smoothed values ``reduce`` logs for ``logs``, in a fresh metrics aggregator."""
+    from fairseq import metrics
+
+    with metrics.aggregate(new_root=True) as agg:
+        reduce(logs)
+        return agg.get_smoothed_values()
+
+
+def same_reduced_values(reduce, logs):
+    """What ``reduce`` makes of two workers' ``logs``, the same as of their sum as fairseq all-reduces it
+    (asserted key by key); returns the values."""
+    import pytest
+
+    plain, summed = reduced(reduce, logs), reduced(reduce, summed_as_fairseq_does(logs))
+    assert set(plain) == set(summed)
+    for key, value in plain.items():
+        assert float(summed[key]) == pytest.approx(float(value), rel=1e-6, abs=1e-9), key
+    return plain
+
+
+def ranked_choices(monkeypatch, rank_of_row):
+    """Replace the sampler's draw by a deterministic one: row r takes the
+    ``rank_of_row(r)``-th most likely word of its step (so the same sample can
+    be drawn in a batch of N samples per input and alone)."""
+    import torch
+
+    from fairseq_smallvocab.engine import loop
+
+    def draw(logits, with_entropy=False, with_probs=False, probs_out=None, uniform=None):
+        ranks = torch.tensor([rank_of_row(r) for r in range(logits.size(0))])
+        choice = logits.argsort(-1, descending=True).gather(1, ranks.unsqueeze(1))
+        if with_probs:  # as the real draw: the softmax written into probs_out when given
+            probs = logits.softmax(-1) if probs_out is None else torch.softmax(logits, -1, out=probs_out)
+            return choice, torch.zeros(logits.size(0)), probs
+        return (choice, torch.zeros(logits.size(0))) if with_entropy else choice
+
+    monkeypatch.setattr(loop, "sample_categorical", draw)
+
+
+# a tiny Transformer's flags for the recipes' ARCH_ARGS
+TINY_TRANSFORMER = ("--arch transformer --encoder-layers 1 --decoder-layers 1 --encoder-embed-dim 16 "
+                    "--decoder-embed-dim 16 --encoder-ffn-embed-dim 32 --decoder-ffn-embed-dim 32 "
+                    "--encoder-attention-heads 2 --decoder-attention-heads 2 --share-decoder-input-output-embed")

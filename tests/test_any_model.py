@@ -4,7 +4,6 @@ masked to the same candidates; greedy and beam search equal fairseq's stock
 generator on the masked full softmax; samples stay inside the candidates and
 the step-wise policy equals the rescoring pass; stock state-dict keys."""
 
-import argparse
 import contextlib
 from types import SimpleNamespace
 
@@ -12,50 +11,16 @@ import pytest
 import torch
 import torch.nn.functional as F
 from fairseq.data import Dictionary
-from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 from fairseq.sequence_generator import SequenceGenerator
-from helpers import candidate_batch, make_dictionary, translation_batch
+from helpers import candidate_batch, translation_batch
+from model_families import FAMILIES, LSTM, T_SRC, T_TGT, TRANSFORMER, V_SRC, V_TGT, B, K, raise_eos, stock
 
 import fairseq_smallvocab  # noqa: F401  (registers the plugin's models)
 from fairseq_smallvocab.candidates.space import candidate_positions
 from fairseq_smallvocab.engine.sampling import SampleRequest
 from fairseq_smallvocab.models.generation import SmallVocabSequenceGenerator
-from fairseq_smallvocab.models.lstm_smallvocab import LSTMSmallVocabConfig, LSTMSmallVocabModel
 from fairseq_smallvocab.models.restricted import restrict
 from fairseq_smallvocab.output.weights import RestrictionError, eval_mode
-
-V_SRC, V_TGT, B, T_SRC, T_TGT, K, D = 30, 70, 5, 7, 6, 18, 16
-
-
-def _stock(arch, tgt_dict=None, **overrides):
-    """A model of a registered fairseq arch, built as fairseq-train builds it
-    (--share-all-embeddings: one dictionary for both sides)."""
-    args = argparse.Namespace(**overrides)
-    ARCH_CONFIG_REGISTRY[arch](args)
-    tgt_dict = tgt_dict or make_dictionary(V_TGT)
-    src_dict = tgt_dict if overrides.get("share_all_embeddings") else make_dictionary(V_SRC)
-    task = SimpleNamespace(source_dictionary=src_dict, target_dictionary=tgt_dict)
-    return ARCH_MODEL_REGISTRY[arch].build_model(args, task)
-
-
-TRANSFORMER = dict(encoder_embed_dim=D, decoder_embed_dim=D, encoder_ffn_embed_dim=2 * D,
-                   decoder_ffn_embed_dim=2 * D, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
-                   decoder_attention_heads=2, dropout=0.1)
-LSTM = dict(encoder_embed_dim=D, encoder_hidden_size=D, decoder_embed_dim=D, decoder_hidden_size=D,
-            decoder_out_embed_dim=D, dropout=0.1, criterion="cross_entropy")
-
-FAMILIES = {
-    "lstm_smallvocab": lambda: LSTMSmallVocabModel.build_model(
-        LSTMSmallVocabConfig(embed_dim=D, layers=2, dropout=0.1),
-        SimpleNamespace(source_dictionary=make_dictionary(V_SRC), target_dictionary=make_dictionary(V_TGT))),
-    "lstm": lambda: _stock("lstm", **LSTM),
-    "lstm_tied": lambda: _stock("lstm", share_decoder_input_output_embed=True, **LSTM),
-    "transformer": lambda: _stock("transformer", share_decoder_input_output_embed=True, **TRANSFORMER),
-    "transformer_prenorm": lambda: _stock("transformer", encoder_normalize_before=True,
-                                          decoder_normalize_before=True, **TRANSFORMER),
-    "transformer_output_dim": lambda: _stock("transformer", decoder_output_dim=12, **TRANSFORMER),
-    "transformer_shared_all": lambda: _stock("transformer", share_all_embeddings=True, **TRANSFORMER),
-}
 
 
 @pytest.fixture(params=list(FAMILIES), scope="module")
@@ -96,18 +61,6 @@ def _eos_likelier(model, net):
             return
         raise_eos(model, mean)
     raise AssertionError("no eos bias gives hypotheses of different lengths")
-
-
-@torch.no_grad()
-def raise_eos(model, mean):
-    """eos's logit up by 0.5: through the output bias where the model has one, else along ``mean`` (the
-    decoder states' mean direction)."""
-    weight, bias = model.output_weights()
-    eos = model.decoder.dictionary.eos()
-    if bias is not None:
-        bias[eos] += 0.5
-    else:
-        weight[eos] += 0.5 * mean / mean.pow(2).sum()
 
 
 def _masked_full(model, net, cands):
@@ -279,7 +232,7 @@ def test_gathered_weight_gradients_leave_learned_positions_alone(monkeypatch):
     of its own (positions from tokens): it is not patched, and the gradients
     equal each use's own."""
     torch.manual_seed(0)
-    model = restrict(_stock("transformer", share_all_embeddings=True, encoder_learned_pos=True,
+    model = restrict(stock("transformer", share_all_embeddings=True, encoder_learned_pos=True,
                             decoder_learned_pos=True, **TRANSFORMER), "transformer").train()
     tgt_dict = model.decoder.dictionary
     lengths = torch.tensor([7, 6, 5, 4, 2])
@@ -327,7 +280,7 @@ def test_recurrent_layers_sample_in_training_mode_with_their_dropout_off(monkeyp
     """cuDNN refuses the backward of an nn.LSTM run in eval mode, so the policy's
     recurrent layers stay in training mode with their inter-layer dropout at 0
     (restored after): the samples' log-probs still equal the model's in eval mode."""
-    model = restrict(_stock("lstm", encoder_layers=2, decoder_layers=2, **dict(LSTM, dropout=0.5)), "lstm").train()
+    model = restrict(stock("lstm", encoder_layers=2, decoder_layers=2, **dict(LSTM, dropout=0.5)), "lstm").train()
     tgt_dict = model.decoder.dictionary
     lengths = torch.tensor([7, 6, 5, 4, 2])
     src, prev, _, cands = translation_batch(lengths, T_SRC, T_TGT, K, V_SRC, tgt_dict)
@@ -360,10 +313,10 @@ def test_recurrent_layers_sample_in_training_mode_with_their_dropout_off(monkeyp
 
 
 def test_models_that_cannot_be_restricted_are_named():
-    model = _stock("transformer", adaptive_softmax_cutoff="20,40", **TRANSFORMER)
+    model = stock("transformer", adaptive_softmax_cutoff="20,40", **TRANSFORMER)
     with pytest.raises(RestrictionError, match="arch 'transformer' uses an adaptive softmax"):
         restrict(model, "transformer")
-    model = _stock("transformer", **TRANSFORMER)
+    model = stock("transformer", **TRANSFORMER)
     model.decoder.output_layer = lambda x: torch.tanh(model.decoder.output_projection(x))  # a non-linear head
     with pytest.raises(RestrictionError, match="arch 'transformer'.*cannot be restricted.*not x W\\^T \\+ b"):
         restrict(model, "transformer")
@@ -381,7 +334,7 @@ def test_extra_special_symbols_and_language_tags():
         d.add_symbol(f"w{i}")
     assert d.nspecial == 5 and d.index("<mask>") == 4
     torch.manual_seed(0)
-    model = restrict(_stock("transformer", tgt_dict=d, **TRANSFORMER), "transformer").eval()
+    model = restrict(stock("transformer", tgt_dict=d, **TRANSFORMER), "transformer").eval()
     lists = torch.stack([torch.cat([torch.tensor([tag]), 6 + torch.randperm(V_TGT - 6)[:K]]) for _ in range(B)])
     cands = torch.from_numpy(candidate_rows(lists.numpy(), K, d.nspecial, "x").astype("int64"))
     check_rows(cands, d.nspecial, len(d))
@@ -409,7 +362,7 @@ def test_mixed_precision_small_output_layer_and_reinforce():
     )
 
     torch.manual_seed(0)
-    model = restrict(_stock("transformer", **TRANSFORMER), "transformer").train()
+    model = restrict(stock("transformer", **TRANSFORMER), "transformer").train()
     tgt_dict = model.decoder.dictionary
     src = torch.randint(4, V_SRC, (B, T_SRC))
     src[:, -1] = tgt_dict.eos()
@@ -482,7 +435,7 @@ def test_samples_stop_at_the_decoders_learned_positions(caplog):
     )
 
     torch.manual_seed(0)
-    model = restrict(_stock("transformer", decoder_learned_pos=True, max_target_positions=3, **TRANSFORMER),
+    model = restrict(stock("transformer", decoder_learned_pos=True, max_target_positions=3, **TRANSFORMER),
                      "transformer")
     tgt_dict = model.decoder.dictionary
     lengths = torch.tensor([7, 6, 5, 4, 2])

@@ -15,7 +15,7 @@ import weakref
 import pytest
 import torch
 from helpers import B, _setup, assert_same_step, candidate_batch, reinforce_step
-from test_static_state import STATIC, TRANSFORMERS, _inputs
+from model_families import STATIC, TRANSFORMERS, encoder_inputs
 
 from fairseq_smallvocab.engine import passes
 from fairseq_smallvocab.engine import sampling as sampler
@@ -72,7 +72,7 @@ def test_a_buckets_padding_changes_no_example(name, small, greedy):
     """15 rows (bucket 16), at most 9 steps (bucket 12), sources of 7 (bucket 8), the union padded: the same
     samples as the eager loop, with the same uniform draws."""
     model = _model(name)
-    encoder_out, tokens = _inputs(model, 3, 1)
+    encoder_out, tokens = encoder_inputs(model, 3, 1)
     rows = tokens.size(0)
     candidates = candidate_batch(12, len(model.decoder.dictionary), bsz=rows) if small else None
     max_lens = torch.tensor([6, 3, 9, 1, 5] * 3).view(3, 5).t().reshape(-1)
@@ -91,8 +91,8 @@ def test_a_bucket_takes_the_next_batch_without_the_last(name):
     what it draws is what the eager loop draws for it alone; one bucket serves both."""
     model = _model(name)
     vocab = len(model.decoder.dictionary)
-    big, _ = _inputs(model, 3, 1)
-    other = model.encoder.reorder_encoder_out(_inputs(model, 3, 1, seed=5, width=5)[0],
+    big, _ = encoder_inputs(model, 3, 1)
+    other = model.encoder.reorder_encoder_out(encoder_inputs(model, 3, 1, seed=5, width=5)[0],
                                            torch.arange(13))
     batches = [(big, candidate_batch(12, vocab, bsz=15), torch.full((15,), 9)),
                (other, candidate_batch(12, vocab, bsz=13), torch.tensor([11, 2, 5, 1, 3] * 2 + [4, 6, 2]))]
@@ -109,7 +109,7 @@ def test_a_dropped_model_takes_its_buckets_along(name):
     """The buckets are weakly keyed by the decoder and hold it weakly: a model the caller drops is freed
     with its buckets (and, on CUDA, their graphs and memory), not kept for the rest of the process."""
     model = _model(name)
-    encoder_out, _ = _inputs(model, 3, 1)
+    encoder_out, _ = encoder_inputs(model, 3, 1)
     _draw(model, encoder_out, None, torch.full((15,), 4), "buckets")
     decoder = weakref.ref(model.decoder)
     assert len(capture._BUCKETS.of(decoder())) == 1
@@ -125,7 +125,7 @@ def test_a_batch_loaded_again_into_its_bucket_keeps_its_union(name, small, monke
     load must copy the batch's union rows and positions, not the bucket's slots into themselves (the CPU
     stand-in: every load done twice)."""
     model = _model(name)
-    encoder_out, tokens = _inputs(model, 3, 1)
+    encoder_out, tokens = encoder_inputs(model, 3, 1)
     candidates = candidate_batch(12, len(model.decoder.dictionary), bsz=tokens.size(0)) if small else None
     max_lens = torch.full((tokens.size(0),), 9)
     load = capture._Bucket.load
@@ -145,7 +145,7 @@ def test_a_bucket_keeps_probabilities_only_within_the_limit_at_its_padded_size()
     """15 rows x 9 steps x 12 candidates fit the limit; the bucket's 16 x 12 x 12 do not: the bucket keeps none
     (scoring makes the logits again), and draws the same samples."""
     model = _model("transformer")
-    encoder_out, tokens = _inputs(model, 3, 1)
+    encoder_out, tokens = encoder_inputs(model, 3, 1)
     candidates = candidate_batch(12, len(model.decoder.dictionary), bsz=15)
     max_lens = torch.full((15,), 9)
     limit = EngineSettings(stored_probs_max_elements=15 * 9 * 12)
@@ -166,7 +166,7 @@ def test_a_buckets_bytes_count_every_tensor_it_keeps(name, small):
     """What ``capture_max_mib`` weighs: the slots (the union's too, made at the first load), the keys and
     values, the loop's tensors."""
     model = _model(name)
-    encoder_out, tokens = _inputs(model, 3, 1)
+    encoder_out, tokens = encoder_inputs(model, 3, 1)
     candidates = candidate_batch(12, len(model.decoder.dictionary), bsz=tokens.size(0)) if small else None
     capture._BUCKETS.drop(model.decoder)
     _draw(model, encoder_out, candidates, torch.full((tokens.size(0),), 9), "buckets", keep_probs=True)
@@ -180,7 +180,7 @@ def test_a_buckets_bytes_count_every_tensor_it_keeps(name, small):
 
 def test_buckets_beyond_the_limits_are_dropped_least_recent_first(monkeypatch):
     model = _model("transformer")
-    encoder_out, _ = _inputs(model, 1, 1)
+    encoder_out, _ = encoder_inputs(model, 1, 1)
     capture._BUCKETS.drop(model.decoder)
     two = EngineSettings(capture_max_buckets=2)
     for steps in (3, 20, 40):  # buckets 8, 24 and 48 steps
@@ -201,7 +201,7 @@ def test_settings_that_do_not_change_the_captured_step_share_its_bucket():
     """The bucket's key holds the settings that change what is captured (capture, compile,
     transposed_min_rows), not those read outside the step (stop_check_every, union_max_ratio, the caps)."""
     model = _model("transformer")
-    encoder_out, _ = _inputs(model, 1, 1)
+    encoder_out, _ = encoder_inputs(model, 1, 1)
     capture._BUCKETS.drop(model.decoder)
     base = EngineSettings()
     for settings in (base, base.changed(stop_check_every=4, union_max_ratio=1.0, capture_max_mib=100)):
@@ -245,7 +245,7 @@ def test_where_the_bucketed_step_applies():
     transformer, lstm = _model("transformer"), _model("lstm_smallvocab")
     cross = restrict(STATIC["transformer"]())  # an option the static step does not follow
     cross.decoder.cross_self_attention = True
-    out, _ = _inputs(transformer, 1, 1)
+    out, _ = encoder_inputs(transformer, 1, 1)
     cpu = torch.device("cpu")
     request = SampleRequest(torch.full((5,), 3))
 
@@ -278,7 +278,7 @@ def test_a_compiled_bucket_step_draws_what_the_eager_loop_draws(name):
     runs the compiled step again); the setting is part of the bucket's key."""
     model = _model(name)
     vocab = len(model.decoder.dictionary)
-    encoder_out, tokens = _inputs(model, 3, 1)
+    encoder_out, tokens = encoder_inputs(model, 3, 1)
     capture._BUCKETS.drop(model.decoder)
     fuse = EngineSettings(compile="fuse")
     for seed in (1, 2):
@@ -339,7 +339,7 @@ def test_a_capture_that_fails_names_the_flag_that_runs_without_one(error, compil
     capturing (and without compiling, where the step is compiled), the original error chained; running out of
     memory is left as it is, for fairseq-train, which recovers from it (skipping the batch) by its message."""
     model = _model("transformer")
-    encoder_out, _ = _inputs(model, 3, 1)
+    encoder_out, _ = encoder_inputs(model, 3, 1)
 
     def fail(self, pool):
         raise error
@@ -376,7 +376,7 @@ def test_graph_replay_equals_the_eager_loop_over_buckets_and_updates(name, small
     capture._BUCKETS.drop(model.decoder)
 
     def check(n, steps):
-        encoder_out = _inputs(model, n, 1)[0]
+        encoder_out = encoder_inputs(model, n, 1)[0]
         rows = 5 * n
         candidates = candidate_batch(12, vocab, bsz=rows).cuda() if small else None
         max_lens = torch.arange(rows, device="cuda") % steps + 1
@@ -411,7 +411,7 @@ def test_half_precision_replays_draw_what_the_eager_loop_draws(name):
     vocab = len(model.decoder.dictionary)
     capture._BUCKETS.drop(model.decoder)
     for n, steps in ((1, 4), (3, 9), (3, 9)):
-        encoder_out = _inputs(model, n, 1)[0]
+        encoder_out = encoder_inputs(model, n, 1)[0]
         rows = 5 * n
         candidates = candidate_batch(12, vocab, bsz=rows).cuda()
         max_lens = torch.arange(rows, device="cuda") % steps + 1
@@ -436,7 +436,7 @@ def test_a_compiled_step_replays_what_the_eager_loop_draws(name, compile_mode):
     compiled = EngineSettings(compile=compile_mode, untested_cuda_modes=True)  # (the GPU test of the mode)
 
     def check(n, steps):
-        encoder_out = _inputs(model, n, 1)[0]
+        encoder_out = encoder_inputs(model, n, 1)[0]
         rows = 5 * n
         candidates = candidate_batch(12, vocab, bsz=rows).cuda()
         max_lens = torch.arange(rows, device="cuda") % steps + 1
@@ -458,7 +458,7 @@ def test_a_compiled_step_replays_what_the_eager_loop_draws(name, compile_mode):
 @pytest.mark.parametrize("name", TRANSFORMERS[:1] + ["lstm_smallvocab"])
 def test_a_replayed_step_never_waits_for_the_host(name):
     model = _model(name, "cuda")
-    encoder_out, _ = _inputs(model, 3, 1)
+    encoder_out, _ = encoder_inputs(model, 3, 1)
     max_lens = torch.full((15,), 12, device="cuda")
     settings = EngineSettings(capture="cuda-graphs", stop_check_every=10 ** 9)
     with torch.no_grad():

@@ -7,11 +7,10 @@ logits (tokens x |V|), which the plain step makes."""
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import _crit, assert_same_step, reinforce_step, translation_batch
-from test_any_model import FAMILIES, T_SRC, T_TGT, V_SRC, K, raise_eos
+from helpers import _crit, assert_same_step, reinforce_step
+from model_families import FAMILIES, family_setup
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from fairseq_smallvocab.models.restricted import restrict
 from fairseq_smallvocab.output.chunked_ce import full_cross_entropy
 from fairseq_smallvocab.output.restricted import CandidateLogProbs
 from fairseq_smallvocab.reinforce.objective import cross_entropy
@@ -46,39 +45,11 @@ def test_the_chunked_ce_is_fairseqs_ce_in_value_and_gradients(eps, bias, dtype, 
         torch.testing.assert_close(a, w, atol=1e-5, rtol=1e-4)
 
 
-def _family_setup(name, seed=0, copies=1, small=False):
-    """(model, task, sample) of one model family, the full softmax (no candidates; with ``small``, K
-    candidates per example), eos likely enough that samples end at different steps; ``copies`` times 5
-    examples."""
-    torch.manual_seed(seed)
-    model = restrict(FAMILIES[name](), name)
-    with torch.no_grad():
-        for pname, param in model.named_parameters():
-            if "lstm" in name:
-                param.normal_(0, 0.5)
-            elif "embed_tokens" in pname or "output_projection" in pname:
-                param.mul_(4.0)
-    src_dict, tgt_dict = model.encoder.dictionary, model.decoder.dictionary
-    lengths = torch.tensor([7, 6, 5, 4, 2]).repeat_interleave(copies)  # sorted, as fairseq's lstm encoder needs
-    src, prev, tgt, cands = translation_batch(lengths, T_SRC, T_TGT, K, V_SRC, tgt_dict)
-    net = {"src_tokens": src, "src_lengths": lengths, "prev_output_tokens": prev}
-    model.eval()
-    mean = model(**net, features_only=True)[0].mean((0, 1)).detach()
-    for _ in range(3):
-        raise_eos(model, mean)
-    if small:
-        net["candidates"] = cands
-    task = type("Task", (), {"source_dictionary": src_dict, "target_dictionary": tgt_dict})()
-    sample = {"id": torch.arange(len(lengths)), "net_input": net, "target": tgt, "nsentences": len(lengths),
-              "ntokens": int(tgt.ne(tgt_dict.pad()).sum())}
-    return model.train(), task, sample
-
-
 @pytest.mark.parametrize("name", list(FAMILIES))
 @pytest.mark.parametrize("baseline, n", [("learned", 1), ("loo", 3), ("self-critical", 2)])
 def test_a_reinforce_step_under_the_chunked_full_softmax_equals_the_plain_one(name, baseline, n,
                                                                              one_example_per_chunk):
-    model, task, sample = _family_setup(name)
+    model, task, sample = family_setup(name)
     plain = reinforce_step(model, task, sample, baseline, n, label_smoothing=0.1)
     chunked = reinforce_step(model, task, sample, baseline, n, label_smoothing=0.1, rl_full_softmax="chunked")
     assert_same_step(chunked, plain)
@@ -87,7 +58,7 @@ def test_a_reinforce_step_under_the_chunked_full_softmax_equals_the_plain_one(na
 
 @pytest.mark.parametrize("name", ["lstm_smallvocab", "transformer"])
 def test_the_ce_control_under_the_chunked_full_softmax_equals_the_plain_one(name, one_example_per_chunk):
-    model, task, sample = _family_setup(name)
+    model, task, sample = family_setup(name)
     results = []
     for mode in ("plain", "chunked"):
         model.zero_grad()
@@ -121,7 +92,7 @@ def test_the_chunked_step_makes_no_tensor_as_large_as_the_tokens_logits(name, on
     """The plain step makes the gold targets' B x T x |V| logits (and the sampled steps' kept probabilities);
     the chunked one |V|-wide tensors of at most one example's T x |V| at a time, the sampling loop's rows x
     |V| per step and the output layer's |V| x d weights and gradients."""
-    model, task, sample = _family_setup(name, copies=4)  # B x T above d: the weights smaller than B x T x |V|
+    model, task, sample = family_setup(name, copies=4)  # B x T above d: the weights smaller than B x T x |V|
     bsz, steps = sample["target"].shape
     vocab = len(task.target_dictionary)
     largest = {}

@@ -8,32 +8,11 @@ import math
 
 import pytest
 import torch
-from fairseq import metrics
-from helpers import _setup
+from helpers import _setup, reduced, same_reduced_values, summed_as_fairseq_does
 from translation_helpers import mt_task
 
 from fairseq_smallvocab.criterions.smallvocab_reinforce import SmallVocabReinforceConfig, SmallVocabReinforceCriterion
 from fairseq_smallvocab.criterions.vocab_prediction_bce import VocabPredictionBCECriterion
-
-
-def summed_as_fairseq_does(logs):
-    """One worker's view after fairseq's all-reduce of ``logs`` (both workers' batches)."""
-    return [{key: torch.as_tensor(sum(log[key] for log in logs if key in log), dtype=torch.double)
-             for key in logs[0]}]
-
-
-def _reduced(reduce, logs):
-    with metrics.aggregate(new_root=True) as agg:
-        reduce(logs)
-        return agg.get_smoothed_values()
-
-
-def _same_values(reduce, logs):
-    plain, summed = _reduced(reduce, logs), _reduced(reduce, summed_as_fairseq_does(logs))
-    assert set(plain) == set(summed)
-    for key, value in plain.items():
-        assert float(summed[key]) == pytest.approx(float(value), rel=1e-6, abs=1e-9), key
-    return plain
 
 
 def test_the_task_reduces_tensors_from_distributed_workers(tiny_bin):
@@ -48,7 +27,7 @@ def test_the_task_reduces_tensors_from_distributed_workers(tiny_bin):
         torch.manual_seed(seed)
         logs.append(crit(model.eval(), sample)[2])
         logs[-1].update(cand_tokens=40 + seed, cand_outside=seed)
-    values = _same_values(lambda outs: task.reduce_metrics(outs, crit), logs)
+    values = same_reduced_values(lambda outs: task.reduce_metrics(outs, crit), logs)
     assert values["gold_outside_cands"] == pytest.approx(100 * 3 / 83, abs=1e-3)
     assert {"loss", "reward", "entropy", "sample_len"} <= set(values)
 
@@ -57,7 +36,7 @@ def test_the_predictor_criterion_reduces_tensors_from_distributed_workers():
     logs = [{"loss": torch.tensor(3.0 * i), "nsentences": 4, "ntokens": 20, "sample_size": 4,
              "recall_tokens": 20, "recall_hits_50": 10 + i, "recall_hits_100": 15 + i, "freq_recall_hits_50": 5 + i,
              "freq_recall_hits_100": 8 + i} for i in (1, 2)]
-    values = _same_values(VocabPredictionBCECriterion.reduce_metrics, logs)
+    values = same_reduced_values(VocabPredictionBCECriterion.reduce_metrics, logs)
     assert values["recall@50"] == pytest.approx(100 * 23 / 40, abs=0.01)
     assert values["recall@100"] == pytest.approx(100 * 33 / 40, abs=0.01)
     assert values["freq_recall@50"] == pytest.approx(100 * 13 / 40, abs=0.01)
@@ -72,11 +51,11 @@ def test_the_ce_control_reduces_tensors_from_distributed_workers(tiny_bin):
     crit = SmallVocabReinforceCriterion(task, SmallVocabReinforceConfig(ce_weight=1.0, rl_baseline="loo",
                                                                         rl_samples=2))
     logs = [crit(model.train(), sample)[2] for _ in range(2)]
-    values = _same_values(lambda outs: task.reduce_metrics(outs, crit), logs)
+    values = same_reduced_values(lambda outs: task.reduce_metrics(outs, crit), logs)
     assert {"loss", "ce", "rl_loss"} <= set(values) and not {"reward", "baseline", "entropy"} & set(values)
     assert values["ce"] == pytest.approx(float(logs[0]["ce"]) / float(logs[0]["ntokens"]) / math.log(2), abs=1e-3)
     logs = [crit(model.eval(), sample)[2] for _ in range(2)]
-    values = _same_values(lambda outs: task.reduce_metrics(outs, crit), logs)
+    values = same_reduced_values(lambda outs: task.reduce_metrics(outs, crit), logs)
     assert {"reward", "len_ratio", "entropy"} <= set(values)
     assert values["reward"] == pytest.approx(100 * sum(float(log["reward"]) for log in logs)
                                              / sum(float(log["finite_samples"]) for log in logs), abs=0.01)
@@ -103,7 +82,7 @@ def test_len_ratio_and_the_baseline_reduce_as_the_reward_does(tiny_bin):
     for log in logs:
         assert log["ref_words"] == 3 * ref_words and log["sample_words"] == log["sample_len"] > 0
     assert logs[0]["sample_words"] != logs[1]["sample_words"]
-    values = _same_values(lambda outs: task.reduce_metrics(outs, crit), logs)
+    values = same_reduced_values(lambda outs: task.reduce_metrics(outs, crit), logs)
     want = sum(log["sample_words"] for log in logs) / sum(log["ref_words"] for log in logs)
     assert values["len_ratio"] == pytest.approx(want, abs=1e-3) and 0 < want
     per_sample = sum(log["baseline"] for log in logs) / sum(log["finite_samples"] for log in logs)
@@ -123,7 +102,7 @@ def test_the_eval_bleu_length_ratio_reduces_from_distributed_workers(tiny_bin):
         for i in range(4):
             log[f"_bleu_counts_{i}"], log[f"_bleu_totals_{i}"] = max(sys_len - 2 * i, 0), sys_len - i
         logs.append(log)
-    values = _same_values(lambda outs: task.reduce_metrics(outs, crit), logs)
+    values = same_reduced_values(lambda outs: task.reduce_metrics(outs, crit), logs)
     assert values["bleu_len_ratio"] == pytest.approx(21 / 30, abs=1e-3) and values["bleu"] > 0
 
 
@@ -144,7 +123,7 @@ def test_a_validation_far_shorter_or_longer_than_its_references_is_warned_about(
     logs = [{"loss": 1.0, "ntokens": 10, "nsentences": 2, "sample_size": 2, "_bleu_sys_len": sys_len,
              "_bleu_ref_len": ref_len} for sys_len, ref_len in zip(sys_lens, (10, 20))]
     for batch in (summed_as_fairseq_does(logs[:1]), summed_as_fairseq_does(logs[1:])):  # two validation batches
-        _reduced(lambda outs: task.reduce_metrics(outs, crit), batch)
+        reduced(lambda outs: task.reduce_metrics(outs, crit), batch)
     with caplog.at_level(logging.WARNING):
         task.report_validation()
         task.report_validation()  # nothing since: said once

@@ -19,7 +19,7 @@ def _layer_step(x, w, b, keys, values):
     out.square().sum().backward()
 
 
-def _inputs():
+def encoder_inputs():
     torch.manual_seed(0)
     return (torch.randn(12, 6, requires_grad=True), torch.randn(5, 6, requires_grad=True),
             torch.randn(5, requires_grad=True), torch.randn(4, 5, 7, requires_grad=True),
@@ -31,10 +31,10 @@ def test_flops_agree_with_torchs_counter_forward_and_backward():
     FlopCounterMode's for the products both know (mm, addmm, bmm, baddbmm)."""
     recorder = ProductRecorder()
     with recorder:
-        _layer_step(*_inputs())
+        _layer_step(*encoder_inputs())
     counter = FlopCounterMode(display=False)
     with counter:
-        _layer_step(*_inputs())
+        _layer_step(*encoder_inputs())
     assert recorder.flops == counter.get_total_flops() > 0
     # by hand: the layer's product 2 x 12 x 6 x 5, its backward's two (input and weight gradients) as many
     assert product_flops(aten.addmm, (torch.empty(5), torch.empty(12, 6), torch.empty(6, 5))) == 720
@@ -95,8 +95,8 @@ def test_each_distinct_call_is_kept_once_with_its_count_and_its_operands_layout(
 def test_replay_runs_every_recorded_call_as_often_as_it_ran():
     recorder = ProductRecorder()
     with recorder:
-        _layer_step(*_inputs())
-        _layer_step(*_inputs())
+        _layer_step(*encoder_inputs())
+        _layer_step(*encoder_inputs())
     again = ProductRecorder()
     with again:
         recorder.replay()

@@ -13,7 +13,7 @@ correctly, and run eagerly when a bucket's backward is still pending."""
 import pytest
 import torch
 from helpers import _setup, assert_same_step, reinforce_step
-from test_static_state import STATIC, _inputs
+from model_families import STATIC, encoder_inputs
 
 from fairseq_smallvocab.engine import passes
 from fairseq_smallvocab.engine.device_modes import DevicePlan, capture, graphed_pass
@@ -57,7 +57,7 @@ def _pass(model, n, steps, mode, seed=0, backward=True, plan=None):
     """(features, gradient of every parameter) of the teacher-forced pass over random prefixes for 5 inputs
     of N rows each, through the encoder (whose outputs take the decoder's gradient back)."""
     model.zero_grad()
-    encoder_out, tokens = _inputs(model, n, steps, seed=seed)
+    encoder_out, tokens = encoder_inputs(model, n, steps, seed=seed)
     features, extra = _features(model, tokens, encoder_out, _settings(mode), plan)
     weights = torch.randn(features.shape, generator=torch.Generator().manual_seed(seed + 1)).to(features.device)
     if backward:
@@ -120,7 +120,7 @@ def test_where_it_applies():
     assert mode(buckets, transformer) == "off"  # its pass is not a loop over steps
     assert mode(buckets, caption) == "off"  # one nn.LSTM call over all steps
     assert "has no recurrent pass to graph" in passes.plan(buckets, cpu, caption).notes["graphed_pass"]
-    encoder_out, tokens = _inputs(lstm, 2, 6)
+    encoder_out, tokens = encoder_inputs(lstm, 2, 6)
     assert _features(lstm, tokens, encoder_out, buckets)[1] is None  # the bucketed pass (no attention)
     with torch.no_grad():  # validation and decoding: the decoder's own
         assert _features(lstm, tokens, encoder_out, buckets)[1] is not None
@@ -219,7 +219,7 @@ def _two_batches(model, mode, backward_each: bool):
     model.zero_grad(set_to_none=True)
     outs = []
     for seed in (0, 1):
-        encoder_out, tokens = _inputs(model, 2, 6, seed=seed)
+        encoder_out, tokens = encoder_inputs(model, 2, 6, seed=seed)
         outs.append(_features(model, tokens, encoder_out, _settings(mode))[0])
         if backward_each:
             outs[-1].square().sum().backward()
@@ -270,7 +270,7 @@ def test_a_bucket_dropped_before_its_backward_still_gives_its_gradients(device, 
         settings = _settings(mode, graphed_pass_max_buckets=1)
         model.zero_grad(set_to_none=True)
         outs = [_features(model, tokens, encoder_out, settings)[0]
-                for encoder_out, tokens in (_inputs(model, 2, 6, seed=0), _inputs(model, 3, 20, seed=1))]
+                for encoder_out, tokens in (encoder_inputs(model, 2, 6, seed=0), encoder_inputs(model, 3, 20, seed=1))]
         (outs[0].square().sum() + outs[1].sum()).backward()
         return outs, [p.grad.clone() for p in model.parameters() if p.grad is not None]
 
@@ -310,7 +310,7 @@ def test_a_second_backward_through_a_replay_is_refused(device, mode):
     """``retain_graph=True`` and a second backward: the bucket may hold a later batch's activations by then,
     so it says so instead of returning gradients of something else."""
     model = _model("lstm_smallvocab", device)
-    encoder_out, tokens = _inputs(model, 2, 6)
+    encoder_out, tokens = encoder_inputs(model, 2, 6)
     loss = _features(model, tokens, encoder_out, _settings(mode))[0].sum()
     loss.backward(retain_graph=True)
     with pytest.raises(RuntimeError, match="a second backward through a replayed pass.*--rl-engine graphed_pass=off"):

@@ -11,8 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from helpers import assert_same_step, reinforce_step
-from test_any_model import FAMILIES
-from test_chunked_full_softmax import _family_setup
+from model_families import FAMILIES, family_setup
 from torch.overrides import TorchFunctionMode
 
 from fairseq_smallvocab.engine.device_modes import merged_pass
@@ -41,7 +40,7 @@ def _both(model, task, sample, baseline, n, **flags):
 @pytest.mark.parametrize("baseline, n", STEPS)
 @pytest.mark.parametrize("small", [True, False])
 def test_without_dropout_the_merged_pass_gives_the_two_passes_step(name, baseline, n, small, monkeypatch):
-    model, task, sample = _family_setup(name, small=small)
+    model, task, sample = family_setup(name, small=small)
     _no_dropout(model)
     runs = []
     monkeypatch.setattr(merged_pass, "run", _counted(merged_pass.run, runs))
@@ -58,7 +57,7 @@ def test_without_dropout_the_merged_pass_gives_the_two_passes_step(name, baselin
 def test_the_merged_pass_serves_the_chunked_full_softmax_too(name, monkeypatch):
     """--rl-full-softmax chunked asks the forward for the decoder's states (features_only): the merged pass
     gives them, the same step as the two plain passes."""
-    model, task, sample = _family_setup(name)
+    model, task, sample = family_setup(name)
     _no_dropout(model)
     runs = []
     monkeypatch.setattr(merged_pass, "run", _counted(merged_pass.run, runs))
@@ -114,7 +113,7 @@ class _Replay(TorchFunctionMode):
                                   "lstm_tied"])
 @pytest.mark.parametrize("baseline, n", STEPS)
 def test_with_dropout_the_merged_pass_gives_the_two_passes_step_under_its_masks(name, baseline, n, monkeypatch):
-    model, task, sample = _family_setup(name, small=True)
+    model, task, sample = family_setup(name, small=True)
     assert any(getattr(m, "p", 0) > 0 for m in model.modules())  # the families' dropout 0.1
     capture = ",capture=buckets" if name in RECURRENT else ""
     _Recording.log, _Recording.generator = [], torch.Generator().manual_seed(5)
@@ -153,7 +152,7 @@ def test_sample_rows_are_left_alone_and_a_doubtful_row_dimension_is_refused():
     ("lstm", {"graphed_pass": "buckets"}, "the graphed pass replays its own program"),
 ])
 def test_where_it_cannot_apply_the_two_passes_run_and_the_log_says_why(name, options, reason, caplog, monkeypatch):
-    model, task, sample = _family_setup(name, small=True)
+    model, task, sample = family_setup(name, small=True)
     if options.pop("attention", None):
         for module in model.modules():
             if type(module).__name__ == "MultiheadAttention":

@@ -318,7 +318,7 @@ def test_each_target_language_logs_its_own_reward(ml_bin, tmp_path, monkeypatch)
     """reward/de and reward/fr: the mean reward of each language's samples (a reward that pays 0.25 for German
     and 0.75 for French), over batches of different mixes, the same when fairseq's distributed trainer sums the
     logs first; the mean reward is their mix."""
-    from test_distributed_logs import _same_values
+    from helpers import same_reduced_values
 
     from fairseq_smallvocab.criterions.smallvocab_reinforce import (
         SmallVocabReinforceConfig,
@@ -342,12 +342,12 @@ def test_each_target_language_logs_its_own_reward(ml_bin, tmp_path, monkeypatch)
         assert logs[-1]["samples/de"] + logs[-1]["samples/fr"] == 3 * n
     assert {"de", "fr"} <= set(langs[:12]) and set(langs[12:]) == {"de"}  # both pairs, then German alone
     assert logs[0].keys() == logs[1].keys()  # the same keys in every batch: the all-reduce sums key by key
-    values = _same_values(lambda outs: task.reduce_metrics(outs, crit), logs)
+    values = same_reduced_values(lambda outs: task.reduce_metrics(outs, crit), logs)
     assert values["reward/de"] == pytest.approx(25.0) and values["reward/fr"] == pytest.approx(75.0)
     share_fr = langs.count("fr") / len(langs)
     assert values["reward"] == pytest.approx(25.0 * (1 - share_fr) + 75.0 * share_fr, abs=0.01)
     german = [dict(log, **{"samples/fr": 0.0, "reward/fr": 0.0}) for log in logs]  # no French sample reduced
-    assert "reward/fr" not in _same_values(lambda outs: task.reduce_metrics(outs, crit), german)
+    assert "reward/fr" not in same_reduced_values(lambda outs: task.reduce_metrics(outs, crit), german)
     sys.modules.pop("lang_reward", None)
 
 

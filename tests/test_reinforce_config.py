@@ -164,7 +164,7 @@ def test_the_plan_resolves_auto_once_for_the_model_and_its_device(monkeypatch, c
     other processes; what the user set is kept; a mode that does not apply to the model is off, with its
     reason in the plan's description; "auto" never leaves the plan.  The criterion makes the plan at its first
     batch, keeps it on the model (no second plan for the next batch) and says it."""
-    from test_static_state import STATIC
+    from model_families import STATIC
 
     from fairseq_smallvocab.engine import passes
     from fairseq_smallvocab.engine.settings import EngineSettings

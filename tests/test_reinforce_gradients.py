@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from fairseq import utils
-from helpers import V_TGT, B, K, _crit, _setup, make_dictionary
+from helpers import V_TGT, B, K, _crit, _setup, make_dictionary, ranked_choices
 
 from fairseq_smallvocab.engine.sampling import SampleRequest
 from fairseq_smallvocab.models.lstm_smallvocab import LSTMSmallVocabConfig, LSTMSmallVocabModel
@@ -90,23 +90,6 @@ def test_policy_gradient_equals_hand_computation(small, baseline, n, keep_probs)
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
 
 
-def _ranked_choices(monkeypatch, rank_of_row):
-    """Replace the sampler's draw by a deterministic one: row r takes the
-    ``rank_of_row(r)``-th most likely word of its step (so the same sample can
-    be drawn in a batch of N samples per input and alone)."""
-    from fairseq_smallvocab.engine import loop
-
-    def draw(logits, with_entropy=False, with_probs=False, probs_out=None, uniform=None):
-        ranks = torch.tensor([rank_of_row(r) for r in range(logits.size(0))])
-        choice = logits.argsort(-1, descending=True).gather(1, ranks.unsqueeze(1))
-        if with_probs:  # as the real draw: the softmax written into probs_out when given
-            probs = logits.softmax(-1) if probs_out is None else torch.softmax(logits, -1, out=probs_out)
-            return choice, torch.zeros(logits.size(0)), probs
-        return (choice, torch.zeros(logits.size(0))) if with_entropy else choice
-
-    monkeypatch.setattr(loop, "sample_categorical", draw)
-
-
 @pytest.mark.parametrize("small", [True, False])
 def test_n_samples_give_the_average_of_n_single_sample_gradients(small, monkeypatch):
     """One batched pass with N samples per input == the mean of N runs with one
@@ -124,11 +107,11 @@ def test_n_samples_give_the_average_of_n_single_sample_gradients(small, monkeypa
         assert size == B
         return loss.detach(), [p.grad.clone() for p in params], log
 
-    _ranked_choices(monkeypatch, lambda r: r % n)
+    ranked_choices(monkeypatch, lambda r: r % n)
     loss_n, grads_n, log_n = loss_and_grads(n)
     singles = []
     for j in range(n):
-        _ranked_choices(monkeypatch, lambda r, j=j: j)
+        ranked_choices(monkeypatch, lambda r, j=j: j)
         singles.append(loss_and_grads(1))
     assert log_n["reward"] == pytest.approx(sum(log["reward"] for _, _, log in singles))
     assert len({round(log["reward"], 6) for _, _, log in singles}) > 1  # the N samples differ

@@ -8,9 +8,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import V_TGT, B, _crit, _setup
-from test_distributed_logs import _same_values
-from test_reinforce_gradients import _ranked_choices
+from helpers import V_TGT, B, _crit, _setup, ranked_choices, same_reduced_values
 from translation_helpers import mt_task
 
 from fairseq_smallvocab.reinforce import objective
@@ -102,7 +100,7 @@ def test_risk_loss_and_gradients_equal_each_sample_scored_alone_on_the_masked_fu
     n, lam, alpha = 4, 0.3, 2.0
     model, task, sample = _setup(small)
     params = [p for p in model.parameters() if p.requires_grad]
-    _ranked_choices(monkeypatch, lambda r: [0, 1, 0, 2][r % n])  # samples 0 and 2 of each input are one
+    ranked_choices(monkeypatch, lambda r: [0, 1, 0, 2][r % n])  # samples 0 and 2 of each input are one
     crit = _crit(task, ce_weight=lam, rl_objective="risk", risk_sharpness=alpha, max_sample_len=7, rl_samples=n)
     model.zero_grad()
     loss, size, log = crit(model, sample)
@@ -163,7 +161,7 @@ def test_risk_logs_reduce_as_one_process_does(tiny_bin):
     for seed in (3, 4):
         torch.manual_seed(seed)
         logs.append(crit(model.eval(), sample)[2])
-    values = _same_values(lambda outs: task.reduce_metrics(outs, crit), logs)
+    values = same_reduced_values(lambda outs: task.reduce_metrics(outs, crit), logs)
     sentences = sum(log["nsentences"] for log in logs)
     assert values["risk"] == pytest.approx(100 * sum(log["risk"] for log in logs) / sentences, abs=0.01)
     assert values["distinct"] == pytest.approx(sum(log["distinct"] for log in logs) / sentences, abs=0.01)
@@ -274,7 +272,7 @@ def test_risk_whose_candidates_are_all_one_sentence_warns_once(monkeypatch, capl
     import logging
 
     model, task, sample = _setup(True)
-    _ranked_choices(monkeypatch, lambda r: 0)  # every sample the greedy one
+    ranked_choices(monkeypatch, lambda r: 0)  # every sample the greedy one
     crit = _crit(task, ce_weight=0.0, rl_objective="risk", max_sample_len=7, rl_samples=3)
     with caplog.at_level(logging.WARNING):
         for _ in range(2):
@@ -288,7 +286,7 @@ def test_risk_whose_candidates_are_all_one_sentence_warns_once(monkeypatch, capl
     with caplog.at_level(logging.WARNING):
         _crit(task, ce_weight=0.0, rl_objective="risk", max_sample_len=7, rl_samples=3, reward="constant")(
             model, sample)
-        _ranked_choices(monkeypatch, lambda r: r % 3)  # three different samples per input
+        ranked_choices(monkeypatch, lambda r: r % 3)  # three different samples per input
         _crit(task, ce_weight=0.0, rl_objective="risk", max_sample_len=7, rl_samples=3)(model, sample)
     assert "same sentence" not in caplog.text
 

@@ -7,8 +7,7 @@ import json
 import re
 
 import pytest
-from helpers import REPO, run
-from test_transformer_rl_recipe import TINY_TRANSFORMER
+from helpers import REPO, TINY_TRANSFORMER, run
 
 from smallvocab_tools.analysis.budget_report import settings
 from smallvocab_tools.analysis.recipe_runs import corpus_scores

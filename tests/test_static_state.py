@@ -4,12 +4,11 @@ same decoder states, step by step, and the same draws, for every Transformer
 family the tasks restrict, N rows per input, padded sources), and the loop's
 stop test asked every few steps giving the same samples."""
 
-from types import SimpleNamespace
 
 import pytest
 import torch
-from helpers import candidate_batch, make_dictionary
-from test_any_model import FAMILIES, LSTM, TRANSFORMER, V_SRC, _stock, raise_eos
+from helpers import candidate_batch
+from model_families import LSTM, STATIC, TRANSFORMER, TRANSFORMERS, encoder_inputs, raise_eos, stock
 
 from fairseq_smallvocab.engine import eager, passes
 from fairseq_smallvocab.engine import sampling as sampler
@@ -18,47 +17,7 @@ from fairseq_smallvocab.engine.recurrent_state import RecurrentStaticState
 from fairseq_smallvocab.engine.sampling import SampleRequest
 from fairseq_smallvocab.engine.settings import EngineSettings
 from fairseq_smallvocab.engine.transformer_state import TransformerStaticState
-from fairseq_smallvocab.models.lstm_caption_smallvocab import (
-    CaptionFeatureEncoder,
-    LSTMCaptionSmallVocabConfig,
-    LSTMCaptionSmallVocabModel,
-)
 from fairseq_smallvocab.models.restricted import restrict
-
-
-def _caption_model():
-    task = SimpleNamespace(target_dictionary=make_dictionary(54), feature_dim=20)
-    return LSTMCaptionSmallVocabModel.build_model(LSTMCaptionSmallVocabConfig(embed_dim=12, layers=2, dropout=0.1),
-                                                  task)
-
-
-STATIC = dict(FAMILIES, transformer_learned_pos=lambda: _stock(
-    "transformer", decoder_learned_pos=True, layernorm_embedding=True, **TRANSFORMER),
-    lstm_bidirectional=lambda: _stock("lstm", encoder_bidirectional=True, **LSTM),  # h_0 and c_0 projected
-    lstm_caption_smallvocab=_caption_model)
-TRANSFORMERS = [name for name in STATIC if name.startswith("transformer")]
-
-
-def _inputs(model, n, steps, seed=0, width=7):
-    """(encoder_out, B x steps random target prefixes) for 5 inputs of N rows each, sources of at most
-    ``width`` tokens, on the model's device."""
-    gen = torch.Generator().manual_seed(seed)
-    device = next(model.parameters()).device
-    lengths = torch.tensor([7, 6, 5, 4, 2]).clamp(max=width)  # sorted: fairseq's lstm encoder needs it
-    if isinstance(model.encoder, CaptionFeatureEncoder):
-        encoder_out = model.encoder(torch.randn(len(lengths), 20, generator=gen).to(device))
-    else:
-        src = torch.full((len(lengths), width), model.encoder.dictionary.pad())
-        for b, length in enumerate(lengths.tolist()):  # left-padded, as fairseq's batches are
-            src[b, width - length:] = torch.randint(4, V_SRC, (length,), generator=gen)
-            src[b, -1] = model.encoder.dictionary.eos()
-        encoder_out = model.encoder(src.to(device), src_lengths=lengths.to(device))
-    order = torch.arange(len(lengths), device=device).repeat_interleave(n)  # N rows per input, as the sampler
-    encoder_out = model.encoder.reorder_encoder_out(encoder_out, order)
-    vocab = len(model.decoder.dictionary)
-    tokens = torch.randint(4, vocab, (len(order), steps), generator=gen).to(device)
-    tokens[:, 0] = model.decoder.dictionary.eos()
-    return encoder_out, tokens
 
 
 @pytest.mark.parametrize("name", list(STATIC))
@@ -70,7 +29,7 @@ def test_static_steps_give_fairseqs_incremental_states(name, n):
     for param in model.parameters():  # away from the initialization's near-uniform attention
         param.normal_(0, 0.5)
     steps = 6
-    encoder_out, tokens = _inputs(model, n, steps)
+    encoder_out, tokens = encoder_inputs(model, n, steps)
     static = static_state(model.decoder, encoder_out, steps)
     assert isinstance(static, TransformerStaticState if name in TRANSFORMERS else RecurrentStaticState)
     state = {}
@@ -90,7 +49,7 @@ def test_a_step_index_on_the_device_gives_the_same_states_with_static_shapes(nam
     for param in model.parameters():
         param.normal_(0, 0.5)
     steps = 6
-    encoder_out, tokens = _inputs(model, 2, steps)
+    encoder_out, tokens = encoder_inputs(model, 2, steps)
     eager, static = static_state(model.decoder, encoder_out, steps), static_state(model.decoder, encoder_out, steps)
     for t in range(steps):
         torch.testing.assert_close(static.step(tokens[:, t], torch.tensor(t)), eager.step(tokens[:, t], t),
@@ -104,7 +63,7 @@ def test_an_option_the_static_step_does_not_follow_keeps_fairseqs_state(arch, op
     from fairseq_smallvocab.engine import families as module
 
     monkeypatch.setattr(module, "_told", set())
-    model = _stock(arch, **options).eval()
+    model = stock(arch, **options).eval()
     encoder_out = model.encoder(torch.tensor([[5, 6, 2]]), src_lengths=torch.tensor([3]))
     with caplog.at_level("INFO", logger=module.__name__):
         assert static_state(model.decoder, encoder_out, 4) is None
@@ -133,7 +92,7 @@ def test_the_sampler_draws_the_same_on_the_static_state_as_on_fairseqs(name, sma
     model = restrict(STATIC[name]()).eval()
     for param in model.parameters():
         param.normal_(0, 0.5)
-    encoder_out, tokens = _inputs(model, 3, 1)
+    encoder_out, tokens = encoder_inputs(model, 3, 1)
     rows = tokens.size(0)
     candidates = candidate_batch(12, len(model.decoder.dictionary), bsz=rows) if small else None
     max_lens = torch.tensor([6, 3, 8, 1, 5] * 3).view(3, 5).t().reshape(-1)
@@ -173,7 +132,7 @@ def test_asking_whether_rows_are_going_less_often_gives_the_same_samples(name, e
     with torch.no_grad():
         for param in model.parameters():
             param.normal_(0, 0.5)
-    encoder_out, tokens = _inputs(model, 2, 4)
+    encoder_out, tokens = encoder_inputs(model, 2, 4)
     rows = tokens.size(0)
     max_lens = torch.full((rows,), 40)
     with torch.no_grad():
@@ -214,7 +173,7 @@ def test_a_family_registered_for_a_subclass_gives_it_a_static_state(monkeypatch,
     monkeypatch.setattr(families, "_told", set())
     model = STATIC["lstm_smallvocab"]().eval()
     model.decoder.__class__ = MyDecoder
-    encoder_out, tokens = _inputs(model, 1, 4)
+    encoder_out, tokens = encoder_inputs(model, 1, 4)
     with caplog.at_level("INFO", logger=families.__name__):
         assert static_state(model.decoder, encoder_out, 4) is None
     assert "MyDecoder subclasses SmallVocabDecoder" in caplog.text

@@ -9,17 +9,13 @@ import fcntl
 import json
 
 import pytest
-from helpers import REPO, run
+from helpers import REPO, TINY_TRANSFORMER, run
 
 from smallvocab_tools.analysis.recipe_runs import DECODES, corpus_bleu
 from smallvocab_tools.analysis.train_logs import parse
 
+
 # the recipe's model at test size (the recipe's default: transformer_multi30k.args, d = 256, 3 + 3 layers)
-TINY_TRANSFORMER = ("--arch transformer --encoder-layers 1 --decoder-layers 1 --encoder-embed-dim 16 "
-                    "--decoder-embed-dim 16 --encoder-ffn-embed-dim 32 --decoder-ffn-embed-dim 32 "
-                    "--encoder-attention-heads 2 --decoder-attention-heads 2 --share-decoder-input-output-embed")
-
-
 def test_the_clock_of_a_resumed_run_leaves_its_pause_out(tmp_path):
     log = tmp_path / "train.log"
     log.write_text("\n".join([
