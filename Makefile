@@ -40,6 +40,8 @@ test-fast: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	@if [ -x $(VENV)/bin/mypy ]; then $(VENV)/bin/mypy; \
+	else echo "make lint: mypy (Python >= 3.10) is not in $(VENV): the type check did not run" >&2; fi
 
 demo: $(STAMP)
 	PATH="$(abspath $(VENV))/bin:$$PATH" bash scripts/demo.sh

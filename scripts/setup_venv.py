@@ -40,7 +40,9 @@ FAIRSEQ_RUNTIME_DEPS = [
     "packaging",
 ]
 # ctranslate2: the deployment (scripts/export_ctranslate2.py) and its tests; it depends on no torch
-PROJECT_DEPS = ["sentencepiece", "matplotlib", "pytest", "pytest-xdist", "ruff", "ctranslate2>=4,<5"]
+PROJECT_DEPS = ["sentencepiece", "matplotlib", "pytest", "pytest-xdist", "ruff",
+                "mypy==2.4.1; python_version >= '3.10'",  # (make lint's type check; it runs on Python >= 3.10)
+                "ctranslate2>=4,<5"]
 REPO = Path(__file__).resolve().parent.parent
 
 

@@ -26,12 +26,12 @@ fairseq's incremental state, passes eager).
 
 import logging
 import weakref
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Set
 
 from torch import Tensor
 
 logger = logging.getLogger(__name__)
-_told = set()  # decoder classes whose fallback was explained: once per class and process, not per batch
+_told: Set[type] = set()  # decoder classes whose fallback was explained: once per class and process, not per batch
 
 
 class Part:
@@ -77,15 +77,20 @@ class DecoderFamily:
     decoder_class: Optional[type] = None
     state_class: Optional[type] = None
 
+    # the default answers below need the family's classes: a family without them overrides those answers
+
     def accepts(self, decoder) -> bool:
+        assert self.decoder_class is not None
         return isinstance(decoder, self.decoder_class)
 
     def why_not(self, decoder) -> Optional[str]:
+        assert self.decoder_class is not None
         if type(decoder) is not self.decoder_class:
             return f"{type(decoder).__name__} subclasses {self.decoder_class.__name__}"
         return None
 
     def static_state(self, decoder, encoder_out, steps: int, slots=None):
+        assert self.state_class is not None
         return self.state_class(decoder, encoder_out, slots)
 
     def source_length(self, encoder_out) -> int:

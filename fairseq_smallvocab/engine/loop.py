@@ -141,12 +141,15 @@ class Loop:
         self.is_greedy.copy_(self.alive)
         self.entropy.zero_()
         if self.ids is not None:
+            assert candidates is not None  # a loop made with k > 0 candidates is loaded with them
             self.ids.zero_()
             self.ids[:bsz] = candidates
         if self.uniforms is not None:
+            assert uniforms is not None  # a loop that draws (not greedy) is loaded with its uniform draws
             self.uniforms.fill_(0.5)
             self.uniforms[:bsz, : uniforms.size(1)] = uniforms
         if self.not_first is not None:
+            assert first is not None  # a loop made ``forced`` is loaded with each row's first token
             self.not_first.zero_()
             rows = first.ge(0).nonzero().view(-1)
             self.not_first[rows] = True
@@ -168,17 +171,23 @@ class Loop:
             if self.greedy:
                 choice = logits.argmax(-1)
             else:
+                assert self.uniforms is not None  # made for every loop that draws (not greedy)
                 # at temperature 1 the draw's own weights, normalized, are the model's distribution
                 reuse = self.store_probs and self.temperature == 1.0
                 in_place = reuse and not isinstance(t, Tensor)  # written straight into the kept buffer
+                probs_out: Optional[Tensor] = None
+                if in_place:
+                    assert self.probs is not None  # made with store_probs, which in_place implies
+                    probs_out = self.probs[:, t]
                 drawn = sample_categorical(logits if self.temperature == 1.0 else logits / self.temperature,
                                            with_entropy=True, with_probs=reuse,
-                                           probs_out=self.probs[:, t] if in_place else None,
+                                           probs_out=probs_out,
                                            uniform=_column(self.uniforms, t))
                 choice, step_entropy = drawn[0].squeeze(1), drawn[1]
                 self.entropy += step_entropy.masked_fill(~alive, 0.0)
                 self.is_greedy &= choice.eq(logits.argmax(-1)) | ~alive
                 if self.store_probs:  # the model's own distribution (temperature 1), for the gradient
+                    assert self.probs is not None and self.chosen is not None  # made with store_probs
                     p = drawn[2] if reuse else logits.softmax(-1)
                     if not in_place:
                         _write(self.probs, t, p)
@@ -215,5 +224,6 @@ class Loop:
         if states is not None:
             result.features = torch.stack(states[:done], 1) if done else None
         if self.store_probs:
+            assert self.probs is not None and self.chosen is not None  # made with store_probs
             result.probs, result.chosen_lprobs = take(self.probs[:bsz, :done]), take(self.chosen[:bsz, :done])
         return result

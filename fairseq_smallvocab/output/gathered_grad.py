@@ -35,6 +35,7 @@ a module that contains it reuses the outer one.
 """
 
 from contextlib import contextmanager
+from typing import List
 
 import torch
 import torch.nn.functional as F
@@ -125,7 +126,7 @@ class _Block:
         return self.anchors[id(weight)]
 
 
-_ACTIVE = []  # the open blocks, innermost last
+_ACTIVE: List[_Block] = []  # the open blocks, innermost last
 
 
 def active_route(weight: Tensor):

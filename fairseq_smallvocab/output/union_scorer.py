@@ -61,6 +61,7 @@ class UnionScorer:
         if self.pos is None:
             return scores
         if self.row_pos is None:
+            assert self.sent is not None  # made with ``pos`` (both from the candidates)
             self.row_pos = self.pos.index_select(0, self.sent)
         pos = self.row_pos
         if scores.dim() == 3:

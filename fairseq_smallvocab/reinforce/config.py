@@ -6,15 +6,18 @@ start-up, naming its flag)."""
 
 import math
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Dict, Optional, Type, cast
 
 import torch
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 
 from fairseq_smallvocab.engine.settings import FULL_SOFTMAX_MODES, EngineSettings, keys_help
-from fairseq_smallvocab.reinforce.objective import BASELINES as BASELINE_CLASSES
+from fairseq_smallvocab.reinforce import objective
 from fairseq_smallvocab.reinforce.rewards import REWARDS
 
+# the baseline classes by name (the same dict: objective.BASELINES is not annotated, and mypy reads it as a dict of
+# plain ``type``, its classes' __init__s differing)
+BASELINE_CLASSES = cast(Dict[str, Type[objective.Baseline]], objective.BASELINES)
 BASELINES = ChoiceEnum(list(BASELINE_CLASSES))
 FULL_SOFTMAX_CHOICES = ChoiceEnum(list(FULL_SOFTMAX_MODES))
 OBJECTIVES = ChoiceEnum(["reinforce", "risk"])
@@ -32,9 +35,11 @@ MAX_BASELINE_LR = 1.0  # the learned baseline's Adam: see check_config
 MAX_RISK_SHARPNESS = math.floor(torch.finfo(torch.float16).max / (149 * math.log(2.0)))
 
 
+# fairseq takes a choice field's choices from its type, a ChoiceEnum, which to mypy is a value and not a type
+# (hence the fields' type: ignore)
 @dataclass
 class SmallVocabReinforceConfig(FairseqDataclass):
-    rl_objective: OBJECTIVES = field(
+    rl_objective: OBJECTIVES = field(  # type: ignore[valid-type]  # a ChoiceEnum: see above
         default="reinforce", metadata={"help": "the sequence-level term: reinforce (the policy gradient, with "
                                                "--rl-baseline; the paper's) or risk (the expected cost, 1 - reward, "
                                                "under the softmax of each source's distinct samples' "
@@ -45,7 +50,7 @@ class SmallVocabReinforceConfig(FairseqDataclass):
                                        "softmax over a source's distinct samples weighs their costs (larger: the "
                                        "likeliest samples weigh more; at most 634, where the scores would overflow "
                                        "half precision)"})
-    risk_candidates: RISK_CANDIDATES = field(
+    risk_candidates: RISK_CANDIDATES = field(  # type: ignore[valid-type]  # a ChoiceEnum: see above
         default="sample", metadata={"help": "risk's N candidates per input: sample (--rl-samples samples, a repeat "
                                             "counted once) or beam (the --rl-samples best of a beam search of that "
                                             "width inside the candidates, as Edunov et al.'s)"})
@@ -55,7 +60,7 @@ class SmallVocabReinforceConfig(FairseqDataclass):
     label_smoothing: float = field(
         default=0.0, metadata={"help": "eps: label smoothing of the CE term, as label_smoothed_cross_entropy's "
                                        "(over the candidates under a small vocabulary); 0: the paper's plain CE"})
-    rl_baseline: BASELINES = field(default="learned",
+    rl_baseline: BASELINES = field(default="learned",  # type: ignore[valid-type]  # a ChoiceEnum: see above
                                    metadata={"help": "reward baseline (loo: needs --rl-samples >= 2)"})
     rl_samples: int = field(default=1, metadata={"help": "samples per input, each rewarded against the reference"})
     reward: str = field(default="gleu", metadata={
@@ -84,7 +89,7 @@ class SmallVocabReinforceConfig(FairseqDataclass):
                                         + keys_help() + "; compile is refused on a GPU until its benchmark "
                                         "step has run there, unless untested_cuda_modes=on "
                                         "(fairseq_smallvocab/engine/settings.py says what each does)"})
-    rl_full_softmax: Optional[FULL_SOFTMAX_CHOICES] = field(
+    rl_full_softmax: Optional[FULL_SOFTMAX_CHOICES] = field(  # type: ignore[valid-type]  # a ChoiceEnum: see above
         default=None, metadata={"help": "without candidates (the full softmax): plain (the default: the targets' "
                                         "tokens x |V| logits and log-softmax, the sampled steps' probabilities "
                                         "kept) or chunked (no tokens x |V| tensor: chunks of rows made again in "
@@ -187,4 +192,5 @@ def check_config(cfg: SmallVocabReinforceConfig) -> EngineSettings:
         raise ValueError(problems[0])
     if problems:
         raise ValueError(f"{len(problems)} of the criterion's settings need fixing:\n  " + "\n  ".join(problems))
+    assert settings is not None  # (None only where making them failed: a problem, raised above)
     return settings

@@ -73,7 +73,7 @@ class Baseline(nn.Module):
 
     needs_greedy = False  # whether ``values`` reads the greedy decode's reward
     min_samples = 1  # samples per input that it needs
-    log_keys = ()  # what ``learn`` returns (logged for every training batch: 0 for a skipped one)
+    log_keys: Tuple[str, ...] = ()  # what ``learn`` returns (logged for every training batch: 0 for a skipped one)
     # whether the mean of its values tells the log something: not for none (0), self_critical (the logged
     # greedy_reward) nor loo (the samples' leave-one-out means average to the mean reward exactly)
     logs_its_mean = False
@@ -116,6 +116,8 @@ START_MIN = 0.01  # a fresh learned baseline starts at the first mean reward, ke
 class LearnedBaseline(Baseline):
     log_keys = ("baseline_mse",)
     logs_its_mean = True
+    weight: Tensor  # (buffers: see the module)
+    bias: Tensor
 
     def __init__(self, lr: float = 1e-3):
         super().__init__()

@@ -49,7 +49,7 @@ hypothesis positions.  Cost B x L^2 per order, no sorting and no n-gram ids
 """
 
 import logging
-from typing import List, Optional, Sequence
+from typing import Dict, Hashable, List, Optional, Sequence
 
 import torch
 from torch import Tensor
@@ -183,7 +183,7 @@ def bleu_batch(hyp: Tensor, hyp_lens: Tensor, ref: Tensor, ref_lens: Tensor, max
 def gleu(hyp: Sequence, ref: Sequence, max_order: int = 4) -> float:
     """GLEU of one hypothesis against one reference (sequences of ints or
     strings, e.g. ``"a cat".split()``)."""
-    vocab = {}
+    vocab: Dict[Hashable, int] = {}
     as_ids = [[vocab.setdefault(tok, len(vocab)) for tok in seq] for seq in (hyp, ref)]
     tensors = [torch.tensor([seq], dtype=torch.long).view(1, len(seq)) for seq in as_ids]
     lens = [torch.tensor([len(seq)]) for seq in as_ids]

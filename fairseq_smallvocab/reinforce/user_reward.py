@@ -52,7 +52,7 @@ import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -134,7 +134,8 @@ class UserReward(SentenceReward):
         self.spec, self.function = spec, load_function(spec)
         self.needs_references = bool(getattr(self.function, "needs_references", True))
         self.said_scale = False  # whether the log has said that the rewards leave [0, 1]
-        self.running = None  # the call in progress: (its start, its number of hypotheses, slow_after), or None
+        # the call in progress: (its start, its number of hypotheses, slow_after), or None
+        self.running: Optional[Tuple[float, int, float]] = None
         self.watchdog: Optional[threading.Thread] = None  # the thread that watches the calls, while there is one
         self.watchdog_lock = threading.Lock()
 

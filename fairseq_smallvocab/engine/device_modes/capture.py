@@ -201,7 +201,9 @@ def sample(model, encoder_out, candidates: Optional[Tensor], request: SampleRequ
     k = 0 if candidates is None else candidates.size(1)
     width = k or weight.size(0)
     union_size = 0 if candidates is None else bucket(union.weight.size(0), floor=k)
-    src_len = bucket(family_of(decoder).source_length(encoder_out))
+    family = family_of(decoder)
+    assert family is not None  # ``passes.plan`` turns the capture off for a decoder without a family
+    src_len = bucket(family.source_length(encoder_out))
     rows = bucket(bsz)
     # the bucket's steps stay within the decoder's positions (a learned position table ends there)
     bucket_steps = max(steps, min(bucket(steps), int(decoder.max_positions())))

@@ -92,7 +92,10 @@ def _pad_part(x: Tensor, part: Part, rows: int, src_len: int) -> Tensor:
     real = x.size(part.rows_dim)
     mask = padded(x, sizes, True)
     # (rows grow there, so the mask is a new tensor, not the batch's)
-    return unmask_first_position(mask, real, part.rows_dim, part.src_dim) if real < rows else mask
+    if real >= rows:
+        return mask
+    assert part.src_dim is not None  # a source mask has a source dim
+    return unmask_first_position(mask, real, part.rows_dim, part.src_dim)
 
 
 class _Pass(nn.Module):
@@ -236,6 +239,7 @@ class _Replay(torch.autograd.Function):
         entry.forward()
         ctx.entry, ctx.pending = entry, _Pending()
         entry.pending = weakref.ref(ctx.pending)
+        assert entry.output is not None  # written by the forward just run
         return entry.output.clone()
 
     @staticmethod
