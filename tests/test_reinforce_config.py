@@ -204,6 +204,10 @@ def test_the_plan_resolves_auto_once_for_the_model_and_its_device(monkeypatch, c
         plan = crit.plan(lstm, cuda)
         assert crit.plan(lstm, cuda) is plan is lstm.engine_plan
     assert modes(plan) == ("device", "cuda-graphs", "cuda-graphs")
+    # the model's passes without a request (CE with another criterion, validation) and its decoding run it too
+    from fairseq_smallvocab.models.generation import _transposed_min_rows
+
+    assert lstm.plan_on(cuda) is plan and _transposed_min_rows(lstm) == plan.settings.transposed_min_rows
     assert caplog.text.count("smallvocab_reinforce: on cuda, capture=cuda-graphs, graphed_pass=cuda-graphs") == 1
     assert crit.settings == default  # the settings stay what the user gave
 
