@@ -120,3 +120,16 @@ def cap_model(cap_bin, cap_predictor, tmp_path_factory):
          "--eval-bleu", "--eval-bleu-args", '{"beam": 1, "max_len_b": 30}', "--one-caption-per-image"])
     return save / "checkpoint_last.pt"
 
+
+@pytest.fixture(scope="module")
+def ml_bin(tmp_path_factory):
+    """A tiny three-way corpus (en, de, fr) prepared as one multilingual data folder with its shared dictionary."""
+    from multilingual_helpers import PAIRS, write_three_way
+
+    from smallvocab_tools.data.multilingual_prep import prepare_multilingual
+
+    folder = tmp_path_factory.mktemp("ml")
+    raw = write_three_way(folder / "raw")
+    splits = {"train": "train", "valid": "valid", "test": "test"}
+    prepare_multilingual(raw, folder / "bin", PAIRS, splits, min_count=1, log=lambda m: None)
+    return folder / "bin"

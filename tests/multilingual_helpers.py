@@ -43,3 +43,41 @@ def ml_task(data, *extra, target_lang=None):
         if getattr(parsed, name, None) is None:
             setattr(parsed, name, 1024)
     return tasks.setup_task(parsed)
+
+
+ML_K = 60  # the candidates per row of the tests' multilingual task
+
+
+def random_predictor(ptask, seed):
+    """An untrained predictor whose output layer is drawn too (fairseq starts it at 0: every word alike)."""
+    import torch
+    from vocab_predictor_helpers import untrained_model
+
+    torch.manual_seed(seed)
+    model = untrained_model(ptask).eval()
+    torch.nn.init.normal_(model.output.weight)
+    torch.nn.init.normal_(model.output.bias)
+    return model
+
+
+def task_with_predictors(ml_bin, seed_fr=1):
+    """The task (ML_K = 60) with an untrained predictor per pair (each its own seed), loaded in place."""
+    from vocab_predictor_helpers import vp_task
+
+    task = ml_task(ml_bin, "--vocab-predictor", "en-de:de.pt,en-fr:fr.pt", "--small-vocab-size", str(ML_K))
+    models = {}
+    for tgt, seed in (("de", 0), ("fr", seed_fr)):
+        ptask = vp_task(ml_bin, source_lang="en", target_lang=tgt)
+        models[tgt] = random_predictor(ptask, seed)
+        task.predictors()._loaded[f"{tgt}.pt"] = (models[tgt], ptask.source_dictionary)
+        task.predictors()._trained_on[f"{tgt}.pt"] = ("en", tgt)  # what its checkpoint would record
+    return task, models
+
+
+def pair_batch(task, split, n=12):
+    """``n`` rows of ``split`` drawn in a fixed order, collated as a batch."""
+    import torch
+
+    task.load_dataset(split)
+    ds = task.datasets[split]
+    return ds.collater([ds[i] for i in torch.randperm(len(ds), generator=torch.Generator().manual_seed(0))[:n]])
