@@ -11,6 +11,7 @@ temporary file renamed into place)."""
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -38,6 +39,16 @@ def commits(repo: Path, until: str = "HEAD", since: Optional[str] = None) -> Lis
     return found
 
 
+# a work-item reference of the project's own ("(#29)", "RESULTS #32:"), not an upstream one ("pytorch/pytorch#38228")
+_WORK_ITEM = re.compile(r"\s*\(#\d+\)|\s?(?<![\w/])#\d+\b")
+
+
+def without_work_items(text: str) -> str:
+    """``text`` without the project's work-item numbers (what changed is said in words; the numbers belong to a
+    tracker the readers do not see)."""
+    return _WORK_ITEM.sub("", text)
+
+
 def first_paragraph(body: str) -> str:
     """The body's first paragraph on one line (its lines joined), or ""."""
     return " ".join(body.strip().split("\n\n", 1)[0].split()) if body.strip() else ""
@@ -54,8 +65,8 @@ def changelog(entries: List[Tuple[str, str, str, str]], head: str) -> str:
     for day, day_entries in days.items():
         lines += [f"## {day}", ""]
         for short, _, subject, body in day_entries:
-            lines.append(f"- **{subject}** ({short})")
-            why = first_paragraph(body)
+            lines.append(f"- **{without_work_items(subject)}** ({short})")
+            why = without_work_items(first_paragraph(body))
             if why:
                 lines += textwrap.wrap(why, width=116, initial_indent="  ", subsequent_indent="  ")
         lines.append("")
