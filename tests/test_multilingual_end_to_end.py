@@ -246,7 +246,7 @@ def test_prepare_multi30k_multilingual_and_tagged_from_a_folder(tmp_path):
 
 @pytest.mark.slow
 def test_a_predictor_told_the_language_trains_and_serves_decoding(trained, ml_bin, tmp_path):
-    """The tagged predictor as examples/translation/README.md trains it (valid and valid1: recall per pair), then
+    """The tagged predictor as examples/translation/multilingual.md trains it (valid and valid1: recall per pair), then
     decoding both pairs with it alone (--vocab-predictor CKPT) loads it with its own dictionaries."""
     from smallvocab_tools.data.multilingual_prep import prepare_target_tagged
 
