@@ -61,7 +61,7 @@ def random_predictor(ptask, seed):
 
 
 def task_with_predictors(ml_bin, seed_fr=1):
-    """The task (ML_K = 60) with an untrained predictor per pair (each its own seed), loaded in place."""
+    """The task (K = ML_K) with an untrained predictor per pair (each its own seed), loaded in place."""
     from vocab_predictor_helpers import vp_task
 
     task = ml_task(ml_bin, "--vocab-predictor", "en-de:de.pt,en-fr:fr.pt", "--small-vocab-size", str(ML_K))

@@ -100,7 +100,7 @@ def trained(ml_bin, tmp_path_factory):
         vp = run(["fairseq-train", ml_bin, *TRAIN_ARGS, "-s", "en", "-t", tgt, "--max-epoch", "3", "--recall-at",
                   str(ML_K), "--best-checkpoint-metric", f"recall@{ML_K}", "--maximize-best-checkpoint-metric",
                   "--save-dir", out / f"vp-{tgt}"])
-        assert f"best_recall@{ML_K} " in vp.stdout + vp.stderr  # the best checkpoint is chosen by recall at ML_K
+        assert f"best_recall@{ML_K} " in vp.stdout + vp.stderr  # the best checkpoint is chosen by recall at K
         spec.append(f"en-{tgt}:{out / f'vp-{tgt}' / 'checkpoint_best.pt'}")
     spec = ",".join(spec)
     result = run(["fairseq-train", ml_bin, *OURS, *MODEL_ARGS, "--vocab-predictor", spec, "--small-vocab-size",
@@ -110,9 +110,9 @@ def trained(ml_bin, tmp_path_factory):
     log = result.stderr + result.stdout
     outside = re.search(r"valid on 'valid' subset .*gold_outside_cands ([\d.]+)", log)
     assert outside, log[-3000:]  # validation inside predicted candidates
-    # said when valid loads: ML_K, |V| and the share of its references outside the rows the predictors make, which is
+    # said when valid loads: K, |V| and the share of its references outside the rows the predictors make, which is
     # what validation measures
-    fit = re.search(rf"candidates for valid: ML_K = {ML_K} of \|V\| = [\d,]+ target entries \([\d.]+%\); ([\d.]+)% of "
+    fit = re.search(rf"candidates for valid: K = {ML_K} of \|V\| = [\d,]+ target entries \([\d.]+%\); ([\d.]+)% of "
                     r"the reference words", log)
     assert fit and float(fit.group(1)) == pytest.approx(float(outside.group(1)), abs=0.006), log[-3000:]
     return out, spec
@@ -203,7 +203,7 @@ def test_a_predictor_records_its_pair_only_when_trained_with_it(trained, predict
 @pytest.mark.slow
 @pytest.mark.parametrize("tgt", ["de", "fr"])
 def test_it_decodes_inside_candidates_as_stock_fairseq_decodes_with_every_word(trained, ml_bin, tgt):
-    """Rows holding every word of the predictor's dictionary (ML_K = its size): greedy decoding equals stock
+    """Rows holding every word of the predictor's dictionary (K = its size): greedy decoding equals stock
     fairseq's (the other languages' tokens aside, which the model never emits after the first one)."""
     out, spec = trained
     ckpt = out / "ce" / "checkpoint_last.pt"

@@ -1,6 +1,6 @@
 """translation_multi_smallvocab (fairseq's translation_multi_simple_epoch with candidates): each row's
 candidates from its own pair's predictor, fairseq's specials and the row's target language token in every
-row (not counted in ML_K), every gold word in training rows; the row's pair as the model is told it; the
+row (not counted in K), every gold word in training rows; the row's pair as the model is told it; the
 predictors' dictionaries checked against the shared one; refused settings.  Rewards, logs and the end to
 end runs: test_multilingual_end_to_end.py."""
 
@@ -50,7 +50,7 @@ def test_each_row_holds_the_specials_its_language_token_and_its_own_pairs_words(
     task.attach(sample, gold=gold)
     rows, target = sample["net_input"]["candidates"], sample["target"]
     d = task.target_dictionary
-    assert rows.shape == (target.size(0), ML_K + 1)  # the language token is not counted in ML_K
+    assert rows.shape == (target.size(0), ML_K + 1)  # the language token is not counted in K
     assert rows[:, :4].eq(torch.arange(4)).all()
     assert rows[:, 4].equal(target[:, 0])  # the row's own language token, the first token it must emit
     langs = {d.index("__de__"): "de", d.index("__fr__"): "fr"}
