@@ -11,7 +11,7 @@ model on one device, every condition asked once, when the model first meets the 
   ``static_state`` off; the graphed pass for a decoder with no recurrent pass; the merged pass where some
   module draws its dropout for every row); a mode not yet tested on a GPU is refused on one
   (``EngineSettings.check_device``);
-- the plan is the eager one (``sampling.EagerPlan``: the decoder's own calls, the eager sampling loop, two
+- the plan is the eager one (``eager.EagerPlan``: the decoder's own calls, the eager sampling loop, two
   teacher-forced passes) where no mode is left on, else the device plan (``device_modes.DevicePlan``) made
   of the modes that apply, and only those; that package is imported here, by name, only then (the default
   step on the CPU never loads it: ``tests/test_layout.py``).
