@@ -136,12 +136,6 @@ def is_recurrent(decoder) -> bool:
     return family is not None and family.recurrent
 
 
-def has_static_state(decoder, encoder_out, keep_graph: bool = False) -> bool:
-    """Whether ``decoder`` samples on its family's static state."""
-    family = family_of(decoder)
-    return family is not None and family.follows(decoder, encoder_out, keep_graph)
-
-
 def static_state(decoder, encoder_out, steps: int, keep_graph: bool = False, slots=None):
     """The static state for ``decoder``, or None where it keeps fairseq's
     incremental state (no family accepts it, or its family cannot follow it
