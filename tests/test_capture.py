@@ -21,6 +21,7 @@ from fairseq_smallvocab.engine import passes
 from fairseq_smallvocab.engine import sampling as sampler
 from fairseq_smallvocab.engine.device_modes import DevicePlan, capture, graphed_pass
 from fairseq_smallvocab.engine.device_modes.buckets import BucketStore, bucket
+from fairseq_smallvocab.engine.families import follower
 from fairseq_smallvocab.engine.sampling import SampleRequest
 from fairseq_smallvocab.engine.settings import EngineSettings
 from fairseq_smallvocab.engine.transformer_state import TransformerStaticState
@@ -348,7 +349,8 @@ def test_a_capture_that_fails_names_the_flag_that_runs_without_one(error, compil
     monkeypatch.setattr(capture._Bucket, "capture", fail)
     # the plan a CUDA device gets (made here on the CPU)
     on_cuda = DevicePlan(EngineSettings(capture="cuda-graphs", graphed_pass="off", compile=compile_mode),
-                         torch.device("cpu"), EngineSettings(compile=compile_mode), {}, False)
+                         torch.device("cpu"), EngineSettings(compile=compile_mode), {}, False,
+                         family=follower(model.decoder)[0])
     with pytest.raises(RuntimeError) as raised:
         _draw(model, encoder_out, candidate_batch(12, len(model.decoder.dictionary), bsz=15), torch.full((15,), 9),
               "cuda-graphs", plan=on_cuda)

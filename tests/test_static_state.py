@@ -58,19 +58,18 @@ def test_a_step_index_on_the_device_gives_the_same_states_with_static_shapes(nam
 
 @pytest.mark.parametrize("arch,options", [("transformer", dict(cross_self_attention=True, **TRANSFORMER)),
                                           ("lstm", dict(decoder_attention="0", **LSTM))])
-def test_an_option_the_static_step_does_not_follow_keeps_fairseqs_state(arch, options, caplog, monkeypatch):
-    """... and says why, once per decoder class (the sampler asks every batch)."""
-    from fairseq_smallvocab.engine import families as module
-
-    monkeypatch.setattr(module, "_told", set())
+def test_an_option_the_static_step_does_not_follow_keeps_fairseqs_state(arch, options):
+    """... and the plan says why, in the line the log prints once per plan (not per batch)."""
     model = stock(arch, **options).eval()
     encoder_out = model.encoder(torch.tensor([[5, 6, 2]]), src_lengths=torch.tensor([3]))
-    with caplog.at_level("INFO", logger=module.__name__):
-        assert static_state(model.decoder, encoder_out, 4) is None
-        assert static_state(model.decoder, encoder_out, 4) is None
-    said = [r.getMessage() for r in caplog.records if r.name == module.__name__]
+    assert static_state(model.decoder, encoder_out, 4) is None
+    plan = passes.plan(EngineSettings(), "cpu", model)
+    assert plan.family is None and plan.static_state(model.decoder, encoder_out, 4) is None
     expected = "cross-self-attention" if arch == "transformer" else "without attention"
-    assert len(said) == 1 and expected in said[0] and type(model.decoder).__name__ in said[0], said
+    said = plan.describe()
+    assert f"static_state=off ({type(model.decoder).__name__} samples on fairseq's incremental state" in said \
+        and expected in said, said
+    assert "static_state" not in passes.plan(EngineSettings(), "cpu", STATIC["transformer"]()).describe()
 
 
 def test_a_transformer_whose_steps_keep_their_graph_keeps_fairseqs_state():
@@ -98,11 +97,13 @@ def test_the_sampler_draws_the_same_on_the_static_state_as_on_fairseqs(name, sma
     max_lens = torch.tensor([6, 3, 8, 1, 5] * 3).view(3, 5).t().reshape(-1)
     draws, built = {}, []
 
+    made = eager.EagerPlan.static_state
+
     def spy(*args, **kwargs):  # the static path is taken where it is on
-        built.append(static_state(*args, **kwargs))
+        built.append(made(*args, **kwargs))
         return built[-1]
 
-    monkeypatch.setattr(eager, "static_state", spy)
+    monkeypatch.setattr(eager.EagerPlan, "static_state", spy)
     for static in (True, False):
         request = SampleRequest(max_lens, plan=passes.plan(EngineSettings(static_state=static), "cpu", model))
         torch.manual_seed(1)
@@ -117,8 +118,8 @@ def test_the_sampler_draws_the_same_on_the_static_state_as_on_fairseqs(name, sma
             if getattr(b, field) is not None:
                 torch.testing.assert_close(getattr(a, field)[b.mask], getattr(b, field)[b.mask], atol=1e-5, rtol=1e-5)
     assert draws[True][0].probs is not None and draws[True][0].tokens.size(1) > 1
-    assert len(built) == 2 and all(isinstance(state, TransformerStaticState if name in TRANSFORMERS
-                                              else RecurrentStaticState) for state in built)
+    kind = TransformerStaticState if name in TRANSFORMERS else RecurrentStaticState
+    assert len(built) == 4 and built[2:] == [None, None] and all(isinstance(state, kind) for state in built[:2])
 
 
 @pytest.mark.parametrize("name", ["lstm_smallvocab", "transformer"])
@@ -159,9 +160,9 @@ def test_asking_whether_rows_are_going_less_often_gives_the_same_samples(name, e
     torch.testing.assert_close(scored_a.features, scored_b.features)  # the states that chose each token
 
 
-def test_a_family_registered_for_a_subclass_gives_it_a_static_state(monkeypatch, caplog):
+def test_a_family_registered_for_a_subclass_gives_it_a_static_state(monkeypatch):
     """Extension by registration: a subclass of the paper's decoder is not followed by the paper's family
-    (it may compute otherwise, and says so once); a family registered for it (the nearest class wins) gives
+    (it may compute otherwise, and the plan says so); a family registered for it (the nearest class wins) gives
     it a static state, whose steps are the decoder's own incremental steps."""
     from fairseq_smallvocab.engine import families
     from fairseq_smallvocab.models.lstm_smallvocab import PaperLSTMFamily, PaperLSTMState, SmallVocabDecoder
@@ -170,21 +171,19 @@ def test_a_family_registered_for_a_subclass_gives_it_a_static_state(monkeypatch,
         pass
 
     monkeypatch.setattr(families, "_FAMILIES", list(families._FAMILIES))
-    monkeypatch.setattr(families, "_told", set())
     model = STATIC["lstm_smallvocab"]().eval()
     model.decoder.__class__ = MyDecoder
     encoder_out, tokens = encoder_inputs(model, 1, 4)
-    with caplog.at_level("INFO", logger=families.__name__):
-        assert static_state(model.decoder, encoder_out, 4) is None
-    assert "MyDecoder subclasses SmallVocabDecoder" in caplog.text
+    assert static_state(model.decoder, encoder_out, 4) is None
+    assert "MyDecoder subclasses SmallVocabDecoder" in passes.plan(EngineSettings(), "cpu", model).notes["static_state"]
 
     class MyFamily(PaperLSTMFamily):
         decoder_class = MyDecoder
 
     families.register(MyFamily())
     assert type(families.family_of(model.decoder)) is MyFamily and families.is_recurrent(model.decoder)
-    state = static_state(model.decoder, encoder_out, 4)
-    assert isinstance(state, PaperLSTMState)
+    state = passes.plan(EngineSettings(), "cpu", model).static_state(model.decoder, encoder_out, 4)
+    assert isinstance(state, PaperLSTMState) and isinstance(static_state(model.decoder, encoder_out, 4), PaperLSTMState)
     with torch.no_grad():
         want, _ = model.decoder.extract_features(tokens, encoder_out)
         got = torch.stack([state.step(tokens[:, t], t) for t in range(tokens.size(1))], 1)

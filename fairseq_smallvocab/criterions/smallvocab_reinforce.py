@@ -46,7 +46,6 @@ from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq_smallvocab.candidates.space import candidate_positions
 from fairseq_smallvocab.compat.registry import register_alias
 from fairseq_smallvocab.criterions.reinforce_setup import add_former_flags, check_beam_width, check_task
-from fairseq_smallvocab.engine import passes
 from fairseq_smallvocab.engine.request import SampleRequest, check_memory, sample_limits
 from fairseq_smallvocab.models.restricted import restricted_module
 from fairseq_smallvocab.output.chunked_ce import full_cross_entropy
@@ -278,7 +277,7 @@ class SmallVocabReinforceCriterion(FairseqCriterion):
 
     def plan(self, model, device):
         """The plan ``model`` runs this batch on ``device`` with the criterion's settings
-        (``engine.passes.planned``: made once, when the model first meets the device with them, and kept on the
+        (``RestrictedModel.plan_on``: made once, when the model first meets the device with them, and kept on the
         model, so that its CE term, validation and decoding run it too); a new one is said in the log (what runs,
         and why a mode is off), with a warning for a CUDA-graph mode asked for where graphs cannot be captured.
         A mode not yet tested on a GPU is refused there.  None for a model no plugin task restricted."""
@@ -286,7 +285,7 @@ class SmallVocabReinforceCriterion(FairseqCriterion):
         if restricted is None:
             return None
         before = restricted.engine_plan
-        plan = passes.planned(restricted, self.settings, device)
+        plan = restricted.plan_on(device, self.settings)
         if plan is not before:
             logger.info(f"smallvocab_reinforce: on {device}, {plan.describe()}")
             for warning in plan.warnings:

@@ -6,7 +6,7 @@ scored with gradient.
   graphed passes, static state, memory caps), data only;
 - ``passes``: the plan (``plan(settings, device, model)``): what runs for one
   model on one device, "auto" and every condition decided once, kept on the
-  model (``planned``) and carried by the sample request;
+  model (``RestrictedModel.plan_on``) and carried by the sample request;
 - ``eager``: the eager plan: the decoder's own passes, the sampling loop step
   by step, the forward as two passes;
 - ``sampling``: the call (``sample_and_score``: ``draw``, then ``score``) with

@@ -7,12 +7,12 @@ model's forward as two passes (the CE term's, then the samples').  The device pl
 """
 
 from contextlib import nullcontext
-from typing import Dict, Optional, Sequence
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
 
-from fairseq_smallvocab.engine.families import static_state
+from fairseq_smallvocab.engine.families import DecoderFamily, follower
 from fairseq_smallvocab.engine.loop import Loop, Samples
 from fairseq_smallvocab.engine.settings import EngineSettings
 from fairseq_smallvocab.output.gathered_grad import gathered_embedding_grads
@@ -47,9 +47,20 @@ class EagerPlan:
     name = "eager"
 
     def __init__(self, settings: EngineSettings, device, given: EngineSettings, notes: Dict[str, str],
-                 autocast: bool, warnings: Sequence[str] = ()):
+                 autocast: bool, warnings: Sequence[str] = (), family: Optional[DecoderFamily] = None,
+                 for_model: bool = True):
         self.settings, self.device, self.given, self.notes = settings, device, given, notes
         self.autocast, self.warnings = autocast, tuple(warnings)
+        self.family, self.for_model = family, for_model
+
+    def static_state(self, decoder, encoder_out, steps: int, keep_graph: bool = False, slots=None):
+        """The batch's static decoding state, or None (fairseq's incremental state): the family the plan found
+        to follow the model's decoder (``family``: None where none does, or ``static_state`` is off), where it
+        takes this batch (``DecoderFamily.takes``).  A plan made for no model (``EAGER``) asks the decoder's."""
+        family = self.family if self.for_model else follower(decoder)[0] if self.settings.static_state else None
+        if family is None or not family.takes(encoder_out, keep_graph):
+            return None
+        return family.static_state(decoder, encoder_out, steps, slots)
 
     def on_buckets(self, request) -> bool:
         """Whether ``sample`` runs the request's sampling loop on a shape bucket (and so keeps no step graph:
@@ -82,17 +93,21 @@ class EagerPlan:
 
     def describe(self) -> str:
         """What runs, as one line for the log: each device mode's value, and why one is off where it was asked
-        for (or "auto" on a CUDA device)."""
+        for (or "auto" on a CUDA device); static_state=off where no static state follows the decoder, and why."""
         s = self.settings
         values = {"capture": s.capture, "graphed_pass": s.graphed_pass,
-                  "merged_pass": "on" if s.merged_pass else "off", "compile": s.compile}
+                  "merged_pass": "on" if s.merged_pass else "off", "compile": s.compile,
+                  **({"static_state": "off"} if "static_state" in self.notes else {})}
         return ", ".join(f"{name}={value}" + (f" ({self.notes[name]})" if name in self.notes else "")
                          for name, value in values.items())
 
 
-def draws(model, candidates: Optional[Tensor], request, greedy: bool, keep_probs: bool):
+def draws(model, candidates: Optional[Tensor], request, greedy: bool, keep_probs: bool,
+          loop_shape: Optional[Callable[[int, int], Tuple[int, int]]] = None):
     """What every sampling loop draws with: (the steps, the uniform draws of every step at once, whether the
-    step probabilities are kept)."""
+    step probabilities are kept: asked for, and the loop's rows x steps x width at most the settings'
+    ``stored_probs_max_elements``; the loop's rows and steps are the batch's, or ``loop_shape(rows, steps)``'s,
+    a shape bucket's padded ones)."""
     max_lens, settings = request.max_lens, request.settings
     weight = model.output_weights()[0]
     bsz = max_lens.size(0)
@@ -102,7 +117,8 @@ def draws(model, candidates: Optional[Tensor], request, greedy: bool, keep_probs
     uniforms = None if greedy else torch.rand(bsz, steps, device=max_lens.device)
     width = weight.size(0) if candidates is None else candidates.size(1)
     # (the chunked full softmax keeps no B x T x |V| probabilities: its scoring makes them chunk by chunk)
-    store_probs = keep_probs and not greedy and bsz * steps * width <= settings.stored_probs_max_elements \
+    loop_rows, loop_steps = (bsz, steps) if loop_shape is None else loop_shape(bsz, steps)
+    store_probs = keep_probs and not greedy and loop_rows * loop_steps * width <= settings.stored_probs_max_elements \
         and not (candidates is None and settings.full_softmax == "chunked")
     return steps, uniforms, store_probs
 
@@ -121,10 +137,8 @@ def _eager_loop(model, encoder_out, candidates: Optional[Tensor], request, drawn
     loop.load(max_lens, candidates, uniforms, first)
     scorer = UnionScorer(weight, bias, candidates, settings.transposed_min_rows)
     kept = keep_graph and torch.is_grad_enabled()
-    static = None
-    if settings.static_state:
-        with torch.set_grad_enabled(kept):  # the encoder's keys and values: in the graph only if the steps are
-            static = static_state(decoder, encoder_out, steps, keep_graph=keep_graph)
+    with torch.set_grad_enabled(kept):  # the encoder's keys and values: in the graph only if the steps are
+        static = request.plan.static_state(decoder, encoder_out, steps, keep_graph)
     state = static if static is not None else _IncrementalState(decoder, encoder_out, loop.tokens, keep_graph)
     states = []
 
@@ -144,4 +158,5 @@ def _eager_loop(model, encoder_out, candidates: Optional[Tensor], request, drawn
 
 
 # the eager plan of the default settings, "auto" as off: a request's where its maker gives none
-EAGER = EagerPlan(EngineSettings(capture="off", graphed_pass="off"), None, EngineSettings(), {}, False)
+EAGER = EagerPlan(EngineSettings(capture="off", graphed_pass="off"), None, EngineSettings(), {}, False,
+                  for_model=False)

@@ -7,9 +7,13 @@ A ``DecoderFamily`` says, for the decoders it ``accepts``:
   does not grow with t, so the sampler keeps the sampling steps' graph for
   the backward (no second pass over the samples);
 - ``why_not(decoder)``: why the static state cannot follow this decoder
-  exactly (a subclass may compute otherwise), None where it can;
+  exactly (a subclass may compute otherwise), None where it can: a model's
+  fact, asked once by the plan (``follower``); ``takes(encoder_out,
+  keep_graph)``: whether this batch samples on it (a call's facts);
 - ``static_state(decoder, encoder_out, steps, slots)``: the decoding state
-  made once per batch (``transformer_state``, ``recurrent_state``);
+  made once per batch (``transformer_state``, ``recurrent_state``), its
+  tensors in ``slots`` (``Slots``: at fixed addresses) where it is made for a
+  captured step's shape bucket;
 - ``source_length(encoder_out)``: the source length a capture's bucket
   rounds up;
 - ``parts``: the encoder output's tensors that a graphed teacher-forced pass
@@ -24,14 +28,51 @@ gives the family of a decoder's nearest class, or None (sampled on
 fairseq's incremental state, passes eager).
 """
 
-import logging
 import weakref
-from typing import Callable, List, Optional, Set
+from typing import Callable, Dict, List, Optional, Tuple
 
 from torch import Tensor
 
-logger = logging.getLogger(__name__)
-_told: Set[type] = set()  # decoder classes whose fallback was explained: once per class and process, not per batch
+# -- a static state's tensors at fixed addresses: kept in ``Slots`` when the state is made for a shape bucket (the
+# device modes' captured step, ``device_modes/capture.py``), as they are when made for one batch
+
+def enlarged(shape, sizes: Dict[int, int]) -> list:
+    """``shape`` with each dim in ``sizes`` ({dim: size}) set to its size."""
+    shape = list(shape)
+    for dim, size in sizes.items():
+        shape[dim] = size
+    return shape
+
+
+def unmask_first_position(mask: Tensor, real_rows: int, rows_dim: int, src_dim: int) -> Tensor:
+    """In place, in a True-at-padding source mask padded to a bucket's rows: each row after ``real_rows``
+    attends to its first (zero) source position, so that its attention's softmax is over one key, not over
+    nothing (NaN, which a backward would carry into the weights' gradients)."""
+    mask.narrow(rows_dim, real_rows, mask.size(rows_dim) - real_rows).narrow(src_dim, 0, 1).fill_(False)
+    return mask
+
+
+class Slots:
+    """Tensors at fixed addresses for a captured step, sized for a shape
+    bucket: ``put`` copies a batch's tensor into the front of its slot (made
+    at the first put, each dim in ``sizes`` enlarged to the bucket's) and
+    fills the rest with ``fill``.  A state made for one batch has no slots:
+    it keeps the batch's tensors as they are."""
+
+    def __init__(self, rows: int, src_len: int):
+        self.rows, self.src_len = rows, src_len
+        self.slots: Dict[str, Tensor] = {}
+
+    def put(self, name: str, value: Tensor, sizes: Dict[int, int], fill=0) -> Tensor:
+        slot = self.slots.get(name)
+        if slot is None:
+            slot = self.slots[name] = value.new_empty(enlarged(value.shape, sizes))
+        if any(n > m for n, m in zip(value.shape, slot.shape)):
+            raise ValueError(f"{name}: a batch of shape {tuple(value.shape)} does not fit its bucket "
+                             f"{tuple(slot.shape)}")
+        slot.fill_(fill)
+        slot[tuple(slice(0, n) for n in value.shape)].copy_(value)
+        return slot
 
 
 class Part:
@@ -98,10 +139,10 @@ class DecoderFamily:
         enc = encoder_out.get("encoder_out") or []
         return enc[0].size(0) if enc and isinstance(enc[0], Tensor) and enc[0].dim() == 3 else 0
 
-    def follows(self, decoder, encoder_out, keep_graph: bool = False) -> bool:
-        """Whether this decoder samples on the family's static state (``keep_graph``: the sampler keeps the
-        steps' graph)."""
-        return self.why_not(decoder) is None
+    def takes(self, encoder_out, keep_graph: bool = False) -> bool:
+        """Whether a decoder this family follows (``why_not`` None: asked once, by the plan) samples this
+        batch on the static state (``keep_graph``: the sampler keeps the steps' graph)."""
+        return True
 
 
 _FAMILIES: List[DecoderFamily] = []
@@ -136,21 +177,20 @@ def is_recurrent(decoder) -> bool:
     return family is not None and family.recurrent
 
 
-def static_state(decoder, encoder_out, steps: int, keep_graph: bool = False, slots=None):
-    """The static state for ``decoder``, or None where it keeps fairseq's
-    incremental state (no family accepts it, or its family cannot follow it
-    exactly).  ``keep_graph``: the sampler keeps the steps' graph.
-    ``slots``: a captured step's state, at the bucket's sizes (``load`` then
-    takes each next batch)."""
+def follower(decoder) -> Tuple[Optional[DecoderFamily], str]:
+    """The family whose static state follows ``decoder`` exactly, or None and why not ("no registered decoder
+    family accepts it", or its family's ``why_not``): a model's fact, which ``passes.plan`` asks once."""
     family = family_of(decoder)
-    if family is None or not family.follows(decoder, encoder_out, keep_graph):
-        # a user whose sampling is slower than the benchmarks' should learn why from the log, not the profiler;
-        # the class is asked once (this runs every batch, and the reason walks the layers)
-        if not keep_graph and type(decoder) not in _told:
-            _told.add(type(decoder))
-            reason = "no registered decoder family accepts it" if family is None else family.why_not(decoder)
-            if reason is not None:
-                logger.info(f"{type(decoder).__name__} samples on fairseq's incremental state, not the static "
-                            f"state ({reason})")
+    why = "no registered decoder family accepts it" if family is None else family.why_not(decoder)
+    return (None, why) if why else (family, "")
+
+
+def static_state(decoder, encoder_out, steps: int, keep_graph: bool = False, slots=None):
+    """The static state for ``decoder``, or None where it keeps fairseq's incremental state (no family follows
+    it, or this batch it cannot: ``takes``), asked of the decoder every call (a plan asks once: its
+    ``static_state``).  ``keep_graph``: the sampler keeps the steps' graph.  ``slots``: a captured step's
+    state, at the bucket's sizes (``load`` then takes each next batch)."""
+    family, _ = follower(decoder)
+    if family is None or not family.takes(encoder_out, keep_graph):
         return None
     return family.static_state(decoder, encoder_out, steps, slots)

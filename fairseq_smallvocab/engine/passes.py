@@ -11,14 +11,16 @@ model on one device, every condition asked once, when the model first meets the 
   ``static_state`` off; the graphed pass for a decoder with no recurrent pass; the merged pass where some
   module draws its dropout for every row); a mode not yet tested on a GPU is refused on one
   (``EngineSettings.check_device``);
+- the decoder's family whose static state follows it (``families.follower``), or why none does (the
+  sampling loop then steps fairseq's incremental state);
 - the plan is the eager one (``eager.EagerPlan``: the decoder's own calls, the eager sampling loop, two
   teacher-forced passes) where no mode is left on, else the device plan (``device_modes.DevicePlan``) made
   of the modes that apply, and only those; that package is imported here, by name, only then (the default
   step on the CPU never loads it: ``tests/test_layout.py``).
 
-``planned(model, settings, device)`` is the plan a model runs: made by ``plan`` the first time (and again when
-the settings, the device or autocast change), kept on the model (``engine_plan``), so that REINFORCE's
-request, the CE term, validation and decoding run the same plan.
+The restricted model keeps the plan it runs (``RestrictedModel.plan_on``: made here the first time, and again
+when the settings, the device or autocast change), so that REINFORCE's request, the CE term, validation and
+decoding run the same plan.
 """
 
 import importlib
@@ -27,7 +29,7 @@ from typing import Dict, List, Optional, Tuple
 import torch
 
 from fairseq_smallvocab.engine.eager import EagerPlan
-from fairseq_smallvocab.engine.families import family_of
+from fairseq_smallvocab.engine.families import family_of, follower
 from fairseq_smallvocab.engine.settings import AUTO, EngineSettings, flag
 
 # the package of the device plan, imported by name where a mode is on (not on the default path)
@@ -52,8 +54,7 @@ def _capture_off(settings: EngineSettings, model) -> str:
     """Why the sampling step cannot run on shape buckets for ``model`` ("" where it can)."""
     if not settings.static_state:
         return f"{flag('static_state', 'off')} samples in fairseq's incremental state"
-    family = family_of(model.decoder)
-    why = "no registered decoder family accepts it" if family is None else family.why_not(model.decoder)
+    why = follower(model.decoder)[1]
     return f"{type(model.decoder).__name__} has no static state ({why})" if why else ""
 
 
@@ -116,17 +117,9 @@ def plan(settings: EngineSettings, device, model, autocast: Optional[bool] = Non
         autocast = device.type == "cuda" and torch.is_autocast_enabled("cuda")
     settings.check_device(device)
     resolved, notes, warnings = _resolved(settings, device, model, autocast)
+    family, why = follower(model.decoder) if resolved.static_state else (None, "")
+    if why:  # (a user whose sampling is slower than the benchmarks' learns why from the log, not the profiler)
+        notes["static_state"] = f"{type(model.decoder).__name__} samples on fairseq's incremental state ({why})"
     kind = EagerPlan if resolved.capture == "off" and resolved.graphed_pass == "off" and not resolved.merged_pass \
         else importlib.import_module(DEVICE_MODES).DevicePlan
-    return kind(resolved, device, settings, notes, autocast, warnings)
-
-
-def planned(model, settings: EngineSettings, device) -> EagerPlan:
-    """The plan ``model`` runs with ``settings`` on ``device``: its own (``model.engine_plan``) where that was
-    made for them (and the autocast now on), else a new one (``plan``), which the model keeps."""
-    device = torch.device(device)
-    autocast = torch.is_autocast_enabled("cuda") if device.type == "cuda" else False
-    current = model.engine_plan
-    if current is None or current.given != settings or current.device != device or current.autocast != autocast:
-        model.engine_plan = plan(settings, device, model, autocast)
-    return model.engine_plan
+    return kind(resolved, device, settings, notes, autocast, warnings, family)

@@ -17,8 +17,7 @@ from fairseq.models.lstm import LSTMDecoder
 from torch import Tensor
 
 from fairseq_smallvocab.engine import families
-from fairseq_smallvocab.engine.families import EncoderParts, Part
-from fairseq_smallvocab.engine.slots import Slots, unmask_first_position
+from fairseq_smallvocab.engine.families import EncoderParts, Part, Slots, unmask_first_position
 
 
 class RecurrentStaticState(families.DecoderState):

@@ -4,7 +4,7 @@ The settings are data: what a user asked for ("auto" included); what runs on a d
 decided once from them, by ``engine.passes.plan``.  The criterion builds them from its config
 (``--rl-engine KEY=VALUE,...``, e.g. ``--rl-engine capture=buckets,stop_check_every=4``, and
 ``--rl-full-softmax``: ``EngineSettings.from_config``), logs them once when training starts, and its model's
-plan (``engine.passes.planned``) hands them down with the sample request; every bucket of
+plan (``RestrictedModel.plan_on``) hands them down with the sample request; every bucket of
 the captured step and of the graphed pass keeps in its key the settings that
 change what it captures (capture, compile and transposed_min_rows; the
 graphed pass's mode).  Nothing in the engine reads a module global for these

@@ -36,7 +36,7 @@ from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 from torch import Tensor
 
 from fairseq_smallvocab.engine import families
-from fairseq_smallvocab.engine.slots import Slots
+from fairseq_smallvocab.engine.families import Slots
 
 
 def _unsupported(decoder) -> Optional[str]:
@@ -197,10 +197,9 @@ class TransformerFamily(families.DecoderFamily):
     def why_not(self, decoder) -> Optional[str]:
         return _unsupported(decoder)
 
-    def follows(self, decoder, encoder_out, keep_graph: bool = False) -> bool:
+    def takes(self, encoder_out, keep_graph: bool = False) -> bool:
         # a kept step graph would be broken by the in-place buffers
-        return not keep_graph and isinstance(encoder_out, dict) and bool(encoder_out.get("encoder_out")) \
-            and super().follows(decoder, encoder_out)
+        return not keep_graph and isinstance(encoder_out, dict) and bool(encoder_out.get("encoder_out"))
 
     def static_state(self, decoder, encoder_out, steps: int, slots: Optional[Slots] = None):
         return TransformerStaticState(decoder, encoder_out, steps, slots)

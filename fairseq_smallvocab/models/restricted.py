@@ -44,7 +44,7 @@ from fairseq_smallvocab.engine import passes, sampling
 from fairseq_smallvocab.engine.eager import EagerPlan
 from fairseq_smallvocab.engine.families import is_recurrent
 from fairseq_smallvocab.engine.sampling import SampleRequest, Samples
-from fairseq_smallvocab.engine.settings import DEFAULT
+from fairseq_smallvocab.engine.settings import DEFAULT, EngineSettings
 from fairseq_smallvocab.models.generation import beam_candidates
 from fairseq_smallvocab.output.gathered_grad import gathered_embedding_grads
 from fairseq_smallvocab.output.weights import OutputWeights, RestrictionError, eval_mode, find_output_weights
@@ -62,7 +62,7 @@ class RestrictedModel:
 
     _output_weights: OutputWeights
     sample_keeps_graph: bool
-    # how the model's passes run on its device (``engine.passes.planned``: made from the criterion's settings
+    # how the model's passes run on its device (``plan_on``: made from the criterion's settings
     # at its first batch, else from the defaults at the first forward), REINFORCE's request's too: the
     # output layer's union_max_ratio, a recurrent decoder's graphed pass, the generator's transposed_min_rows
     engine_plan: Optional[EagerPlan] = None
@@ -103,10 +103,18 @@ class RestrictedModel:
         extra.update(drawn)
         return out, extra
 
-    def plan_on(self, device) -> EagerPlan:
-        """The plan the model's passes run on ``device``: its own, from the settings it was last planned with
-        (the default settings where none were given: ``engine.passes.planned``)."""
-        return passes.planned(self, DEFAULT if self.engine_plan is None else self.engine_plan.given, device)
+    def plan_on(self, device, settings: Optional[EngineSettings] = None) -> EagerPlan:
+        """The plan the model's passes run on ``device`` with ``settings`` (None: those it was last planned
+        with, else the defaults): its own (``engine_plan``) where that was made for them, the device and the
+        autocast now on, else a new one (``engine.passes.plan``), which it keeps."""
+        device = torch.device(device)
+        current = self.engine_plan
+        if settings is None:
+            settings = DEFAULT if current is None else current.given
+        autocast = device.type == "cuda" and torch.is_autocast_enabled("cuda")
+        if current is None or current.given != settings or current.device != device or current.autocast != autocast:
+            self.engine_plan = passes.plan(settings, device, self, autocast)
+        return self.engine_plan
 
     def sample_and_score(self, net_input, candidates, request: SampleRequest) -> Dict[str, Samples]:
         """REINFORCE's samples and greedy decode, drawn and scored (``engine.sampling.sample_and_score``),

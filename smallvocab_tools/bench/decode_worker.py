@@ -13,7 +13,6 @@ def decode_worker(cfg: dict) -> dict:
     import torch
 
     from fairseq_smallvocab.candidates.space import candidate_rows
-    from fairseq_smallvocab.engine import passes
     from fairseq_smallvocab.models.generation import SmallVocabSequenceGenerator
     from fairseq_smallvocab.models.vocab_predictor import VocabPredictor, VocabPredictorConfig
     from fairseq_smallvocab.predictor.inference import predict_lists
@@ -26,7 +25,7 @@ def decode_worker(cfg: dict) -> dict:
     base = settings_for(cfg.get("set"))
 
     def use(settings):  # the generator scores each step as the model's plan says
-        passes.planned(model, settings, device)
+        model.plan_on(device, settings)
 
     use(base)
     predictor = VocabPredictor.build_model(VocabPredictorConfig(), task).eval() if cfg["K"] else None

@@ -85,7 +85,7 @@ def train_worker(cfg: dict) -> dict:
 
     def use(settings):  # how the step runs: the model's plan, REINFORCE's criterion's settings (made outside timing)
         settings = passes.plan(settings, device, model).settings  # (an --ab arm may ask for "auto")
-        passes.planned(model, settings, device)
+        model.plan_on(device, settings)
         if isinstance(criterion, SmallVocabReinforceCriterion):
             criterion.settings = settings
 

@@ -42,7 +42,8 @@ class DevicePlan(EagerPlan):
     def sample(self, model, encoder_out, candidates, request, greedy, keep_graph, keep_probs):
         if keep_graph or not self.on_buckets(request):
             return super().sample(model, encoder_out, candidates, request, greedy, keep_graph, keep_probs)
-        steps, uniforms, store_probs = draws(model, candidates, request, greedy, keep_probs)
+        steps, uniforms, store_probs = draws(model, candidates, request, greedy, keep_probs,
+                                             lambda rows, steps: capture.loop_shape(model.decoder, rows, steps))
         return capture.sample(model, encoder_out, candidates, request, steps, uniforms, greedy, store_probs)
 
     def forward(self, model, net_input, prev_output_tokens, candidates, request, features_only):

@@ -23,7 +23,7 @@ from typing import Callable, Dict
 import torch
 from torch import Tensor
 
-from fairseq_smallvocab.engine.slots import enlarged
+from fairseq_smallvocab.engine.families import enlarged
 
 # Only the capturing thread's unsafe CUDA calls (cudaMalloc, cudaHostAlloc, event queries) may break a
 # capture: fairseq-train's DataLoader pins the next batches in a thread of its own, and a pinned allocation

@@ -55,7 +55,7 @@ to compare the hand-captured step against).  A bucket compiles at its first step
 import copy
 import logging
 import weakref
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -67,11 +67,10 @@ from fairseq_smallvocab.engine.device_modes.buckets import (
     bucket,
     failures_name,
 )
-from fairseq_smallvocab.engine.families import family_of, static_state
+from fairseq_smallvocab.engine.families import Slots
 from fairseq_smallvocab.engine.loop import Loop, Samples
 from fairseq_smallvocab.engine.request import SampleRequest
 from fairseq_smallvocab.engine.settings import flag
-from fairseq_smallvocab.engine.slots import Slots
 from fairseq_smallvocab.output.union_scorer import UnionScorer
 
 logger = logging.getLogger(__name__)
@@ -96,14 +95,14 @@ def _fingerprint(decoder, weight: Tensor, bias: Optional[Tensor]):
 class _Bucket:
     """One shape bucket's loop, state and scorer at fixed addresses, and its captured step."""
 
-    def __init__(self, decoder, encoder_out, union: UnionScorer, rows: int, steps: int, src_len: int,
+    def __init__(self, decoder, family, encoder_out, union: UnionScorer, rows: int, steps: int, src_len: int,
                  union_size: int, width: int, k: int, greedy: bool, temperature: float, store_probs: bool,
                  compile_mode: str, to_limit: bool = False):
         device = union.weight.device
         self.slots = Slots(rows, src_len)
         self.shape = f"rows x steps x source x union {rows} x {steps} x {src_len} x {union_size}"
         self.union_size = union_size
-        self.state = static_state(decoder, encoder_out, steps, slots=self.slots)
+        self.state = family.static_state(decoder, encoder_out, steps, self.slots)
         self.loop = Loop(decoder.dictionary, rows, steps, width, device, greedy, temperature, store_probs, k=k,
                          to_limit=to_limit)
         # the bucket's own scorer, whose tensors ``_load_union`` points at the slots: not the batch's, whose
@@ -184,15 +183,20 @@ def forget(decoder):
     _POOLS.pop(decoder, None)
 
 
+def loop_shape(decoder, rows: int, steps: int) -> Tuple[int, int]:
+    """The shape bucket's rows and steps for a batch of ``rows`` sampled for at most ``steps``: each rounded up
+    (``bucket``), the steps within the decoder's positions (a learned position table ends there)."""
+    return bucket(rows), max(steps, min(bucket(steps), int(decoder.max_positions())))
+
+
 def sample(model, encoder_out, candidates: Optional[Tensor], request: SampleRequest, steps: int,
            uniforms: Optional[Tensor], greedy: bool, store_probs: bool) -> Samples:
-    """``sampling.sample`` on the batch's shape bucket: each step replays the bucket's captured graph
-    ("cuda-graphs"), or runs its step eagerly ("buckets"), for at most ``steps`` steps (the longest of the
+    """``sampling.sample`` on the batch's shape bucket (``loop_shape``): each step replays the bucket's captured
+    graph ("cuda-graphs"), or runs its step eagerly ("buckets"), for at most ``steps`` steps (the longest of the
     request's ``max_lens``; with its ``to_limit`` eos is never drawn); the loop asks whether any row is still
     going every ``settings.stop_check_every`` steps.
-    The samples are copies (the next batch reuses the bucket).  ``settings.stored_probs_max_elements``: the
-    most probabilities a bucket may keep (its padded rows x steps x width: about 2.25 times the batch's at
-    most, above the buckets' floor of 8 rows and steps), else none are kept."""
+    The samples are copies (the next batch reuses the bucket).  ``store_probs``: whether the bucket keeps its
+    step probabilities (``eager.draws`` decided it for the bucket's padded rows x steps x width)."""
     decoder, (weight, bias) = model.decoder, model.output_weights()
     max_lens, settings, temperature, to_limit = request.max_lens, request.settings, request.temperature, \
         request.to_limit
@@ -201,18 +205,14 @@ def sample(model, encoder_out, candidates: Optional[Tensor], request: SampleRequ
     k = 0 if candidates is None else candidates.size(1)
     width = k or weight.size(0)
     union_size = 0 if candidates is None else bucket(union.weight.size(0), floor=k)
-    family = family_of(decoder)
-    assert family is not None  # ``passes.plan`` turns the capture off for a decoder without a family
+    family = request.plan.family
+    assert family is not None  # ``passes.plan`` turns the capture off for a decoder without a static state
     src_len = bucket(family.source_length(encoder_out))
-    rows = bucket(bsz)
-    # the bucket's steps stay within the decoder's positions (a learned position table ends there)
-    bucket_steps = max(steps, min(bucket(steps), int(decoder.max_positions())))
-    if rows * bucket_steps * width > settings.stored_probs_max_elements:
-        store_probs = False  # ``sampling.score`` makes the logits again instead: the same gradient
+    rows, bucket_steps = loop_shape(decoder, bsz, steps)
     key = (rows, bucket_steps, src_len, union_size, width, greedy, temperature, store_probs, to_limit,
            weight.dtype, str(weight.device), settings.capture, settings.compile, settings.transposed_min_rows)
     entry = _BUCKETS.get(decoder, key, lambda: _Bucket(
-        decoder, encoder_out, union, rows, bucket_steps, src_len, union_size, width, k, greedy, temperature,
+        decoder, family, encoder_out, union, rows, bucket_steps, src_len, union_size, width, k, greedy, temperature,
         store_probs, settings.compile, to_limit), settings.capture_max_buckets, settings.capture_max_mib * 2 ** 20)
     entry.load(encoder_out, union, max_lens, candidates, uniforms)
     if settings.capture == "cuda-graphs" and settings.compile != "reduce-overhead":  # (which makes its own)

@@ -65,9 +65,8 @@ from fairseq_smallvocab.engine.device_modes.buckets import (
     failures_name,
     padded,
 )
-from fairseq_smallvocab.engine.families import Part, family_of
+from fairseq_smallvocab.engine.families import Part, family_of, unmask_first_position
 from fairseq_smallvocab.engine.settings import EngineSettings, flag
-from fairseq_smallvocab.engine.slots import unmask_first_position
 from fairseq_smallvocab.output.gathered_grad import suspended
 
 logger = logging.getLogger(__name__)
