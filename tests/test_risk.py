@@ -192,8 +192,7 @@ def test_beam_candidates_are_the_searchs_n_best_and_their_risk_equals_the_hand_c
     """--risk-candidates beam: each example's N candidates are the N best hypotheses of the plugin's beam search of
     width N inside its candidates (fairseq's generator on the example alone), distinct, best first; the loss and
     every gradient equal the risk computed by hand from them, each scored alone on the masked full softmax."""
-    from fairseq_smallvocab.engine.sampling import SampleRequest
-    from fairseq_smallvocab.models.generation import SmallVocabSequenceGenerator
+    from fairseq_smallvocab.models.generation import BeamRequest, SmallVocabSequenceGenerator
 
     n, lam, alpha = 3, 0.2, 1.5
     model, task, sample = _setup(small)
@@ -206,8 +205,8 @@ def test_beam_candidates_are_the_searchs_n_best_and_their_risk_equals_the_hand_c
     got = [p.grad.clone() for p in params]
     assert log["distinct"] == n * B and "greedy_samples" not in log and "entropy" not in log
     with torch.no_grad():
-        samples = model(**sample["net_input"], sample_request=SampleRequest(torch.full((B,), 7), num_samples=n,
-                                                                    beam=True))[1]["samples"]
+        samples = model(**sample["net_input"], sample_request=BeamRequest(torch.full((B,), 7), num_samples=n))[1][
+            "samples"]
     net = sample["net_input"]
     for b in range(B):
         alone = {k: net[k][b: b + 1] for k in ("src_tokens", "src_lengths")}

@@ -47,6 +47,7 @@ from fairseq_smallvocab.candidates.space import candidate_positions
 from fairseq_smallvocab.compat.registry import register_alias
 from fairseq_smallvocab.criterions.reinforce_setup import add_former_flags, check_beam_width, check_task
 from fairseq_smallvocab.engine.request import SampleRequest, check_memory, sample_limits
+from fairseq_smallvocab.models.generation import BeamRequest
 from fairseq_smallvocab.models.restricted import restricted_module
 from fairseq_smallvocab.output.chunked_ce import full_cross_entropy
 from fairseq_smallvocab.reinforce import logs, objective
@@ -186,9 +187,9 @@ class SmallVocabReinforceCriterion(FairseqCriterion):
         vocab = candidates.size(1) if candidates is not None else len(self.task.target_dictionary)
         if not (candidates is None and self.settings.full_softmax == "chunked"):  # (which holds no rows x T x |V|)
             check_memory(sample, limits, vocab, self.cfg.rl_samples)
-        return SampleRequest(limits, num_samples=self.cfg.rl_samples, greedy_too=self.baseline.needs_greedy,
-                             temperature=self.cfg.sample_temperature, plan=plan,
-                             first=self.forced_first(sample), beam=str(self.cfg.risk_candidates) == "beam")
+        kind = BeamRequest if str(self.cfg.risk_candidates) == "beam" else SampleRequest
+        return kind(limits, num_samples=self.cfg.rl_samples, greedy_too=self.baseline.needs_greedy,
+                    temperature=self.cfg.sample_temperature, plan=plan, first=self.forced_first(sample))
 
     def forced_first(self, sample) -> Optional[torch.Tensor]:
         """Each example's forced first token where the task forces one (a multilingual task's target language

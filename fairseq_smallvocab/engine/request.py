@@ -28,10 +28,9 @@ class SampleRequest:
     too) is exactly ``max_lens[b]`` tokens, and the log-probabilities are
     those of the policy drawn from (eos excluded): ``benchmark.py
     --sample-limit flat``, where steps compare per sampled token whatever the
-    weights have learned of eos; training never asks for it; ``beam``: the
-    ``num_samples`` sequences are instead the best of a beam search of that
-    width (``models.generation.beam_candidates``: sequence-level risk's candidates), scored as
-    samples are."""
+    weights have learned of eos; training never asks for it.  (Sequence-level
+    risk's request for a beam's best instead, ``models.generation.BeamRequest``,
+    is served where beams are.)"""
 
     max_lens: Tensor
     num_samples: int = 1
@@ -40,7 +39,6 @@ class SampleRequest:
     plan: EagerPlan = EAGER  # (the default settings' eager plan, "auto" as off, where the maker gives none)
     first: Optional[Tensor] = None
     to_limit: bool = False
-    beam: bool = False
 
     @property
     def settings(self) -> EngineSettings:

@@ -103,8 +103,8 @@ def sample_and_score(model, net_input: Dict, candidates: Optional[Tensor], reque
     loop; example b's in rows b * N ... b * N + N - 1), scored with
     gradient.  ``keep_graph``: the decoder is recurrent and its sampling
     steps may keep their graph (unless the plan samples on shape buckets).  The caller
-    puts the model in eval mode.  (A request for a beam's candidates, ``request.beam``, the restricted
-    model answers with ``models.generation.beam_candidates`` and ``score``.)"""
+    puts the model in eval mode.  (A request for a beam's candidates, ``models.generation.BeamRequest``,
+    the restricted model answers with ``models.generation.beam_candidates`` and ``score``.)"""
     drawn = draw(model, model.encoder(**net_input), candidates, request, keep_graph)
     drawn.out["samples"] = score(model, drawn.encoder_out, drawn.candidates, drawn.samples, drawn.request)
     return drawn.out

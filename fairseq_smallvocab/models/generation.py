@@ -31,7 +31,7 @@ a small vocabulary, and a refusal at start beats one at the first batch.
 """
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Dict, List, Optional
 
 import torch
@@ -224,8 +224,14 @@ def beam_too_wide(n: int, width: int, small: bool) -> str:
             + (", or raise --small-vocab-size" if small else ""))
 
 
+@dataclass(frozen=True)
+class BeamRequest(SampleRequest):
+    """Sequence-level risk's request (``--risk-candidates beam``): the ``num_samples`` sequences of each example
+    are the best of a beam search of that width (``beam_candidates``), scored as samples are."""
+
+
 def beam_candidates(model, net_input, rows: Optional[Tensor], request: SampleRequest):
-    """Sequence-level risk's candidates by beam search (``SampleRequest.beam``): each example's N best
+    """Sequence-level risk's candidates by beam search (``BeamRequest``): each example's N best
     hypotheses of a beam of width N inside its candidates, as Edunov et al. 2018 generate theirs, without
     gradient, as ``Samples`` (B * N rows, example b's in rows b * N ... b * N + N - 1, best first), with the
     encoder output, candidates and request repeated to those rows: (samples, encoder output, candidates,

@@ -45,7 +45,7 @@ from fairseq_smallvocab.engine.eager import EagerPlan
 from fairseq_smallvocab.engine.families import is_recurrent
 from fairseq_smallvocab.engine.sampling import SampleRequest, Samples
 from fairseq_smallvocab.engine.settings import DEFAULT, EngineSettings
-from fairseq_smallvocab.models.generation import beam_candidates
+from fairseq_smallvocab.models.generation import BeamRequest, beam_candidates
 from fairseq_smallvocab.output.gathered_grad import gathered_embedding_grads
 from fairseq_smallvocab.output.weights import OutputWeights, RestrictionError, eval_mode, find_output_weights
 
@@ -118,10 +118,10 @@ class RestrictedModel:
 
     def sample_and_score(self, net_input, candidates, request: SampleRequest) -> Dict[str, Samples]:
         """REINFORCE's samples and greedy decode, drawn and scored (``engine.sampling.sample_and_score``),
-        with the whole model in eval mode; for a request of a beam's candidates (``request.beam``), those
+        with the whole model in eval mode; for a request of a beam's candidates (``BeamRequest``), those
         (``models.generation.beam_candidates``), scored by the engine's ``score``."""
         with eval_mode(self):
-            if request.beam:  # the N best of a beam search instead of N samples, scored as samples are
+            if isinstance(request, BeamRequest):  # a beam's N best, scored as samples are
                 samples, encoder_out, rows, request = beam_candidates(self, net_input, candidates, request)
                 return {"samples": sampling.score(self, encoder_out, rows, samples, request)}
             return sampling.sample_and_score(self, net_input, candidates, request, keep_graph=self.sample_keeps_graph)
