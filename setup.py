@@ -29,6 +29,7 @@ setup(
         "smallvocab-average-checkpoints = smallvocab_tools.train.average:main",
         "smallvocab-bench-ctranslate2 = smallvocab_tools.deploy.ctranslate2_bench:main",
         "smallvocab-benchmark = smallvocab_tools.bench.benchmark:main",
+        "smallvocab-bleu = smallvocab_tools.analysis.bleu:main",
         "smallvocab-budget-probe = smallvocab_tools.train.budget:main",
         "smallvocab-caption-bleu = smallvocab_tools.analysis.caption_bleu:main",
         "smallvocab-checkpoint-flags = smallvocab_tools.analysis.checkpoint_flags:main",

@@ -73,18 +73,19 @@ fairseq-train "$DEMO_DIR/data-bin" "${COMMON[@]}" "${DATA[@]}" \
   --optimizer adam --lr 0.002 --clip-norm 1.0 --batch-size 128 --max-update "$DEMO_CE_UPDATES" \
   --save-dir "$DEMO_DIR/ce" --no-epoch-checkpoints --log-interval 50 2>&1 | tee "$DEMO_DIR/ce/train.log" | progress
 
-# greedy decoding of the test split inside the predicted vocabulary, scored with sacrebleu
-# against the raw references (the text is tokenized already: -tok none)
-decode() {  # decode CHECKPOINT OUT
+# greedy decoding of the test split inside the predicted vocabulary, scored against the raw references by the
+# project's one BLEU (scripts/bleu.py: sacrebleu, its default tokenizer; the demo's words and punctuation are
+# spaced already, which 13a keeps as they are)
+decode() {  # decode CHECKPOINT OUT: the BLEU
   fairseq-generate "$DEMO_DIR/data-bin" "${COMMON[@]}" "${DATA[@]}" --path "$1" --gen-subset test \
     --beam 1 --max-len-a 1.2 --max-len-b 10 --batch-size 128 > "$2.log" 2>&1
   grep "^H-" "$2.log" | sort -t- -k2,2n | cut -f3 > "$2.txt"
-  sacrebleu -tok none --force -b "$DEMO_DIR/raw/test.tgt" -i "$2.txt"
+  python scripts/bleu.py --score-only --ref "$DEMO_DIR/raw/test.tgt" "$2.txt"
 }
 
 step "5/8 decoding the test split inside the predicted vocabulary (greedy)"
 BLEU_CE=$(decode "$DEMO_DIR/ce/checkpoint_last.pt" "$DEMO_DIR/test-ce")
-echo "  BLEU after CE: $BLEU_CE"
+echo "  BLEU after CE: $BLEU_CE ($(python -c "from smallvocab_tools.analysis.bleu import signature; print(signature())"))"
 
 step "6/8 REINFORCE with the small vocabulary ($DEMO_RL_UPDATES updates; reward $DEMO_REWARD, learned baseline, lambda 0.005) into $DEMO_DIR/rl"
 fairseq-train "$DEMO_DIR/data-bin" "${COMMON[@]}" "${DATA[@]}" \
@@ -95,7 +96,7 @@ fairseq-train "$DEMO_DIR/data-bin" "${COMMON[@]}" "${DATA[@]}" \
 
 step "7/8 decoding the test split after REINFORCE"
 BLEU_RL=$(decode "$DEMO_DIR/rl/checkpoint_last.pt" "$DEMO_DIR/test-rl")
-echo "  BLEU after REINFORCE: $BLEU_RL"
+echo "  BLEU after REINFORCE: $BLEU_RL (the same signature)"
 
 step "8/8 REINFORCE steps, small vocabulary vs full softmax (|V| = $V), same batches and weights"
 # each softmax in a fresh process: 1 untimed step, then $DEMO_BENCH_STEPS timed ones; small and full

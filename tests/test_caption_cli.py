@@ -32,7 +32,7 @@ def test_train_generate_and_multi_reference_bleu(cap_model, cap_bin, cap_predict
     (tmp_path / "gen.txt").write_text(out.stdout)
     bleu = run(["scripts/caption_bleu.py", "--data", cap_bin, "--split", "test", tmp_path / "gen.txt"],
                cwd=USER_DIR.parent)
-    assert f"{TINY.test_images} images" in bleu.stdout and "BLEU = " in bleu.stdout
+    assert f"{TINY.test_images} images" in bleu.stdout and "BLEU = " in bleu.stdout and "|tok:13a|" in bleu.stdout
     # every caption decoded: the same hypotheses per image, the same score
     every = run(["fairseq-generate", cap_bin, *CAP, *DECODE, "--path", cap_model, "--gen-subset", "test",
                  "--beam", "2"])
@@ -59,12 +59,13 @@ def test_multi_reference_bleu_uses_every_caption():
                 "two cats in the middle", "there is a cat at the center"]
     index = np.array([0, 0, 1, 1, 1])
     # each hypothesis equals some reference of its image, never the first one: 100 only with every reference
-    bleu, images = caption_bleu.score({0: "one red dog at the left side", 1: "there is a cat at the center"},
-                                      captions, index)
+    bleu, images, signature = caption_bleu.score({0: "one red dog at the left side", 1: "there is a cat at the center"},
+                                                 captions, index)
     assert images == 2 and bleu.score == pytest.approx(100.0)
-    single, _ = caption_bleu.score({0: captions[1], 1: captions[4]}, captions[::2][:2] + captions[1:2],
+    assert signature.startswith("nrefs:var|") and "|tok:13a|" in signature  # two captions of one image, three of one
+    single, _, one = caption_bleu.score({0: captions[1], 1: captions[4]}, captions[::2][:2] + captions[1:2],
                                    np.array([0, 1, 0]))
-    assert single.score < 100.0
+    assert single.score < 100.0 and one.startswith("nrefs:var|")  # two captions of image 0, one of image 1
     with pytest.raises(ValueError, match="3 hypotheses"):
         caption_bleu.score({0: "a", 1: "b", 2: "c"}, captions, index)
 

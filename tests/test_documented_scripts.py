@@ -115,6 +115,11 @@ if [ "${1-}" = scripts/sweep_lenpen.py ]; then  # the record it writes (--out), 
   for arg in "$@"; do [ "$prev" = --out ] && echo '{"best_lenpen": 1.2}' > "$arg"; prev=$arg; done
 fi
 if [ "${1-}" = scripts/updates_per_epoch.py ]; then echo 113; fi  # what it prints: the updates of an epoch
+if [ "${1-}" = scripts/bleu.py ]; then echo "BLEU 1.00 (nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp)"; fi
+if [ "${1-}" = scripts/does_it_pay.py ]; then  # the verdict it writes (--json), as far as read
+  prev=
+  for arg in "$@"; do [ "$prev" = --json ] && echo '{"verdict": "pays", "step_ratio": 2.0}' > "$arg"; prev=$arg; done
+fi
 if [ "${1-}" = scripts/budget_probe.py ]; then  # the record a probe writes (--json), the updates it reads back
   prev=; json=; arms=()
   for arg in "$@"; do case $prev in --json) json=$arg ;; --arm) arms+=("${arg%%=*}") ;; esac; prev=$arg; done

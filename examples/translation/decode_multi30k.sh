@@ -51,11 +51,10 @@ for split in valid test; do
     --scoring sacrebleu > "$SAVE/generate-$split$TAG.txt"
   echo "$split$TAG: $(tail -1 "$SAVE/generate-$split$TAG.txt")"
   # against the raw references (fairseq's own scorer sees <unk> for reference words outside the
-  # dictionary); the text is tokenized already, so no further tokenization (as multi-bleu.perl)
+  # dictionary), by the project's one BLEU (scripts/bleu.py: sacrebleu's default tokenizer, with its signature)
   # written whole or not at all (a file cut short by a kill would read as a finished decode to the recipes)
   grep "^H-" "$SAVE/generate-$split$TAG.txt" | sort -t- -k2,2n | cut -f3 > "$SAVE/hyp-$split$TAG.txt.part"
   mv "$SAVE/hyp-$split$TAG.txt.part" "$SAVE/hyp-$split$TAG.txt"
-  echo "$split$TAG, raw references: $(sacrebleu -tok none -b "$DATA/raw/$split.$TGT" -i "$SAVE/hyp-$split$TAG.txt" \
-    2>/dev/null)"
+  echo "$split$TAG, raw references: $(python scripts/bleu.py --ref "$DATA/raw/$split.$TGT" "$SAVE/hyp-$split$TAG.txt")"
 done
 echo "$ASKED" > "$RECORD"

@@ -25,6 +25,7 @@ import statistics
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from smallvocab_tools.analysis import bleu as one_bleu
 from smallvocab_tools.analysis.paired_bleu import read
 from smallvocab_tools.analysis.recipe_runs import DECODES, corpus_scores, decode_name
 from smallvocab_tools.analysis.train_logs import parse
@@ -113,23 +114,23 @@ def check_control(found: List[dict], folder: Path, control: str, decode: str = "
                           "of those")
 
 
-def _decodes(folder: Path, data: Path, tgt: str) -> dict:
+def _decodes(folder: Path, data: Path, tgt: str, tokenize: str = one_bleu.TOKENIZE) -> dict:
     out = {}
     for split, tag in DECODES:
         hyp = folder / f"hyp-{split}{tag}.txt"
         if hyp.is_file():
-            bleu, ratio = corpus_scores(hyp, data / "raw" / f"{split}.{tgt}")
+            bleu, ratio = corpus_scores(hyp, data / "raw" / f"{split}.{tgt}", tokenize)
             out[decode_name(split, tag)] = {"bleu": round(bleu, 2), "length_ratio": round(ratio, 4)}
     return out
 
 
-def runs(folder: Path, data: Path, tgt: str) -> List[dict]:
+def runs(folder: Path, data: Path, tgt: str, tokenize: str = one_bleu.TOKENIZE) -> List[dict]:
     """Every run of the folder (see the module), the start's decodes as arm "start" (seed 0)."""
     out = []
     starts = {}
     for path in sorted(folder.glob("start-k*")):
         k = int(path.name[len("start-k"):])
-        starts[k] = _decodes(path, data, tgt)
+        starts[k] = _decodes(path, data, tgt, tokenize)
         out.append({"arm": "start", "k": k, "seed": 0, "decodes": starts[k], "curve": []})
     for run in recipe_runs(folder):
         path, k, record = run["path"], run["k"], run["settings"]
@@ -139,16 +140,15 @@ def runs(folder: Path, data: Path, tgt: str) -> List[dict]:
         curve += [(v["num_updates"] * pace, v["bleu"]) for v in parse(path / "train.log")["valid"] if "bleu" in v]
         out.append({"arm": run["arm"], "k": k, "seed": run["seed"], "seconds_per_update": pace,
                     "updates": record["updates"], "budget": record["budget"],
-                    "flags": record["flags"], "decodes": _decodes(path, data, tgt), "curve": curve})
+                    "flags": record["flags"], "decodes": _decodes(path, data, tgt, tokenize),
+                    "curve": curve})
     return out
 
 
 def comparisons(folder: Path, data: Path, tgt: str, control: str, decode: str = "test.beam5",
-                n_samples: int = 1000) -> List[dict]:
-    """Each arm against ``control`` on ``decode`` (hyp-DECODE.txt), per seed and pooled over the seeds both have."""
-    from sacrebleu.metrics import BLEU, CHRF
-    from sacrebleu.significance import PairedTest
-
+                n_samples: int = 1000, tokenize: str = one_bleu.TOKENIZE) -> List[dict]:
+    """Each arm against ``control`` on ``decode`` (hyp-DECODE.txt), per seed and pooled over the seeds both have
+    (``bleu.paired``: BLEU and chrF over the same resamples)."""
     split = decode.split(".")[0]
     refs = read(data / "raw" / f"{split}.{tgt}")
     found: Dict[str, Dict[int, List[str]]] = {}
@@ -170,16 +170,14 @@ def comparisons(folder: Path, data: Path, tgt: str, control: str, decode: str = 
             pooled_refs = [r for _ in group for r in refs]
             systems = [(control, [h for s in group for h in found[control][s]]),
                        (arm, [h for s in group for h in found[arm][s]])]
-            metrics = {"BLEU": BLEU(tokenize="none", force=True), "chrF": CHRF()}
-            _, results = PairedTest(systems, metrics, [pooled_refs], test_type="bs", n_samples=n_samples)()
-            results = dict(zip(metrics, (value for key, value in results.items() if key != "System")))
-            stats = BLEU(tokenize="none", force=True).corpus_score(systems[1][1], [pooled_refs])
+            results = one_bleu.paired(systems, pooled_refs, n_samples, tokenize, chrf=True)
+            ratio = one_bleu.corpus(systems[1][1], pooled_refs, tokenize).length_ratio
             rows.append({"arm": arm, "control": control, "seeds": name, "bleu": results["BLEU"][1].score,
                          "control_bleu": results["BLEU"][0].score,
                          "bleu_gain": results["BLEU"][1].score - results["BLEU"][0].score,
                          "bleu_p": results["BLEU"][1].p_value,
                          "chrf_gain": results["chrF"][1].score - results["chrF"][0].score,
-                         "chrf_p": results["chrF"][1].p_value, "length_ratio": stats.sys_len / stats.ref_len})
+                         "chrf_p": results["chrF"][1].p_value, "length_ratio": ratio})
     return rows
 
 
@@ -254,6 +252,7 @@ def main(argv: Optional[List[str]] = None):
     parser.add_argument("--markdown", type=Path, default=None)
     parser.add_argument("--png", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=None)
+    one_bleu.add_tokenize_option(parser)
     args = parser.parse_args(argv)
     if not args.folder.is_dir():
         parser.error(f"{args.folder}: no such folder")
@@ -274,8 +273,9 @@ def main(argv: Optional[List[str]] = None):
         if missing:
             raise ReportError(f"--data {args.data} --tgt {args.tgt}: the references {', '.join(missing)} are "
                               "missing; give the binarized corpus the runs were trained on (its raw/ folder)")
-        records = runs(args.folder, args.data, args.tgt)
-        rows = comparisons(args.folder, args.data, args.tgt, args.control, n_samples=args.bootstrap)
+        records = runs(args.folder, args.data, args.tgt, args.tokenize)
+        rows = comparisons(args.folder, args.data, args.tgt, args.control, n_samples=args.bootstrap,
+                           tokenize=args.tokenize)
     except ReportError as err:
         parser.exit(2, f"error: {err}\n")
     text = table(records, rows)

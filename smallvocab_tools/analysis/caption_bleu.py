@@ -23,6 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
+from smallvocab_tools.analysis import bleu as one_bleu
+
 
 def read_output(lines):
     """({example id: hypothesis}, {example id: reference}): hypotheses from
@@ -51,8 +53,8 @@ def same_caption(target: str, caption: str) -> bool:
     return "".join(t) == "".join(c)
 
 
-def score(hyps_by_id, captions, index, tokenize="13a", targets=None):
-    """(sacrebleu BLEU, images scored).  Ids are caption numbers when there is
+def score(hyps_by_id, captions, index, tokenize=one_bleu.TOKENIZE, targets=None):
+    """(sacrebleu BLEU, images scored, its signature: ``bleu.signature``).  Ids are caption numbers when there is
     one hypothesis per caption, else ordinals of the images' first captions.
     ``targets`` (the T- lines, {id: reference}) are checked against the
     split's captions: the ids of two splits of the same size fit both."""
@@ -92,7 +94,10 @@ def score(hyps_by_id, captions, index, tokenize="13a", targets=None):
         hyp_of_image.setdefault(int(index[caption_of[i]]), hyp)  # the image's first caption's decode
     rows = sorted(hyp_of_image)
     hyps = [hyp_of_image[r] for r in rows]
-    return multi_reference_bleu(hyps, [refs_of[r] for r in rows], tokenize), len(rows)
+    refs = [refs_of[r] for r in rows]
+    one_bleu.check_words(hyps, "the hypotheses")
+    streams = [[r[j] if j < len(r) else None for r in refs] for j in range(max(len(r) for r in refs))]
+    return multi_reference_bleu(hyps, refs, tokenize), len(rows), one_bleu.signature(tokenize, streams)
 
 
 def main(argv=None):
@@ -101,7 +106,7 @@ def main(argv=None):
     parser.add_argument("--data", required=True, help="the folder scripts/prepare_captions.py wrote")
     parser.add_argument("--split", default="test")
     parser.add_argument("--lang", default=None, help="the captions' suffix (default: from dict.LANG.txt)")
-    parser.add_argument("--tokenize", default="13a", help="sacrebleu tokenizer ('none' for pre-tokenized)")
+    one_bleu.add_tokenize_option(parser)
     parser.add_argument("--json", action="store_true", help="print a JSON record instead of sacrebleu's line")
     args = parser.parse_args(argv)
     data = Path(args.data)
@@ -123,15 +128,16 @@ def main(argv=None):
     if not hyps:
         parser.exit(2, "error: no H-/D- lines in the input (run fairseq-generate without --quiet)\n")
     try:
-        bleu, images = score(hyps, captions, index, args.tokenize, targets)
+        bleu, images, signature = score(hyps, captions, index, args.tokenize, targets)
     except ValueError as err:
         parser.exit(2, f"error: {args.generate_output or 'the input'} does not fit --split {args.split} of "
                        f"{data} ({refs_path}: {len(captions)} captions): {err}\n")
     if args.json:
         print(json.dumps({"bleu": round(bleu.score, 2), "images": images, "references": len(captions),
-                          "precisions": [round(p, 2) for p in bleu.precisions], "bp": round(bleu.bp, 4)}))
+                          "precisions": [round(p, 2) for p in bleu.precisions], "bp": round(bleu.bp, 4),
+                          "signature": signature}))
     else:
-        print(f"{args.split}: {images} images, {len(captions)} references: {bleu}")
+        print(f"{args.split}: {images} images, {len(captions)} references: {bleu} ({signature})")
 
 
 if __name__ == "__main__":

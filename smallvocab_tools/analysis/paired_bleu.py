@@ -14,19 +14,19 @@ import argparse
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
+from smallvocab_tools.analysis import bleu
+
 
 def read(path: Path) -> List[str]:
     lines = path.read_text(encoding="utf-8").split("\n")
     return lines[:-1] if lines and lines[-1] == "" else lines
 
 
-def paired_bootstrap(systems: Sequence[Tuple[str, List[str]]], refs: List[str], n_samples: int):
-    """sacrebleu's paired bootstrap of systems[1:] against systems[0]: one BLEU result per system."""
-    from sacrebleu.metrics import BLEU
-    from sacrebleu.significance import PairedTest
-
-    _, results = PairedTest(list(systems), {"BLEU": BLEU()}, [refs], test_type="bs", n_samples=n_samples)()
-    return results["BLEU"]
+def paired_bootstrap(systems: Sequence[Tuple[str, List[str]]], refs: List[str], n_samples: int,
+                     tokenize: str = bleu.TOKENIZE):
+    """sacrebleu's paired bootstrap of systems[1:] against systems[0] (``bleu.paired``): one BLEU result per
+    system."""
+    return bleu.paired(systems, refs, n_samples, tokenize)["BLEU"]
 
 
 def _hypotheses(folder: Path, lang: str, refs: List[str]) -> List[str]:
@@ -44,8 +44,8 @@ def _named(runs: Sequence[Tuple[str, Path]], name: str) -> Path:
     raise ValueError(f"the run '{name}' is not among the runs ({', '.join(n for n, _ in runs)})")
 
 
-def compare(runs: Sequence[Tuple[str, Path]], baseline: str, langs: Sequence[str], n_samples: int = 1000
-            ) -> List[Dict]:
+def compare(runs: Sequence[Tuple[str, Path]], baseline: str, langs: Sequence[str], n_samples: int = 1000,
+            tokenize: str = bleu.TOKENIZE) -> List[Dict]:
     """One dict per (run, language): bleu, delta (vs the baseline), p (None for the baseline itself); the
     resamples are sacrebleu's (its seed: SACREBLEU_SEED, 12345 by default)."""
     _named(runs, baseline)
@@ -54,7 +54,7 @@ def compare(runs: Sequence[Tuple[str, Path]], baseline: str, langs: Sequence[str
         refs = read(runs[0][1] / f"ref-test.{lang}.txt")
         ordered = [r for r in runs if r[0] == baseline] + [r for r in runs if r[0] != baseline]
         results = paired_bootstrap([(name, _hypotheses(folder, lang, refs)) for name, folder in ordered], refs,
-                             n_samples)
+                                   n_samples, tokenize)
         base = results[0].score
         for (name, _), result in zip(ordered, results):
             p = getattr(result, "p_value", None)
@@ -64,7 +64,7 @@ def compare(runs: Sequence[Tuple[str, Path]], baseline: str, langs: Sequence[str
 
 
 def versus(runs: Sequence[Tuple[str, Path]], pairs: Sequence[Tuple[str, str]], langs: Sequence[str],
-           n_samples: int = 1000) -> List[Dict]:
+           n_samples: int = 1000, tokenize: str = bleu.TOKENIZE) -> List[Dict]:
     """One dict per (run, other, language): the run's BLEU minus the other's and the paired bootstrap's p of
     the run against that other run alone."""
     rows = []
@@ -72,7 +72,7 @@ def versus(runs: Sequence[Tuple[str, Path]], pairs: Sequence[Tuple[str, str]], l
         refs = read(runs[0][1] / f"ref-test.{lang}.txt")
         for name, other in pairs:
             systems = [(n, _hypotheses(_named(runs, n), lang, refs)) for n in (other, name)]
-            base, result = paired_bootstrap(systems, refs, n_samples)
+            base, result = paired_bootstrap(systems, refs, n_samples, tokenize)
             rows.append({"run": name, "other": other, "lang": lang,
                          "delta": round(result.score - base.score, 2), "p": result.p_value})
     return rows
@@ -110,13 +110,15 @@ def main(argv=None):
                         help="also compare RUN with OTHER alone (both among the runs); repeat")
     parser.add_argument("--n-samples", type=int, default=1000, help="bootstrap resamples")
     parser.add_argument("--out", type=Path, help="also write the table here (markdown)")
+    bleu.add_tokenize_option(parser)
     args = parser.parse_args(argv)
     runs = [(name, Path(folder)) for name, folder in (_split(parser, "--run", i, "NAME=FOLDER") for i in args.run)]
     pairs = [_split(parser, "--versus", item, "RUN=OTHER") for item in args.versus]
     try:
-        text = table(compare(runs, args.baseline, args.langs, args.n_samples), args.baseline)
+        text = table(compare(runs, args.baseline, args.langs, args.n_samples, args.tokenize), args.baseline)
         if pairs:
-            text += "\n\n" + versus_table(versus(runs, pairs, args.langs, args.n_samples))
+            text += "\n\n" + versus_table(versus(runs, pairs, args.langs, args.n_samples, args.tokenize))
+        text += f"\n\nBLEU: {bleu.signature(args.tokenize)}"
     except (OSError, ValueError) as err:
         parser.exit(2, f"error: {err}\n")
     print(text)

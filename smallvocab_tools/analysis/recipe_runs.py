@@ -11,6 +11,7 @@ import re
 import statistics
 from pathlib import Path
 
+from smallvocab_tools.analysis import bleu as one_bleu
 from smallvocab_tools.analysis.train_logs import parse
 
 RECIPE_STAGES = {"ce": "CE (best checkpoint)", "rl": "REINFORCE", "ctl-ce": "control: CE continued",
@@ -24,21 +25,21 @@ def decode_name(split: str, tag: str) -> str:
     return f"{'dev' if split == 'valid' else split} {'beam 5' if tag else 'greedy'}"
 
 
-def corpus_scores(hyp: Path, ref: Path):
-    """sacrebleu's BLEU of a hypothesis file against the raw references (already tokenized: no further
-    tokenization, as decode_multi30k.sh scores them), and its length ratio (hypothesis words / reference
-    words: below 1, the brevity penalty takes its share)."""
-    import sacrebleu
-
+def corpus_scores(hyp: Path, ref: Path, tokenize: str = one_bleu.TOKENIZE):
+    """The one BLEU (``bleu.corpus``) of a hypothesis file against the raw references, and its length ratio
+    (hypothesis words / reference words, as BLEU counts them: below 1, the brevity penalty takes its share)."""
     hyps, refs = hyp.read_text().splitlines(), ref.read_text().splitlines()
     if len(hyps) != len(refs):
         raise SystemExit(f"{hyp}: {len(hyps)} lines, but {ref} has {len(refs)}")
-    score = sacrebleu.corpus_bleu(hyps, [refs], tokenize="none", force=True)  # tokenized on purpose
-    return score.score, score.sys_len / score.ref_len
+    try:
+        score = one_bleu.corpus(hyps, refs, tokenize, what=str(hyp))
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
+    return score.bleu, score.length_ratio
 
 
-def corpus_bleu(hyp: Path, ref: Path) -> float:
-    return corpus_scores(hyp, ref)[0]
+def corpus_bleu(hyp: Path, ref: Path, tokenize: str = one_bleu.TOKENIZE) -> float:
+    return corpus_scores(hyp, ref, tokenize)[0]
 
 
 def run_folders(folder: Path):
@@ -51,9 +52,9 @@ def run_folders(folder: Path):
     return runs
 
 
-def recipe_runs(folder: Path, data: Path, tgt: str):
-    """One record per run folder STAGE-kK-sSEED: its decodes' BLEU, best dev BLEU, minutes per epoch and to
-    the best, and its validations (updates, dev BLEU)."""
+def recipe_runs(folder: Path, data: Path, tgt: str, tokenize: str = one_bleu.TOKENIZE):
+    """One record per run folder STAGE-kK-sSEED: its decodes' BLEU (``tokenize``'s), best dev BLEU, minutes per
+    epoch and to the best, and its validations (updates, dev BLEU)."""
     runs = []
     for (stage, k, seed), path in run_folders(folder).items():
         log = parse(path / "train.log")
@@ -65,7 +66,8 @@ def recipe_runs(folder: Path, data: Path, tgt: str):
         for split, tag in DECODES:
             hyp = path / f"hyp-{split}{tag}.txt"
             if hyp.is_file():
-                bleu[split + tag], ratio[split + tag] = corpus_scores(hyp, data / "raw" / f"{split}.{tgt}")
+                bleu[split + tag], ratio[split + tag] = corpus_scores(hyp, data / "raw" / f"{split}.{tgt}",
+                                                                           tokenize)
         runs.append({"stage": stage, "k": k, "seed": seed,
                      "bleu": bleu, "length_ratio": ratio, "best_dev": best["bleu"] if best else None,
                      "best_update": best.get("num_updates") if best else None,

@@ -10,19 +10,18 @@ sentences, not on the mean over seeds alone."""
 
 from pathlib import Path
 
+from smallvocab_tools.analysis import bleu as one_bleu
 from smallvocab_tools.analysis.paired_bleu import read
 from smallvocab_tools.analysis.recipe_runs import RECIPE_STAGES, decode_name, run_folders
 from smallvocab_tools.analysis.recipe_tables import cell
 
 
-def significance_rows(folder: Path, data: Path, tgt: str, decode: str = "test.beam5", n_samples: int = 1000):
+def significance_rows(folder: Path, data: Path, tgt: str, decode: str = "test.beam5", n_samples: int = 1000,
+                      tokenize: str = one_bleu.TOKENIZE):
     """One dict per run beside a REINFORCE run (same K and seed) that has the decode hyp-DECODE.txt: its stage,
     K, seed, BLEU, chrF and length ratio, and (for the others) REINFORCE's BLEU and chrF minus its own with the
-    paired bootstrap's p. References: DATA/raw/SPLIT.TGT, scored as the recipe's table scores them (tokenized
-    already: BLEU without further tokenization)."""
-    from sacrebleu.metrics import BLEU, CHRF
-    from sacrebleu.significance import PairedTest
-
+    paired bootstrap's p (``bleu.paired``). References: DATA/raw/SPLIT.TGT, scored as the recipe's table scores
+    them (``tokenize``)."""
     split = decode.split(".")[0]
     refs = read(data / "raw" / f"{split}.{tgt}")
     runs = run_folders(folder)
@@ -40,16 +39,12 @@ def significance_rows(folder: Path, data: Path, tgt: str, decode: str = "test.be
             if len(hyps) != len(refs):
                 raise SystemExit(f"{hyp}: {len(hyps)} lines, but {data / 'raw' / f'{split}.{tgt}'} has {len(refs)}")
             named.append((s, hyps))
-        metrics = {"BLEU": BLEU(tokenize="none", force=True), "chrF": CHRF()}
         # the first system is the test's baseline: REINFORCE, each other run compared with it (the p is symmetric)
-        _, results = PairedTest(named, metrics, [refs], test_type="bs", n_samples=n_samples)()
-        # sacrebleu names the results by the metrics' own names (chrF as "chrF2"), in the metrics' order
-        results = dict(zip(metrics, (value for key, value in results.items() if key != "System")))
-        bleu = BLEU(tokenize="none", force=True)
+        results = one_bleu.paired(named, refs, n_samples, tokenize, chrf=True)
         for i, (s, hyps) in enumerate(named):
-            stats = bleu.corpus_score(hyps, [refs])
             row = {"stage": s, "k": k, "seed": seed, "bleu": results["BLEU"][i].score,
-                   "chrf": results["chrF"][i].score, "length_ratio": stats.sys_len / stats.ref_len}
+                   "chrf": results["chrF"][i].score,
+                   "length_ratio": one_bleu.corpus(hyps, refs, tokenize).length_ratio}
             if i:
                 for name, key in (("BLEU", "bleu"), ("chrF", "chrf")):
                     row[f"{key}_gain"] = results[name][0].score - results[name][i].score

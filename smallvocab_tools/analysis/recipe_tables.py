@@ -7,6 +7,7 @@ the plot of dev BLEU against REINFORCE updates."""
 import statistics
 from pathlib import Path
 
+from smallvocab_tools.analysis import bleu as one_bleu
 from smallvocab_tools.analysis.recipe_runs import DECODES, RECIPE_STAGES, decode_name, recipe_runs, run_settings
 
 
@@ -93,13 +94,13 @@ def gains_table(runs) -> str:
     return "\n".join(lines) + "\n"
 
 
-def tuning_table(folders, data: Path, tgt: str) -> str:
+def tuning_table(folders, data: Path, tgt: str, tokenize: str = one_bleu.TOKENIZE) -> str:
     """One row per REINFORCE run of each recipe folder (a tuning variant: its own OUT, usually with
     CE_FROM): the settings that differ between the folders' runs, the best dev BLEU in training, the
     decodes, and their change over the folder's CE run of the same softmax and seed."""
     rows = []
     for folder in folders:
-        runs = recipe_runs(folder, data, tgt)
+        runs = recipe_runs(folder, data, tgt, tokenize)
         ce = {(r["k"], r["seed"]): r for r in runs if r["stage"] == "ce"}
         for r in runs:
             if r["stage"] == "rl":

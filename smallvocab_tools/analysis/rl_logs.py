@@ -51,6 +51,7 @@ import json
 import sys
 from pathlib import Path
 
+from smallvocab_tools.analysis import bleu as one_bleu
 from smallvocab_tools.analysis.recipe_runs import merged_runs, recipe_runs, saved_runs
 from smallvocab_tools.analysis.recipe_significance import significance_rows, significance_table
 from smallvocab_tools.analysis.recipe_tables import gains_table, recipe_plot, recipe_table, tuning_table
@@ -89,15 +90,17 @@ def main(argv=None):
     r.add_argument("--bootstrap", type=int, default=1000, metavar="N",
                    help="with a folder: REINFORCE against its CE checkpoint and each control on test2016 beam 5, per "
                         "seed, BLEU and chrF with sacrebleu's paired bootstrap of N resamples (0: not made)")
+    one_bleu.add_tokenize_option(r)
     u = sub.add_parser("tuning", help="recipe folders of several settings (CE_FROM): their REINFORCE runs side by "
                                       "side, with the settings that differ")
     u.add_argument("folders", nargs="+", type=Path)
     u.add_argument("--data", type=Path, required=True, help="the binarized data (its raw/ references)")
     u.add_argument("--tgt", default="de", help="the target language")
     u.add_argument("--markdown", type=Path, help="write the table here too")
+    one_bleu.add_tokenize_option(u)
     args = parser.parse_args(argv)
     if args.command == "tuning":
-        text = tuning_table(args.folders, args.data, args.tgt)
+        text = tuning_table(args.folders, args.data, args.tgt, args.tokenize)
         sys.stdout.write(text)
         if args.markdown:
             args.markdown.write_text(text)
@@ -107,10 +110,12 @@ def main(argv=None):
         if args.folder is not None:
             if args.data is None:
                 parser.error("recipe FOLDER needs --data (the references its decodes are scored against)")
-            sources.insert(0, (args.folder, recipe_runs(args.folder, args.data, args.tgt)))
+            sources.insert(0, (args.folder, recipe_runs(args.folder, args.data, args.tgt, args.tokenize)))
         runs = merged_runs(sources)
         text = recipe_table(runs) + "\n" + gains_table(runs)
-        rows = (significance_rows(args.folder, args.data, args.tgt, n_samples=args.bootstrap)
+        if args.folder is not None:
+            text += f"\nBLEU of the decodes: {one_bleu.signature(args.tokenize)}\n"
+        rows = (significance_rows(args.folder, args.data, args.tgt, n_samples=args.bootstrap, tokenize=args.tokenize)
                 if args.folder is not None and args.bootstrap > 0 else [])
         if rows:
             text += (f"\nREINFORCE against each comparison, per seed, test2016 beam 5 (paired bootstrap, "
