@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from helpers import REPO, USER_DIR, run
 
+from smallvocab_tools.analysis import bleu, lenpen_sweep
 from smallvocab_tools.analysis.lenpen_sweep import Hypothesis, Sentence, sweep
 
 SWEEP = REPO / "scripts" / "sweep_lenpen.py"
@@ -39,7 +40,7 @@ def _hypotheses(stdout):
 def test_one_beam_search_gives_every_lenpens_hypotheses_as_fairseq_generate(model, tiny_bin, tmp_path):
     lenpens = ["0.1", "1", "4"]
     out = run([SWEEP, "--path", model, "--data", tiny_bin, "--beam", "4", "--subset", "valid", "--lenpens",
-               ",".join(lenpens), "--save-hyps", tmp_path / "hyps", "--", *GENERATE])
+               ",".join(lenpens), "--no-widen", "--save-hyps", tmp_path / "hyps", "--", *GENERATE])
     record = json.loads((model.parent / "checkpoint_last.lenpen-valid.json").read_text())
     seen = {}
     for lenpen in lenpens:
@@ -60,13 +61,14 @@ def test_one_beam_search_gives_every_lenpens_hypotheses_as_fairseq_generate(mode
     assert f"best --lenpen {chosen['lenpen']:g}: valid BLEU {chosen['bleu']:.2f}" in out.stdout
     assert record["best_at_edge"] == (chosen["lenpen"] in (0.1, 4.0))
     assert ("widen --lenpens" in out.stderr) == record["best_at_edge"]
-    import sacrebleu  # the recorded BLEU: sacrebleu's, against the T- lines, of the hypotheses written
+    assert f"({bleu.signature()})" in out.stdout and record["bleu_signature"] == bleu.signature()
+    import sacrebleu  # the recorded BLEU: sacrebleu's (its default 13a), against the T- lines, of the hypotheses
 
     plain = run(["fairseq-generate", tiny_bin, *GENERATE, "--path", model, "--gen-subset", "valid", "--beam", "4"])
     refs = dict(re.findall(r"^T-(\d+)\t(.*)$", plain.stdout, re.M))
     refs = [refs[str(i)] for i in range(40)]
     for lenpen, hyps in seen.items():
-        want = sacrebleu.corpus_bleu(hyps, [refs], tokenize="none").score
+        want = sacrebleu.corpus_bleu(hyps, [refs]).score
         assert rows[float(lenpen)]["bleu"] == pytest.approx(want, abs=0.006), lenpen
 
 
@@ -90,9 +92,10 @@ def test_the_sweep_refuses_flags_it_owns_and_a_beam_of_one(model, tiny_bin, tmp_
     assert not (tmp_path / "r.json").exists()
 
 
-def test_sacrebleus_tokenization_warning_comes_once_per_sweep_and_scores_stay(caplog, monkeypatch):
-    """Tokenized text (a spaced final period) makes sacrebleu warn; a sweep warns once, not once per value, and
-    each value's BLEU is sacrebleu's own."""
+def test_sacrebleus_tokenization_advice_is_not_repeated_and_scores_stay(caplog, monkeypatch):
+    """Tokenized text (a spaced final period) makes sacrebleu advise detokenizing, once per scoring: a sweep (as
+    every tool, through the one BLEU, whose signature says the tokenizer) gives none of it, and each value's BLEU
+    is sacrebleu's own."""
     import sacrebleu
 
     from fairseq_smallvocab.compat.quiet_logs import OncePerMessage
@@ -106,7 +109,7 @@ def test_sacrebleus_tokenization_warning_comes_once_per_sweep_and_scores_stay(ca
     with caplog.at_level(logging.WARNING):
         rows = sweep(sentences, [0.0, 1.0, 3.0], refs, "none")
     warned = [r for r in caplog.records if "tokenized period" in r.getMessage()]
-    assert len(warned) == 1
+    assert warned == []
     for row in rows:
         want = sacrebleu.corpus_bleu(row["hypotheses"], [refs], tokenize="none", force=True).score
         assert row["bleu"] == round(want, 2)
@@ -143,8 +146,6 @@ def _outputs(tmp_path):
     """{case: (flags, what the refusal says)}, the files they meet made in ``tmp_path``."""
     (tmp_path / "checkpoint_best.pt").write_bytes(b"not read: fairseq-generate is a stand-in")
     (tmp_path / "a-file").write_text("x\n")
-    (tmp_path / "earlier").mkdir()
-    (tmp_path / "earlier" / "hyp.lenpen0.6.txt").write_text("an earlier sweep's, at 0.6\n")
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("the user's\n")
     (tmp_path / "other.json").write_text('{"not": "a sweep record"}\n')
@@ -168,20 +169,16 @@ def _outputs(tmp_path):
                                                                             f"{d / 'a-file' / 'hyps'} cannot be made"),
         "hypotheses among the user's files": (["--save-hyps", d / "mine"], f"--save-hyps {d / 'mine'} holds 1 file(s)"
                                                                            " this sweep does not write: notes.txt"),
-        "hypotheses beside another sweep's": (["--save-hyps", d / "earlier", "--lenpens", "1,2"],
-                                              f"--save-hyps {d / 'earlier'} holds 1 file(s) this sweep does not "
-                                              "write: hyp.lenpen0.6.txt"),
     }
 
 
 @pytest.mark.parametrize("case", ["an existing folder", "a path under a file", "a path deeper under a file",
                                   "a missing folder", "another file", "the checkpoint", "hypotheses into a file",
-                                  "hypotheses under a file", "hypotheses among the user's files",
-                                  "hypotheses beside another sweep's"])
+                                  "hypotheses under a file", "hypotheses among the user's files"])
 def test_the_sweep_refuses_outputs_it_cannot_write_before_the_beam_search(monkeypatch, tmp_path, case):
     """An --out that is a folder, lies under a file or in a missing folder, or is a file other than a sweep's
     record (the checkpoint given by mistake), and a --save-hyps that is a file, lies under one, or holds files
-    that this sweep would not replace (hypotheses of two sweeps mixed): refused naming the path and the fix,
+    that are not the sweep's own hypotheses: refused naming the path and the fix,
     before the beam search, nothing written."""
     flags, message = _outputs(tmp_path)[case]
     before = sorted(str(p) for p in tmp_path.rglob("*"))
@@ -231,13 +228,87 @@ def test_a_rerun_into_the_same_outputs_replaces_them(monkeypatch, tmp_path):
     searched = []
     out, hyps = tmp_path / "lenpen.json", tmp_path / "hyps"
     first = _sweep_in_process(monkeypatch, tmp_path, "--out", out, "--save-hyps", hyps, "--lenpens", "0.5,2",
-                              searched=searched)
+                              "--no-widen", searched=searched)
     assert json.loads(out.read_text()) == first and sorted(p.name for p in hyps.iterdir()) == [
         "hyp.lenpen0.5.txt", "hyp.lenpen2.txt"]
     again = _sweep_in_process(monkeypatch, tmp_path, "--out", out, "--save-hyps", hyps, "--lenpens", "0.5,2",
-                              searched=searched)
-    last = _sweep_in_process(monkeypatch, tmp_path, "--out", out, "--lenpens", "1,1.5", searched=searched,
-                             checkpoint="checkpoint_avg.pt")
+                              "--no-widen", searched=searched)
+    last = _sweep_in_process(monkeypatch, tmp_path, "--out", out, "--lenpens", "1,1.5", "--no-widen",
+                             searched=searched, checkpoint="checkpoint_avg.pt")
     assert len(searched) == 3 and again == first
     assert json.loads(out.read_text()) == last and [r["lenpen"] for r in last["sweep"]] == [1.0, 1.5]
     assert last["checkpoint"] == str(tmp_path / "checkpoint_avg.pt")
+
+
+def _sentences(choices):
+    """Sentences of two finished hypotheses each, (score, length, text): what ``parse_generate`` gives."""
+    return {i: lenpen_sweep.Sentence([lenpen_sweep.Hypothesis(*h) for h in hyps]) for i, hyps in enumerate(choices)}
+
+
+def test_a_best_at_the_grids_edge_widens_it_until_the_best_is_inside():
+    """A long hypothesis (the reference) whose sum needs a large penalty to win: the given grid's best is its
+    largest value, so the grid grows past it a spacing at a time (the same hypotheses, rescored) until the best
+    lies inside; ``--no-widen`` keeps the grid.  Each added value's BLEU is that value's hypotheses' own."""
+    ref = "a man rides a red bike down the street"
+    short = "a man rides"
+    # sum -3 over 4 tokens against -9 over 10: the long one wins where 10 ** p / 4 ** p > 3, p > 1.2
+    sentences = _sentences([[(-3.0, 4, short), (-9.0, 10, ref)]] * 4)
+    rows, tried = lenpen_sweep.widened(sentences, [0.6, 0.8, 1.0], [ref] * 4)
+    assert tried[:3] == [0.6, 0.8, 1.0] and tried[3:] == pytest.approx([1.2, 1.4]) and len(rows) == 5
+    chosen = lenpen_sweep.best(rows)  # 1.2 and 1.4 tie at 100: the one closer to 1, now inside the grid
+    assert chosen["lenpen"] == pytest.approx(1.2) and chosen["bleu"] == 100.0
+    assert [row["lenpen"] for row in rows] == sorted(row["lenpen"] for row in rows)
+    assert rows[2]["bleu"] < 100.0 and rows[4]["bleu"] == 100.0
+    assert rows[3]["hypotheses"] == lenpen_sweep.sweep(sentences, [1.2], [ref] * 4)[0]["hypotheses"] == [ref] * 4
+    # the smallest edge: the short one is the reference, wins below; the grid grows downwards
+    sentences = _sentences([[(-3.0, 4, short), (-2.9, 10, ref)]] * 4)
+    rows, tried = lenpen_sweep.widened(sentences, [1.0, 1.5, 2.0], [short] * 4)
+    assert tried[0] < 1.0 and lenpen_sweep.best(rows)["lenpen"] > tried[0]
+
+
+def test_a_best_still_at_the_edge_after_the_widening_stops_there():
+    """BLEU rising with the penalty for longer than the widening goes (sentence i takes its long hypothesis, the
+    reference, above a penalty of 1.15 + 0.1 i): the grid grows by MAX_WIDENING values, the best its last."""
+    ref = "a b c d e f g h i j"
+    sentences = _sentences([[(-3.0, 4, "a b c"), (-3.0 * 2.5 ** (1.15 + 0.1 * i), 10, ref)] for i in range(30)])
+    rows, tried = lenpen_sweep.widened(sentences, [1.2, 1.3], [ref] * 30)
+    assert len(tried) == 2 + lenpen_sweep.MAX_WIDENING and lenpen_sweep.best(rows)["lenpen"] == tried[-1]
+    assert [row["bleu"] for row in rows] == sorted(row["bleu"] for row in rows) and rows[0]["bleu"] < rows[-1]["bleu"]
+
+
+def test_pieces_are_never_scored_and_the_refusal_names_the_fix():
+    """sentencepiece's pieces (fairseq-generate without --post-process) score near 0 for every value: refused,
+    naming --post-process sentencepiece; references of pieces too."""
+    pieces = "\u2581a \u2581man \u2581ri des"
+    sentences = _sentences([[(-1.0, 4, pieces), (-2.0, 5, pieces + " \u2581x")]] * 3)
+    with pytest.raises(ValueError, match="pass --post-process sentencepiece"):
+        lenpen_sweep.sweep(sentences, [1.0], ["a man rides"] * 3)
+    words = _sentences([[(-1.0, 4, "a man rides"), (-2.0, 5, "a man rides x")]] * 3)
+    with pytest.raises(ValueError, match="the references: 3 of 3 lines hold sentencepiece pieces"):
+        lenpen_sweep.sweep(words, [1.0], [pieces] * 3)
+
+
+def test_the_sweep_refuses_pieces_from_fairseq_generate_as_a_user_runs_it(monkeypatch, tmp_path):
+    """The command as the docs showed it, on sentencepiece data (no --post-process): an error naming the fix,
+    no record written."""
+    import subprocess
+
+    pieces = "".join(f"T-{i}\t\u2581a \u2581b\nH-{i}\t-1.0\t\u2581a \u2581b\nP-{i}\t-0.5 -0.5 0.0\n" for i in range(3))
+    monkeypatch.setattr(lenpen_sweep, "subprocess", type("Stand-in", (), {"run": staticmethod(
+        lambda command, **kwargs: subprocess.CompletedProcess(command, 0, pieces, ""))}))
+    (tmp_path / "checkpoint_best.pt").write_bytes(b"not read")
+    with pytest.raises(SystemExit) as exit_:
+        lenpen_sweep.main(["--path", str(tmp_path / "checkpoint_best.pt"), "--data", "d", "--beam", "2"])
+    assert "--post-process sentencepiece" in str(exit_.value.code)
+    assert not (tmp_path / "checkpoint_best.lenpen-valid.json").exists()
+
+
+def test_a_rerun_into_the_same_hypotheses_folder_replaces_the_earlier_sweeps_files(monkeypatch, tmp_path):
+    """An earlier sweep's hyp.lenpenV.txt at a value this one does not try (a widened grid's) is removed, so the
+    folder holds this sweep's values only; the user's other files are refused (above)."""
+    (tmp_path / "hyps").mkdir()
+    (tmp_path / "hyps" / "hyp.lenpen0.4.txt").write_text("an earlier sweep's\n")
+    _sweep_in_process(monkeypatch, tmp_path, "--lenpens", "0.6,1,1.5", "--no-widen", "--save-hyps",
+                      tmp_path / "hyps", searched=[])
+    assert sorted(p.name for p in (tmp_path / "hyps").iterdir()) == ["hyp.lenpen0.6.txt", "hyp.lenpen1.5.txt",
+                                                                    "hyp.lenpen1.txt"]

@@ -17,10 +17,15 @@ value.
     python scripts/sweep_lenpen.py --path CKPT --data DATA --beam 5 -- \\
         --user-dir fairseq_smallvocab --task translation_smallvocab -s en -t de --cpu
 
-BLEU is sacrebleu's corpus BLEU against the references (fairseq-generate's
-``T-`` lines, or ``--ref``, the raw reference file in the subset's order), with
-``--tokenize`` (default ``none``: the project's data is tokenized already).
-Of equal BLEU, the value closest to 1 (fairseq's default) is kept.
+BLEU is the project's one BLEU (``smallvocab_tools.analysis.bleu``: sacrebleu's
+corpus BLEU, ``--tokenize`` default 13a, its signature printed and recorded)
+against the references (fairseq-generate's ``T-`` lines, or ``--ref``, the raw
+reference file in the subset's order). It is of words: hypotheses that are
+subword pieces are refused (pass ``--post-process sentencepiece`` after
+``--``). Of equal BLEU, the value closest to 1 (fairseq's default) is kept.
+Where the best is the grid's smallest or largest value, the grid is widened
+beyond it, a step of the grid's spacing at that edge at a time (free: the same
+beam search), until the best lies inside it (``--no-widen``: the grid as given).
 """
 
 import argparse
@@ -34,6 +39,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
+
+from smallvocab_tools.analysis import bleu as one_bleu
 
 DEFAULT_LENPENS = (0.6, 0.8, 1.0, 1.2, 1.4, 1.6, 2.0, 2.5, 3.0)
 # fairseq-generate flags the sweep sets itself, or that change what a beam search is
@@ -105,19 +112,50 @@ def pick(sentence: Sentence, lenpen: float) -> Hypothesis:
     return max(sentence.hyps, key=lambda h: h.score / h.length ** lenpen)
 
 
-def sweep(sentences: Dict[int, Sentence], lenpens: Sequence[float], refs: List[str], tokenize: str):
-    """Each lenpen's corpus BLEU and length ratio: a list of dicts, in the order of ``lenpens``."""
-    import sacrebleu
+PIECES_FIX = ("fairseq-generate printed subword pieces: pass --post-process sentencepiece (or --post-process "
+              "subword_nmt for BPE) after '--', so that BLEU is of words")
 
+
+def sweep(sentences: Dict[int, Sentence], lenpens: Sequence[float], refs: List[str],
+          tokenize: str = one_bleu.TOKENIZE):
+    """Each lenpen's corpus BLEU (``bleu.corpus``) and length ratio: a list of dicts, in the order of
+    ``lenpens``; hypotheses or references that are subword pieces are refused."""
     order = sorted(sentences)
     rows = []
-    for n, lenpen in enumerate(lenpens):
+    for lenpen in lenpens:
         hyps = [pick(sentences[i], lenpen).text for i in order]
-        # sacrebleu's check of the text's tokenization, once: the same warning for each value says nothing new
-        bleu = sacrebleu.corpus_bleu(hyps, [refs], tokenize=tokenize, force=n > 0)
-        rows.append({"lenpen": lenpen, "bleu": round(bleu.score, 2),
-                     "len_ratio": round(bleu.sys_len / max(bleu.ref_len, 1), 4), "hypotheses": hyps})
+        score = one_bleu.corpus(hyps, refs, tokenize, what=f"the hypotheses at --lenpen {lenpen:g} ({PIECES_FIX})")
+        rows.append({"lenpen": lenpen, "bleu": round(score.bleu, 2), "len_ratio": round(score.length_ratio, 4),
+                     "hypotheses": hyps})
     return rows
+
+
+MAX_WIDENING = 20  # steps beyond an edge at most (a best still at the new edge is then said, as for a given grid)
+
+
+def widened(sentences: Dict[int, Sentence], lenpens: Sequence[float], refs: List[str],
+            tokenize: str = one_bleu.TOKENIZE):
+    """``sweep`` over ``lenpens``, then, while the best is the smallest or the largest value tried, over one more
+    value beyond it (the grid's spacing at that edge; one value grids step by 0.2): (rows in lenpen order, the
+    values tried)."""
+    values = sorted(lenpens)
+    rows = sweep(sentences, values, refs, tokenize)
+    for _ in range(MAX_WIDENING):
+        chosen = best(rows)
+        if len(values) < 2 and values[0] != chosen["lenpen"]:
+            break
+        if chosen["lenpen"] == values[0]:
+            step = values[1] - values[0] if len(values) > 1 else 0.2
+            new = round(values[0] - step, 6)
+        elif chosen["lenpen"] == values[-1]:
+            step = values[-1] - values[-2] if len(values) > 1 else 0.2
+            new = round(values[-1] + step, 6)
+        else:
+            break
+        rows += sweep(sentences, [new], refs, tokenize)
+        values = sorted(values + [new])
+        rows.sort(key=lambda row: row["lenpen"])
+    return rows, values
 
 
 def best(rows) -> dict:
@@ -137,6 +175,21 @@ def hyps_name(lenpen: float) -> str:
     return f"hyp.lenpen{lenpen:g}.txt"
 
 
+HYPS_FILE = re.compile(r"^hyp\.lenpen-?[\d.]+(e-?\d+)?\.txt$")  # what ``hyps_name`` writes
+
+
+def save(folder: Path, rows) -> None:
+    """Each row's hypotheses into ``folder`` (``hyps_name``), and none of another sweep's values left there
+    (a widened grid's: its files would pass for this sweep's)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    written = {hyps_name(row["lenpen"]) for row in rows}
+    for path in folder.iterdir():
+        if HYPS_FILE.match(path.name) and path.name not in written:
+            path.unlink()
+    for row in rows:
+        write_atomic(folder / hyps_name(row["lenpen"]), "\n".join(row["hypotheses"]) + "\n")
+
+
 def is_sweep_record(path: Path) -> bool:
     """Whether ``path`` holds a record this script wrote (one a rerun may replace)."""
     if not path.is_file() or path.stat().st_size > MAX_RECORD_BYTES:  # a pipe or device is not read either
@@ -152,7 +205,7 @@ def check_outputs(out: Path, save_hyps: Optional[Path], lenpens: Sequence[float]
     """Refuse, before the beam search, outputs the sweep cannot write or would write over something else: an
     --out that is a folder, lies in a missing or unwritable folder or under a file, or is a file other than an
     earlier sweep's record (a rerun replaces that); a --save-hyps that is a file, cannot be made or written, or
-    holds files other than the ones this sweep writes (an earlier sweep's at other values would mix with them)."""
+    holds files other than the sweep's own hypotheses (``HYPS_FILE``; an earlier sweep's are replaced: ``save``)."""
     from smallvocab_tools.data.output_dir import files_in, output_file_problem, output_folder_problem
 
     problem = output_file_problem(out, "lenpen.json")
@@ -167,15 +220,14 @@ def check_outputs(out: Path, save_hyps: Optional[Path], lenpens: Sequence[float]
     problem = output_folder_problem(save_hyps)
     if problem:
         raise SystemExit(f"--save-hyps {save_hyps}: {problem}")
-    if save_hyps.is_dir():
-        written = {hyps_name(v) for v in lenpens}
-        other = [name for name in files_in(save_hyps) if name not in written]
+    if save_hyps.is_dir():  # (its own files of other values, a widened grid's, are replaced: ``save``)
+        other = [name for name in files_in(save_hyps) if not HYPS_FILE.match(name)]
         if other:
             more = f" and {len(other) - 10} more" if len(other) > 10 else ""
             raise SystemExit(f"--save-hyps {save_hyps} holds {len(other)} file(s) this sweep does not write: "
-                             f"{', '.join(other[:10])}{more}; its hypotheses would mix with them (an earlier "
-                             "sweep's folder is reused only with the same --lenpens): give an empty or new folder, "
-                             "or empty this one yourself")
+                             f"{', '.join(other[:10])}{more}; its hypotheses would mix with them (a folder of the "
+                             "sweep's own hyp.lenpenV.txt files is reused, its files replaced): give an empty or new "
+                             "folder, or empty this one yourself")
 
 
 def write_atomic(path: Path, text: str):
@@ -205,7 +257,9 @@ def main(argv=None):
                         help="the values to try, comma-separated (default %(default)s)")
     parser.add_argument("--ref", type=Path, help="the references, one per line in the subset's order (default: "
                                                  "fairseq-generate's T- lines, where unknown words read <unk>)")
-    parser.add_argument("--tokenize", default="none", help="sacrebleu's tokenizer (default none: tokenized text)")
+    one_bleu.add_tokenize_option(parser)
+    parser.add_argument("--no-widen", action="store_true",
+                        help="keep the grid as given where the best is at its edge (default: widen it beyond)")
     parser.add_argument("--out", type=Path, help="the record (JSON; default: beside the checkpoint, "
                                                  "CKPT_STEM.lenpen-SUBSET.json)")
     parser.add_argument("--save-hyps", type=Path, help="also write each value's hypotheses into this folder, "
@@ -243,27 +297,37 @@ def main(argv=None):
     elif len(refs) != len(sentences):
         raise SystemExit(f"--ref {args.ref} has {len(refs)} lines, the subset {len(sentences)} sentences: give the "
                          f"references of --subset {args.subset}, one per line")
-    rows = sweep(sentences, lenpens, refs, args.tokenize)
+    try:
+        rows, tried = (sweep(sentences, lenpens, refs, args.tokenize), lenpens) if args.no_widen else \
+            widened(sentences, lenpens, refs, args.tokenize)
+    except ValueError as err:
+        raise SystemExit(f"error: {err}") from None
     chosen = best(rows)
+    if len(tried) > len(lenpens):
+        added = ", ".join(f"{v:g}" for v in tried if v not in lenpens)
+        print(f"the best of --lenpens was at its edge: the grid was widened with {added} (the same beam search)",
+              file=sys.stderr)
     print(f"{'lenpen':>7} {'BLEU':>7} {'len ratio':>9}")
     for row in rows:
         mark = "  <- best" if row is chosen else ""
         print(f"{row['lenpen']:>7g} {row['bleu']:>7.2f} {row['len_ratio']:>9.4f}{mark}")
     if args.save_hyps is not None:
-        args.save_hyps.mkdir(parents=True, exist_ok=True)
-        for row in rows:
-            write_atomic(args.save_hyps / hyps_name(row["lenpen"]), "\n".join(row["hypotheses"]) + "\n")
+        save(args.save_hyps, rows)
     record = {"checkpoint": str(args.path), "data": str(args.data), "subset": args.subset, "beam": args.beam,
-              "tokenize": args.tokenize, "references": str(args.ref) if args.ref else "T- lines",
+              "tokenize": args.tokenize, "bleu_signature": one_bleu.signature(args.tokenize),
+              "references": str(args.ref) if args.ref else "T- lines",
               "generate_args": extra, "sentences": len(sentences),
               "sweep": [{k: v for k, v in row.items() if k != "hypotheses"} for row in rows],
               "best_lenpen": chosen["lenpen"], "best_bleu": chosen["bleu"], "best_len_ratio": chosen["len_ratio"],
-              "best_at_edge": len(rows) > 1 and chosen["lenpen"] in (lenpens[0], lenpens[-1])}
+              "lenpens_given": list(lenpens), "lenpens_tried": list(tried),
+              "best_at_edge": len(rows) > 1 and chosen["lenpen"] in (tried[0], tried[-1])}
     write_atomic(out, json.dumps(record, indent=1) + "\n")
-    print(f"best --lenpen {chosen['lenpen']:g}: {args.subset} BLEU {chosen['bleu']:.2f}, length ratio "
-          f"{chosen['len_ratio']:.4f}; recorded in {out}")
-    if len(rows) > 1 and chosen["lenpen"] in (lenpens[0], lenpens[-1]):
-        side = "smallest" if chosen["lenpen"] == lenpens[0] else "largest"
+    signature = one_bleu.signature(args.tokenize)
+    print(f"best --lenpen {chosen['lenpen']:g}: {args.subset} BLEU {chosen['bleu']:.2f} ({signature}), length "
+          f"ratio {chosen['len_ratio']:.4f}; recorded in {out}")
+    if record["best_at_edge"]:
+        side = "smallest" if chosen["lenpen"] == tried[0] else "largest"
+        fix = "widen --lenpens" if args.no_widen else f"the grid was widened {MAX_WIDENING} steps: widen --lenpens"
         print(f"warning: the best is the {side} value tried ({chosen['lenpen']:g}): a value beyond it may be better; "
-              "widen --lenpens", file=sys.stderr)
+              f"{fix}", file=sys.stderr)
     return record
