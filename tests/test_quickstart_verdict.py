@@ -6,6 +6,8 @@ import re
 
 import pytest
 
+from smallvocab_tools.analysis import bleu
+
 WORDS = "a man in a red shirt is riding a bike down the street while two dogs watch him".split()
 
 
@@ -48,7 +50,9 @@ def test_a_better_reinforce_run_helped_and_without_a_control_the_verdict_says_wh
     rows, text, said = _verdict(tmp_path, [("rl", rl, 0.005)], ce, refs)
     gain = sacrebleu.corpus_bleu(rl, [refs]).score - sacrebleu.corpus_bleu(ce, [refs]).score
     assert rows[1]["vs_ce"][0] == pytest.approx(gain) and rows[1]["vs_ce"][1] < 0.05
-    assert re.search(rf"^\| rl \| REINFORCE \| [\d.]+ \| 1\.000 \| 1\.2 \| \+{gain:.2f} \(p = 0\.\d+\) \|$", text, re.M)
+    assert re.search(rf"^\| rl \| REINFORCE \| [\d.]+ \| [\d.]+ \| 1\.000 \| 1\.2 \| \+{gain:.2f} \(p = 0\.\d+\) \| "
+                     r"[+-][\d.]+ \(p = [\d.]+\) \|$", text, re.M)
+    assert text.endswith(f"BLEU: {bleu.signature()}") and "tok:13a" in text
     assert "| ce | CE |" in text and "vs CE continued" not in text
     assert len(said) == 1 and said[0].startswith(f"Verdict (rl): REINFORCE helped: +{gain:.2f} test BLEU over CE")
     assert "Without the control" in said[0]
@@ -132,7 +136,8 @@ def test_the_verdicts_wording_follows_the_difference_and_p_it_prints(tmp_path, m
     monkeypatch.setenv("SACREBLEU_SEED", "12345")  # sacrebleu's default: the resamples are fixed
     refs = _refs()
     _, text, said = _verdict(tmp_path, [("rl", _damaged(refs, *rl), 0.005)], _damaged(refs, *ce), refs)
-    delta, p = re.search(r"^\| rl \| REINFORCE \|.* \| ([+-][\d.]+) \(p = ([\d.]+)\) \|$", text, re.M).groups()
+    delta, p = re.search(r"^\| rl \| REINFORCE \|.* \| ([+-][\d.]+) \(p = ([\d.]+)\) \| [+-][\d.]+ \(p = [\d.]+\) \|$",
+                         text, re.M).groups()
     assert said[0].startswith(f"Verdict (rl): {wording}: {delta} test BLEU")
     assert f"p = {p}" in said[0]  # the table's numbers, and the verdict's
     significant = float(p) < 0.05
@@ -140,3 +145,42 @@ def test_the_verdicts_wording_follows_the_difference_and_p_it_prints(tmp_path, m
     assert ("REINFORCE helped" in said[0]) == (significant and float(delta) > 0)
     assert ("REINFORCE did not help" in said[0]) == (significant and float(delta) < 0)
     assert (wording == "inconclusive") == (not significant or float(delta) == 0)
+
+
+def test_with_the_full_softmaxs_arms_the_verdict_compares_the_softmaxes_too(tmp_path, capsys):
+    """--full-ce / --full-rl (the quick start's COMPARE=full): a second table, small against full for CE and for
+    REINFORCE (BLEU, chrF, p, each training's seconds and seconds per update, read from FOLDER.train.log), and
+    one sentence each: a loss the test can tell is said as a loss; the REINFORCE sentence sets the pace lines'
+    speed beside the ratio does_it_pay.py predicted."""
+    import json
+
+    from smallvocab_tools.analysis.quickstart_verdict import main
+
+    refs = _refs()
+    (tmp_path / "ref.txt").write_text("\n".join(refs) + "\n")
+    _run(tmp_path / "ce", _damaged(refs, 0.3, 1))
+    _run(tmp_path / "rl", _damaged(refs, 0.3, 2), 0.005)
+    _run(tmp_path / "ce-full", _damaged(refs, 0.3, 3))
+    _run(tmp_path / "rl-full", _damaged(refs, 0.05, 4), 0.005)  # far better: the small softmax lost there
+    for name, wall, pace in (("ce", 600, 0.5), ("ce-full", 900, 0.8), ("rl", 100, 0.25), ("rl-full", 300, 1.0)):
+        (tmp_path / f"{name}.train.log").write_text(
+            f"| INFO | fairseq_smallvocab.compat.pace | pace: {pace:.3f} s/update (updates 2-11; validation and saving "
+            f"not included)\nepoch 001 | loss 5.1 | wall {wall // 2} | train_wall 10\n"
+            f"epoch 002 | loss 4.9 | wall {wall} | train_wall 20\n")
+    (tmp_path / "pays.json").write_text(json.dumps({"verdict": "pays", "step_ratio": 3.6, "ceiling": 4.0}))
+    main([str(x) for x in ("--ce", tmp_path / "ce", "--runs", tmp_path / "rl", "--ref", tmp_path / "ref.txt",
+                           "--n-samples", "100", "--full-ce", tmp_path / "ce-full", "--full-rl", tmp_path / "rl-full",
+                           "--does-it-pay", tmp_path / "pays.json", "--json", tmp_path / "v.json")])
+    out = capsys.readouterr().out
+    assert "The small softmax against the full one:" in out and "| rl-full |" not in out
+    assert re.search(r"^\| CE \| [\d.]+ \| [\d.]+ \| [+-][\d.]+ \(p = [\d.]+\) \| [+-][\d.]+ \(p = [\d.]+\) \| "
+                     r"600 / 900 \| 0\.500 / 0\.800 \| 1\.60x \|$", out, re.M), out
+    assert re.search(r"^\| REINFORCE \| .* \| 100 / 300 \| 0\.250 / 1\.000 \| 4\.00x \|$", out, re.M), out
+    assert re.search(r"^Verdict \(softmax, REINFORCE\): the small softmax lost -[\d.]+ test BLEU against the full "
+                     r"softmax \(p = 0\.0\d+\); its updates 4\.00x as fast \(scripts/does_it_pay\.py predicted "
+                     r"3\.60x\)\.$", out, re.M), out
+    assert re.search(r"^Verdict \(softmax, CE\): the small softmax (no BLEU difference the test can tell|gained|lost)",
+                     out, re.M)
+    record = json.loads((tmp_path / "v.json").read_text())
+    assert [r["what"] for r in record["versus_full"]] == ["CE", "REINFORCE"] and record["does_it_pay_step_ratio"] == 3.6
+    assert record["versus_full"][1]["seconds"] == 100 and record["versus_full"][1]["full_sec_per_update"] == 1.0
