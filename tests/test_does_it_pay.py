@@ -57,6 +57,29 @@ def test_the_verdict_follows_the_measured_reinforce_ratio(full, expected):
     assert ("--rounds 3" in text) is False  # three rounds were run: no one-round caveat
 
 
+def test_the_ceiling_says_how_much_any_k_could_gain():
+    """The step with the smallest output layer (K = CEILING_K) beside it: "of at most", and the output layer's
+    share of the full step; ``judged`` gives the verdict and its ratios (what ``--json`` writes)."""
+    from smallvocab_tools.bench.does_it_pay import CEILING_K, judged, verdict
+
+    records = _records(1.0, 0.95, 2.0, 3.0)
+    for record in records:
+        record.setdefault("K", 0 if record["softmax"] == "full" else 500)
+    records.insert(1, {"mode": "reinforce", "softmax": "small", "K": CEILING_K, "sec_per_step": 0.864,
+                       "peak_mem_mb": 90.0, "speedup": 1.1})
+    text = verdict(records, SHAPE, 500, _args())
+    assert (f"0.95x faster small of at most 1.10x (the step with a {CEILING_K}-word output layer: 0.864 s, 1.10x; "
+            "the output layer is 9% of the full step)") in text
+    assert "Verdict: the small softmax does not pay on this model here (0.95x)" in text
+    records[1].update(sec_per_step=0.95, speedup=1.0)  # no faster than the full step: nothing any K could gain
+    assert f"0.95x faster small (the step with a {CEILING_K}-word output layer: 0.950 s, 1.00x: the output layer " \
+        "costs nothing measurable here)" in verdict(records, SHAPE, 500, _args())
+    records[1].update(sec_per_step=0.864, speedup=1.1)
+    said = judged(records, 500)
+    assert (said["verdict"], said["step_ratio"], said["ceiling"], said["decode_ratio"]) == ("does not pay", 0.95, 1.1,
+                                                                                            1.5)
+
+
 def test_one_round_is_said_to_be_noisy():
     from smallvocab_tools.bench.does_it_pay import verdict
 
@@ -120,16 +143,23 @@ def test_bad_command_lines_are_refused_by_name(tiny_bin, capsys, argv, message):
 
 
 @pytest.mark.slow
-def test_does_it_pay_measures_both_softmaxes_and_gives_one_verdict(tiny_bin):
+def test_does_it_pay_measures_both_softmaxes_and_gives_one_verdict(tiny_bin, tmp_path):
+    import json
+
     from fairseq.data import Dictionary
+
+    from smallvocab_tools.bench.does_it_pay import CEILING_K
 
     vocab = len(Dictionary.load(str(tiny_bin / "dict.tgt.txt")))
     out = run([REPO / "scripts" / "does_it_pay.py", "--data", tiny_bin, "-s", "src", "-t", "tgt",
                "--model-args", TINY_FLAGS, "--k", "20", "--batch", "4", "--decode-batch", "3", "--beam", "2",
-               "--steps", "1", "--threads", "1"]).stdout
+               "--steps", "1", "--threads", "1", "--json", tmp_path / "pays.json"]).stdout
     rows = re.findall(r"^\| cpu \| transformer \| (reinforce x4|\d[\d,]*) \| .*$", out, re.M)
-    assert len(rows) == 4, out
+    assert len(rows) == 5, out  # REINFORCE small, its ceiling (the smallest output layer) and full; decoding's two
     assert len(re.findall(rf"\| {vocab:,} \| small \| 20 \|", out)) == 2  # a training and a decoding row
+    assert len(re.findall(rf"\| {vocab:,} \| small \| {CEILING_K} \|", out)) == 1  # the ceiling: REINFORCE's
+    said = json.loads((tmp_path / "pays.json").read_text())
+    assert said["verdict"] in out and said["k"] == 20 and said["ceiling"] > 0 and len(said["records"]) == 5
     assert len(re.findall(r"^Verdict: the small softmax (pays|does not pay|pays little)", out, re.M)) == 1
     assert re.search(r"a REINFORCE step \(4 samples per sentence, 4 sentences\): small [\d.]+ s, full [\d.]+ s", out)
     assert re.search(r"beam 2 decoding \(3 sentences a batch, the predictor included\): small [\d.]+ ms", out)

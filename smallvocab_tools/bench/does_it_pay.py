@@ -14,12 +14,18 @@ its own), small and full in turn (``--rounds`` alternates them again; the
 speedup is the median of the rounds' ratios).  A REINFORCE step is
 fairseq-train's update (--rl-samples samples per sentence, the ``loo``
 baseline); decoding is ``SequenceGenerator``'s beam search, the small side
-with the vocabulary predictor predicting each batch's candidates.  A couple of
-minutes on 2 cores for a 3 + 3-layer Transformer; speed on a busy machine
-drifts, so run it when nothing else runs (or raise --rounds).
+with the vocabulary predictor predicting each batch's candidates.  The
+REINFORCE step also runs with the smallest output layer there is (K =
+``CEILING_K``: the special symbols and one word), the ceiling: what any K
+could gain on this model at most, so that "0.95x of at most 1.10x" says where
+the step's time goes.  A couple of minutes on 2 cores for a 3 + 3-layer
+Transformer; speed on a busy machine drifts, so run it when nothing else runs
+(or raise --rounds).  ``--json`` also writes the verdict and its ratios (the
+quick start follows it).
 """
 
 import argparse
+import json
 import statistics
 import sys
 from pathlib import Path
@@ -31,6 +37,7 @@ from smallvocab_tools.bench.runner import run_interleaved
 # a REINFORCE step (or a decoded sentence) this much faster small counts as paying; below the lower bound the
 # two are the same within this machine's drift, and the full softmax (no recall to lose) is the choice
 PAYS, SAME = 1.2, 1.05
+CEILING_K = NSPECIAL + 1  # the smallest output layer: the special symbols and one word
 
 
 def parse_args(argv=None):
@@ -55,6 +62,7 @@ def parse_args(argv=None):
                         help="run small and full this many times each, alternating; medians are reported")
     parser.add_argument("--threads", type=POSITIVE, default=2, help="torch threads, as your training runs")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--json", type=Path, help="also write the verdict, its ratios and the records here")
     args = parser.parse_args(argv)
     arch = model_arch(args.model_args)
     if arch is None:
@@ -67,6 +75,12 @@ def parse_args(argv=None):
     problem = arch_problem(arch)  # before the corpus is read and any worker starts
     if problem:
         parser.error(f"--model-args {args.model_args!r}: {problem}")
+    if args.json is not None:
+        from smallvocab_tools.data.output_dir import output_file_problem
+
+        problem = output_file_problem(args.json, "does-it-pay.json")
+        if problem:
+            parser.error(f"--json {args.json}: {problem}")
     if args.device == "cuda":
         import torch
 
@@ -99,7 +113,7 @@ def configurations(args, shape: dict, k: int):
     base = {"device": args.device, "vocab_size": shape["vocab_size"], "src_vocab_size": shape["src_vocab_size"],
             "arch": model_arch(args.model_args), "model_args": args.model_args, "layers": None, "d": None,
             "threads": args.threads, "zipf": 1.2, "epoch_sentences": 50000}
-    for softmax, kk in (("small", k), ("full", 0)):
+    for softmax, kk in (("small", k), ("small", CEILING_K), ("full", 0)):
         yield dict(base, mode="reinforce", softmax=softmax, K=kk, batch=args.batch, max_len=shape["tgt_len"],
                    steps=args.steps, warmup=1, rl_samples=args.rl_samples, rl_baseline="loo",
                    sample_limit="flat", max_sample_len=shape["tgt_len"])
@@ -113,22 +127,50 @@ def _judge(ratio: float) -> str:
     return "pays" if ratio >= PAYS else "does not pay" if ratio < SAME else "pays little"
 
 
-def verdict(records, shape: dict, k: int, args) -> str:
-    """Which softmax to use, from the measured ratios (full's time / small's)."""
-    def find(mode, softmax):
-        return next(r for r in records if r["mode"] == mode and r["softmax"] == softmax)
+def judged(records, k: int) -> dict:
+    """The measured ratios (full's time / small's, each the median of the rounds' ratios) and what they say:
+    {"verdict": "pays" | "pays little" | "does not pay" (the REINFORCE step's), "step_ratio", "ceiling" (the
+    step's ratio with the smallest output layer, ``CEILING_K``; None where not measured), "decode_ratio",
+    "memory_ratio", "k"}."""
+    def find(mode, softmax, kk=None):
+        return next((r for r in records if r["mode"] == mode and r["softmax"] == softmax
+                     and (kk is None or r.get("K", kk) == kk)), None)
 
-    step, step_full = find("reinforce", "small"), find("reinforce", "full")
+    step, step_full, lowest = find("reinforce", "small", k), find("reinforce", "full"), \
+        find("reinforce", "small", CEILING_K) if k != CEILING_K else None
     dec, dec_full = find("decode", "small"), find("decode", "full")
     step_ratio = step.get("speedup") or step_full["sec_per_step"] / step["sec_per_step"]
-    dec_ratio = dec.get("speedup") or dec_full["ms_per_sentence"] / dec["ms_per_sentence"]
-    memory = (step_full["peak_mem_mb"] / step["peak_mem_mb"]) if step["peak_mem_mb"] > 0 else None
+    ceiling = None if lowest is None or lowest is step else \
+        lowest.get("speedup") or step_full["sec_per_step"] / lowest["sec_per_step"]
+    return {"verdict": _judge(step_ratio), "step_ratio": round(step_ratio, 3),
+            "ceiling": None if ceiling is None else round(ceiling, 3),
+            "ceiling_sec_per_step": None if ceiling is None else lowest["sec_per_step"],
+            "decode_ratio": round(dec.get("speedup") or dec_full["ms_per_sentence"] / dec["ms_per_sentence"], 3),
+            "memory_ratio": round(step_full["peak_mem_mb"] / step["peak_mem_mb"], 3) if step["peak_mem_mb"] > 0
+            else None, "k": k, "step": step, "step_full": step_full, "decode": dec, "decode_full": dec_full}
+
+
+def verdict(records, shape: dict, k: int, args) -> str:
+    """Which softmax to use, from the measured ratios (``judged``)."""
+    said = judged(records, k)
+    step, step_full, dec, dec_full = said["step"], said["step_full"], said["decode"], said["decode_full"]
+    step_ratio, dec_ratio, memory, ceiling = said["step_ratio"], said["decode_ratio"], said["memory_ratio"], \
+        said["ceiling"]
+    lowest = "" if ceiling is None else \
+        f"the step with a {CEILING_K}-word output layer: {said['ceiling_sec_per_step']:.3f} s, {ceiling:.2f}x"
+    if ceiling is None:
+        of_at_most = ""
+    elif ceiling < SAME:  # no K could gain what this machine's drift would not hide
+        of_at_most = f" ({lowest}: the output layer costs nothing measurable here)"
+    else:
+        share = 1 - 1 / ceiling
+        of_at_most = f" of at most {ceiling:.2f}x ({lowest}; the output layer is {share:.0%} of the full step)"
     lines = [f"|V| = {shape['vocab_size']:,}, K = {k}, {model_arch(args.model_args)} as --model-args builds it, "
              f"sentences of {shape['src_len']} -> {shape['tgt_len']} tokens (your training split's means), "
              f"{args.threads} thread(s), {args.device}:",
              f"- a REINFORCE step ({args.rl_samples} samples per sentence, {args.batch} sentences): small "
              f"{step['sec_per_step']:.3f} s, full {step_full['sec_per_step']:.3f} s: {step_ratio:.2f}x faster small"
-             + (f", {memory:.2f}x less memory" if memory else "") + f" ({_judge(step_ratio)})",
+             + of_at_most + (f", {memory:.2f}x less memory" if memory else "") + f" ({_judge(step_ratio)})",
              f"- beam {args.beam} decoding ({args.decode_batch} sentences a batch, the predictor included): small "
              f"{dec['ms_per_sentence']:.2f} ms, full {dec_full['ms_per_sentence']:.2f} ms a sentence: "
              f"{dec_ratio:.2f}x faster small ({_judge(dec_ratio)})"]
@@ -162,6 +204,12 @@ def main(argv=None):
     print(markdown(records))
     print()
     print(verdict(records, shape, k, args))
+    if args.json:
+        said = {key: value for key, value in judged(records, k).items()
+                if key not in ("step", "step_full", "decode", "decode_full")}
+        args.json.write_text(json.dumps({**said, "vocab_size": shape["vocab_size"], "threads": args.threads,
+                                         "device": args.device, "rounds": args.rounds, "records": records},
+                                        indent=1) + "\n")
     return 0
 
 
