@@ -2,7 +2,8 @@
 CTranslate2's translations equal to fairseq-generate's without the map and inside the map's allowance with it;
 what cannot be exported is refused with the reason; the output folder: --force replaces only what an export
 wrote, and a killed export leaves nothing behind (SIGTERM, Ctrl-C) or nothing the next export keeps (SIGKILL);
-the bench's scoring and the export's verdict on the map.  The map's content: test_ctranslate2_map.py."""
+the bench's scoring and the export's check of the map through the command.  The map's content:
+test_ctranslate2_map.py; the check's timing and verdict: test_ctranslate2_speed.py."""
 
 import json
 import os
@@ -63,11 +64,20 @@ def test_exported_model_translates_as_fairseq_and_inside_its_map(tuned, predicto
 
     out = tmp_path / "ct2"
     done = run(["python", EXPORT, "--path", tuned, "--data", tiny_bin, "--out", out, "--vmap-from", predictor,
-                "--vmap-per-token", "10", "--vmap-always", "20", "--vmap-bigrams", "30", "--k", "50"])
-    # the map checked on 40 valid sentences, with and without it, and a verdict
-    assert re.search(r"^the vocabulary map on 40 valid sentences, beam 5, batch 32, 2 thread\(s\): \d+ tokens/s with "
-                     r"it, \d+ without \([\d.]+x\); BLEU [\d.]+ with it, [\d.]+ without\. (It pays here: translate "
-                     r"with use_vmap=True|It slows beam search here|No clear difference here)", done.stdout, re.M)
+                "--vmap-per-token", "10", "--vmap-always", "20", "--vmap-bigrams", "30", "--k", "50"],
+               env={"OMP_NUM_THREADS": "1"})  # the quick start's THREADS=1
+    # the map checked on 40 valid sentences, with and without it, on the threads asked for, each round said as it
+    # ends, and a verdict with one sentence of advice
+    assert "valid sentences (all it holds: fewer than the 200 asked)" in done.stderr
+    assert "on 1 thread (OMP_NUM_THREADS=1), 5 rounds with and without the map" in done.stderr
+    assert len(re.findall(r"^  round \d/5 ", done.stderr, re.M)) == 5
+    verdict = re.search(r"^the vocabulary map on 40 valid sentences \(beam 5, batches of 32, 1 thread, 5 rounds each "
+                        r"way\): \d+ tokens/s with it, \d+ without, [\d.]+x \(rounds [\d.]+x-[\d.]+x\); BLEU [\d.]+ "
+                        r"with it, [\d.]+ without \(nrefs:1\|case:mixed\|eff:no\|tok:13a\|smooth:exp\|version:"
+                        r"[\d.]+\)\. (It pays here.*|It slows translation here.*|No clear difference here.*)$",
+                        done.stdout, re.M)
+    assert verdict and verdict.group(1).count("use_vmap=") == 1, done.stdout
+    assert done.stdout.count("use_vmap=") == 1  # the advice, once
     meta = json.loads((out / "smallvocab_export.json").read_text())
     cover = meta["vmap"]["coverage"]
     assert meta["quantization"] == "float32" and cover["sentences"] == 40 and cover["k"] == 50
@@ -127,6 +137,8 @@ def test_exported_model_translates_as_fairseq_and_inside_its_map(tuned, predicto
                  "--compare", f"the references=K = 50={tmp_path / 'refs.txt'}"])
     assert re.search(r"\| CTranslate2 \| float32 \| 1 \| 8 \| predictor \| [\d.]+ \| \d+ \| [\d.]+x \|", table.stdout)
     assert "| the references=K = 50 | | | | | 100.00 | | |" in table.stdout
+    assert re.search(r"^BLEU: sacrebleu on words, nrefs:1\|case:mixed\|eff:no\|tok:13a\|", table.stdout, re.M)
+    assert "on 1 thread (--threads)" in table.stderr
     assert (tmp_path / "bench" / "ct2-float32-beam1-batch8-vmap.txt").is_file()
 
 
@@ -352,31 +364,6 @@ def test_the_bench_scores_words_whatever_the_pieces(tmp_path, capsys):
     assert bench.as_words(pieces, "sentencepiece") == words and bench.as_words(words, None) == words
     as_pieces = bench.bleu(bench.compared_words("tuned", pieces), words)
     assert "--compare tuned: its lines hold sentencepiece pieces; joined" in capsys.readouterr().err
-    assert as_pieces == pytest.approx(bench.bleu(bench.compared_words("tuned", words), words))
-    assert as_pieces == pytest.approx(100.0)
+    assert as_pieces == bench.bleu(bench.compared_words("tuned", words), words)
+    assert as_pieces.bleu == pytest.approx(100.0) and str(as_pieces).startswith("BLEU 100.00 (nrefs:1|")
     assert capsys.readouterr().err == ""  # words are kept as they are
-
-
-@pytest.mark.parametrize("with_map, without, said", [
-    (1300, 1000, "(1.30x); BLEU 30.00 with it, 29.50 without. It pays here: translate with use_vmap=True."),
-    (660, 1000, "(0.66x); BLEU 30.00 with it, 29.50 without. It slows beam search here"),
-    (1000, 1000, "(1.00x); BLEU 30.00 with it, 29.50 without. No clear difference here"),
-])
-def test_the_export_says_whether_the_map_pays_from_its_measured_speeds(monkeypatch, with_map, without, said):
-    from smallvocab_tools.deploy import ctranslate2_bench as bench
-
-    monkeypatch.setattr(bench, "split_tokens", lambda data, src, tgt, split: ([["a"]] * 300, ["b"] * 300))
-    monkeypatch.setattr(bench, "target_scheme", lambda data, tgt: None)
-    seen = {}
-
-    def fake_run(model_dir, sources, refs, compute_types, batches, beams, rounds, threads, max_len, scheme=None):
-        seen.update(sentences=len(sources), refs=len(refs), beams=beams, batches=batches, rounds=rounds)
-        return [{"vmap": False, "tokens_per_s": without, "bleu": 29.5},
-                {"vmap": True, "tokens_per_s": with_map, "bleu": 30.0}]
-
-    monkeypatch.setattr(bench, "run", fake_run)
-    text = bench.map_verdict("ct2", "data", "en", "de", "valid", sentences=200)
-    assert seen == {"sentences": 200, "refs": 200, "beams": [5], "batches": [32], "rounds": 2}
-    assert text.startswith(f"the vocabulary map on 200 valid sentences, beam 5, batch 32, 2 thread(s): {with_map} "
-                           f"tokens/s with it, {without} without ")
-    assert said in text

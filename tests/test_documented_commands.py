@@ -295,7 +295,7 @@ def test_readme_own_model_then_deploy_run_in_the_readme_s_order(tiny_raw, tmp_pa
         assert not any("\u2581" in h for h in hypotheses)  # words, scored against the words
     out = readme("OWN_EXPORT", extra=["--vmap-per-token", "10", "--vmap-always", "20"])
     assert (user / "ct2-en-de" / "model.bin").exists(), out.stdout + out.stderr
-    assert re.search(r"^the vocabulary map on \d+ valid sentences, .*(It pays here|It slows|No clear difference)",
+    assert re.search(r"^the vocabulary map on \d+ valid sentences \(.*(It pays here|It slows|No clear difference)",
                      out.stdout, re.M), out.stdout  # whether to use it, measured on this model
 
     python = re.search(r"```python\n(.*?)```", _readme_section("## Deploy with CTranslate2"), re.S).group(1)

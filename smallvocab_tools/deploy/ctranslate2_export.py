@@ -17,9 +17,11 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+from smallvocab_tools.analysis.bleu import add_tokenize_option
 from smallvocab_tools.data.errors import DataError
 from smallvocab_tools.data.output_dir import atomic_output_dir
 from smallvocab_tools.data.prep import exit_on_sigterm
+from smallvocab_tools.deploy import ctranslate2_speed as speed
 
 QUANTIZATIONS = ("int8", "float16", "float32")
 DEFAULT_PER_TOKEN = 20  # the map's per-token words where they are not sized on a split
@@ -219,13 +221,35 @@ def main(argv=None):
     parser.add_argument("--k", type=int, help="K of the predicted candidates the coverage is measured against "
                                               "(default: the K the checkpoint was trained with; for a full-softmax "
                                               "or stock checkpoint, the plugin's default K for the vocabulary)")
-    parser.add_argument("--batch", type=int, default=32, help="sentences per batch of the allowance measured")
+    parser.add_argument("--batch", type=int, default=32,
+                        help="sentences per batch of the allowance measured, and of the check's translate_batch calls")
     parser.add_argument("--check-map", type=int, default=200, metavar="N",
                         help="with --vmap-from: translate the first N sentences of --coverage-split with and "
-                             "without the map (beam 5, batch 32, 2 rounds) and say whether it pays here (0: not)")
+                             "without the map as the Deploy code does (beam 5, batches of --batch, "
+                             "--check-rounds rounds each way, alternating) and say whether it pays here (0: no check)")
+    parser.add_argument("--check-rounds", type=int, default=speed.DEFAULT_ROUNDS, metavar="R",
+                        help=f"the check's rounds each way (at least {speed.MIN_ROUNDS}: their spread tells a speed-up "
+                             "from the machine's noise)")
+    parser.add_argument("--threads", type=int,
+                        help="the threads the check translates on, as CTranslate2's intra_threads (default: "
+                             f"OMP_NUM_THREADS, else {speed.DEFAULT_THREADS}); give the number your deployment uses")
+    add_tokenize_option(parser)  # (the check's BLEU)
     parser.add_argument("--force", action="store_true",
                         help="replace --out if it is a CTranslate2 model folder holding only what an export writes")
     args = parser.parse_args(argv)
+    if args.check_map < 0:
+        parser.error(f"--check-map {args.check_map}: the sentences to check the map on, 1 or more (0: no check)")
+    check = args.vmap_from and args.check_map > 0 and bool(args.coverage_split)
+    if check:  # the check's settings refused before anything is computed
+        if args.batch < 1:
+            parser.error(f"--batch {args.batch}: sentences per batch, 1 or more")
+        if args.check_rounds < speed.MIN_ROUNDS:
+            parser.error(f"--check-rounds {args.check_rounds}: at least {speed.MIN_ROUNDS} (the spread of the rounds "
+                         f"tells a speed-up from the machine's noise; {speed.DEFAULT_ROUNDS} by default)")
+        try:
+            speed.threads_from(args.threads)
+        except ValueError as err:
+            parser.error(str(err))
     try:
         with exit_on_sigterm():  # so that the cleanup runs: the new model's temporary folder removed
             info = check_exportable(args.path)  # before the map: a model that cannot be exported stops first
@@ -246,12 +270,23 @@ def main(argv=None):
     except KeyboardInterrupt:
         print(f"interrupted: nothing was written to {args.out}", file=sys.stderr)
         raise SystemExit(130) from None
-    check = vmap is not None and args.check_map > 0 and bool(args.coverage_split)
+    check = check and vmap is not None
     print(f"CTranslate2 model ({args.quantization}) written to {out}" + (" with its vocabulary map (vmap.txt)"
           + ("" if check else ": translate with use_vmap=True") if vmap is not None else ""), flush=True)
     if check:
         from smallvocab_tools.deploy.ctranslate2_bench import map_verdict
 
         meta = json.loads((Path(out) / "smallvocab_export.json").read_text())
-        print(map_verdict(out, args.data, meta.get("source_lang"), meta.get("target_lang"), args.coverage_split,
-                          sentences=args.check_map))
+        try:
+            with exit_on_sigterm():  # the timing process stopped with this one
+                verdict = map_verdict(out, args.data, meta.get("source_lang"), meta.get("target_lang"),
+                                      args.coverage_split, sentences=args.check_map, batch=args.batch,
+                                      threads=args.threads, rounds=args.check_rounds, tokenize=args.tokenize)
+        except (speed.SpeedError, ValueError) as err:
+            raise SystemExit(f"error: the check of the vocabulary map: {err} (the model is written: {out}; "
+                             "--check-map 0 exports without the check)") from None
+        except KeyboardInterrupt:
+            print(f"interrupted: the check of the vocabulary map stopped; the model is written: {out}",
+                  file=sys.stderr)
+            raise SystemExit(130) from None
+        print(verdict, flush=True)
