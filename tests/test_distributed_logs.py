@@ -110,18 +110,23 @@ def test_the_eval_bleu_length_ratio_reduces_from_distributed_workers(tiny_bin):
                                                         "BLEU's brevity penalty takes 35% off"),
                                               ((30, 20), "1.667 times as long as the references (bleu_len_ratio): "
                                                          "the model writes long"),
-                                              ((10, 19), None)])
+                                              ((10, 19), None),
+                                              ((9, 12, 0.1), None), ((9, 12, 0.25), "0.700 times as long")])
 def test_a_validation_far_shorter_or_longer_than_its_references_is_warned_about(tiny_bin, caplog, sys_lens, warned):
     """--eval-bleu's length ratio over the whole validation set (every batch's lengths, summed across workers or
     not), said once after the validation when below 0.95 or above 1.1 (a 1.68 once passed without a word);
-    within, nothing."""
+    within, nothing; nor while fewer than a fifth of the output words match a reference word (an untrained model's
+    first validations: the unigram counts, where logged)."""
     import logging
 
     task = mt_task(tiny_bin, small_vocab_size=40)
     task.cfg.eval_bleu = True
     crit = SmallVocabReinforceCriterion(task, SmallVocabReinforceConfig(ce_weight=1.0))
+    matched = sys_lens[2] if len(sys_lens) > 2 else None
     logs = [{"loss": 1.0, "ntokens": 10, "nsentences": 2, "sample_size": 2, "_bleu_sys_len": sys_len,
-             "_bleu_ref_len": ref_len} for sys_len, ref_len in zip(sys_lens, (10, 20))]
+             "_bleu_ref_len": ref_len, **({} if matched is None else {"_bleu_counts_0": round(matched * sys_len, 3),
+                                                                       "_bleu_totals_0": sys_len})}
+            for sys_len, ref_len in zip(sys_lens[:2], (10, 20))]
     for batch in (summed_as_fairseq_does(logs[:1]), summed_as_fairseq_does(logs[1:])):  # two validation batches
         reduced(lambda outs: task.reduce_metrics(outs, crit), batch)
     with caplog.at_level(logging.WARNING):

@@ -27,7 +27,9 @@ class SmallVocabTaskState:
                            "task_state in to keep both.")
         self._checkpoint_parts = {}  # name -> module whose state_dict travels with checkpoints
         self._finite_count = [0, 0]  # training batches skipped as non-finite, finite ones (check_before_save)
-        self._bleu_lens = [0.0, 0.0]  # --eval-bleu's output and reference lengths since the last validation
+        # --eval-bleu's output and reference lengths since the last validation, and its outputs' words that match a
+        # reference word (sacrebleu's unigram counts) out of their words
+        self._bleu_lens = [0.0, 0.0, 0.0, 0.0]
 
     # -- state saved with checkpoints ------------------------------------------------------------
 
@@ -101,14 +103,17 @@ class SmallVocabTaskState:
             # the length ratio behind --eval-bleu's BLEU (its decodes' words over the references'): below 1 the
             # brevity penalty takes BLEU down, the first sign of a model that has learned to write short
             metrics.log_derived("bleu_len_ratio", _bleu_len_ratio)
-            self._bleu_lens[0] += float(sum(log.get("_bleu_sys_len", 0) for log in logging_outputs))
-            self._bleu_lens[1] += float(sum(log.get("_bleu_ref_len", 0) for log in logging_outputs))
+            for i, key in enumerate(("_bleu_sys_len", "_bleu_ref_len", "_bleu_counts_0", "_bleu_totals_0")):
+                self._bleu_lens[i] += float(sum(log.get(key, 0) for log in logging_outputs))
 
     def report_validation(self):
         """After a validation (fairseq saves, or would, right after one): warn when --eval-bleu's outputs were
-        far shorter or longer than the references over the whole validation set, which its BLEU alone hides."""
-        (out, ref), self._bleu_lens = self._bleu_lens, [0.0, 0.0]
-        if ref and (warning := length_warning(out / ref)):
+        far shorter or longer than the references over the whole validation set, which its BLEU alone hides; not
+        while most of their words match no reference word (a model not yet trained, as at a CE run's first
+        validations: its length is no habit a length penalty or reward would fix)."""
+        (out, ref, matched, words), self._bleu_lens = self._bleu_lens, [0.0, 0.0, 0.0, 0.0]
+        untrained = words > 0 and matched / words < UNTRAINED
+        if ref and not untrained and (warning := length_warning(out / ref)):
             logger.warning(warning)
 
 
@@ -122,6 +127,7 @@ def _bleu_len_ratio(meters) -> float:
 # the --eval-bleu length ratios outside which the log warns: below, BLEU's brevity penalty takes 5% or more off
 # (exp(1 - 1 / 0.95) = 0.949); above, outputs a tenth longer than the references
 SHORT, LONG = 0.95, 1.1
+UNTRAINED = 0.2  # below this share of output words matching a reference word, the length is not yet warned about
 
 
 def length_warning(ratio: float):
