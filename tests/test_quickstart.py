@@ -10,6 +10,8 @@ import re
 import pytest
 from helpers import REPO, run
 
+from smallvocab_tools.analysis.bleu import signature as bleu_signature
+
 TINY = {"SP_VOCAB": "200", "K": "120", "VP_EPOCHS": "1", "CE_EPOCHS": "1", "RL_UPDATES": "12", "THREADS": "1",
         "BEAM": "2", "ARCH_ARGS": "--arch transformer --encoder-layers 1 --decoder-layers 1 --encoder-embed-dim 16 "
         "--decoder-embed-dim 16 --encoder-ffn-embed-dim 32 --decoder-ffn-embed-dim 32 --encoder-attention-heads 2 "
@@ -21,7 +23,9 @@ def test_the_quick_start_runs_from_raw_text_to_an_exported_model(tiny_raw, tmp_p
     import sacrebleu
 
     out = tmp_path / "qs"
-    env = {"RAW": str(tiny_raw), "SRC": "src", "TGT": "tgt", "OUT": str(out), **TINY}
+    # (the small softmax asked for: SOFTMAX=auto would follow does_it_pay.py's timing of this tiny model, which a
+    # busy machine sways; the tests below force that measurement each way)
+    env = {"RAW": str(tiny_raw), "SRC": "src", "TGT": "tgt", "OUT": str(out), "SOFTMAX": "small", **TINY}
     first = run(["bash", "examples/quickstart/run.sh"], cwd=REPO, env=env)
     data = out / "data-bin"
     assert json.loads((data / "stats.json").read_text())["joined_dictionary"] is True
@@ -32,11 +36,14 @@ def test_the_quick_start_runs_from_raw_text_to_an_exported_model(tiny_raw, tmp_p
         hyps = (out / name / "hyp-test.txt").read_text().splitlines()
         assert len(hyps) == len(refs) and not any("\u2581" in h for h in hyps)  # words, not pieces
         bleu = sacrebleu.corpus_bleu(hyps, [refs]).score
-        printed = re.search(rf"^{re.escape(str(out / name))}: BLEU ([\d.]+) \(lenpen ([\d.]+)\)$", first.stdout, re.M)
-        assert printed and float(printed.group(1)) == pytest.approx(bleu, abs=0.051), first.stdout
+        printed = re.search(rf"^{re.escape(str(out / name))}: BLEU ([\d.]+) \((nrefs:\S+)\) \(lenpen ([\d.]+)\)$",
+                            first.stdout, re.M)
+        assert printed and float(printed.group(1)) == pytest.approx(bleu, abs=0.0051), first.stdout
+        assert printed.group(2) == bleu_signature()  # sacrebleu's signature: its default tokenizer, 13a
         # each model decoded test at its own length penalty, the best on dev (LENPEN=dev, the default)
         chosen = json.loads((out / name / "lenpen.json").read_text())
-        assert float(printed.group(2)) == chosen["best_lenpen"] and chosen["subset"] == "valid"
+        assert float(printed.group(3)) == chosen["best_lenpen"] and chosen["subset"] == "valid"
+        assert chosen["tokenize"] == "13a" and chosen["bleu_signature"] == printed.group(2)
     rl_log = (out / "rl.train.log").read_text()
     assert "'reward': 'gleu_bp'" in rl_log and "'reward_post_process': 'sentencepiece'" in rl_log
     assert "'lr': [3e-05]" in rl_log and str(out / "ce" / "checkpoint_best.pt") in rl_log
@@ -49,13 +56,17 @@ def test_the_quick_start_runs_from_raw_text_to_an_exported_model(tiny_raw, tmp_p
     assert (out / "does-it-pay.txt").read_text().startswith("# ARCH_ARGS=--arch transformer --encoder-layers 1 ")
     # (REINFORCE's 12 updates reach the pace's window of 10 after the first; the tiny predictor and CE do not)
     assert re.search(r"\| pace: [\d.]+ s/update \(updates 2-11; .*--max-update 12: 1 more updates", first.stdout)
-    row = r"^\| rl \| REINFORCE \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [+-][\d.]+ \(p = [\d.]+\) \|$"
+    row = (r"^\| rl \| REINFORCE \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [+-][\d.]+ \(p = [\d.]+\) \| "
+           r"[+-][\d.]+ \(p = [\d.]+\) \|$")  # BLEU, chrF, length ratio, lenpen; BLEU and chrF against CE
     assert re.search(row, first.stdout, re.M)
     assert re.search(r"^Verdict \(rl\): (REINFORCE helped|REINFORCE did not help|inconclusive)", first.stdout, re.M)
+    verdict = (out / "verdict.txt").read_text()  # the verdict kept, as printed, and as JSON
+    assert verdict.splitlines()[0] in first.stdout and verdict.strip().splitlines()[-1] in first.stdout
+    assert [row["kind"] for row in json.loads((out / "verdict.json").read_text())["rows"]] == ["CE", "REINFORCE"]
     logs = {name: (out / f"{name}.train.log").read_text() for name in ("vp", "ce", "rl")}
     again = run(["bash", "examples/quickstart/run.sh"], cwd=REPO, env=env)
     assert {name: (out / f"{name}.train.log").read_text() for name in ("vp", "ce", "rl")} == logs  # nothing retrained
-    scores = re.compile(r"^(\S+): BLEU ([\d.]+) \(lenpen ([\d.]+)", re.M)  # each model's test BLEU
+    scores = re.compile(r"^(\S+): BLEU ([\d.]+) \(nrefs:\S+\) \(lenpen ([\d.]+)", re.M)  # each model's test BLEU
     assert scores.findall(again.stdout) == scores.findall(first.stdout) and len(scores.findall(first.stdout)) == 2
     assert "(lenpen" in again.stdout and again.stdout.count("evaluated before") == 2
     # another setting on the finished run, as its steps recorded them: refused by name before anything runs
@@ -71,7 +82,8 @@ def test_the_quick_start_runs_from_raw_text_to_an_exported_model(tiny_raw, tmp_p
     control = run(["bash", "examples/quickstart/run.sh"], cwd=REPO,
                   env={**env, "LAMBDA": "1", "RL_SAVE": str(out / "ce-continued")})
     assert (out / "rl" / "ct2" / "model.bin").read_bytes() == export
-    assert (out / "ce-continued" / "ct2" / "model.bin").is_file()
+    assert not (out / "ce-continued" / "ct2").exists()  # the control is compared, not deployed: not exported
+    assert f"not exported: RL_SAVE={out / 'ce-continued'} is the control (LAMBDA=1" in control.stderr
     assert f"{out / 'ce'}: BLEU" in control.stdout and control.stdout.count("evaluated before") == 1
     assert re.search(r"^\| ce-continued \| CE continued \|", control.stdout, re.M)
     assert re.search(r"^Verdict \(rl\): .* against CE continued", control.stdout, re.M)
@@ -79,7 +91,9 @@ def test_the_quick_start_runs_from_raw_text_to_an_exported_model(tiny_raw, tmp_p
     # checkpoint_last.pt: here CE for a second epoch, the rest left as they are
     assert all((out / name / ".quickstart-done").is_file() for name in ("vp", "ce", "rl"))
     (out / "ce" / ".quickstart-done").unlink()
-    run(["bash", "examples/quickstart/run.sh"], cwd=REPO, env={**env, "CE_EPOCHS": "2"})
+    resumed = run(["bash", "examples/quickstart/run.sh"], cwd=REPO, env={**env, "CE_EPOCHS": "2"})
+    assert re.search(rf"Loaded checkpoint {re.escape(str(out / 'ce' / 'checkpoint_last.pt'))} \(epoch \d+ @ [1-9]\d* "
+                     r"updates\)", resumed.stdout), resumed.stdout  # the screen says where it resumed
     ce_log = (out / "ce.train.log").read_text()
     assert ce_log.startswith(logs["ce"]) and "epoch 002 | valid on 'valid' subset" in ce_log[len(logs["ce"]):]
     assert "epoch 001 | valid on" not in ce_log[len(logs["ce"]):]
@@ -193,3 +207,61 @@ def test_k_not_below_the_dictionary_trains_the_full_softmax_and_empty_lines_can_
     assert not (out / "vp" / "checkpoint_best.pt").exists() and not (out / "does-it-pay.txt").exists()
     assert (out / "rl" / "ct2" / "model.bin").is_file() and not (out / "rl" / "ct2" / "vmap.txt").exists()
     assert re.search(r"^Verdict \(rl\): ", done.stdout, re.M)
+
+
+@pytest.mark.slow
+def test_where_the_small_softmax_does_not_pay_the_quick_start_trains_the_full_one_and_says_so(tiny_raw, tmp_path):
+    """SOFTMAX=auto follows scripts/does_it_pay.py: its measurement forced here (the recorded one, which a run
+    with the same settings reuses) to "does not pay", the quick start skips the predictor, trains, tunes, exports
+    and judges with the full softmax, and says so; a run that would decide otherwise on that CE is refused."""
+    out = tmp_path / "qs"
+    out.mkdir()
+    arch = " ".join(TINY["ARCH_ARGS"].split())
+    (out / "does-it-pay.txt").write_text(f"# ARCH_ARGS={arch} K=120 SAMPLES=4 BEAM=2 THREADS=1 DEVICE=cpu\n"
+                                         "|V| = 204, K = 120 (a forced measurement)\n"
+                                         "Verdict: the small softmax does not pay on this model here (0.95x)\n")
+    (out / "does-it-pay.json").write_text(json.dumps({"verdict": "does not pay", "step_ratio": 0.95, "ceiling": 1.1}))
+    env = {"RAW": str(tiny_raw), "SRC": "src", "TGT": "tgt", "OUT": str(out), **TINY}
+    done = run(["bash", "examples/quickstart/run.sh"], cwd=REPO, env=env)
+    assert "The small softmax does not pay here (above): the quick start trains and decodes with the full " \
+           "softmax" in done.stderr
+    assert "(a forced measurement)" in done.stdout  # the recorded measurement, not a new one
+    assert not (out / "vp" / "checkpoint_best.pt").exists() and "skipped: the full softmax" in done.stdout
+    for log in ("ce.train.log", "rl.train.log"):
+        assert "'small_vocab_size': 0" in (out / log).read_text()
+    assert (out / "ce" / "quickstart.softmax").read_text() == "0\n"
+    assert re.search(r"^Verdict \(rl\): ", done.stdout, re.M)
+    assert not (out / "rl" / "ct2" / "vmap.txt").exists()  # no map: no predictor
+    # a measurement that now says "pays" (made again, say, with other threads) would decide K = 120 for the CE
+    # model trained full: refused before anything else runs
+    (out / "does-it-pay.json").write_text(json.dumps({"verdict": "pays", "step_ratio": 1.5, "ceiling": 1.6}))
+    refused = run(["bash", "examples/quickstart/run.sh"], cwd=REPO, check=False, env=env)
+    assert refused.returncode == 2 and f"error: {out / 'ce'} was trained with the full softmax, and today's " \
+        "settings decide K = 120" in refused.stderr and "== 3/8" not in refused.stderr
+
+
+@pytest.mark.slow
+def test_compare_full_trains_both_softmaxes_and_the_verdict_answers_both_questions(tiny_raw, tmp_path):
+    """COMPARE=full: CE and REINFORCE with K candidates and with the full softmax, each decoded at its own dev
+    length penalty; the verdict judges REINFORCE against CE (the small softmax's runs only) and then the small
+    softmax against the full one, with BLEU, chrF, p, seconds and the pace lines' speed beside does_it_pay.py's."""
+    out = tmp_path / "qs"
+    env = {"RAW": str(tiny_raw), "SRC": "src", "TGT": "tgt", "OUT": str(out), "COMPARE": "full", **TINY}
+    done = run(["bash", "examples/quickstart/run.sh"], cwd=REPO, env=env)
+    for name in ("ce-full", "rl-full"):
+        assert "'small_vocab_size': 0" in (out / f"{name}.train.log").read_text()
+        assert (out / name / "hyp-test.txt").is_file() and (out / name / "quickstart.softmax").read_text() == "0\n"
+    assert "'small_vocab_size': 120" in (out / "rl.train.log").read_text()
+    assert not (out / "rl-full" / "ct2").exists()  # the export is the tuned small model's alone
+    assert re.search(r"^\| rl \| REINFORCE \|", done.stdout, re.M) and "| rl-full |" not in done.stdout
+    assert "The small softmax against the full one:" in done.stdout
+    for what in ("CE", "REINFORCE"):
+        difference = r"[+-][\d.]+ \(p = [\d.]+\)"
+        row = rf"^\| {what} \| [\d.]+ \| [\d.]+ \| {difference} \| {difference} \| \d+ / \d+ \| "
+        assert re.search(row, done.stdout, re.M), done.stdout
+        assert re.search(rf"^Verdict \(softmax, {what}\): the small softmax ", done.stdout, re.M)
+    predicted = json.loads((out / "does-it-pay.json").read_text())["step_ratio"]
+    assert f"(scripts/does_it_pay.py predicted {predicted:.2f}x)" in done.stdout
+    record = json.loads((out / "verdict.json").read_text())
+    assert [row["what"] for row in record["versus_full"]] == ["CE", "REINFORCE"]
+    assert record["does_it_pay_step_ratio"] == predicted

@@ -2,21 +2,28 @@
 # From your own raw parallel text to a tuned, scored and exported model, in one script:
 #   1. sentencepiece with one model and one dictionary for both languages (scripts/prepare_data.py)
 #   2. does the small softmax pay on this model here: small vs full for a REINFORCE step and beam decoding on
-#      ARCH_ARGS, your |V| and K, random weights, about a minute (scripts/does_it_pay.py; OUT/does-it-pay.txt)
+#      ARCH_ARGS, your |V| and K, random weights, about a minute (scripts/does_it_pay.py; OUT/does-it-pay.txt);
+#      with SOFTMAX=auto (the default) the script follows it: where the small softmax does not pay (or pays
+#      little), it trains and decodes with the full softmax and says so (SOFTMAX=small keeps K; SOFTMAX=full skips
+#      steps 2 and 3)
 #   3. the vocabulary predictor, and its recall of the reference words at K
 #   4. a Transformer trained with CE inside each sentence's K candidates (embeddings shared), until its dev BLEU
 #      stops rising (CE_PATIENCE validations, one per epoch) or CE_UPDATES updates (a budget in updates: a small
 #      corpus makes few updates an epoch, and 30 epochs of 3,000 sentence pairs ended before the warmup had)
 #   5. REINFORCE from its best checkpoint (RL_UPDATES updates at RL_LR; LAMBDA=1: CE continued, the control)
-#   6. test BLEU of both with sacrebleu on the raw references (beam BEAM, pieces joined back into words), each at
+#   6. test BLEU of both (scripts/bleu.py: sacrebleu, BLEU_TOKENIZE, its signature printed) on the raw references
+#      (beam BEAM, pieces joined back into words), each at
 #      its own length penalty chosen on dev (LENPEN=dev: scripts/sweep_lenpen.py, the best by dev BLEU, recorded
 #      in FOLDER/lenpen.json; or LENPEN=N for both); an evaluation of an unchanged checkpoint at the same
 #      settings is reused (FOLDER/eval.settings)
 #   7. fairseq-interactive on raw source lines (sentencepiece encodes them, the predictor gives the candidates),
-#      and a CTranslate2 export of the tuned model into RL_SAVE/ct2, the predictor as its vocabulary map
-#      (skipped without ctranslate2)
-#   8. the verdict: CE, every REINFORCE run in OUT and CE continued where run, side by side with the paired
-#      bootstrap and length ratios, and whether REINFORCE helped (scripts/quickstart_verdict.py)
+#      and a CTranslate2 export of the tuned model into RL_SAVE/ct2, the predictor as its vocabulary map, timed on
+#      THREADS threads (skipped without ctranslate2, and for the control, LAMBDA=1: nothing to deploy)
+#   8. the verdict: CE, every REINFORCE run in OUT and CE continued where run, side by side (BLEU and chrF) with
+#      the paired bootstrap and length ratios, and whether REINFORCE helped (scripts/quickstart_verdict.py; also in
+#      OUT/verdict.txt and OUT/verdict.json); with COMPARE=full, CE and REINFORCE are also trained with the full
+#      softmax (OUT/ce-full, RL_SAVE-full) and the verdict says whether the small softmax kept the full one's BLEU
+#      and how much faster its updates were (beside does_it_pay.py's prediction)
 # Each training step prints its pace (seconds per update, minutes to its budget) after its first updates and again,
 # validation included, after the first validation that follows; its validations and every warning; the whole logs
 # are in OUT/*.train.log.
@@ -40,9 +47,11 @@
 # out, and say how many), K (candidates per sentence; 500, the paper's for up to 10,000 dictionary entries: 1000
 # above; 0, or K not below |V|, the target dictionary's size, trains the full softmax, as fairseq-train does with
 # such a --small-vocab-size, without steps 2 and 3),
-# VP_EPOCHS, CE_UPDATES, CE_PATIENCE, CE_EPOCHS (a cap; 0: none), WARMUP (CE's warmup updates; default 400,
+# SOFTMAX (auto, small or full: see step 2), COMPARE (off, or full: see step 8), VP_EPOCHS, CE_UPDATES, CE_PATIENCE, CE_EPOCHS (a cap; 0: none), WARMUP (CE's warmup updates; default 400,
 # or a tenth of CE_UPDATES where that is less), ARCH_ARGS (the Transformer's flags), RL_UPDATES, RL_LR, REWARD,
-# SAMPLES, LAMBDA, RL_SAVE (default OUT/rl), BEAM, LENPEN, THREADS, DEVICE (cpu or cuda), SEED.
+# SAMPLES, LAMBDA, RL_SAVE (default OUT/rl), BEAM, LENPEN, BLEU_TOKENIZE (sacrebleu's tokenizer for every BLEU the
+# script prints: 13a, sacrebleu's default, for detokenized text; none for text tokenized already), THREADS,
+# DEVICE (cpu or cuda), SEED.
 set -euo pipefail
 : "${RAW:?RAW: the folder of your train, valid and test .SRC/.TGT files}"
 SRC=${SRC:-en}
@@ -51,6 +60,8 @@ OUT=${OUT:-checkpoints/quickstart}
 SP_VOCAB=${SP_VOCAB:-8000}
 EMPTY_LINES=${EMPTY_LINES:-fail}
 K=${K:-500}
+SOFTMAX=${SOFTMAX:-auto}
+COMPARE=${COMPARE:-off}
 VP_EPOCHS=${VP_EPOCHS:-20}  # on 8,000 pairs: dev recall@500 88.6 after 10 epochs, 90.8 after 20, no higher by 30
 CE_UPDATES=${CE_UPDATES:-4000}
 CE_PATIENCE=${CE_PATIENCE:-10}
@@ -67,6 +78,7 @@ LAMBDA=${LAMBDA:-0.005}
 RL_SAVE=${RL_SAVE:-$OUT/rl}
 BEAM=${BEAM:-5}
 LENPEN=${LENPEN:-dev}
+BLEU_TOKENIZE=${BLEU_TOKENIZE:-13a}
 THREADS=${THREADS:-2}
 DEVICE=${DEVICE:-cpu}
 SEED=${SEED:-1}
@@ -77,11 +89,31 @@ case $EMPTY_LINES in
   *) echo "EMPTY_LINES=$EMPTY_LINES: fail (stop at a sentence pair with an empty side) or drop (leave such pairs" \
        "out)" >&2; exit 2 ;;
 esac
+case $SOFTMAX in
+  auto|small|full) ;;
+  *) echo "SOFTMAX=$SOFTMAX: auto (follow scripts/does_it_pay.py's verdict), small (K candidates) or full" >&2
+     exit 2 ;;
+esac
+case $COMPARE in
+  off|full) ;;
+  *) echo "COMPARE=$COMPARE: off, or full (also train the full softmax's CE and REINFORCE, and compare)" >&2
+     exit 2 ;;
+esac
+if [ "$COMPARE" = full ] && [ "$SOFTMAX" = full ]; then
+  echo "COMPARE=full compares the small softmax with the full one: leave SOFTMAX at auto (or small)" >&2
+  exit 2
+fi
 case $K in
   ''|*[!0-9]*) echo "K=$K: K, the candidates per sentence, must be a whole number (500 for a target dictionary of" \
                  "up to 10,000 entries, 1000 above; 0 for the full softmax)" >&2; exit 2 ;;
 esac
 K=$(( 10#$K ))  # (no octal: 0500 is 500)
+if ! python -c "import sys; from sacrebleu.metrics import BLEU; sys.exit(sys.argv[1] not in BLEU.TOKENIZERS)" \
+    "$BLEU_TOKENIZE"; then
+  echo "BLEU_TOKENIZE=$BLEU_TOKENIZE: not one of sacrebleu's tokenizers ($(python -c "from sacrebleu.metrics import \
+BLEU; print(', '.join(sorted(BLEU.TOKENIZERS)))")): 13a for detokenized text, none for text tokenized already" >&2
+  exit 2
+fi
 if [ "$K" -ge 1 ] && [ "$K" -le 4 ]; then
   echo "K=$K leaves no room for words beside the target dictionary's 4 special symbols: set K above 4 (500 for up" \
     "to 10,000 dictionary entries, 1000 above), or 0 for the full softmax" >&2
@@ -94,14 +126,15 @@ COMMON=(--user-dir fairseq_smallvocab $DEV_ARGS --num-workers 0 --seed "$SEED" -
         --log-interval 50)
 RL_LOG=$(( RL_UPDATES / 10 < 1 ? 1 : (RL_UPDATES / 10 > 50 ? 50 : RL_UPDATES / 10) ))  # about 10 lines a run
 step() { echo "== $*" >&2; }
-# what a training prints on the screen (the whole log goes to its file): pace, validations, warnings, the end
-shown() { grep --line-buffered -E "${1:-pace: }|pace: |pace with validation: |valid on|done training|early stop| WARNING | ERROR " || [ $? -eq 1 ]; }
+# what a training prints on the screen (the whole log goes to its file): the checkpoint it starts from (a resumed
+# run's update), pace, validations, warnings, the end
+shown() { grep --line-buffered -E "${1:-pace: }|Loaded checkpoint|pace: |pace with validation: |valid on|done training|early stop| WARNING | ERROR " || [ $? -eq 1 ]; }
 
 # What each step was made with (NAME=VALUE lines; after a "+", its budget, which may change while the step is not
 # finished), checked against its record from an earlier run before anything runs.
 DATA_SETTINGS=("RAW=$(readlink -m "$RAW")" "SRC=$SRC" "TGT=$TGT" "SP_VOCAB=$SP_VOCAB" "EMPTY_LINES=$EMPTY_LINES")
 VP_SETTINGS=("K=$K" "SEED=$SEED" + "VP_EPOCHS=$VP_EPOCHS")
-CE_SETTINGS=("K=$K" "ARCH_ARGS=$ARCH_ARGS" "SEED=$SEED"  # (WARMUP follows CE_UPDATES unless set: a budget)
+CE_SETTINGS=("K=$K" "SOFTMAX=$SOFTMAX" "ARCH_ARGS=$ARCH_ARGS" "SEED=$SEED"  # (WARMUP follows CE_UPDATES unless set: a budget)
              + "CE_UPDATES=$CE_UPDATES" "CE_PATIENCE=$CE_PATIENCE" "CE_EPOCHS=$CE_EPOCHS" "WARMUP=$WARMUP")
 RL_SETTINGS=("LAMBDA=$LAMBDA" "REWARD=$REWARD" "SAMPLES=$SAMPLES" "RL_LR=$RL_LR" "K=$K" "ARCH_ARGS=$ARCH_ARGS"
              "SEED=$SEED" + "RL_UPDATES=$RL_UPDATES")
@@ -135,10 +168,12 @@ check() {  # check FOLDER RECORD DONE FIX NAME=VALUE...: a refusal for each sett
 NEW_OUT="set OUT to another folder to make everything with today's settings (or remove $OUT)."
 check "$DATA" "$DATA.settings" "$DATA/stats.json" "$NEW_OUT" "${DATA_SETTINGS[@]}"
 check "$OUT/vp" "$OUT/vp/quickstart.settings" "$OUT/vp/.quickstart-done" "$NEW_OUT" "${VP_SETTINGS[@]}"
-check "$OUT/ce" "$OUT/ce/quickstart.settings" "$OUT/ce/.quickstart-done" "$NEW_OUT" "${CE_SETTINGS[@]}"
-check "$RL_SAVE" "$RL_SAVE/quickstart.settings" "$RL_SAVE/.quickstart-done" "set RL_SAVE to another folder in \
-OUT (e.g. RL_SAVE=$OUT/rl-2: it starts from the same CE model, and the verdict compares them), or remove $RL_SAVE \
-and $RL_SAVE.train.log." "${RL_SETTINGS[@]}"
+for arm in "" -full; do  # (the full softmax's arms of COMPARE=full: the same settings)
+  check "$OUT/ce$arm" "$OUT/ce$arm/quickstart.settings" "$OUT/ce$arm/.quickstart-done" "$NEW_OUT" "${CE_SETTINGS[@]}"
+  check "$RL_SAVE$arm" "$RL_SAVE$arm/quickstart.settings" "$RL_SAVE$arm/.quickstart-done" "set RL_SAVE to another \
+folder in OUT (e.g. RL_SAVE=$OUT/rl-2: it starts from the same CE model, and the verdict compares them), or remove \
+$RL_SAVE$arm and $RL_SAVE$arm.train.log." "${RL_SETTINGS[@]}"
+done
 if [ -n "$refusals" ]; then
   printf '%s' "$refusals" | sed 's/^/error: /' >&2
   echo "(each step's outputs would be reported under today's settings, which did not make them; nothing was run)" >&2
@@ -161,6 +196,10 @@ if [ ! -f "$DATA/stats.json" ]; then
 fi
 V=$(( $(wc -l < "$DATA/dict.$TGT.txt") + 4 ))  # |V| as fairseq counts it: the dictionary's entries and 4 specials
 SMALL_K=$K
+if [ "$COMPARE" = full ] && { [ "$K" = 0 ] || [ "$K" -ge "$V" ]; }; then
+  echo "COMPARE=full compares the small softmax with the full one: set K above 4 and below |V| = $V" >&2
+  exit 2
+fi
 if [ "$K" -ge "$V" ]; then  # as fairseq-train does with a --small-vocab-size of |V| or more
   echo "K=$K is not below the target dictionary's size, |V| = $V ($DATA/dict.$TGT.txt: $(( V - 4 )) entries and 4" \
     "special symbols): the full softmax, as fairseq-train does with --small-vocab-size $K; steps 2 and 3 (the small" \
@@ -168,6 +207,44 @@ if [ "$K" -ge "$V" ]; then  # as fairseq-train does with a --small-vocab-size of
   SMALL_K=0
 elif [ "$K" = 0 ]; then
   echo "K=0: the full softmax; steps 2 and 3 (the small softmax's) are skipped" >&2
+elif [ "$SOFTMAX" = full ]; then
+  echo "SOFTMAX=full: the full softmax; steps 2 and 3 (the small softmax's) are skipped" >&2
+  SMALL_K=0
+fi
+
+step "2/8 does the small softmax pay on this model here (small vs full: ARCH_ARGS, |V| of $DATA, K = $K, a" \
+  "REINFORCE step and beam $BEAM decoding, random weights; about a minute): $OUT/does-it-pay.txt"
+PAYS_SETTINGS="ARCH_ARGS=$ARCH_ARGS K=$K SAMPLES=$SAMPLES BEAM=$BEAM THREADS=$THREADS DEVICE=$DEVICE"
+if [ "$SMALL_K" = 0 ]; then
+  echo "skipped: the full softmax ($([ "$SOFTMAX" = full ] && echo "SOFTMAX=full" || echo "K=$K"))"
+elif [ "$(head -1 "$OUT/does-it-pay.txt" 2>/dev/null)" != "# $PAYS_SETTINGS" ] || [ ! -f "$OUT/does-it-pay.json" ]; then
+  { echo "# $PAYS_SETTINGS"
+    python scripts/does_it_pay.py --data "$DATA" -s "$SRC" -t "$TGT" --model-args "$ARCH_ARGS" --k "$K" \
+      --rl-samples "$SAMPLES" --beam "$BEAM" --threads "$THREADS" --device "$DEVICE" \
+      --json "$OUT/does-it-pay.json.tmp"; } > "$OUT/does-it-pay.txt.tmp"
+  mv "$OUT/does-it-pay.json.tmp" "$OUT/does-it-pay.json"
+  mv "$OUT/does-it-pay.txt.tmp" "$OUT/does-it-pay.txt"
+fi
+if [ "$SMALL_K" -gt 0 ]; then
+  sed -n '/^|V| = /,$p' "$OUT/does-it-pay.txt"
+  pays=$(python -c "import json, sys; print(json.load(open(sys.argv[1]))['verdict'])" "$OUT/does-it-pay.json")
+  if [ "$pays" != pays ] && [ "$SOFTMAX" = auto ] && [ "$COMPARE" = full ]; then
+    echo "The small softmax $pays here (above); COMPARE=full trains both, K=$K and the full softmax, and the" \
+      "verdict compares them." >&2
+  elif [ "$pays" != pays ] && [ "$SOFTMAX" = auto ]; then
+    echo "The small softmax $pays here (above): the quick start trains and decodes with the full softmax" \
+      "(--small-vocab-size 0), and step 3 (the predictor) is skipped. SOFTMAX=small keeps K=$K." >&2
+    SMALL_K=0
+  elif [ "$pays" != pays ]; then
+    echo "The small softmax $pays here (above); SOFTMAX=small: the quick start keeps K=$K." >&2
+  fi
+fi
+# the softmax CE trained with, which REINFORCE and decoding must keep (another decision on a finished CE: refused)
+if [ -f "$OUT/ce/quickstart.softmax" ] && [ "$(cat "$OUT/ce/quickstart.softmax")" != "$SMALL_K" ]; then
+  echo "error: $OUT/ce was trained with $(sed 's/^0$/the full softmax/; s/^[1-9].*/K = &/' "$OUT/ce/quickstart.softmax")," \
+    "and today's settings decide $([ "$SMALL_K" = 0 ] && echo "the full softmax" || echo "K = $SMALL_K")" \
+    "(SOFTMAX=$SOFTMAX, $OUT/does-it-pay.txt): set SOFTMAX to what CE used, or use another OUT" >&2
+  exit 2
 fi
 if [ "$SMALL_K" -gt 0 ]; then
   SMALL=(--task translation_smallvocab -s "$SRC" -t "$TGT" --vocab-predictor "$OUT/vp/checkpoint_best.pt"
@@ -175,23 +252,11 @@ if [ "$SMALL_K" -gt 0 ]; then
 else
   SMALL=(--task translation_smallvocab -s "$SRC" -t "$TGT" --small-vocab-size 0)
 fi
-
-step "2/8 does the small softmax pay on this model here (small vs full: ARCH_ARGS, |V| of $DATA, K = $K, a" \
-  "REINFORCE step and beam $BEAM decoding, random weights; about a minute): $OUT/does-it-pay.txt"
-PAYS_SETTINGS="ARCH_ARGS=$ARCH_ARGS K=$K SAMPLES=$SAMPLES BEAM=$BEAM THREADS=$THREADS DEVICE=$DEVICE"
-if [ "$SMALL_K" = 0 ]; then
-  echo "skipped: the full softmax (K=$K)"
-elif [ "$(head -1 "$OUT/does-it-pay.txt" 2>/dev/null)" != "# $PAYS_SETTINGS" ]; then
-  { echo "# $PAYS_SETTINGS"
-    python scripts/does_it_pay.py --data "$DATA" -s "$SRC" -t "$TGT" --model-args "$ARCH_ARGS" --k "$K" \
-      --rl-samples "$SAMPLES" --beam "$BEAM" --threads "$THREADS" --device "$DEVICE"; } > "$OUT/does-it-pay.txt.tmp"
-  mv "$OUT/does-it-pay.txt.tmp" "$OUT/does-it-pay.txt"
-fi
-if [ "$SMALL_K" -gt 0 ]; then sed -n '/^|V| = /,$p' "$OUT/does-it-pay.txt"; fi
+FULL=(--task translation_smallvocab -s "$SRC" -t "$TGT" --small-vocab-size 0)  # COMPARE=full's arms
 
 step "3/8 the vocabulary predictor ($VP_EPOCHS epochs): $OUT/vp"
 if [ "$SMALL_K" = 0 ]; then
-  echo "skipped: the full softmax (K=$K)"
+  echo "skipped: the full softmax"
 elif [ ! -f "$OUT/vp/.quickstart-done" ]; then
   record "$OUT/vp/quickstart.settings" "${VP_SETTINGS[@]}"
   fairseq-train "$DATA" "${COMMON[@]}" -s "$SRC" -t "$TGT" --task vocab_prediction --arch vocab_predictor \
@@ -205,83 +270,131 @@ if [ "$SMALL_K" -gt 0 ]; then
   python scripts/recall_curve.py --run "predictor=$OUT/vp/checkpoint_best.pt" --split valid --ks "$K"
 fi
 
-step "4/8 CE $([ "$SMALL_K" = 0 ] && echo "with the full softmax" || echo "inside the $K candidates") (until dev" \
-  "BLEU stops rising for $CE_PATIENCE epochs, at most $CE_UPDATES updates): $OUT/ce"
-if [ ! -f "$OUT/ce/.quickstart-done" ]; then
-  record "$OUT/ce/quickstart.settings" "${CE_SETTINGS[@]}"
-  fairseq-train "$DATA" "${COMMON[@]}" "${SMALL[@]}" $ARCH_ARGS \
+train_ce() {  # train_ce FOLDER K TASK_FLAGS...: CE with the flags' softmax (K candidates; 0: full) into FOLDER, once
+  local folder=$1 k=$2
+  shift 2
+  if [ -f "$folder/.quickstart-done" ]; then return; fi
+  mkdir -p "$folder"
+  record "$folder/quickstart.settings" "${CE_SETTINGS[@]}"
+  echo "$k" > "$folder/quickstart.softmax"
+  fairseq-train "$DATA" "${COMMON[@]}" "$@" $ARCH_ARGS \
     --criterion label_smoothed_cross_entropy --label-smoothing 0.1 --optimizer adam --adam-betas '(0.9, 0.98)' \
     --lr 0.001 --lr-scheduler inverse_sqrt --warmup-updates "$WARMUP" --clip-norm 1.0 --max-tokens 4096 \
     --eval-bleu --eval-bleu-remove-bpe sentencepiece --eval-bleu-args '{"beam": 1, "max_len_a": 1.5, "max_len_b": 10}' \
     --best-checkpoint-metric bleu --maximize-best-checkpoint-metric --max-epoch "$CE_EPOCHS" \
     --max-update "$CE_UPDATES" --patience "$CE_PATIENCE" \
-    --save-dir "$OUT/ce" --no-epoch-checkpoints 2>&1 | tee -a "$OUT/ce.train.log" | shown
-  touch "$OUT/ce/.quickstart-done"
-fi
-
-step "5/8 REINFORCE ($REWARD, $SAMPLES samples, lambda $LAMBDA, Adam $RL_LR, $RL_UPDATES updates): $RL_SAVE"
-if [ ! -f "$RL_SAVE/.quickstart-done" ]; then
-  record "$RL_SAVE/quickstart.settings" "${RL_SETTINGS[@]}"
-  fairseq-train "$DATA" "${COMMON[@]}" "${SMALL[@]}" $ARCH_ARGS \
-    --finetune-from-model "$OUT/ce/checkpoint_best.pt" --criterion smallvocab_reinforce --reward "$REWARD" \
+    --save-dir "$folder" --no-epoch-checkpoints 2>&1 | tee -a "$folder.train.log" | shown
+  touch "$folder/.quickstart-done"
+}
+train_rl() {  # train_rl FOLDER CE_FOLDER K TASK_FLAGS...: REINFORCE from CE_FOLDER's best checkpoint, once
+  local folder=$1 ce=$2 k=$3
+  shift 3
+  if [ -f "$folder/.quickstart-done" ]; then return; fi
+  mkdir -p "$folder"
+  record "$folder/quickstart.settings" "${RL_SETTINGS[@]}"
+  echo "$k" > "$folder/quickstart.softmax"
+  fairseq-train "$DATA" "${COMMON[@]}" "$@" $ARCH_ARGS \
+    --finetune-from-model "$ce/checkpoint_best.pt" --criterion smallvocab_reinforce --reward "$REWARD" \
     --reward-post-process sentencepiece --rl-samples "$SAMPLES" --rl-baseline loo --ce-weight "$LAMBDA" \
     --max-sample-len 100 --sample-len-ratio 1.5 --optimizer adam --lr "$RL_LR" --clip-norm 1.0 --batch-size 64 \
     --max-update "$RL_UPDATES" --validate-interval-updates 50 --save-interval-updates 50 --keep-interval-updates 1 \
     --eval-bleu --eval-bleu-remove-bpe sentencepiece --eval-bleu-args '{"beam": 1, "max_len_a": 1.5, "max_len_b": 10}' \
-    --best-checkpoint-metric bleu --maximize-best-checkpoint-metric --save-dir "$RL_SAVE" --no-epoch-checkpoints \
-    --log-interval "$RL_LOG" 2>&1 | tee -a "$RL_SAVE.train.log" | shown "train_inner"
-  touch "$RL_SAVE/.quickstart-done"
-fi
+    --best-checkpoint-metric bleu --maximize-best-checkpoint-metric --save-dir "$folder" --no-epoch-checkpoints \
+    --log-interval "$RL_LOG" 2>&1 | tee -a "$folder.train.log" | shown "train_inner"
+  touch "$folder/.quickstart-done"
+}
+
+step "4/8 CE $([ "$SMALL_K" = 0 ] && echo "with the full softmax" || echo "inside the $K candidates") (until dev" \
+  "BLEU stops rising for $CE_PATIENCE epochs, at most $CE_UPDATES updates): $OUT/ce" \
+  "$([ "$COMPARE" = full ] && echo "; COMPARE=full: the full softmax too, $OUT/ce-full")"
+train_ce "$OUT/ce" "$SMALL_K" "${SMALL[@]}"
+if [ "$COMPARE" = full ]; then train_ce "$OUT/ce-full" 0 "${FULL[@]}"; fi
+
+step "5/8 REINFORCE ($REWARD, $SAMPLES samples, lambda $LAMBDA, Adam $RL_LR, $RL_UPDATES updates): $RL_SAVE" \
+  "$([ "$COMPARE" = full ] && echo "; COMPARE=full: from the full softmax's CE too, $RL_SAVE-full")"
+train_rl "$RL_SAVE" "$OUT/ce" "$SMALL_K" "${SMALL[@]}"
+if [ "$COMPARE" = full ]; then train_rl "$RL_SAVE-full" "$OUT/ce-full" 0 "${FULL[@]}"; fi
 
 step "6/8 test BLEU, beam $BEAM (length penalty: $LENPEN), against the raw references ($DATA/raw/test.$TGT: $RAW's," \
   "checked)"
 GEN=(--max-len-a 1.5 --max-len-b 10 --batch-size 64 --post-process sentencepiece)
-for run in "$OUT/ce" "$RL_SAVE"; do
+evaluate() {  # evaluate RUN TASK_FLAGS...: RUN's best checkpoint on test at its length penalty (sets lenpen)
+  local run=$1 evaluated
+  shift
   # an unchanged checkpoint evaluated at the same settings: its scores are reused
-  evaluated="BEAM=$BEAM REQUESTED=$LENPEN CHECKPOINT=$(stat -c '%Y %s' "$run/checkpoint_best.pt" 2>/dev/null || echo none)"
+  evaluated="BEAM=$BEAM REQUESTED=$LENPEN BLEU_TOKENIZE=$BLEU_TOKENIZE CHECKPOINT=$(stat -c '%Y %s' \
+    "$run/checkpoint_best.pt" 2>/dev/null || echo none)"
   if [ -f "$run/hyp-test.txt" ] && [ "$(grep -v '^LENPEN=' "$run/eval.settings" 2>/dev/null)" = "$evaluated" ]; then
     lenpen=$(sed -n 's/^LENPEN=//p' "$run/eval.settings")
-    echo "$run: BLEU $(sacrebleu -b "$DATA/raw/test.$TGT" -i "$run/hyp-test.txt") (lenpen $lenpen; evaluated before)"
-    continue
+    echo "$run: $(python scripts/bleu.py --tokenize "$BLEU_TOKENIZE" --ref "$DATA/raw/test.$TGT" "$run/hyp-test.txt")" \
+      "(lenpen $lenpen; evaluated before)"
+    return
   fi
   rm -f "$run/eval.settings"
   lenpen=$LENPEN
   if [ "$LENPEN" = dev ] && [ "$BEAM" -gt 1 ]; then  # every model at its own best on dev, so none is favoured
     python scripts/sweep_lenpen.py --path "$run/checkpoint_best.pt" --data "$DATA" --beam "$BEAM" --subset valid \
-      --ref "$DATA/raw/valid.$TGT" --tokenize 13a --out "$run/lenpen.json" -- "${COMMON[@]}" "${SMALL[@]}" "${GEN[@]}"
+      --ref "$DATA/raw/valid.$TGT" --tokenize "$BLEU_TOKENIZE" --out "$run/lenpen.json" -- "${COMMON[@]}" "$@" \
+      "${GEN[@]}"
     lenpen=$(python -c "import json, sys; print(json.load(open(sys.argv[1]))['best_lenpen'])" "$run/lenpen.json")
   elif [ "$LENPEN" = dev ]; then
     lenpen=1  # greedy: no finished hypotheses to rank
   fi
-  fairseq-generate "$DATA" "${COMMON[@]}" "${SMALL[@]}" --path "$run/checkpoint_best.pt" --gen-subset test \
-    --beam "$BEAM" --lenpen "$lenpen" "${GEN[@]}" > "$run/generate-test.txt"
+  # (its log, fairseq's configuration included, into a file: on the screen only where it fails)
+  if ! fairseq-generate "$DATA" "${COMMON[@]}" "$@" --path "$run/checkpoint_best.pt" --gen-subset test \
+      --beam "$BEAM" --lenpen "$lenpen" "${GEN[@]}" > "$run/generate-test.txt" 2> "$run/generate-test.log"; then
+    tail -20 "$run/generate-test.log" >&2
+    echo "error: fairseq-generate failed on $run (its log: $run/generate-test.log)" >&2
+    exit 1
+  fi
   grep "^H-" "$run/generate-test.txt" | sort -t- -k2,2n | cut -f3 > "$run/hyp-test.txt"
   printf '%s\n' "$evaluated" "LENPEN=$lenpen" > "$run/eval.settings"
-  echo "$run: BLEU $(sacrebleu -b "$DATA/raw/test.$TGT" -i "$run/hyp-test.txt") (lenpen $lenpen)"
-done
+  echo "$run: $(python scripts/bleu.py --tokenize "$BLEU_TOKENIZE" --ref "$DATA/raw/test.$TGT" "$run/hyp-test.txt")" \
+    "(lenpen $lenpen)"
+}
+if [ "$COMPARE" = full ]; then
+  evaluate "$OUT/ce-full" "${FULL[@]}"
+  evaluate "$RL_SAVE-full" "${FULL[@]}"
+fi
+evaluate "$OUT/ce" "${SMALL[@]}"
+evaluate "$RL_SAVE" "${SMALL[@]}"  # (last: step 7 decodes at RL_SAVE's length penalty)
 
-step "7/8 fairseq-interactive on the first 3 test sources as raw text, and CTranslate2: $RL_SAVE/ct2"
+step "7/8 fairseq-interactive on the first 3 test sources as raw text, and CTranslate2 (a REINFORCE run, not" \
+  "the control): $RL_SAVE/ct2"
 # (the tuned model at its own length penalty: lenpen is the loop's last, RL_SAVE's)
 head -3 "$DATA/raw/test.$SRC" | fairseq-interactive "$DATA" "${COMMON[@]}" "${SMALL[@]}" \
   --path "$RL_SAVE/checkpoint_best.pt" --bpe sentencepiece --sentencepiece-model "$DATA/spm.$SRC.model" \
   --beam "$BEAM" --lenpen "$lenpen" --buffer-size 3 --batch-size 3 2>/dev/null | grep "^D-"
 
-if ! python -c "import ctranslate2" 2>/dev/null; then
+if awk -v lambda="$LAMBDA" 'BEGIN { exit !(lambda + 0 == 1) }'; then  # LAMBDA=1: the control, nothing to deploy
+  echo "not exported: RL_SAVE=$RL_SAVE is the control (LAMBDA=$LAMBDA: CE continued, no REINFORCE), there to be" \
+    "compared, not deployed; the export is of a REINFORCE run (its RL_SAVE)" >&2
+elif ! python -c "import ctranslate2" 2>/dev/null; then
   echo "ctranslate2 is not installed (pip install ctranslate2): the export is skipped" >&2
 else
   VMAP=(--vmap-from "$OUT/vp/checkpoint_best.pt" --k "$K")  # the predictor as its vocabulary map
   if [ "$SMALL_K" = 0 ]; then VMAP=(); fi
+  # (with the map, the export times it on THREADS threads and says whether use_vmap=True pays)
   python scripts/export_ctranslate2.py --path "$RL_SAVE/checkpoint_best.pt" --data "$DATA" --out "$RL_SAVE/ct2" \
-    "${VMAP[@]}" --force
-  echo "translate with it: README.md, Deploy (sources as sentencepiece pieces: $DATA/spm.$SRC.model)"
+    "${VMAP[@]}" --threads "$THREADS" --force
+  echo "the Deploy code for $RL_SAVE/ct2: README.md, Deploy with CTranslate2 (sources as sentencepiece pieces:" \
+    "$DATA/spm.$SRC.model)"
 fi
 
 step "8/8 the verdict: CE and the runs in $OUT (REINFORCE, CE continued) on test, paired bootstrap"
 runs=("$RL_SAVE")
 for settings in "$OUT"/*/quickstart.settings; do  # REINFORCE's and the control's (the predictor's and CE's: no LAMBDA)
-  if [ -f "$(dirname "$settings")/eval.settings" ] && grep -q '^LAMBDA=' "$settings"; then
-    runs+=("$(dirname "$settings")")
+  folder=$(dirname "$settings")
+  # (a run of the other softmax, COMPARE=full's, is compared below, not here)
+  if [ -f "$folder/eval.settings" ] && grep -q '^LAMBDA=' "$settings" \
+      && [ "$(cat "$folder/quickstart.softmax" 2>/dev/null || echo "$SMALL_K")" = "$SMALL_K" ]; then
+    runs+=("$folder")
   fi
 done
+VERSUS_FULL=()
+if [ "$COMPARE" = full ]; then
+  VERSUS_FULL=(--full-ce "$OUT/ce-full" --full-rl "$RL_SAVE-full" --does-it-pay "$OUT/does-it-pay.json")
+fi
 python scripts/quickstart_verdict.py --ce "$OUT/ce" --runs "${runs[@]}" --ref "$DATA/raw/test.$TGT" \
-  --ce-log "$OUT/ce.train.log"
+  --ce-log "$OUT/ce.train.log" --tokenize "$BLEU_TOKENIZE" --out "$OUT/verdict.txt" --json "$OUT/verdict.json" \
+  "${VERSUS_FULL[@]}"
