@@ -22,10 +22,14 @@ def first_caption_of_each_image(index: np.ndarray) -> np.ndarray:
     return np.sort(np.unique(index, return_index=True)[1])
 
 
+def reference_streams(refs: Sequence[Sequence[str]]) -> list:
+    """sacrebleu's reference streams for hypothesis i against every string of refs[i]: stream j holds each
+    hypothesis's j-th reference, None where it has fewer (images may have different numbers of captions)."""
+    return [[r[j] if j < len(r) else None for r in refs] for j in range(max(len(r) for r in refs))]
+
+
 def multi_reference_bleu(hyps: Sequence[str], refs: Sequence[Sequence[str]], tokenize="13a"):
-    """sacrebleu's corpus BLEU, hypothesis i against every string of refs[i]
-    (images may have different numbers of captions)."""
+    """sacrebleu's corpus BLEU, hypothesis i against every string of refs[i] (``reference_streams``)."""
     import sacrebleu
 
-    streams = [[r[j] if j < len(r) else None for r in refs] for j in range(max(len(r) for r in refs))]
-    return sacrebleu.corpus_bleu(list(hyps), streams, tokenize=tokenize)
+    return sacrebleu.corpus_bleu(list(hyps), reference_streams(refs), tokenize=tokenize)

@@ -12,7 +12,7 @@ from typing import Callable, Dict, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from fairseq_smallvocab.engine.families import DecoderFamily, follower
+from fairseq_smallvocab.engine.families import DecoderFamily, follower, state_of
 from fairseq_smallvocab.engine.loop import Loop, Samples
 from fairseq_smallvocab.engine.settings import EngineSettings
 from fairseq_smallvocab.output.gathered_grad import gathered_embedding_grads
@@ -58,9 +58,7 @@ class EagerPlan:
         to follow the model's decoder (``family``: None where none does, or ``static_state`` is off), where it
         takes this batch (``DecoderFamily.takes``).  A plan made for no model (``EAGER``) asks the decoder's."""
         family = self.family if self.for_model else follower(decoder)[0] if self.settings.static_state else None
-        if family is None or not family.takes(encoder_out, keep_graph):
-            return None
-        return family.static_state(decoder, encoder_out, steps, slots)
+        return state_of(family, decoder, encoder_out, steps, keep_graph, slots)
 
     def on_buckets(self, request) -> bool:
         """Whether ``sample`` runs the request's sampling loop on a shape bucket (and so keeps no step graph:

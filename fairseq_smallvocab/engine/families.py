@@ -190,7 +190,12 @@ def static_state(decoder, encoder_out, steps: int, keep_graph: bool = False, slo
     it, or this batch it cannot: ``takes``), asked of the decoder every call (a plan asks once: its
     ``static_state``).  ``keep_graph``: the sampler keeps the steps' graph.  ``slots``: a captured step's
     state, at the bucket's sizes (``load`` then takes each next batch)."""
-    family, _ = follower(decoder)
+    return state_of(follower(decoder)[0], decoder, encoder_out, steps, keep_graph, slots)
+
+
+def state_of(family: Optional[DecoderFamily], decoder, encoder_out, steps: int, keep_graph: bool = False,
+             slots=None):
+    """``family``'s static state for this batch, or None (no family, or one that does not take this batch)."""
     if family is None or not family.takes(encoder_out, keep_graph):
         return None
     return family.static_state(decoder, encoder_out, steps, slots)

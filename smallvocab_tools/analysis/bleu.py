@@ -104,8 +104,10 @@ def paired(systems: Sequence[Tuple[str, Sequence[str]]], refs: Sequence[str], n_
 
 
 def read_lines(path: Path) -> List[str]:
-    """A file's lines, without their line ends (a last empty line is no sentence)."""
-    return Path(path).read_text(encoding="utf-8").splitlines()
+    """A file of hypotheses or references, one a line (split at newlines only; a last empty line is no
+    sentence)."""
+    lines = Path(path).read_text(encoding="utf-8").split("\n")
+    return lines[:-1] if lines and lines[-1] == "" else lines
 
 
 def main(argv=None):

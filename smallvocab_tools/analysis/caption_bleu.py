@@ -62,6 +62,7 @@ def score(hyps_by_id, captions, index, tokenize=one_bleu.TOKENIZE, targets=None)
         captions_by_image,
         first_caption_of_each_image,
         multi_reference_bleu,
+        reference_streams,
     )
 
     firsts = first_caption_of_each_image(index)
@@ -96,8 +97,8 @@ def score(hyps_by_id, captions, index, tokenize=one_bleu.TOKENIZE, targets=None)
     hyps = [hyp_of_image[r] for r in rows]
     refs = [refs_of[r] for r in rows]
     one_bleu.check_words(hyps, "the hypotheses")
-    streams = [[r[j] if j < len(r) else None for r in refs] for j in range(max(len(r) for r in refs))]
-    return multi_reference_bleu(hyps, refs, tokenize), len(rows), one_bleu.signature(tokenize, streams)
+    return (multi_reference_bleu(hyps, refs, tokenize), len(rows),
+            one_bleu.signature(tokenize, reference_streams(refs)))
 
 
 def main(argv=None):

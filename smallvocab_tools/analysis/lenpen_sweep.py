@@ -313,8 +313,9 @@ def main(argv=None):
         print(f"{row['lenpen']:>7g} {row['bleu']:>7.2f} {row['len_ratio']:>9.4f}{mark}")
     if args.save_hyps is not None:
         save(args.save_hyps, rows)
+    signature = one_bleu.signature(args.tokenize)
     record = {"checkpoint": str(args.path), "data": str(args.data), "subset": args.subset, "beam": args.beam,
-              "tokenize": args.tokenize, "bleu_signature": one_bleu.signature(args.tokenize),
+              "tokenize": args.tokenize, "bleu_signature": signature,
               "references": str(args.ref) if args.ref else "T- lines",
               "generate_args": extra, "sentences": len(sentences),
               "sweep": [{k: v for k, v in row.items() if k != "hypotheses"} for row in rows],
@@ -322,7 +323,6 @@ def main(argv=None):
               "lenpens_given": list(lenpens), "lenpens_tried": list(tried),
               "best_at_edge": len(rows) > 1 and chosen["lenpen"] in (tried[0], tried[-1])}
     write_atomic(out, json.dumps(record, indent=1) + "\n")
-    signature = one_bleu.signature(args.tokenize)
     print(f"best --lenpen {chosen['lenpen']:g}: {args.subset} BLEU {chosen['bleu']:.2f} ({signature}), length "
           f"ratio {chosen['len_ratio']:.4f}; recorded in {out}")
     if record["best_at_edge"]:

@@ -16,10 +16,7 @@ from typing import Dict, List, Sequence, Tuple
 
 from smallvocab_tools.analysis import bleu
 
-
-def read(path: Path) -> List[str]:
-    lines = path.read_text(encoding="utf-8").split("\n")
-    return lines[:-1] if lines and lines[-1] == "" else lines
+read = bleu.read_lines  # (what the verdict and the records' tools read their files with)
 
 
 def paired_bootstrap(systems: Sequence[Tuple[str, List[str]]], refs: List[str], n_samples: int,

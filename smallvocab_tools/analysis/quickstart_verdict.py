@@ -277,9 +277,9 @@ def main(argv=None):
     warning = ce_not_converged(args.ce_log) if args.ce_log else None
     parts = [table(rows), *said]
     if versus_full:
-        said += softmax_verdicts(versus_full, predicted)
-        parts += ["", "The small softmax against the full one:", "", softmax_table(versus_full),
-                  *softmax_verdicts(versus_full, predicted)]
+        versus_said = softmax_verdicts(versus_full, predicted)
+        said += versus_said
+        parts += ["", "The small softmax against the full one:", "", softmax_table(versus_full), *versus_said]
     text = "\n".join(parts + ([warning] if warning else []))
     print(text)
     if args.out:
