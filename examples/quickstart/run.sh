@@ -270,13 +270,18 @@ if [ "$SMALL_K" -gt 0 ]; then
   python scripts/recall_curve.py --run "predictor=$OUT/vp/checkpoint_best.pt" --split valid --ks "$K"
 fi
 
-train_ce() {  # train_ce FOLDER K TASK_FLAGS...: CE with the flags' softmax (K candidates; 0: full) into FOLDER, once
+begin() {  # begin FOLDER K NAME=VALUE...: a training's folder, its settings and its softmax (K; 0: full) recorded
   local folder=$1 k=$2
   shift 2
-  if [ -f "$folder/.quickstart-done" ]; then return; fi
   mkdir -p "$folder"
-  record "$folder/quickstart.settings" "${CE_SETTINGS[@]}"
+  record "$folder/quickstart.settings" "$@"
   echo "$k" > "$folder/quickstart.softmax"
+}
+train_ce() {  # train_ce FOLDER K TASK_FLAGS...: CE with the flags' softmax (K candidates; 0: full) into FOLDER, once
+  local folder=$1
+  if [ -f "$folder/.quickstart-done" ]; then return; fi
+  begin "$folder" "$2" "${CE_SETTINGS[@]}"
+  shift 2
   fairseq-train "$DATA" "${COMMON[@]}" "$@" $ARCH_ARGS \
     --criterion label_smoothed_cross_entropy --label-smoothing 0.1 --optimizer adam --adam-betas '(0.9, 0.98)' \
     --lr 0.001 --lr-scheduler inverse_sqrt --warmup-updates "$WARMUP" --clip-norm 1.0 --max-tokens 4096 \
@@ -287,12 +292,10 @@ train_ce() {  # train_ce FOLDER K TASK_FLAGS...: CE with the flags' softmax (K c
   touch "$folder/.quickstart-done"
 }
 train_rl() {  # train_rl FOLDER CE_FOLDER K TASK_FLAGS...: REINFORCE from CE_FOLDER's best checkpoint, once
-  local folder=$1 ce=$2 k=$3
-  shift 3
+  local folder=$1 ce=$2
   if [ -f "$folder/.quickstart-done" ]; then return; fi
-  mkdir -p "$folder"
-  record "$folder/quickstart.settings" "${RL_SETTINGS[@]}"
-  echo "$k" > "$folder/quickstart.softmax"
+  begin "$folder" "$3" "${RL_SETTINGS[@]}"
+  shift 3
   fairseq-train "$DATA" "${COMMON[@]}" "$@" $ARCH_ARGS \
     --finetune-from-model "$ce/checkpoint_best.pt" --criterion smallvocab_reinforce --reward "$REWARD" \
     --reward-post-process sentencepiece --rl-samples "$SAMPLES" --rl-baseline loo --ce-weight "$LAMBDA" \
