@@ -100,6 +100,48 @@ def test_the_corpus_shape_is_its_dictionaries_and_mean_training_lengths(tiny_raw
         assert shape[key] == round(statistics.mean(len(line.split()) + 1 for line in lines))  # eos included
 
 
+@pytest.mark.parametrize("max_tokens", [64, 200, 4096])
+def test_the_ce_batches_are_those_fairseq_train_makes(tiny_bin, max_tokens):
+    """The CE step's batch and the updates an epoch, against fairseq's own translation task's batch iterator on
+    the same training split (shuffled, as fairseq-train's)."""
+    from argparse import Namespace
+
+    from fairseq.tasks.translation import TranslationTask
+
+    from smallvocab_tools.bench.does_it_pay import corpus_shape
+
+    task = TranslationTask.setup_task(Namespace(data=str(tiny_bin), source_lang="src", target_lang="tgt",
+                                                left_pad_source=True, left_pad_target=False,
+                                                max_source_positions=1024, max_target_positions=1024,
+                                                load_alignments=False, truncate_source=False,
+                                                num_batch_buckets=0, train_subset="train",
+                                                dataset_impl=None, required_seq_len_multiple=1,
+                                                upsample_primary=-1, eval_bleu=False))
+    task.load_dataset("train")
+    batches = list(task.get_batch_iterator(task.dataset("train"), max_tokens=max_tokens, seed=1,
+                                           required_batch_size_multiple=8).frozen_batches)
+    shape = corpus_shape(tiny_bin, "src", "tgt", max_tokens)
+    assert shape["epoch_updates"] == len(batches) and shape["max_tokens"] == max_tokens
+    assert shape["ce_batch"] == round(sum(map(len, batches)) / len(batches))
+
+
+def test_the_ce_step_is_said_beside_the_reinforce_step_and_its_ratio_kept():
+    from smallvocab_tools.bench.does_it_pay import judged, verdict
+
+    records = _records(1.0, 1.5, 2.0, 3.0) + [
+        {"mode": "ce", "softmax": "small", "sec_per_step": 0.8, "peak_mem_mb": 90.0, "speedup": 1.25},
+        {"mode": "ce", "softmax": "full", "sec_per_step": 1.0, "peak_mem_mb": 99.0}]
+    shape = dict(SHAPE, ce_batch=133, epoch_updates=60, max_tokens=4096)
+    text = verdict(records, shape, 500, _args())
+    assert ("- a CE step (fairseq-train's batches at --max-tokens 4,096: 133 sentences, 60 an epoch): small "
+            "0.800 s, full 1.000 s: 1.25x faster small") in text
+    said = judged(records, 500)
+    assert said["ce_ratio"] == 1.25 and said["verdict"] == "pays"  # (the verdict is still REINFORCE's)
+    assert said["sec_per_step"] == {"ce": {"small": 0.8, "full": 1.0}, "reinforce": {"small": 1.0, "full": 1.5}}
+    assert said["ms_per_sentence"] == {"small": 2.0, "full": 3.0}
+    assert "a CE step" not in verdict(_records(1.0, 1.5, 2.0, 3.0), SHAPE, 500, _args())
+
+
 def test_the_model_is_built_from_the_user_s_flags():
     """--model-args on synthetic batches: fairseq's own parse of the flags, restricted as the task restricts it."""
     from fairseq_smallvocab.models.restricted import RestrictedModel

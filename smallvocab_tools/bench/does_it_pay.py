@@ -13,15 +13,20 @@ exactly that long.  Each configuration runs in a fresh process (peak memory
 its own), small and full in turn (``--rounds`` alternates them again; the
 speedup is the median of the rounds' ratios).  A REINFORCE step is
 fairseq-train's update (--rl-samples samples per sentence, the ``loo``
-baseline); decoding is ``SequenceGenerator``'s beam search, the small side
-with the vocabulary predictor predicting each batch's candidates.  The
+baseline); a CE step is fairseq-train's cross-entropy update on a batch as
+large as fairseq-train makes them from your training split at
+``--max-tokens`` (the mean of its batches, sorted by length as fairseq sorts
+them; the quick start's time budget plans CE with its pace); decoding is
+``SequenceGenerator``'s beam search, the small side with the vocabulary
+predictor predicting each batch's candidates.  The
 REINFORCE step also runs with the smallest output layer there is (K =
 ``CEILING_K``: the special symbols and one word), the ceiling: what any K
 could gain on this model at most, so that "0.95x of at most 1.10x" says where
 the step's time goes.  A couple of minutes on 2 cores for a 3 + 3-layer
 Transformer; speed on a busy machine drifts, so run it when nothing else runs
-(or raise --rounds).  ``--json`` also writes the verdict and its ratios (the
-quick start follows it).
+(or raise --rounds).  ``--json`` also writes the verdict, its ratios and the
+paces (the quick start follows the verdict and plans its BUDGET with the
+paces).
 """
 
 import argparse
@@ -55,6 +60,8 @@ def parse_args(argv=None):
                              "1000 if |V| > 10,000 else 500)")
     parser.add_argument("--rl-samples", type=POSITIVE, default=4, help="REINFORCE samples per sentence")
     parser.add_argument("--batch", type=POSITIVE, default=64, help="REINFORCE: sentences per update")
+    parser.add_argument("--max-tokens", type=POSITIVE, default=4096,
+                        help="CE: fairseq-train's --max-tokens, which sizes its batches (the quick start's: 4096)")
     parser.add_argument("--beam", type=POSITIVE, default=5)
     parser.add_argument("--decode-batch", type=POSITIVE, default=64, help="decoding: sentences per batch")
     parser.add_argument("--steps", type=POSITIVE, default=2, help="timed REINFORCE steps (after one untimed)")
@@ -89,13 +96,14 @@ def parse_args(argv=None):
     return args
 
 
-def corpus_shape(data: Path, src: str, tgt: str) -> dict:
-    """|V| of both dictionaries and the mean source and target lengths (tokens, eos included) of the training
-    split."""
+def corpus_shape(data: Path, src: str, tgt: str, max_tokens: int = 4096) -> dict:
+    """|V| of both dictionaries, the mean source and target lengths (tokens, eos included) of the training
+    split, and fairseq-train's CE batches of it at ``max_tokens`` (``fairseq_batches``)."""
+    import numpy as np
     from fairseq.data import Dictionary, data_utils
 
     dicts = {lang: Dictionary.load(str(data / f"dict.{lang}.txt")) for lang in (src, tgt)}
-    lengths = {}
+    lengths, sizes = {}, {}
     for lang in (src, tgt):
         prefix = next((data / f"train.{a}-{b}.{lang}" for a, b in ((src, tgt), (tgt, src))
                        if (data / f"train.{a}-{b}.{lang}.idx").is_file()), None)
@@ -103,9 +111,28 @@ def corpus_shape(data: Path, src: str, tgt: str) -> dict:
             raise SystemExit(f"error: {data}: no binarized training split train.{src}-{tgt}.{lang}: --data takes "
                              "a folder binarized by fairseq-preprocess (scripts/prepare_data.py)")
         dataset = data_utils.load_indexed_dataset(str(prefix), dicts[lang])
+        sizes[lang] = np.array(dataset.sizes, dtype=np.int64)  # (a copy: the view dies with the dataset's mmap)
         lengths[lang] = max(2, round(float(statistics.mean(dataset.sizes.tolist()))))
+    ce_batch, epoch_updates = fairseq_batches(sizes[src], sizes[tgt], max_tokens)
     return {"vocab_size": len(dicts[tgt]), "src_vocab_size": len(dicts[src]),
-            "src_len": lengths[src], "tgt_len": lengths[tgt]}
+            "src_len": lengths[src], "tgt_len": lengths[tgt], "ce_batch": ce_batch, "epoch_updates": epoch_updates,
+            "max_tokens": max_tokens}
+
+
+def fairseq_batches(src_sizes, tgt_sizes, max_tokens: int):
+    """(sentences in the mean batch, batches an epoch) of fairseq-train's translation batches at ``max_tokens``:
+    the pairs sorted by source length, then target length (LanguagePairDataset.ordered_indices), cut by
+    ``data_utils.batch_by_size`` (a pair's tokens: the longer side; sentences a multiple of 8, fairseq's
+    --required-batch-size-multiple)."""
+    import numpy as np
+    from fairseq.data import data_utils
+
+    src_sizes, tgt_sizes = np.asarray(src_sizes, dtype=np.int64), np.asarray(tgt_sizes, dtype=np.int64)
+    order = np.lexsort((tgt_sizes, src_sizes))
+    tokens = np.maximum(src_sizes, tgt_sizes)
+    batches = data_utils.batch_by_size(order, lambda i: int(tokens[i]), max_tokens=max_tokens,
+                                       required_batch_size_multiple=8, num_tokens_vec=tokens[order])
+    return max(1, round(sum(map(len, batches)) / len(batches))), len(batches)  # (what fairseq batches, all of it)
 
 
 def configurations(args, shape: dict, k: int):
@@ -113,6 +140,9 @@ def configurations(args, shape: dict, k: int):
     base = {"device": args.device, "vocab_size": shape["vocab_size"], "src_vocab_size": shape["src_vocab_size"],
             "arch": model_arch(args.model_args), "model_args": args.model_args, "layers": None, "d": None,
             "threads": args.threads, "zipf": 1.2, "epoch_sentences": 50000}
+    for softmax, kk in (("small", k), ("full", 0)):
+        yield dict(base, mode="ce", softmax=softmax, K=kk, batch=shape["ce_batch"], max_len=shape["tgt_len"],
+                   steps=args.steps, warmup=1)
     for softmax, kk in (("small", k), ("small", CEILING_K), ("full", 0)):
         yield dict(base, mode="reinforce", softmax=softmax, K=kk, batch=args.batch, max_len=shape["tgt_len"],
                    steps=args.steps, warmup=1, rl_samples=args.rl_samples, rl_baseline="loo",
@@ -131,7 +161,9 @@ def judged(records, k: int) -> dict:
     """The measured ratios (full's time / small's, each the median of the rounds' ratios) and what they say:
     {"verdict": "pays" | "pays little" | "does not pay" (the REINFORCE step's), "step_ratio", "ceiling" (the
     step's ratio with the smallest output layer, ``CEILING_K``; None where not measured), "decode_ratio",
-    "memory_ratio", "k"}."""
+    "ce_ratio" (None where not measured), "memory_ratio", "k", "sec_per_step" ({"ce" | "reinforce": {"small" |
+    "full": seconds}}) and "ms_per_sentence" ({"small" | "full": decoding's}), the paces a time budget plans
+    with}."""
     def find(mode, softmax, kk=None):
         return next((r for r in records if r["mode"] == mode and r["softmax"] == softmax
                      and (kk is None or r.get("K", kk) == kk)), None)
@@ -139,6 +171,7 @@ def judged(records, k: int) -> dict:
     step, step_full, lowest = find("reinforce", "small", k), find("reinforce", "full"), \
         find("reinforce", "small", CEILING_K) if k != CEILING_K else None
     dec, dec_full = find("decode", "small"), find("decode", "full")
+    ce, ce_full = find("ce", "small"), find("ce", "full")
     step_ratio = step.get("speedup") or step_full["sec_per_step"] / step["sec_per_step"]
     ceiling = None if lowest is None or lowest is step else \
         lowest.get("speedup") or step_full["sec_per_step"] / lowest["sec_per_step"]
@@ -146,6 +179,11 @@ def judged(records, k: int) -> dict:
             "ceiling": None if ceiling is None else round(ceiling, 3),
             "ceiling_sec_per_step": None if ceiling is None else lowest["sec_per_step"],
             "decode_ratio": round(dec.get("speedup") or dec_full["ms_per_sentence"] / dec["ms_per_sentence"], 3),
+            "ce_ratio": None if ce is None or ce_full is None else
+            round(ce.get("speedup") or ce_full["sec_per_step"] / ce["sec_per_step"], 3),
+            "sec_per_step": {"ce": {"small": ce and ce["sec_per_step"], "full": ce_full and ce_full["sec_per_step"]},
+                             "reinforce": {"small": step["sec_per_step"], "full": step_full["sec_per_step"]}},
+            "ms_per_sentence": {"small": dec["ms_per_sentence"], "full": dec_full["ms_per_sentence"]},
             "memory_ratio": round(step_full["peak_mem_mb"] / step["peak_mem_mb"], 3) if step["peak_mem_mb"] > 0
             else None, "k": k, "step": step, "step_full": step_full, "decode": dec, "decode_full": dec_full}
 
@@ -162,6 +200,9 @@ def verdict(records, shape: dict, k: int, args) -> str:
         of_at_most = ""
     elif ceiling < SAME:  # no K could gain what this machine's drift would not hide
         of_at_most = f" ({lowest}: the output layer costs nothing measurable here)"
+    elif ceiling < step_ratio:  # the smaller output layer measured slower: the machine's drift, not the model
+        of_at_most = (f" ({lowest}, no faster than K = {k}'s: the two differ by this machine's drift, which is "
+                      "larger than the output layer's share here)")
     else:
         share = 1 - 1 / ceiling
         of_at_most = f" of at most {ceiling:.2f}x ({lowest}; the output layer is {share:.0%} of the full step)"
@@ -171,6 +212,11 @@ def verdict(records, shape: dict, k: int, args) -> str:
              f"- a REINFORCE step ({args.rl_samples} samples per sentence, {args.batch} sentences): small "
              f"{step['sec_per_step']:.3f} s, full {step_full['sec_per_step']:.3f} s: {step_ratio:.2f}x faster small"
              + of_at_most + (f", {memory:.2f}x less memory" if memory else "") + f" ({_judge(step_ratio)})",
+             *([] if said["ce_ratio"] is None else [
+                 f"- a CE step (fairseq-train's batches at --max-tokens {shape['max_tokens']:,}: "
+                 f"{shape['ce_batch']:,} sentences, {shape['epoch_updates']:,} an epoch): small "
+                 f"{said['sec_per_step']['ce']['small']:.3f} s, full {said['sec_per_step']['ce']['full']:.3f} s: "
+                 f"{said['ce_ratio']:.2f}x faster small"]),
              f"- beam {args.beam} decoding ({args.decode_batch} sentences a batch, the predictor included): small "
              f"{dec['ms_per_sentence']:.2f} ms, full {dec_full['ms_per_sentence']:.2f} ms a sentence: "
              f"{dec_ratio:.2f}x faster small ({_judge(dec_ratio)})"]
@@ -194,7 +240,7 @@ def verdict(records, shape: dict, k: int, args) -> str:
 
 def main(argv=None):
     args = parse_args(argv)
-    shape = corpus_shape(args.data, args.source_lang, args.target_lang)
+    shape = corpus_shape(args.data, args.source_lang, args.target_lang, args.max_tokens)
     k = args.k or paper_k(shape["vocab_size"])
     if not NSPECIAL < k < shape["vocab_size"]:
         raise SystemExit(f"error: --k {k}: K must exceed the {NSPECIAL} special symbols and be below |V| = "
@@ -207,7 +253,7 @@ def main(argv=None):
     if args.json:
         said = {key: value for key, value in judged(records, k).items()
                 if key not in ("step", "step_full", "decode", "decode_full")}
-        args.json.write_text(json.dumps({**said, "vocab_size": shape["vocab_size"], "threads": args.threads,
+        args.json.write_text(json.dumps({**said, **shape, "threads": args.threads,
                                          "device": args.device, "rounds": args.rounds, "records": records},
                                         indent=1) + "\n")
     return 0
