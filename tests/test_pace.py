@@ -160,3 +160,20 @@ def test_fairseq_train_logs_its_pace_and_the_epoch_budget(tiny_bin, tmp_path):
         r"\d+\.\d{3} s an update between validations, \d+\.\d{3} with them; "
         rf"--max-epoch 3 \({epoch} updates an epoch\): {epoch - 1} more updates, "
         r"about \d+ s", lines[0]), lines
+
+
+def test_under_a_time_limit_the_pace_says_the_updates_the_time_left_buys():
+    from fairseq_smallvocab.compat.pace import Pace
+
+    clock = Clock()
+    pace = Pace(clock)
+    opt = SimpleNamespace(max_update=4000, max_epoch=0, stop_time_hours=0.5)
+    assert pace.update(1, opt, trained=700.0) == ""
+    said = ""
+    for n in range(2, 12):
+        clock.now += 2.0
+        said = pace.update(n, opt, trained=700.0 + 2.0 * (n - 1)) or said
+    # 1,800 s of limit, of which 720 trained (the starting checkpoint's 700 included): 1,080 s at 2 s an update
+    assert said.endswith("; --stop-time-hours 0.5: 18 min left, about 540 more updates at this pace (validation "
+                         "not included)"), said
+    assert "about 540" not in Pace(clock).update(1, SimpleNamespace(max_update=4000, max_epoch=0), trained=1.0)

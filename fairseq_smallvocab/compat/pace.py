@@ -12,8 +12,10 @@ what that validation and its checkpoint cost (timed from its first step to
 the next update), spread over the updates between validations
 (--validate-interval-updates and --validate-interval), to the updates' own
 pace measured again since the last validation, and says the time to the
-budget again.  A busy machine changes both: an
-estimate, said as one."""
+budget again.  Under --stop-time-hours the first line also says about how
+many updates the time left buys at that pace (fairseq's own clock: the
+training time its starting checkpoint had included).  A busy machine changes
+all of these: an estimate, said as one."""
 
 import logging
 import math
@@ -63,9 +65,9 @@ class Pace:
             if self.start is not None and self.said is None and self.last is not None:
                 self.paused += now - self.last[0]  # from the end of the update before it: none of it an update's
 
-    def update(self, num_updates: int, optimization, dataset=None) -> str:
-        """Call after an update (``dataset``: fairseq's cfg.dataset, for the validation intervals); returns the
-        line said, or ''."""
+    def update(self, num_updates: int, optimization, dataset=None, trained=None) -> str:
+        """Call after an update (``dataset``: fairseq's cfg.dataset, for the validation intervals; ``trained``:
+        the trainer's cumulative training time, for --stop-time-hours); returns the line said, or ''."""
         now = self.clock()
         self.last = (now, num_updates)
         if self.span is None or self.validation_seconds is not None:
@@ -87,7 +89,13 @@ class Pace:
         if timed <= 0 or (timed < WINDOW_UPDATES and seconds < WINDOW_SECONDS):
             return ""
         self.said = seconds / timed
-        return pace_line(self.said, self.first + 1, num_updates, optimization, self.epoch_updates)
+        line = pace_line(self.said, self.first + 1, num_updates, optimization, self.epoch_updates)
+        stop_hours = getattr(optimization, "stop_time_hours", 0) or 0
+        if stop_hours > 0 and trained is not None:
+            left = max(0.0, stop_hours * 3600 - trained)
+            line += (f"; --stop-time-hours {stop_hours:g}: {_minutes(left)} left, about "
+                     f"{int(left / self.said):,} more updates at this pace (validation not included)")
+        return line
 
 
 def _minutes(seconds: float) -> str:
@@ -181,7 +189,8 @@ def install():
         _pace(self).before_update()
         out = fairseq_train_step(self, samples, raise_oom)
         if getattr(self, "data_parallel_rank", 0) == 0:
-            line = _pace(self).update(self.get_num_updates(), self.cfg.optimization, self.cfg.dataset)
+            line = _pace(self).update(self.get_num_updates(), self.cfg.optimization, self.cfg.dataset,
+                                      self.cumulative_training_time())
             if line:
                 logger.info(line)
         return out
