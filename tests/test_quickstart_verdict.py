@@ -150,8 +150,8 @@ def test_the_verdicts_wording_follows_the_difference_and_p_it_prints(tmp_path, m
 def test_with_the_full_softmaxs_arms_the_verdict_compares_the_softmaxes_too(tmp_path, capsys):
     """--full-ce / --full-rl (the quick start's COMPARE=full): a second table, small against full for CE and for
     REINFORCE (BLEU, chrF, p, each training's seconds and seconds per update, read from FOLDER.train.log), and
-    one sentence each: a loss the test can tell is said as a loss; the REINFORCE sentence sets the pace lines'
-    speed beside the ratio does_it_pay.py predicted."""
+    one sentence each: a loss the test can tell is said as a loss; each sets the pace lines' speed beside the
+    ratio does_it_pay.py predicted for its kind of step, and how far from it the runs' ratio is."""
     import json
 
     from smallvocab_tools.analysis.quickstart_verdict import main
@@ -167,7 +167,8 @@ def test_with_the_full_softmaxs_arms_the_verdict_compares_the_softmaxes_too(tmp_
             f"| INFO | fairseq_smallvocab.compat.pace | pace: {pace:.3f} s/update (updates 2-11; validation and saving "
             f"not included)\nepoch 001 | loss 5.1 | wall {wall // 2} | train_wall 10\n"
             f"epoch 002 | loss 4.9 | wall {wall} | train_wall 20\n")
-    (tmp_path / "pays.json").write_text(json.dumps({"verdict": "pays", "step_ratio": 3.6, "ceiling": 4.0}))
+    (tmp_path / "pays.json").write_text(json.dumps({"verdict": "pays", "step_ratio": 3.6, "ceiling": 4.0,
+                                                          "ce_ratio": 2.0}))
     main([str(x) for x in ("--ce", tmp_path / "ce", "--runs", tmp_path / "rl", "--ref", tmp_path / "ref.txt",
                            "--n-samples", "100", "--full-ce", tmp_path / "ce-full", "--full-rl", tmp_path / "rl-full",
                            "--does-it-pay", tmp_path / "pays.json", "--json", tmp_path / "v.json")])
@@ -178,9 +179,12 @@ def test_with_the_full_softmaxs_arms_the_verdict_compares_the_softmaxes_too(tmp_
     assert re.search(r"^\| REINFORCE \| .* \| 100 / 300 \| 0\.250 / 1\.000 \| 4\.00x \|$", out, re.M), out
     assert re.search(r"^Verdict \(softmax, REINFORCE\): the small softmax lost -[\d.]+ test BLEU against the full "
                      r"softmax \(p = 0\.0\d+\); its updates 4\.00x as fast \(scripts/does_it_pay\.py predicted "
-                     r"3\.60x\)\.$", out, re.M), out
+                     r"3\.60x: \+11%\)\.$", out, re.M), out
+    assert re.search(r"^Verdict \(softmax, CE\): .*; its updates 1\.60x as fast \(scripts/does_it_pay\.py predicted "
+                     r"2\.00x: -20%\)\.$", out, re.M), out
     assert re.search(r"^Verdict \(softmax, CE\): the small softmax (no BLEU difference the test can tell|gained|lost)",
                      out, re.M)
     record = json.loads((tmp_path / "v.json").read_text())
     assert [r["what"] for r in record["versus_full"]] == ["CE", "REINFORCE"] and record["does_it_pay_step_ratio"] == 3.6
+    assert record["does_it_pay_ce_ratio"] == 2.0
     assert record["versus_full"][1]["seconds"] == 100 and record["versus_full"][1]["full_sec_per_update"] == 1.0

@@ -164,9 +164,10 @@ def softmax_table(rows: List[Dict]) -> str:
     return "\n".join(out)
 
 
-def softmax_verdicts(rows: List[Dict], predicted: Optional[float] = None) -> List[str]:
+def softmax_verdicts(rows: List[Dict], predicted: Optional[Dict[str, float]] = None) -> List[str]:
     """One sentence per row: did the small softmax keep the full one's BLEU, and how much faster did it train (the
-    pace lines' ratio, beside ``predicted``, does_it_pay.py's, for REINFORCE)."""
+    pace lines' ratio, beside ``predicted``: does_it_pay.py's ratio for the row's kind, "CE" or "REINFORCE", and
+    how far the runs' ratio is from it)."""
     out = []
     for r in rows:
         delta, p = _shown(r["bleu_vs_full"])
@@ -176,9 +177,11 @@ def softmax_verdicts(rows: List[Dict], predicted: Optional[float] = None) -> Lis
             quality = f"no BLEU difference the test can tell from the full softmax ({delta}, p = {p})"
         speed = ""
         if r["sec_per_update"] and r["full_sec_per_update"]:
-            speed = f"; its updates {r['full_sec_per_update'] / r['sec_per_update']:.2f}x as fast"
-            if predicted and r["what"].startswith("REINFORCE"):
-                speed += f" (scripts/does_it_pay.py predicted {predicted:.2f}x)"
+            measured = r['full_sec_per_update'] / r['sec_per_update']
+            speed = f"; its updates {measured:.2f}x as fast"
+            said = (predicted or {}).get(r["what"].split()[0])
+            if said:
+                speed += f" (scripts/does_it_pay.py predicted {said:.2f}x: {measured / said - 1:+.0%})"
         out.append(f"Verdict (softmax, {r['what']}): the small softmax {quality}{speed}.")
     return out
 
@@ -255,7 +258,8 @@ def main(argv=None):
     parser.add_argument("--n-samples", type=int, default=1000, help="bootstrap resamples")
     parser.add_argument("--full-ce", type=Path, help="the full softmax's CE run (to compare the small softmax with)")
     parser.add_argument("--full-rl", type=Path, help="the full softmax's REINFORCE run (from --full-ce)")
-    parser.add_argument("--does-it-pay", type=Path, help="does_it_pay.py's --json (its predicted REINFORCE ratio)")
+    parser.add_argument("--does-it-pay", type=Path,
+                        help="does_it_pay.py's --json (its predicted CE and REINFORCE ratios)")
     parser.add_argument("--out", type=Path, help="also write the table and verdict here (text)")
     parser.add_argument("--json", type=Path, help="also write the rows and verdicts here (JSON)")
     bleu.add_tokenize_option(parser)
@@ -269,8 +273,8 @@ def main(argv=None):
         if any(small is None for _, small, _ in pairs):
             raise ValueError("--full-rl needs the small softmax's REINFORCE run (the first of --runs)")
         versus_full = softmax_rows(pairs, args.ref, args.n_samples, args.tokenize)
-        predicted = json.loads(args.does_it_pay.read_text()).get("step_ratio") \
-            if args.does_it_pay and args.does_it_pay.is_file() else None
+        pays = json.loads(args.does_it_pay.read_text()) if args.does_it_pay and args.does_it_pay.is_file() else {}
+        predicted = {"CE": pays.get("ce_ratio"), "REINFORCE": pays.get("step_ratio")}
     except (OSError, ValueError) as err:
         parser.exit(2, f"error: {err}\n")
     said = verdicts(rows, len(read(args.ref)))
@@ -287,7 +291,7 @@ def main(argv=None):
     if args.json:
         record = {"rows": [{**row, "run": str(row["run"])} for row in rows], "verdicts": said, "warning": warning,
                   "versus_full": [{**row, "small": str(row["small"]), "full": str(row["full"])} for row in versus_full],
-                  "does_it_pay_step_ratio": predicted,
+                  "does_it_pay_step_ratio": predicted["REINFORCE"], "does_it_pay_ce_ratio": predicted["CE"],
                   "references": str(args.ref), "bootstrap_resamples": args.n_samples}
         args.json.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
     return 0
