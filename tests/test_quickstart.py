@@ -265,3 +265,43 @@ def test_compare_full_trains_both_softmaxes_and_the_verdict_answers_both_questio
     record = json.loads((out / "verdict.json").read_text())
     assert [row["what"] for row in record["versus_full"]] == ["CE", "REINFORCE"]
     assert record["does_it_pay_step_ratio"] == predicted
+
+
+@pytest.mark.slow
+def test_a_budget_is_planned_after_the_measurement_and_each_training_stops_at_its_time(tiny_raw, tmp_path):
+    """BUDGET: the plan printed before the predictor (each step's minutes, the reserve), every training run with
+    fairseq-train's --stop-time-hours, REINFORCE's adding the training time fairseq counts from CE's checkpoint;
+    a budget with no unit, or one too small for the evaluation, is refused before anything is trained."""
+    import torch
+
+    out = tmp_path / "qs"
+    env = {"RAW": str(tiny_raw), "SRC": "src", "TGT": "tgt", "OUT": str(out), "SOFTMAX": "small", **TINY}
+    refused = run(["bash", "examples/quickstart/run.sh"], cwd=REPO, check=False, env={**env, "BUDGET": "60"})
+    assert refused.returncode == 2 and "BUDGET=60: a number and its unit, s, m or h (e.g. 60m" in refused.stderr
+    assert not out.exists()
+    small = run(["bash", "examples/quickstart/run.sh"], cwd=REPO, check=False, env={**env, "BUDGET": "90s"})
+    assert small.returncode == 2 and re.search(r"error: BUDGET=90s: .* give at least \d+m", small.stderr)
+    assert not (out / "vp" / "checkpoint_best.pt").exists() and not (out / "budget.json").exists()
+    done = run(["bash", "examples/quickstart/run.sh"], cwd=REPO, env={**env, "BUDGET": "20m"})
+    plan = json.loads((out / "budget.json").read_text())
+    assert plan["steps"] == ["vp", "ce", "rl"] and plan["budget"] == 1200 and plan["caps"]["rl"] == 12
+    assert "the plan for BUDGET=20m" in done.stdout and "- CE: " in done.stdout
+    assert done.stderr.index("BUDGET=20m: the plan") < done.stderr.index("== 3/8")
+    hours = {}
+    for name in ("vp", "ce", "rl"):
+        found = re.search(r"'stop_time_hours': ([\d.]+)", (out / f"{name}.train.log").read_text())
+        assert found, name
+        hours[name] = float(found.group(1))
+        assert re.search(rf"budget: {re.escape(tb_name(name))} may take ", done.stderr), done.stderr
+    parent = torch.load(out / "ce" / "checkpoint_best.pt", map_location="cpu", weights_only=False)
+    counted = parent["extra_state"]["previous_training_time"]
+    assert counted > 0 and hours["rl"] * 3600 > counted + 30  # its own share on top of what fairseq counts
+    assert "which counts the" in done.stderr
+    assert re.search(r"^Verdict \(rl\): ", done.stdout, re.M)
+    assert "BUDGET=20m" in (out / "ce" / "quickstart.settings").read_text()
+
+
+def tb_name(step):
+    from smallvocab_tools.train.time_budget import NAMES
+
+    return NAMES[step]

@@ -24,6 +24,13 @@
 #      OUT/verdict.txt and OUT/verdict.json); with COMPARE=full, CE and REINFORCE are also trained with the full
 #      softmax (OUT/ce-full, RL_SAVE-full) and the verdict says whether the small softmax kept the full one's BLEU
 #      and how much faster its updates were (beside does_it_pay.py's prediction)
+# BUDGET=60m (or 90m, 2h, 5400s; unset: no budget, the steps' own sizes) fits the whole run, evaluation, export
+# and verdict included, into that time: after step 2 it prints the plan (scripts/time_budget.py: the time the
+# evaluation needs set aside at step 2's measured decoding pace, the rest shared among the predictor, CE and
+# REINFORCE, 1:6:3; each step's minutes, the updates they buy at step 2's paces, and what CE_UPDATES and RL_UPDATES
+# would need), and each training stops at its time (fairseq-train --stop-time-hours, decided at its start from the
+# time then left: a step that ends early leaves its time to the next); CE's warmup (unless WARMUP is set) is a tenth
+# of the updates planned where that is less than 400; OUT/budget.json keeps the plan.
 # Each training step prints its pace (seconds per update, minutes to its budget) after its first updates and again,
 # validation included, after the first validation that follows; its validations and every warning; the whole logs
 # are in OUT/*.train.log.
@@ -40,14 +47,14 @@
 # them (another K, REWARD, ARCH_ARGS, ...), the script stops before doing anything and names each setting that
 # differs, with its old and new value: it would skip the finished step and report that step's results as those of
 # today's settings. Run with the recorded values, or use another OUT (or RL_SAVE, for a REINFORCE setting), or
-# remove the folder. A budget (VP_EPOCHS, CE_UPDATES, CE_PATIENCE, CE_EPOCHS, WARMUP, RL_UPDATES) may change for a
+# remove the folder. A budget (VP_EPOCHS, CE_UPDATES, CE_PATIENCE, CE_EPOCHS, WARMUP, RL_UPDATES, BUDGET) may change for a
 # step without its .quickstart-done (stopped, or that file deleted to train it further).
 # Settings: RAW, SRC, TGT, OUT (every output; default checkpoints/quickstart), SP_VOCAB (sentencepiece pieces),
 # EMPTY_LINES (fail: stop at a sentence pair with an empty side, naming its file and line; drop: leave such pairs
 # out, and say how many), K (candidates per sentence; 500, the paper's for up to 10,000 dictionary entries: 1000
 # above; 0, or K not below |V|, the target dictionary's size, trains the full softmax, as fairseq-train does with
 # such a --small-vocab-size, without steps 2 and 3),
-# SOFTMAX (auto, small or full: see step 2), COMPARE (off, or full: see step 8), VP_EPOCHS, CE_UPDATES, CE_PATIENCE, CE_EPOCHS (a cap; 0: none), WARMUP (CE's warmup updates; default 400,
+# SOFTMAX (auto, small or full: see step 2), COMPARE (off, or full: see step 8), BUDGET (above), VP_EPOCHS, CE_UPDATES, CE_PATIENCE, CE_EPOCHS (a cap; 0: none), WARMUP (CE's warmup updates; default 400,
 # or a tenth of CE_UPDATES where that is less), ARCH_ARGS (the Transformer's flags), RL_UPDATES, RL_LR, REWARD,
 # SAMPLES, LAMBDA, RL_SAVE (default OUT/rl), BEAM, LENPEN, BLEU_TOKENIZE (sacrebleu's tokenizer for every BLEU the
 # script prints: 13a, sacrebleu's default, for detokenized text; none for text tokenized already), THREADS,
@@ -66,6 +73,7 @@ VP_EPOCHS=${VP_EPOCHS:-20}  # on 8,000 pairs: dev recall@500 88.6 after 10 epoch
 CE_UPDATES=${CE_UPDATES:-4000}
 CE_PATIENCE=${CE_PATIENCE:-10}
 CE_EPOCHS=${CE_EPOCHS:-0}
+WARMUP_GIVEN=${WARMUP:+yes}  # (else CE's warmup follows its planned updates under BUDGET)
 WARMUP=${WARMUP:-$(( CE_UPDATES / 10 < 400 ? (CE_UPDATES < 20 ? 1 : CE_UPDATES / 10) : 400 ))}
 ARCH_ARGS=${ARCH_ARGS:-"--arch transformer --encoder-layers 3 --decoder-layers 3 --encoder-embed-dim 256
   --decoder-embed-dim 256 --encoder-ffn-embed-dim 1024 --decoder-ffn-embed-dim 1024 --encoder-attention-heads 4
@@ -82,6 +90,7 @@ BLEU_TOKENIZE=${BLEU_TOKENIZE:-13a}
 THREADS=${THREADS:-2}
 DEVICE=${DEVICE:-cpu}
 SEED=${SEED:-1}
+BUDGET=${BUDGET:-}
 # the settings checked before anything is written
 case $DEVICE in cpu) DEV_ARGS=--cpu ;; cuda) DEV_ARGS= ;; *) echo "DEVICE=$DEVICE: cpu or cuda" >&2; exit 2 ;; esac
 case $EMPTY_LINES in
@@ -114,6 +123,7 @@ if ! python -c "import sys; from sacrebleu.metrics import BLEU; sys.exit(sys.arg
 BLEU; print(', '.join(sorted(BLEU.TOKENIZERS)))")): 13a for detokenized text, none for text tokenized already" >&2
   exit 2
 fi
+if [ -n "$BUDGET" ] && ! python scripts/time_budget.py check "$BUDGET" > /dev/null; then exit 2; fi
 if [ "$K" -ge 1 ] && [ "$K" -le 4 ]; then
   echo "K=$K leaves no room for words beside the target dictionary's 4 special symbols: set K above 4 (500 for up" \
     "to 10,000 dictionary entries, 1000 above), or 0 for the full softmax" >&2
@@ -128,16 +138,20 @@ RL_LOG=$(( RL_UPDATES / 10 < 1 ? 1 : (RL_UPDATES / 10 > 50 ? 50 : RL_UPDATES / 1
 step() { echo "== $*" >&2; }
 # what a training prints on the screen (the whole log goes to its file): the checkpoint it starts from (a resumed
 # run's update), pace, validations, warnings, the end
-shown() { grep --line-buffered -E "${1:-pace: }|Loaded checkpoint|pace: |pace with validation: |valid on|done training|early stop| WARNING | ERROR " || [ $? -eq 1 ]; }
+shown() { grep --line-buffered -E "${1:-pace: }|Loaded checkpoint|pace: |pace with validation: |valid on|done training|early stop|Stopping training due to cumulative| WARNING | ERROR " || [ $? -eq 1 ]; }
 
 # What each step was made with (NAME=VALUE lines; after a "+", its budget, which may change while the step is not
 # finished), checked against its record from an earlier run before anything runs.
 DATA_SETTINGS=("RAW=$(readlink -m "$RAW")" "SRC=$SRC" "TGT=$TGT" "SP_VOCAB=$SP_VOCAB" "EMPTY_LINES=$EMPTY_LINES")
-VP_SETTINGS=("K=$K" "SEED=$SEED" + "VP_EPOCHS=$VP_EPOCHS")
-CE_SETTINGS=("K=$K" "SOFTMAX=$SOFTMAX" "ARCH_ARGS=$ARCH_ARGS" "SEED=$SEED"  # (WARMUP follows CE_UPDATES unless set: a budget)
-             + "CE_UPDATES=$CE_UPDATES" "CE_PATIENCE=$CE_PATIENCE" "CE_EPOCHS=$CE_EPOCHS" "WARMUP=$WARMUP")
+VP_SETTINGS=("K=$K" "SEED=$SEED" + "VP_EPOCHS=$VP_EPOCHS" "BUDGET=$BUDGET")
+ce_settings() {  # (WARMUP follows CE_UPDATES, or BUDGET's plan, unless set: a budget)
+  CE_SETTINGS=("K=$K" "SOFTMAX=$SOFTMAX" "ARCH_ARGS=$ARCH_ARGS" "SEED=$SEED"
+               + "CE_UPDATES=$CE_UPDATES" "CE_PATIENCE=$CE_PATIENCE" "CE_EPOCHS=$CE_EPOCHS" "WARMUP=$WARMUP"
+               "BUDGET=$BUDGET")
+}
+ce_settings
 RL_SETTINGS=("LAMBDA=$LAMBDA" "REWARD=$REWARD" "SAMPLES=$SAMPLES" "RL_LR=$RL_LR" "K=$K" "ARCH_ARGS=$ARCH_ARGS"
-             "SEED=$SEED" + "RL_UPDATES=$RL_UPDATES")
+             "SEED=$SEED" + "RL_UPDATES=$RL_UPDATES" "BUDGET=$BUDGET")
 record() {  # record FILE NAME=VALUE...: the settings into FILE, one a line
   local pair
   for pair in "${@:2}"; do [ "$pair" = + ] || printf '%s\n' "$pair"; done > "$1"
@@ -254,15 +268,57 @@ else
 fi
 FULL=(--task translation_smallvocab -s "$SRC" -t "$TGT" --small-vocab-size 0)  # COMPARE=full's arms
 
+# BUDGET: the plan of the trainings still to run (OUT/budget.json), and each one's --stop-time-hours at its start
+STOP=()
+if [ -n "$BUDGET" ]; then
+  steps=()
+  if [ "$SMALL_K" -gt 0 ] && [ ! -f "$OUT/vp/.quickstart-done" ]; then steps+=(vp); fi
+  for arm in "" -full; do
+    if [ "$arm" = -full ] && [ "$COMPARE" != full ]; then continue; fi
+    if [ ! -f "$OUT/ce$arm/.quickstart-done" ]; then steps+=("ce$arm"); fi
+  done
+  for arm in "" -full; do
+    if [ "$arm" = -full ] && [ "$COMPARE" != full ]; then continue; fi
+    if [ ! -f "$RL_SAVE$arm/.quickstart-done" ]; then steps+=("rl$arm"); fi
+  done
+  export_after=--export
+  if awk -v lambda="$LAMBDA" 'BEGIN { exit !(lambda + 0 == 1) }' || ! python -c "import ctranslate2" 2>/dev/null; then
+    export_after=
+  fi
+  if [ ${#steps[@]} -gt 0 ]; then
+    step "BUDGET=$BUDGET: the plan ($OUT/budget.json)"
+    python scripts/time_budget.py plan --budget "$BUDGET" --spent "$SECONDS" --steps "${steps[@]}" \
+      --does-it-pay "$OUT/does-it-pay.json" --softmax "$([ "$SMALL_K" = 0 ] && echo full || echo small)" \
+      --dev-sentences "$(wc -l < "$DATA/raw/valid.$TGT")" --test-sentences "$(wc -l < "$DATA/raw/test.$TGT")" \
+      --models "$([ "$COMPARE" = full ] && echo 4 || echo 2)" $export_after \
+      --caps "vp=$VP_EPOCHS" "ce=$CE_UPDATES" "rl=$RL_UPDATES" --out "$OUT/budget.json"
+    planned=$(python -c "import json, sys; print(json.load(open(sys.argv[1]))['updates'].get('ce') or '')" \
+      "$OUT/budget.json")
+    if [ -z "$WARMUP_GIVEN" ] && [ -n "$planned" ] && [ "$(( planned / 10 ))" -lt "$WARMUP" ]; then
+      WARMUP=$(( planned / 10 < 1 ? 1 : planned / 10 ))  # (inverse_sqrt's peak inside the updates CE will make)
+      echo "CE's warmup: $WARMUP updates, a tenth of the $planned planned (WARMUP sets it)"
+      ce_settings
+    fi
+  fi
+fi
+stop_at() {  # stop_at STEP CHECKPOINT: STOP, STEP's --stop-time-hours under BUDGET (CHECKPOINT: the one it loads)
+  STOP=()
+  if [ -z "$BUDGET" ]; then return; fi
+  local hours
+  hours=$(python scripts/time_budget.py limit --plan "$OUT/budget.json" --step "$1" --spent "$SECONDS" --start "$2")
+  STOP=(--stop-time-hours "$hours")
+}
+
 step "3/8 the vocabulary predictor ($VP_EPOCHS epochs): $OUT/vp"
 if [ "$SMALL_K" = 0 ]; then
   echo "skipped: the full softmax"
 elif [ ! -f "$OUT/vp/.quickstart-done" ]; then
   record "$OUT/vp/quickstart.settings" "${VP_SETTINGS[@]}"
+  stop_at vp "$OUT/vp/checkpoint_last.pt"
   fairseq-train "$DATA" "${COMMON[@]}" -s "$SRC" -t "$TGT" --task vocab_prediction --arch vocab_predictor \
     --criterion vocab_prediction_bce --recall-at "$K" --optimizer adagrad --lr 0.08 --weight-decay 1e-6 \
     --clip-norm 1.0 --batch-size 128 --max-epoch "$VP_EPOCHS" --best-checkpoint-metric "recall@$K" \
-    --maximize-best-checkpoint-metric --save-dir "$OUT/vp" --no-epoch-checkpoints 2>&1 \
+    --maximize-best-checkpoint-metric --save-dir "$OUT/vp" --no-epoch-checkpoints "${STOP[@]}" 2>&1 \
     | tee -a "$OUT/vp.train.log" | shown
   touch "$OUT/vp/.quickstart-done"
 fi
@@ -281,20 +337,24 @@ train_ce() {  # train_ce FOLDER K TASK_FLAGS...: CE with the flags' softmax (K c
   local folder=$1
   if [ -f "$folder/.quickstart-done" ]; then return; fi
   begin "$folder" "$2" "${CE_SETTINGS[@]}"
+  stop_at "$(basename "$folder")" "$folder/checkpoint_last.pt"
   shift 2
   fairseq-train "$DATA" "${COMMON[@]}" "$@" $ARCH_ARGS \
     --criterion label_smoothed_cross_entropy --label-smoothing 0.1 --optimizer adam --adam-betas '(0.9, 0.98)' \
     --lr 0.001 --lr-scheduler inverse_sqrt --warmup-updates "$WARMUP" --clip-norm 1.0 --max-tokens 4096 \
     --eval-bleu --eval-bleu-remove-bpe sentencepiece --eval-bleu-args '{"beam": 1, "max_len_a": 1.5, "max_len_b": 10}' \
     --best-checkpoint-metric bleu --maximize-best-checkpoint-metric --max-epoch "$CE_EPOCHS" \
-    --max-update "$CE_UPDATES" --patience "$CE_PATIENCE" \
+    --max-update "$CE_UPDATES" --patience "$CE_PATIENCE" "${STOP[@]}" \
     --save-dir "$folder" --no-epoch-checkpoints 2>&1 | tee -a "$folder.train.log" | shown
   touch "$folder/.quickstart-done"
 }
 train_rl() {  # train_rl FOLDER CE_FOLDER K TASK_FLAGS...: REINFORCE from CE_FOLDER's best checkpoint, once
-  local folder=$1 ce=$2
+  local folder=$1 ce=$2 arm=
   if [ -f "$folder/.quickstart-done" ]; then return; fi
   begin "$folder" "$3" "${RL_SETTINGS[@]}"
+  if [ "$3" = 0 ] && [ "$COMPARE" = full ]; then arm=-full; fi
+  # (a resumed run loads its own last checkpoint; a new one, CE's best: fairseq counts the training time of either)
+  stop_at "rl$arm" "$([ -f "$folder/checkpoint_last.pt" ] && echo "$folder/checkpoint_last.pt" || echo "$ce/checkpoint_best.pt")"
   shift 3
   fairseq-train "$DATA" "${COMMON[@]}" "$@" $ARCH_ARGS \
     --finetune-from-model "$ce/checkpoint_best.pt" --criterion smallvocab_reinforce --reward "$REWARD" \
@@ -303,7 +363,7 @@ train_rl() {  # train_rl FOLDER CE_FOLDER K TASK_FLAGS...: REINFORCE from CE_FOL
     --max-update "$RL_UPDATES" --validate-interval-updates 50 --save-interval-updates 50 --keep-interval-updates 1 \
     --eval-bleu --eval-bleu-remove-bpe sentencepiece --eval-bleu-args '{"beam": 1, "max_len_a": 1.5, "max_len_b": 10}' \
     --best-checkpoint-metric bleu --maximize-best-checkpoint-metric --save-dir "$folder" --no-epoch-checkpoints \
-    --log-interval "$RL_LOG" 2>&1 | tee -a "$folder.train.log" | shown "train_inner"
+    --log-interval "$RL_LOG" "${STOP[@]}" 2>&1 | tee -a "$folder.train.log" | shown "train_inner"
   touch "$folder/.quickstart-done"
 }
 
