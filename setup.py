@@ -44,6 +44,7 @@ setup(
         "smallvocab-rl-budget-report = smallvocab_tools.analysis.budget_report:main",
         "smallvocab-rl-logs = smallvocab_tools.analysis.rl_logs:main",
         "smallvocab-sweep-lenpen = smallvocab_tools.analysis.lenpen_sweep:main",
+        "smallvocab-time-budget = smallvocab_tools.train.time_budget:main",
         "smallvocab-updates-per-epoch = smallvocab_tools.train.updates:main",
     ]},
     classifiers=[

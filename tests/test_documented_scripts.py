@@ -120,6 +120,11 @@ if [ "${1-}" = scripts/does_it_pay.py ]; then  # the verdict it writes (--json),
   prev=
   for arg in "$@"; do [ "$prev" = --json ] && echo '{"verdict": "pays", "step_ratio": 2.0}' > "$arg"; prev=$arg; done
 fi
+if [ "${1-}" = scripts/time_budget.py ]; then  # the plan it writes (--out) and a limit's hours, as far as read
+  prev=
+  for arg in "$@"; do [ "$prev" = --out ] && echo '{"updates": {"ce": 1000}}' > "$arg"; prev=$arg; done
+  if [ "${2-}" = limit ]; then echo 0.5; fi
+fi
 if [ "${1-}" = scripts/budget_probe.py ]; then  # the record a probe writes (--json), the updates it reads back
   prev=; json=; arms=()
   for arg in "$@"; do case $prev in --json) json=$arg ;; --arm) arms+=("${arg%%=*}") ;; esac; prev=$arg; done
@@ -133,6 +138,7 @@ if [ "${1-}" = scripts/prepare_data.py ]; then  # the checked text it writes bes
   prev=
   for arg in "$@"; do case $prev in --dest) dest=$arg ;; --src) src=$arg ;; --tgt) tgt=$arg ;; esac; prev=$arg; done
   mkdir -p "$dest/raw" && echo "a sentence" > "$dest/raw/test.$src"
+  echo "a sentence" > "$dest/raw/test.$tgt" && echo "a sentence" > "$dest/raw/valid.$tgt"
   seq 1000 | sed 's/^/w/; s/$/ 1/' > "$dest/dict.$tgt.txt"  # the target dictionary (|V| read by the quick start)
 fi
 if [ "${1-}" = scripts/prepare_multi30k.py ]; then  # the stats.json it writes (prep.py), as far as read

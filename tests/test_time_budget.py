@@ -161,3 +161,10 @@ def test_a_fine_tune_runs_its_own_share_though_fairseq_counts_its_parents_traini
                    "--save-dir", save]).stderr
         assert torch.load(save / "checkpoint_last.pt", map_location="cpu",
                           weights_only=False)["optimizer_history"][-1]["num_updates"] == updates, log[-2000:]
+
+
+def test_compare_s_full_arms_are_planned_at_the_full_softmax_s_paces():
+    plan = _plan(steps=("vp", "ce", "ce-full", "rl", "rl-full"), models=4)
+    assert plan["updates"]["ce-full"] < plan["updates"]["ce"]  # the same share, the full softmax's slower pace
+    assert "updates at 1.50 s an update" in tb.describe(plan)
+    assert plan["reserve"] > _plan(models=4)["reserve"]  # the evaluation at the slower decoding's pace

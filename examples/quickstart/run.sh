@@ -30,7 +30,8 @@
 # REINFORCE, 1:6:3; each step's minutes, the updates they buy at step 2's paces, and what CE_UPDATES and RL_UPDATES
 # would need), and each training stops at its time (fairseq-train --stop-time-hours, decided at its start from the
 # time then left: a step that ends early leaves its time to the next); CE's warmup (unless WARMUP is set) is a tenth
-# of the updates planned where that is less than 400; OUT/budget.json keeps the plan.
+# of the updates planned where that is less than 400; OUT/budget.json keeps the plan. A run started again gets
+# BUDGET again, for the steps it has left.
 # Each training step prints its pace (seconds per update, minutes to its budget) after its first updates and again,
 # validation included, after the first validation that follows; its validations and every warning; the whole logs
 # are in OUT/*.train.log.
@@ -365,6 +366,9 @@ train_rl() {  # train_rl FOLDER CE_FOLDER K TASK_FLAGS...: REINFORCE from CE_FOL
     --best-checkpoint-metric bleu --maximize-best-checkpoint-metric --save-dir "$folder" --no-epoch-checkpoints \
     --log-interval "$RL_LOG" "${STOP[@]}" 2>&1 | tee -a "$folder.train.log" | shown "train_inner"
   touch "$folder/.quickstart-done"
+  # (the interval checkpoint is there to resume a stopped run, as checkpoint_last.pt is: a finished run needs
+  # neither twice)
+  rm -f "$folder"/checkpoint_[0-9]*_[0-9]*.pt
 }
 
 step "4/8 CE $([ "$SMALL_K" = 0 ] && echo "with the full softmax" || echo "inside the $K candidates") (until dev" \

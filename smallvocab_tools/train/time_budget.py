@@ -120,10 +120,11 @@ def share(plan: dict, step: str, spent: float) -> float:
 
 def updates_in(plan: dict, step: str, seconds: float) -> Optional[int]:
     """Updates ``seconds`` buy ``step`` at its measured pace, its validations included; None without a pace."""
-    pace = plan["paces"].get(_kind(step))
+    measured = plan["full_paces"] if step.endswith("-full") else plan["paces"]  # (COMPARE=full's arms)
+    pace = measured.get(_kind(step))
     if not pace:
         return None
-    every = VALIDATE_EVERY.get(_kind(step)) or plan["paces"].get("epoch_updates")
+    every = VALIDATE_EVERY.get(_kind(step)) or measured.get("epoch_updates")
     per_update = pace + (validation_seconds(plan) / every if every else 0.0)
     return max(0, int((seconds - START_SECONDS) / per_update))
 
@@ -141,8 +142,10 @@ def make(budget: float, spent: float, steps: List[str], does_it_pay: Optional[di
         "softmax": softmax,
         "weights": {s: WEIGHTS[_kind(s)] / (2 if f"{_kind(s)}-full" in steps and _kind(s) != "vp" else 1)
                     for s in steps},
-        "paces": paces(does_it_pay, softmax), "dev_sentences": dev, "caps": dict(caps),
-        "reserve": round(reserve(paces(does_it_pay, softmax)["decode"], dev, test, models, export), 1)}
+        "paces": paces(does_it_pay, softmax), "full_paces": paces(does_it_pay, "full"), "dev_sentences": dev,
+        "caps": dict(caps)}
+    decode = [plan["paces"]["decode"]] + [plan["full_paces"]["decode"] for s in steps if s.endswith("-full")]
+    plan["reserve"] = round(reserve(None if None in decode else max(decode), dev, test, models, export), 1)
     needed = spent + plan["reserve"] + MIN_STEP_SECONDS * len(steps)
     if needed > budget:
         raise BudgetError(f"BUDGET={plan['given']}: {_minutes(spent)} are spent and the evaluation, export and "
@@ -175,7 +178,7 @@ def describe(plan: dict) -> str:
             line = f"- {NAMES[step]}: at most {_minutes(seconds)}" + (f" (or its {cap} epochs, if sooner)"
                                                                       if cap else "")
         elif updates is not None:
-            pace = paces_[_kind(step)]
+            pace = (plan["full_paces"] if step.endswith("-full") else paces_)[_kind(step)]
             line += f": about {updates:,} updates at {pace:.2f} s an update (validation included)"
             if cap:
                 need = seconds * cap / max(updates, 1)
