@@ -262,7 +262,10 @@ def test_readme_own_model_then_deploy_run_in_the_readme_s_order(tiny_raw, tmp_pa
 
     def readme(name, values=None, extra=()):
         whole_path = {"--user-dir": USER_DIR} if "--user-dir" in NAMED[name] else {}
-        return run(adapt(NAMED[name], {**whole_path, **(values or {})}, extra=extra), cwd=user)
+        # a $(command) is run first, from the same folder, and its output's words put in its place, as a shell does
+        fill = {found.group(0): run(adapt(found.group(1)), cwd=user).stdout.strip()
+                for found in re.finditer(r"\$\(([^()]+)\)", NAMED[name])}
+        return run(adapt(NAMED[name], {**whole_path, **(values or {})}, extra=extra, fill=fill), cwd=user)
 
     flags = readme("OWN_FLAGS").stdout.split()  # the model's flags, which the strict loads below check
     assert flags[:2] == ["--arch", "transformer"] and "--share-all-embeddings" in flags
@@ -272,18 +275,21 @@ def test_readme_own_model_then_deploy_run_in_the_readme_s_order(tiny_raw, tmp_pa
                  extra=QUIET)  # (at the tiny corpus's K)
     assert re.search(r"valid on 'valid' subset .*\| recall@120 [\d.]+ \| freq_recall@120 ", out.stdout + out.stderr)
     assert (user / "checkpoints" / "vp" / "checkpoint_best.pt").exists()
-    wrong = run(adapt(NAMED["OWN_CE"], {"--user-dir": USER_DIR, "--max-epoch": 1}, extra=[*QUIET, *small]),
-                cwd=user, check=False)  # without the model's flags: said in one message, with the command to use
+    flags_of = "$(python scripts/checkpoint_flags.py checkpoints/transformer/checkpoint_best.pt)"
+    wrong = run(adapt(NAMED["OWN_CE"], {"--user-dir": USER_DIR, "--max-epoch": 1}, extra=[*QUIET, *small],
+                      fill={flags_of: "--arch transformer --share-all-embeddings"}),
+                cwd=user, check=False)  # a default Transformer's flags, not the model's: said in one message
     said = wrong.stdout + wrong.stderr
     assert wrong.returncode != 0 and "does not fit the model this command builds" in said, said[-3000:]
     assert "python scripts/checkpoint_flags.py checkpoints/transformer/checkpoint_best.pt" in said
     assert "please ensure that the architectures match" not in said  # (nor fairseq's state-dict dump)
-    out = readme("OWN_CE", {"--max-epoch": 1}, extra=[*flags, *QUIET, *small])  # (it stops by itself)
+    assert "$(python scripts/checkpoint_flags.py checkpoints/transformer/checkpoint_best.pt)" in NAMED["OWN_CE"]
+    out = readme("OWN_CE", {"--max-epoch": 1}, extra=[*QUIET, *small])  # (it stops by itself)
     assert "no longer experimental" not in out.stderr and "ConfigStore" not in out.stderr  # compat/quiet_logs.py
     assert "scores pieces" not in out.stdout + out.stderr  # dev BLEU on words
     assert re.search(r"candidates for valid: K = \d+ of \|V\| = \d+", out.stdout + out.stderr), out.stderr[-3000:]
     out = readme("OWN_REINFORCE", {"--max-update": 4, "--validate-interval-updates": 2, "--save-interval-updates": 2,
-                                   "--batch-size": 16}, extra=[*flags, *QUIET, *small])
+                                   "--batch-size": 16}, extra=[*QUIET, *small])
     log = out.stdout + out.stderr
     assert re.search(r"valid on 'valid' subset .*\| bleu [\d.]+", log) and " reward " in log, log[-3000:]
     assert "scores pieces" not in log and "'reward_post_process': 'sentencepiece'" in log  # the reward on words
