@@ -174,7 +174,7 @@ def softmax_verdicts(rows: List[Dict], predicted: Optional[Dict[str, float]] = N
         if float(p) < SIGNIFICANT:
             quality = f"{'gained' if float(delta) > 0 else 'lost'} {delta} test BLEU against the full softmax (p = {p})"
         else:
-            quality = f"no BLEU difference the test can tell from the full softmax ({delta}, p = {p})"
+            quality = f"made no BLEU difference the test can tell from the full softmax ({delta}, p = {p})"
         speed = ""
         if r["sec_per_update"] and r["full_sec_per_update"]:
             measured = r['full_sec_per_update'] / r['sec_per_update']
