@@ -196,12 +196,15 @@ def test_does_it_pay_measures_both_softmaxes_and_gives_one_verdict(tiny_bin, tmp
     out = run([REPO / "scripts" / "does_it_pay.py", "--data", tiny_bin, "-s", "src", "-t", "tgt",
                "--model-args", TINY_FLAGS, "--k", "20", "--batch", "4", "--decode-batch", "3", "--beam", "2",
                "--steps", "1", "--threads", "1", "--json", tmp_path / "pays.json"]).stdout
-    rows = re.findall(r"^\| cpu \| transformer \| (reinforce x4|\d[\d,]*) \| .*$", out, re.M)
-    assert len(rows) == 5, out  # REINFORCE small, its ceiling (the smallest output layer) and full; decoding's two
-    assert len(re.findall(rf"\| {vocab:,} \| small \| 20 \|", out)) == 2  # a training and a decoding row
+    rows = re.findall(r"^\| cpu \| transformer \| (ce|reinforce x4|\d[\d,]*) \| .*$", out, re.M)
+    # CE small and full; REINFORCE small, its ceiling (the smallest output layer) and full; decoding's two
+    assert sorted(rows).count("ce") == 2 and rows.count("reinforce x4") == 3 and len(rows) == 7, out
+    assert len(re.findall(rf"\| {vocab:,} \| small \| 20 \|", out)) == 3  # CE, REINFORCE and decoding rows
     assert len(re.findall(rf"\| {vocab:,} \| small \| {CEILING_K} \|", out)) == 1  # the ceiling: REINFORCE's
     said = json.loads((tmp_path / "pays.json").read_text())
-    assert said["verdict"] in out and said["k"] == 20 and said["ceiling"] > 0 and len(said["records"]) == 5
+    assert said["verdict"] in out and said["k"] == 20 and said["ceiling"] > 0 and len(said["records"]) == 7
+    assert said["ce_ratio"] > 0 and said["epoch_updates"] >= 1 and said["sec_per_step"]["ce"]["full"] > 0
+    assert re.search(r"a CE step \(fairseq-train's batches at --max-tokens 4,096: \d+ sentences, \d+ an epoch\)", out)
     assert len(re.findall(r"^Verdict: the small softmax (pays|does not pay|pays little)", out, re.M)) == 1
     assert re.search(r"a REINFORCE step \(4 samples per sentence, 4 sentences\): small [\d.]+ s, full [\d.]+ s", out)
     assert re.search(r"beam 2 decoding \(3 sentences a batch, the predictor included\): small [\d.]+ ms", out)
