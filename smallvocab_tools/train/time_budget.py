@@ -93,18 +93,22 @@ def paces(does_it_pay: Optional[dict], softmax: str) -> dict:
             "decode": None if decode is None else decode / 1000, "epoch_updates": does_it_pay.get("epoch_updates")}
 
 
+def _decoded(decode_seconds: Optional[float]) -> float:
+    """Seconds a sentence in a fairseq command's decoding, from does_it_pay's (``DECODE_MS_UNMEASURED`` where
+    unmeasured)."""
+    return (decode_seconds if decode_seconds else DECODE_MS_UNMEASURED / 1000) * DECODE_MARGIN
+
+
 def reserve(decode_seconds: Optional[float], dev: int, test: int, models: int, export: bool) -> float:
     """Seconds for what follows the trainings: per model a dev sweep and a test decoding, each a fairseq command
-    (``decode_seconds`` a sentence; unmeasured: ``DECODE_MS_UNMEASURED``), the export, the verdict."""
-    per_sentence = (decode_seconds if decode_seconds else DECODE_MS_UNMEASURED / 1000) * DECODE_MARGIN
-    per_model = 2 * START_SECONDS + (dev + test) * per_sentence
+    (``decode_seconds`` a sentence, ``_decoded``), the export, the verdict."""
+    per_model = 2 * START_SECONDS + (dev + test) * _decoded(decode_seconds)
     return models * per_model + (EXPORT_SECONDS if export else 0.0) + VERDICT_SECONDS + START_SECONDS
 
 
 def validation_seconds(plan: dict) -> float:
     """One validation: the dev set decoded greedily (at most beam's pace) and a checkpoint saved."""
-    per_sentence = (plan["paces"]["decode"] or DECODE_MS_UNMEASURED / 1000) * DECODE_MARGIN
-    return plan["dev_sentences"] * per_sentence + 2.0
+    return plan["dev_sentences"] * _decoded(plan["paces"]["decode"]) + 2.0
 
 
 def share(plan: dict, step: str, spent: float) -> float:
@@ -118,9 +122,14 @@ def share(plan: dict, step: str, spent: float) -> float:
     return left * plan["weights"][step] / sum(plan["weights"][s] for s in ahead)
 
 
+def _paces_of(plan: dict, step: str) -> dict:
+    """The paces ``step`` trains at: the full softmax's for COMPARE=full's arms, else the plan's softmax's."""
+    return plan["full_paces"] if step.endswith("-full") else plan["paces"]
+
+
 def updates_in(plan: dict, step: str, seconds: float) -> Optional[int]:
     """Updates ``seconds`` buy ``step`` at its measured pace, its validations included; None without a pace."""
-    measured = plan["full_paces"] if step.endswith("-full") else plan["paces"]  # (COMPARE=full's arms)
+    measured = _paces_of(plan, step)
     pace = measured.get(_kind(step))
     if not pace:
         return None
@@ -173,12 +182,12 @@ def describe(plan: dict) -> str:
         seconds = plan["shares"][step]
         line = f"- {NAMES[step]}: {_minutes(seconds)}"
         cap = plan["caps"].get(_kind(step))
-        updates = updates_in(plan, step, seconds)
+        updates = plan["updates"][step]
         if _kind(step) == "vp":
             line = f"- {NAMES[step]}: at most {_minutes(seconds)}" + (f" (or its {cap} epochs, if sooner)"
                                                                       if cap else "")
         elif updates is not None:
-            pace = (plan["full_paces"] if step.endswith("-full") else paces_)[_kind(step)]
+            pace = _paces_of(plan, step)[_kind(step)]
             line += f": about {updates:,} updates at {pace:.2f} s an update (validation included)"
             if cap:
                 need = seconds * cap / max(updates, 1)
