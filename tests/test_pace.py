@@ -168,12 +168,13 @@ def test_under_a_time_limit_the_pace_says_the_updates_the_time_left_buys():
     clock = Clock()
     pace = Pace(clock)
     opt = SimpleNamespace(max_update=4000, max_epoch=0, stop_time_hours=0.5)
-    assert pace.update(1, opt, trained=700.0) == ""
+    assert pace.update(1, opt, trained=lambda: 700.0) == ""
     said = ""
     for n in range(2, 12):
         clock.now += 2.0
-        said = pace.update(n, opt, trained=700.0 + 2.0 * (n - 1)) or said
+        said = pace.update(n, opt, trained=lambda n=n: 700.0 + 2.0 * (n - 1)) or said
     # 1,800 s of limit, of which 720 trained (the starting checkpoint's 700 included): 1,080 s at 2 s an update
     assert said.endswith("; --stop-time-hours 0.5: 18 min left, about 540 more updates at this pace (validation "
                          "not included)"), said
-    assert "about 540" not in Pace(clock).update(1, SimpleNamespace(max_update=4000, max_epoch=0), trained=1.0)
+    assert "about 540" not in Pace(clock).update(1, SimpleNamespace(max_update=4000, max_epoch=0),
+                                             trained=lambda: 1.0)

@@ -67,7 +67,8 @@ class Pace:
 
     def update(self, num_updates: int, optimization, dataset=None, trained=None) -> str:
         """Call after an update (``dataset``: fairseq's cfg.dataset, for the validation intervals; ``trained``:
-        the trainer's cumulative training time, for --stop-time-hours); returns the line said, or ''."""
+        the trainer's clock of cumulative training time, a callable read only for the line under
+        --stop-time-hours); returns the line said, or ''."""
         now = self.clock()
         self.last = (now, num_updates)
         if self.span is None or self.validation_seconds is not None:
@@ -92,7 +93,7 @@ class Pace:
         line = pace_line(self.said, self.first + 1, num_updates, optimization, self.epoch_updates)
         stop_hours = getattr(optimization, "stop_time_hours", 0) or 0
         if stop_hours > 0 and trained is not None:
-            left = max(0.0, stop_hours * 3600 - trained)
+            left = max(0.0, stop_hours * 3600 - trained())
             line += (f"; --stop-time-hours {stop_hours:g}: {_minutes(left)} left, about "
                      f"{int(left / self.said):,} more updates at this pace (validation not included)")
         return line
@@ -190,7 +191,7 @@ def install():
         out = fairseq_train_step(self, samples, raise_oom)
         if getattr(self, "data_parallel_rank", 0) == 0:
             line = _pace(self).update(self.get_num_updates(), self.cfg.optimization, self.cfg.dataset,
-                                      self.cumulative_training_time())
+                                      self.cumulative_training_time)
             if line:
                 logger.info(line)
         return out
