@@ -269,23 +269,23 @@ else
 fi
 FULL=(--task translation_smallvocab -s "$SRC" -t "$TGT" --small-vocab-size 0)  # COMPARE=full's arms
 
+# what step 7 exports: nothing for the control (LAMBDA=1: CE continued, nothing to deploy), nor without ctranslate2
+CONTROL=
+if awk -v lambda="$LAMBDA" 'BEGIN { exit !(lambda + 0 == 1) }'; then CONTROL=yes; fi
+HAS_CT2=
+if [ -z "$CONTROL" ] && python -c "import ctranslate2" 2>/dev/null; then HAS_CT2=yes; fi
+
 # BUDGET: the plan of the trainings still to run (OUT/budget.json), and each one's --stop-time-hours at its start
 STOP=()
 if [ -n "$BUDGET" ]; then
   steps=()
+  arms=("")
+  if [ "$COMPARE" = full ]; then arms+=(-full); fi
   if [ "$SMALL_K" -gt 0 ] && [ ! -f "$OUT/vp/.quickstart-done" ]; then steps+=(vp); fi
-  for arm in "" -full; do
-    if [ "$arm" = -full ] && [ "$COMPARE" != full ]; then continue; fi
-    if [ ! -f "$OUT/ce$arm/.quickstart-done" ]; then steps+=("ce$arm"); fi
-  done
-  for arm in "" -full; do
-    if [ "$arm" = -full ] && [ "$COMPARE" != full ]; then continue; fi
-    if [ ! -f "$RL_SAVE$arm/.quickstart-done" ]; then steps+=("rl$arm"); fi
-  done
-  export_after=--export
-  if awk -v lambda="$LAMBDA" 'BEGIN { exit !(lambda + 0 == 1) }' || ! python -c "import ctranslate2" 2>/dev/null; then
-    export_after=
-  fi
+  for arm in "${arms[@]}"; do [ -f "$OUT/ce$arm/.quickstart-done" ] || steps+=("ce$arm"); done
+  for arm in "${arms[@]}"; do [ -f "$RL_SAVE$arm/.quickstart-done" ] || steps+=("rl$arm"); done
+  export_after=
+  if [ -n "$HAS_CT2" ]; then export_after=--export; fi
   if [ ${#steps[@]} -gt 0 ]; then
     step "BUDGET=$BUDGET: the plan ($OUT/budget.json)"
     python scripts/time_budget.py plan --budget "$BUDGET" --spent "$SECONDS" --steps "${steps[@]}" \
@@ -433,10 +433,10 @@ head -3 "$DATA/raw/test.$SRC" | fairseq-interactive "$DATA" "${COMMON[@]}" "${SM
   --path "$RL_SAVE/checkpoint_best.pt" --bpe sentencepiece --sentencepiece-model "$DATA/spm.$SRC.model" \
   --beam "$BEAM" --lenpen "$lenpen" --buffer-size 3 --batch-size 3 2>/dev/null | grep "^D-"
 
-if awk -v lambda="$LAMBDA" 'BEGIN { exit !(lambda + 0 == 1) }'; then  # LAMBDA=1: the control, nothing to deploy
+if [ -n "$CONTROL" ]; then
   echo "not exported: RL_SAVE=$RL_SAVE is the control (LAMBDA=$LAMBDA: CE continued, no REINFORCE), there to be" \
     "compared, not deployed; the export is of a REINFORCE run (its RL_SAVE)" >&2
-elif ! python -c "import ctranslate2" 2>/dev/null; then
+elif [ -z "$HAS_CT2" ]; then
   echo "ctranslate2 is not installed (pip install ctranslate2): the export is skipped" >&2
 else
   VMAP=(--vmap-from "$OUT/vp/checkpoint_best.pt" --k "$K")  # the predictor as its vocabulary map
